@@ -1,0 +1,67 @@
+// Package reference locates the public PMU reference data (Intel perfmon JSON,
+// Linux perf pmu-events JSON) that tests read from ../shared/reference. The
+// shipped binary never needs it; tests use it as an independent source of facts.
+package reference
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Dir finds shared/reference by walking up from the working directory. Outside CI
+// a missing copy skips the test; under PMU_EXPORTER_CI=1 it fails.
+func Dir(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		p := filepath.Join(d, "..", "shared", "reference")
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			return p
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if os.Getenv("PMU_EXPORTER_CI") != "" {
+		t.Fatal("../shared/reference not found: CI must have the reference data beside the checkout")
+	}
+	t.Skip("../shared/reference not found (PMU_EXPORTER_CI unset)")
+	return ""
+}
+
+// Event is the subset of an event definition the tests use; Intel and Linux perf
+// JSON share these field names, all as strings.
+type Event struct {
+	EventName   string
+	EventCode   string
+	UMask       string
+	CounterMask string
+	Invert      string
+	EdgeDetect  string
+	AnyThread   string
+	Counter     string
+}
+
+// Events reads an event file: Intel's {"Events": [...]} or Linux's bare array.
+func Events(t testing.TB, path string) []Event {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrapped struct{ Events []Event }
+	if err := json.Unmarshal(b, &wrapped); err == nil && wrapped.Events != nil {
+		return wrapped.Events
+	}
+	var bare []Event
+	if err := json.Unmarshal(b, &bare); err != nil {
+		t.Fatal(fmt.Errorf("%s: %w", path, err))
+	}
+	return bare
+}
