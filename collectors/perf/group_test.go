@@ -1,0 +1,355 @@
+package perf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// TestMain doubles as helper processes: a CPU spinner and an unprivileged opener.
+func TestMain(m *testing.M) {
+	switch os.Getenv("PERF_TEST_HELPER") {
+	case "spin":
+		var b [1]byte
+		os.Stdin.Read(b[:]) // wait until the parent has placed us in the cgroup
+		d, _ := time.ParseDuration(os.Getenv("PERF_TEST_SPIN"))
+		var ts unix.Timespec
+		for {
+			unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts)
+			if time.Duration(ts.Nano()) >= d {
+				os.Exit(0)
+			}
+		}
+	case "open-system-wide":
+		_, err := OpenGroup([]eventspec.Attr{{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK}}, []string{"cpu-clock"}, SystemWide(0))
+		var oe *OpenError
+		if errors.As(err, &oe) {
+			fmt.Print(oe.Reason)
+		} else {
+			fmt.Printf("unexpected: %v", err)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func onlineCPUs(t *testing.T) []int {
+	t.Helper()
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus, err := cpuset.Parse(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpus
+}
+
+var swGroup = []eventspec.Attr{
+	{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK},
+	{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK},
+	{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS},
+	{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES},
+}
+var swNames = []string{"cpu-clock", "task-clock", "page-faults", "context-switches"}
+
+// pingPong makes n blocking round trips between two OS threads over raw pipes;
+// every blocking read is a context switch.
+func pingPong(t *testing.T, n int) {
+	var a, b [2]int
+	if err := unix.Pipe(a[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Pipe(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, fd := range []int{a[0], a[1], b[0], b[1]} {
+			unix.Close(fd)
+		}
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var buf [1]byte
+		for i := 0; i < n; i++ {
+			unix.Read(a[0], buf[:])
+			unix.Write(b[1], buf[:])
+		}
+	}()
+	var buf [1]byte
+	for i := 0; i < n; i++ {
+		unix.Write(a[1], buf[:])
+		unix.Read(b[0], buf[:])
+	}
+	<-done
+}
+
+// touchPages maps n fresh anonymous pages and writes each one: n page faults.
+func touchPages(t *testing.T, n int) {
+	page := os.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, n*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		mem[i*page] = 1
+	}
+	unix.Munmap(mem)
+}
+
+// TestSystemWideSoftwareGroupOnEveryCPU opens the software group on every online
+// CPU and checks each count against an independent expectation: cpu-clock against
+// the wall clock, page-faults against pages we touched, context-switches against
+// blocking round trips we made.
+func TestSystemWideSoftwareGroupOnEveryCPU(t *testing.T) {
+	testenv.RequireRoot(t)
+	cpus := onlineCPUs(t)
+	var groups []*Group
+	start := time.Now()
+	for _, c := range cpus {
+		g, err := OpenGroup(swGroup, swNames, SystemWide(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		groups = append(groups, g)
+	}
+	const pages, trips = 2000, 500
+	touchPages(t, pages)
+	pingPong(t, trips)
+	time.Sleep(100 * time.Millisecond)
+
+	var faults, switches uint64
+	vals := make([]uint64, len(swGroup))
+	for _, g := range groups {
+		enabled, running, err := g.Read(vals)
+		wall := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if enabled != running {
+			t.Errorf("CPU %d: software group multiplexed (enabled %d, running %d)", g.CPU, enabled, running)
+		}
+		// System-wide cpu-clock counts elapsed time on the CPU, idle included.
+		if c := time.Duration(vals[0]); c > wall || c < wall*95/100 {
+			t.Errorf("CPU %d: cpu-clock %v, wall clock since open %v", g.CPU, c, wall)
+		}
+		if time.Duration(enabled) > wall || time.Duration(enabled) < wall*95/100 {
+			t.Errorf("CPU %d: time_enabled %v, wall clock %v", g.CPU, time.Duration(enabled), wall)
+		}
+		faults += vals[2]
+		switches += vals[3]
+	}
+	if faults < pages {
+		t.Errorf("page-faults over all CPUs = %d, fewer than the %d pages touched", faults, pages)
+	}
+	if switches < trips {
+		t.Errorf("context-switches over all CPUs = %d, fewer than the %d blocking round trips", switches, trips)
+	}
+}
+
+// TestCgroupScopedBusyLoop scopes the group to a fresh cgroup holding one busy
+// process and compares cpu-clock and task-clock, summed over CPUs, with the
+// kernel's CPU accounting for that cgroup (cpu.stat usage_usec) and process (rusage).
+func TestCgroupScopedBusyLoop(t *testing.T) {
+	testenv.RequireRoot(t)
+	mnt := testenv.Cgroup2Mount()
+	testenv.Require(t, mnt != "", "needs a cgroup v2 hierarchy")
+	dir := filepath.Join(mnt, fmt.Sprintf("pmu_exporter_test_%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+
+	var groups []*Group
+	for _, c := range onlineCPUs(t) {
+		g, err := OpenGroup(swGroup[:2], swNames[:2], Target{CPU: c, CgroupFD: int(cg.Fd())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		groups = append(groups, g)
+	}
+
+	const spin = 400 * time.Millisecond
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PERF_TEST_HELPER=spin", "PERF_TEST_SPIN="+spin.String())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	stdin.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	process := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	usage := cgroupUsage(t, dir)
+
+	var cpuClock, taskClock time.Duration
+	vals := make([]uint64, 2)
+	for _, g := range groups {
+		if _, _, err := g.Read(vals); err != nil {
+			t.Fatal(err)
+		}
+		cpuClock += time.Duration(vals[0])
+		taskClock += time.Duration(vals[1])
+	}
+	t.Logf("cgroup usage %v, process rusage %v, cpu-clock %v, task-clock %v", usage, process, cpuClock, taskClock)
+	for name, got := range map[string]time.Duration{"cpu-clock": cpuClock, "task-clock": taskClock} {
+		if d := got - usage; d < -usage*3/100 || d > usage*3/100 {
+			t.Errorf("%s %v differs from the cgroup's usage %v by more than 3%%", name, got, usage)
+		}
+		// rusage also holds the moments before the process joined the cgroup.
+		if got > process*101/100 || got < process*95/100 {
+			t.Errorf("%s %v is not within [95%%, 101%%] of the process's CPU time %v", name, got, process)
+		}
+	}
+	if process < spin {
+		t.Errorf("the helper used %v of CPU, less than the %v it was told to spin", process, spin)
+	}
+}
+
+func cgroupUsage(t *testing.T, dir string) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return time.Duration(n) * time.Microsecond
+		}
+	}
+	t.Fatalf("no usage_usec in %s/cpu.stat", dir)
+	return 0
+}
+
+func TestOpenErrorsAreClassified(t *testing.T) {
+	// An event number past PERF_COUNT_SW_MAX does not exist on any kernel.
+	_, err := OpenGroup([]eventspec.Attr{{Type: unix.PERF_TYPE_SOFTWARE, Config: 9999}}, []string{"bogus"}, SystemWide(0))
+	var oe *OpenError
+	if !errors.As(err, &oe) || oe.Reason != ReasonUnsupported || oe.Event != "bogus" || !strings.Contains(err.Error(), "opening bogus on CPU 0") {
+		t.Errorf("unknown software event: %v", err)
+	}
+	// A member that cannot be opened closes the whole group and names the member.
+	_, err = OpenGroup([]eventspec.Attr{swGroup[0], {Type: 4242, Config: 1}}, []string{"cpu-clock", "no-such-pmu"}, SystemWide(0))
+	if !errors.As(err, &oe) || oe.Event != "no-such-pmu" {
+		t.Errorf("bad member: %v", err)
+	}
+}
+
+func TestOpenErrorFDLimit(t *testing.T) {
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
+	lim := old
+	lim.Cur = 256
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	// Fill every free descriptor slot, then free exactly two: a group of four
+	// events must then fail on its third.
+	var held []int
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		held = append(held, fd)
+	}
+	for _, fd := range held[len(held)-2:] {
+		unix.Close(fd)
+	}
+	held = held[:len(held)-2]
+	_, err := OpenGroup(swGroup, swNames, SystemWide(0))
+	var oe *OpenError
+	if !errors.As(err, &oe) || oe.Reason != ReasonFDLimit || oe.Event != swNames[2] || !strings.Contains(oe.Fix(), "ulimit -n") {
+		t.Errorf("err = %v, want fd_limit on %s", err, swNames[2])
+	}
+}
+
+// TestOpenErrorPermission runs the system-wide open as an unprivileged user.
+func TestOpenErrorPermission(t *testing.T) {
+	testenv.RequireRoot(t)
+	b, _ := os.ReadFile("/proc/sys/kernel/perf_event_paranoid")
+	paranoid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	testenv.Require(t, paranoid >= 1, "perf_event_paranoid < 1 lets anyone count system-wide")
+	// The unprivileged user cannot enter go test's private build directory, so run
+	// a world-readable copy of this test binary.
+	dir, err := os.MkdirTemp("", "pmu-perm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "perf.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PERF_TEST_HELPER=open-system-wide")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != string(ReasonPermission) {
+		t.Errorf("unprivileged system-wide open: %q, want %q", out, ReasonPermission)
+	}
+}
+
+func TestProbes(t *testing.T) {
+	if err := Probe(eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK}); err != nil {
+		t.Errorf("task-clock probe: %v", err)
+	}
+	if err := Probe(eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: 9999}); err == nil {
+		t.Error("probe of a nonexistent event succeeded")
+	}
+	// Every x86-64 and arm64 Linux has debug registers; the brief's CI VMs expose them.
+	if err := ProbeBreakpoint(); err != nil {
+		t.Errorf("breakpoint probe: %v", err)
+	}
+}

@@ -1,0 +1,61 @@
+// Package testenv states what a test needs from the machine. Outside CI an unmet
+// need skips the test with the reason; under PMU_EXPORTER_CI=1 it fails, so CI can
+// never pass by skipping what it was meant to run.
+package testenv
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// InCI reports whether PMU_EXPORTER_CI is set.
+func InCI() bool { return os.Getenv("PMU_EXPORTER_CI") != "" }
+
+// Require skips (or, in CI, fails) the test unless ok.
+func Require(t testing.TB, ok bool, why string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if InCI() {
+		t.Fatalf("PMU_EXPORTER_CI is set, so this must run here: %s", why)
+	}
+	t.Skipf("%s (set PMU_EXPORTER_CI=1 to make this a failure)", why)
+}
+
+// RequireRoot needs uid 0.
+func RequireRoot(t testing.TB) { t.Helper(); Require(t, os.Geteuid() == 0, "needs root") }
+
+// RequireTool needs an executable on PATH and returns its path.
+func RequireTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	Require(t, err == nil, name+" is not installed (.ci/run installs it)")
+	return p
+}
+
+// Cgroup2Mount returns where the cgroup v2 hierarchy is mounted, or "".
+func Cgroup2Mount() string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// ... mountpoint ... - fstype source options
+		pre, post, ok := strings.Cut(s.Text(), " - ")
+		if !ok {
+			continue
+		}
+		if fields := strings.Fields(post); len(fields) > 0 && fields[0] == "cgroup2" {
+			if pf := strings.Fields(pre); len(pf) > 4 {
+				return pf[4]
+			}
+		}
+	}
+	return ""
+}
