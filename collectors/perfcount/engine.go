@@ -1,0 +1,312 @@
+// Package perfcount runs the counting loop. It keeps every configured event group
+// open on each online CPU the group applies to, reads each group once per interval
+// (one read(2)), folds the readings into multiplex-scaled totals, follows CPU
+// hotplug by closing and reopening groups, and hands out copies of its state, so a
+// scrape never makes a perf syscall.
+package perfcount
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/counting"
+	"github.com/pmu-exporter/pmu_exporter/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+)
+
+// GroupSpec is one group to count: its events share a counter schedule, so their
+// ratios are exact. Events must be valid on the same CPUs.
+type GroupSpec struct {
+	Name   string
+	Events []eventspec.Event
+}
+
+// CPUs is where the group can count: the intersection of its events' CPU lists,
+// or nil for every CPU.
+func (g GroupSpec) CPUs() []int {
+	var cpus []int
+	for _, e := range g.Events {
+		if e.CPUs == nil {
+			continue
+		}
+		if cpus == nil {
+			cpus = slices.Clone(e.CPUs)
+			continue
+		}
+		cpus = slices.DeleteFunc(cpus, func(c int) bool { return !cpuset.Contains(e.CPUs, c) })
+	}
+	return cpus
+}
+
+// Options configure an Engine.
+type Options struct {
+	Groups []GroupSpec
+	// OnlineCPUs lists the online CPUs; called once per cycle to follow hotplug.
+	OnlineCPUs func() ([]int, error)
+	// ObserveRead, if set, receives the duration of each read cycle in seconds.
+	ObserveRead func(seconds float64)
+	Logger      *slog.Logger
+	// RetryAfter is how long a group that failed to open for a transient reason
+	// (fd limit, busy counters, CPU not there) waits before the next try.
+	RetryAfter time.Duration
+	// Now is the clock (tests); defaults to time.Now.
+	Now func() time.Time
+}
+
+// Engine owns the open groups. Cycle is called by one goroutine (Run); Snapshot
+// may be called concurrently from scrapes.
+type Engine struct {
+	opts   Options
+	groups []*groupState
+	online []int
+
+	mu         sync.Mutex // guards everything below and the accumulators
+	readErrors map[string]uint64
+	cycles     uint64
+}
+
+type groupState struct {
+	spec   GroupSpec
+	attrs  []eventspec.Attr
+	names  []string
+	cpus   []int // nil: all
+	perCPU map[int]*cpuGroup
+	values []uint64 // scratch for reads
+}
+
+type cpuGroup struct {
+	g       *perf.Group // nil when not open
+	acc     *counting.Accumulator
+	failure *perf.OpenError // last open failure, nil when open
+	retryAt time.Time
+}
+
+// New prepares an engine; no file descriptor is opened until the first Cycle.
+func New(opts Options) *Engine {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.RetryAfter == 0 {
+		opts.RetryAfter = time.Minute
+	}
+	e := &Engine{opts: opts, readErrors: map[string]uint64{}}
+	for _, spec := range opts.Groups {
+		gs := &groupState{spec: spec, cpus: spec.CPUs(), perCPU: map[int]*cpuGroup{}, values: make([]uint64, len(spec.Events))}
+		for _, ev := range spec.Events {
+			gs.attrs = append(gs.attrs, ev.Attr)
+			gs.names = append(gs.names, ev.Name)
+		}
+		e.groups = append(e.groups, gs)
+	}
+	return e
+}
+
+// Run calls Cycle every interval until ctx ends, then closes every group.
+func (e *Engine) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	defer e.Close()
+	e.Cycle()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			e.Cycle()
+		}
+	}
+}
+
+// Cycle follows hotplug (opening and closing groups) and reads every open group once.
+func (e *Engine) Cycle() {
+	start := time.Now()
+	online, err := e.opts.OnlineCPUs()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.readErrors["online_cpus"]++
+		e.opts.Logger.Error("cannot list online CPUs; keeping the previous set", "err", err)
+		online = e.online
+	}
+	now := e.opts.Now()
+	for _, gs := range e.groups {
+		for cpu, cg := range gs.perCPU {
+			if cg.g != nil && !slices.Contains(online, cpu) {
+				// Offline: take the last counts, then close; totals stay.
+				e.read(gs, cpu, cg)
+				cg.g.Close()
+				cg.g = nil
+				e.opts.Logger.Info("CPU went offline; closed group", "group", gs.spec.Name, "cpu", cpu)
+			}
+		}
+		for _, cpu := range online {
+			if gs.cpus != nil && !cpuset.Contains(gs.cpus, cpu) {
+				continue
+			}
+			cg := gs.perCPU[cpu]
+			if cg == nil {
+				cg = &cpuGroup{acc: counting.New(len(gs.attrs))}
+				gs.perCPU[cpu] = cg
+			}
+			if cg.g == nil {
+				e.open(gs, cpu, cg, now)
+				continue // a fresh group has nothing to read yet
+			}
+			e.read(gs, cpu, cg)
+		}
+	}
+	e.online = online
+	e.cycles++
+	if e.opts.ObserveRead != nil {
+		e.opts.ObserveRead(time.Since(start).Seconds())
+	}
+}
+
+func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
+	if cg.failure != nil && (!transient(cg.failure.Reason) || now.Before(cg.retryAt)) {
+		return
+	}
+	g, err := perf.OpenGroup(gs.attrs, gs.names, perf.SystemWide(cpu))
+	if err != nil {
+		var oe *perf.OpenError
+		if !errors.As(err, &oe) {
+			oe = &perf.OpenError{Event: gs.spec.Name, CPU: cpu, Err: err, Reason: perf.ReasonInvalid}
+		}
+		if cg.failure == nil || cg.failure.Reason != oe.Reason {
+			e.opts.Logger.Warn("cannot open event group", "group", gs.spec.Name, "cpu", cpu,
+				"event", oe.Event, "reason", oe.Reason, "err", oe.Err, "fix", oe.Fix())
+		}
+		cg.failure, cg.retryAt = oe, now.Add(e.opts.RetryAfter)
+		return
+	}
+	if cg.failure != nil || cg.acc.Intervals > 0 {
+		e.opts.Logger.Info("opened event group", "group", gs.spec.Name, "cpu", cpu)
+	}
+	cg.g, cg.failure = g, nil
+	cg.acc.Rebase()
+}
+
+// transient reasons may clear up by themselves; the others need a change of
+// configuration or privilege, so retrying would only repeat the syscall.
+func transient(r perf.Reason) bool {
+	return r == perf.ReasonFDLimit || r == perf.ReasonBusy || r == perf.ReasonNoDevice
+}
+
+func (e *Engine) read(gs *groupState, cpu int, cg *cpuGroup) {
+	enabled, running, err := cg.g.Read(gs.values)
+	if err != nil {
+		e.readErrors["read"]++
+		e.opts.Logger.Debug("group read failed", "group", gs.spec.Name, "cpu", cpu, "err", err)
+		return
+	}
+	cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: gs.values})
+}
+
+// Close closes every open group.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, gs := range e.groups {
+		for _, cg := range gs.perCPU {
+			if cg.g != nil {
+				cg.g.Close()
+				cg.g = nil
+			}
+		}
+	}
+}
+
+// Snapshot is a copy of the engine's totals.
+type Snapshot struct {
+	Events     []EventTotals
+	Groups     []GroupTotals
+	ReadErrors map[string]uint64
+	Cycles     uint64
+}
+
+// EventTotals are one event's scaled counts, per CPU.
+type EventTotals struct {
+	Group, Event, PMU string
+	Scale             float64
+	Unit              string
+	PerCPU            map[int]uint64
+}
+
+// GroupTotals describe one group across CPUs.
+type GroupTotals struct {
+	Name                 string
+	EnabledNS, RunningNS map[int]uint64 // per CPU
+	NotRunning           uint64         // intervals, summed over CPUs
+	OpenCPUs             int
+	// Failures counts CPUs where the group is not open, by reason; Failure holds
+	// one example error per reason.
+	Failures map[perf.Reason]int
+	Failure  map[perf.Reason]*perf.OpenError
+}
+
+// Snapshot copies the current totals; it makes no syscall.
+func (e *Engine) Snapshot() Snapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := Snapshot{ReadErrors: map[string]uint64{}, Cycles: e.cycles}
+	for k, v := range e.readErrors {
+		s.ReadErrors[k] = v
+	}
+	for _, gs := range e.groups {
+		gt := GroupTotals{Name: gs.spec.Name, EnabledNS: map[int]uint64{}, RunningNS: map[int]uint64{},
+			Failures: map[perf.Reason]int{}, Failure: map[perf.Reason]*perf.OpenError{}}
+		evs := make([]EventTotals, len(gs.spec.Events))
+		for i, ev := range gs.spec.Events {
+			evs[i] = EventTotals{Group: gs.spec.Name, Event: ev.Name, PMU: ev.PMU, Scale: ev.Scale, Unit: ev.Unit, PerCPU: map[int]uint64{}}
+		}
+		for cpu, cg := range gs.perCPU {
+			gt.EnabledNS[cpu] = cg.acc.EnabledNS
+			gt.RunningNS[cpu] = cg.acc.RunningNS
+			gt.NotRunning += cg.acc.NotRunning
+			if cg.g != nil {
+				gt.OpenCPUs++
+			}
+			if cg.failure != nil {
+				gt.Failures[cg.failure.Reason]++
+				gt.Failure[cg.failure.Reason] = cg.failure
+			}
+			if cg.acc.Intervals == 0 {
+				continue // never read: no value rather than a zero
+			}
+			for i := range evs {
+				evs[i].PerCPU[cpu] = cg.acc.Totals[i]
+			}
+		}
+		s.Groups = append(s.Groups, gt)
+		s.Events = append(s.Events, evs...)
+	}
+	return s
+}
+
+// Sum adds an event's totals over CPUs.
+func (t EventTotals) Sum() uint64 {
+	var s uint64
+	for _, v := range t.PerCPU {
+		s += v
+	}
+	return s
+}
+
+// SortedCPUs lists the CPUs present in m in order.
+func SortedCPUs[V any](m map[int]V) []int {
+	cpus := make([]int, 0, len(m))
+	for c := range m {
+		cpus = append(cpus, c)
+	}
+	sort.Ints(cpus)
+	return cpus
+}

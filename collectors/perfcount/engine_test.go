@@ -1,0 +1,208 @@
+package perfcount
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+func sw(name string, config uint64, cpus ...int) eventspec.Event {
+	ev := eventspec.Event{Spec: name, Name: name, PMU: "software", Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: config}, Scale: 1}
+	if len(cpus) > 0 {
+		ev.CPUs = cpus
+	}
+	return ev
+}
+
+func realOnline(t *testing.T) func() ([]int, error) {
+	return func() ([]int, error) { return host.OnlineCPUs("/sys") }
+}
+
+func find(t *testing.T, s Snapshot, event string) EventTotals {
+	t.Helper()
+	for _, e := range s.Events {
+		if e.Event == event {
+			return e
+		}
+	}
+	t.Fatalf("no event %s in snapshot", event)
+	return EventTotals{}
+}
+
+func group(t *testing.T, s Snapshot, name string) GroupTotals {
+	t.Helper()
+	for _, g := range s.Groups {
+		if g.Name == name {
+			return g
+		}
+	}
+	t.Fatalf("no group %s in snapshot", name)
+	return GroupTotals{}
+}
+
+func TestEngineCountsOnEveryCPU(t *testing.T) {
+	testenv.RequireRoot(t)
+	online, _ := host.OnlineCPUs("/sys")
+	var observed []float64
+	e := New(Options{
+		Groups: []GroupSpec{
+			{Name: "software", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS)}},
+			{Name: "bogus", Events: []eventspec.Event{sw("no-such-event", 9999)}},
+			{Name: "cpu0-only", Events: []eventspec.Event{sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK, 0)}},
+		},
+		OnlineCPUs:  realOnline(t),
+		ObserveRead: func(s float64) { observed = append(observed, s) },
+	})
+	defer e.Close()
+
+	before := time.Now()
+	e.Cycle() // opens
+	after := time.Now()
+	if s := e.Snapshot(); len(find(t, s, "cpu-clock").PerCPU) != 0 {
+		t.Fatalf("a group never read must have no value, got %v", find(t, s, "cpu-clock").PerCPU)
+	}
+	const pages = 1000
+	mem, _ := unix.Mmap(-1, 0, pages*os.Getpagesize(), unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	for i := 0; i < pages; i++ {
+		mem[i*os.Getpagesize()] = 1
+	}
+	unix.Munmap(mem)
+	time.Sleep(50 * time.Millisecond)
+	mid := time.Now()
+	e.Cycle() // reads
+	end := time.Now()
+
+	s := e.Snapshot()
+	cc := find(t, s, "cpu-clock")
+	if !slices.Equal(SortedCPUs(cc.PerCPU), online) {
+		t.Errorf("cpu-clock on CPUs %v, online %v", SortedCPUs(cc.PerCPU), online)
+	}
+	for cpu, v := range cc.PerCPU {
+		// The counter ran from inside the first cycle to inside the second.
+		if lo, hi := mid.Sub(after), end.Sub(before); time.Duration(v) < lo || time.Duration(v) > hi {
+			t.Errorf("CPU %d cpu-clock %v outside [%v, %v]", cpu, time.Duration(v), lo, hi)
+		}
+	}
+	if pf := find(t, s, "page-faults").Sum(); pf < pages {
+		t.Errorf("page-faults %d < %d pages touched", pf, pages)
+	}
+	if g := group(t, s, "software"); g.OpenCPUs != len(online) || g.NotRunning != 0 {
+		t.Errorf("software group: %+v", g)
+	}
+	bogus := group(t, s, "bogus")
+	if bogus.OpenCPUs != 0 || bogus.Failures[perf.ReasonUnsupported] != len(online) {
+		t.Errorf("bogus group failures = %v, want unsupported on %d CPUs", bogus.Failures, len(online))
+	}
+	if c := SortedCPUs(find(t, s, "task-clock").PerCPU); !slices.Equal(c, []int{0}) {
+		t.Errorf("cpu0-only group counted on %v", c)
+	}
+	if len(observed) != 2 || observed[1] <= 0 {
+		t.Errorf("read durations observed: %v", observed)
+	}
+}
+
+// TestEngineFollowsHotplug drives the online list by hand: the syscalls are real,
+// only the list of CPUs changes.
+func TestEngineFollowsHotplug(t *testing.T) {
+	testenv.RequireRoot(t)
+	online, _ := host.OnlineCPUs("/sys")
+	testenv.Require(t, len(online) >= 2, "needs two CPUs")
+	current := online
+	e := New(Options{
+		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}}},
+		OnlineCPUs: func() ([]int, error) { return current, nil },
+	})
+	defer e.Close()
+	last := online[len(online)-1]
+	e.Cycle()
+	time.Sleep(20 * time.Millisecond)
+	e.Cycle()
+	t1 := find(t, e.Snapshot(), "cpu-clock").PerCPU[last]
+
+	current = online[:len(online)-1] // the last CPU goes offline
+	time.Sleep(20 * time.Millisecond)
+	e.Cycle()
+	s := e.Snapshot()
+	if g := group(t, s, "clock"); g.OpenCPUs != len(online)-1 {
+		t.Fatalf("after offline: group open on %d CPUs, want %d", g.OpenCPUs, len(online)-1)
+	}
+	t2 := find(t, s, "cpu-clock").PerCPU[last]
+	if t2 <= t1 {
+		t.Errorf("the final read before closing was lost: %d then %d", t1, t2)
+	}
+	time.Sleep(20 * time.Millisecond)
+	e.Cycle()
+	if t3 := find(t, e.Snapshot(), "cpu-clock").PerCPU[last]; t3 != t2 {
+		t.Errorf("offline CPU's total moved from %d to %d", t2, t3)
+	}
+
+	current = online // back online: reopened, totals continue from t2
+	e.Cycle()
+	time.Sleep(20 * time.Millisecond)
+	e.Cycle()
+	s = e.Snapshot()
+	if g := group(t, s, "clock"); g.OpenCPUs != len(online) {
+		t.Fatalf("after online: open on %d CPUs", g.OpenCPUs)
+	}
+	if t4 := find(t, s, "cpu-clock").PerCPU[last]; t4 < t2+uint64(15*time.Millisecond) {
+		t.Errorf("after reopen the total %d did not continue from %d", t4, t2)
+	}
+}
+
+// TestEngineRealHotplug takes a CPU offline through sysfs, as an operator would.
+func TestEngineRealHotplug(t *testing.T) {
+	testenv.RequireRoot(t)
+	online, _ := host.OnlineCPUs("/sys")
+	testenv.Require(t, len(online) >= 2, "needs two CPUs")
+	last := online[len(online)-1]
+	ctl := "/sys/devices/system/cpu/cpu" + strconv.Itoa(last) + "/online"
+	_, err := os.Stat(ctl)
+	testenv.Require(t, err == nil, "CPU "+strconv.Itoa(last)+" cannot be hotplugged here")
+	e := New(Options{
+		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}}},
+		OnlineCPUs: realOnline(t),
+	})
+	defer e.Close()
+	e.Cycle()
+	if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
+		t.Fatalf("offlining CPU %d: %v", last, err)
+	}
+	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
+	e.Cycle()
+	if g := group(t, e.Snapshot(), "clock"); g.OpenCPUs != len(online)-1 {
+		t.Fatalf("with CPU %d offline the group is open on %d CPUs", last, g.OpenCPUs)
+	}
+	if err := os.WriteFile(ctl, []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.Cycle()
+	before := find(t, e.Snapshot(), "cpu-clock").PerCPU[last]
+	time.Sleep(30 * time.Millisecond)
+	e.Cycle()
+	s := e.Snapshot()
+	after := find(t, s, "cpu-clock").PerCPU[last]
+	if g := group(t, s, "clock"); g.OpenCPUs != len(online) || after-before < uint64(20*time.Millisecond) {
+		t.Errorf("after onlining: open on %d CPUs, CPU %d counted %v in 30ms", g.OpenCPUs, last, time.Duration(after-before))
+	}
+}
+
+func itoa(i int) string { return string(rune('0' + i/10%10))[:min(1, i/10)] + string(rune('0'+i%10)) }
+
+func TestGroupCPUsIntersect(t *testing.T) {
+	g := GroupSpec{Events: []eventspec.Event{{CPUs: []int{0, 1, 2, 3}}, {}, {CPUs: []int{2, 3, 4}}}}
+	if got := g.CPUs(); !slices.Equal(got, []int{2, 3}) {
+		t.Errorf("CPUs = %v", got)
+	}
+	if got := (GroupSpec{Events: []eventspec.Event{{}}}).CPUs(); got != nil {
+		t.Errorf("unrestricted group CPUs = %v", got)
+	}
+}
