@@ -1,0 +1,141 @@
+package capability
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
+)
+
+func ok() error { return nil }
+
+// allWork are the probe results of a bare-metal host run as root.
+var allWork = Probes{Hardware: ok, SystemWide: ok, Breakpoint: ok, EBPF: ok, Cgroup: ok}
+
+func report(t *testing.T, h fixture.Host, p Probes) Report {
+	t.Helper()
+	sys, proc := fixture.Write(t, h)
+	pmus, err := pmu.Discover(sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Build(host.Read(proc, sys), pmus, host.Counters{}, p)
+}
+
+func want(t *testing.T, r Report, features map[string]bool) {
+	t.Helper()
+	for name, avail := range features {
+		f := r.Feature(name)
+		if f.Available != avail {
+			t.Errorf("%s: available=%v (%s%s), want %v", name, f.Available, f.Detail, f.Reason, avail)
+		}
+		if !f.Available && (f.Reason == "" || f.Fix == "") {
+			t.Errorf("%s is unavailable without a reason and a fix: %+v", name, f)
+		}
+	}
+}
+
+func TestIntelIcelake(t *testing.T) {
+	r := report(t, fixture.IntelIcelake(), allWork)
+	want(t, r, map[string]bool{HardwareCounters: true, PreciseSampling: true, PerfMetrics: true, IBS: false, SPE: false,
+		Breakpoints: true, EBPF: true, CgroupEvents: true, SystemWide: true})
+	if !strings.Contains(r.Feature(PreciseSampling).Detail, "PEBS on cpu (max_precise=3)") || r.CorePMU != "icelake" {
+		t.Errorf("detail %q, core %q", r.Feature(PreciseSampling).Detail, r.CorePMU)
+	}
+}
+
+func TestIntelSkylakeHasNoPerfMetrics(t *testing.T) {
+	r := report(t, fixture.IntelSkylake(), allWork)
+	want(t, r, map[string]bool{HardwareCounters: true, PreciseSampling: true, PerfMetrics: false})
+}
+
+func TestHybridPerfMetricsOnCoreOnly(t *testing.T) {
+	r := report(t, fixture.IntelAlderLake(), allWork)
+	want(t, r, map[string]bool{PerfMetrics: true})
+	if d := r.Feature(PerfMetrics).Detail; !strings.Contains(d, "cpu_core") {
+		t.Errorf("perf_metrics detail %q should name cpu_core", d)
+	}
+	if d := r.Feature(HardwareCounters).Detail; !strings.Contains(d, "cpu_atom, cpu_core") {
+		t.Errorf("hardware detail %q should list both core PMUs", d)
+	}
+}
+
+func TestAMDAndArm(t *testing.T) {
+	r := report(t, fixture.AMDZen3(), allWork)
+	want(t, r, map[string]bool{PreciseSampling: true, IBS: true, SPE: false, PerfMetrics: false})
+	r = report(t, fixture.ArmNeoverseN1(), allWork)
+	want(t, r, map[string]bool{PreciseSampling: true, IBS: false, SPE: true, HardwareCounters: true})
+}
+
+// TestVMWithoutPMU: the probes fail the way this project's CI VM fails them.
+func TestVMWithoutPMU(t *testing.T) {
+	p := allWork
+	p.Hardware = func() error { return &perf.OpenError{Event: "probe", Err: unix.ENOENT, Reason: perf.ReasonUnsupported} }
+	r := report(t, fixture.NoPMU(), p)
+	want(t, r, map[string]bool{HardwareCounters: false, PreciseSampling: false, SystemWide: true, Breakpoints: true})
+	if hw := r.Feature(HardwareCounters); !strings.Contains(hw.Reason, "this VM does not expose a PMU") {
+		t.Errorf("reason %q", hw.Reason)
+	}
+	if !r.Runnable {
+		t.Error("a VM without PMU can still run the exporter on software events")
+	}
+}
+
+func TestUnprivileged(t *testing.T) {
+	denied := func() error { return &perf.OpenError{Event: "probe", Err: unix.EACCES, Reason: perf.ReasonPermission} }
+	p := Probes{Hardware: ok, SystemWide: denied, Breakpoint: ok, EBPF: func() error { return unix.EPERM }, Cgroup: denied}
+	r := report(t, fixture.IntelSkylake(), p)
+	want(t, r, map[string]bool{SystemWide: false, EBPF: false, CgroupEvents: false, HardwareCounters: true})
+	if r.Runnable {
+		t.Error("runnable without system-wide counting")
+	}
+	if fix := r.Feature(SystemWide).Fix; !strings.Contains(fix, "perf_event_paranoid is 2") || !strings.Contains(fix, "CAP_PERFMON") {
+		t.Errorf("fix = %q", fix)
+	}
+	var buf bytes.Buffer
+	r.WriteText(&buf)
+	for _, s := range []string{"[no]  system_wide", "fix: perf_event_paranoid is 2", "[yes] hardware_counters", "cannot count anything"} {
+		if !strings.Contains(buf.String(), s) {
+			t.Errorf("text report lacks %q:\n%s", s, buf.String())
+		}
+	}
+}
+
+// TestThisHost runs the live probes. Expectations come from sources other than the
+// probes: root can count system-wide and set watchpoints, and a host whose sysfs
+// lists no core PMU cannot have hardware counters.
+func TestThisHost(t *testing.T) {
+	testenv.RequireRoot(t)
+	f := host.Read("/proc", "/sys")
+	pmus, err := pmu.Discover("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Build(f, pmus, host.ReadCounters(f.CPU.Vendor), LiveProbes(f))
+	want(t, r, map[string]bool{SystemWide: true, Breakpoints: true, EBPF: true, CgroupEvents: testenv.Cgroup2Mount() != ""})
+	hasCore := false
+	for _, p := range pmus {
+		hasCore = hasCore || p.IsCore()
+	}
+	if !hasCore && r.Feature(HardwareCounters).Available {
+		t.Error("hardware counters reported without a core PMU")
+	}
+	if _, err := os.Stat("/sys/bus/event_source/devices/ibs_op"); (err == nil) != r.Feature(IBS).Available {
+		t.Error("ibs verdict disagrees with sysfs")
+	}
+	if !r.Runnable {
+		t.Error("root on Linux must be able to run the exporter")
+	}
+	if errors.Join(f.Errors...) != nil {
+		t.Errorf("host facts unreadable: %v", f.Errors)
+	}
+}

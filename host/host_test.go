@@ -1,0 +1,99 @@
+package host
+
+import (
+	"encoding/binary"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+func TestReadFixtureHosts(t *testing.T) {
+	sys, proc := fixture.Write(t, fixture.IntelIcelake())
+	f := Read(proc, sys)
+	if f.CPU.Vendor != "GenuineIntel" || f.CPU.Family != "6" || f.CPU.Model != "106" || f.CPU.Stepping != "6" || !f.CPU.Hypervisor {
+		t.Errorf("cpu = %+v", f.CPU)
+	}
+	if !f.ParanoidKnown || f.Paranoid != 2 || f.MaxSampleRate != 100000 || f.NMIWatchdog {
+		t.Errorf("kernel settings = %+v", f)
+	}
+	if len(f.OnlineCPUs) != 4 {
+		t.Errorf("online = %v", f.OnlineCPUs)
+	}
+	sys, proc = fixture.Write(t, fixture.AMDZen3())
+	if f := Read(proc, sys); f.CPU.Vendor != "AuthenticAMD" || f.CPU.Family != "25" || f.CPU.Hypervisor {
+		t.Errorf("AMD cpu = %+v", f.CPU)
+	}
+}
+
+func TestReadReportsWhatIsMissing(t *testing.T) {
+	sys, proc := fixture.Write(t, fixture.Host{"proc/cpuinfo": "processor\t: 0\n\n", "sys/x": ""})
+	f := Read(proc, sys)
+	if f.ParanoidKnown || len(f.Errors) == 0 {
+		t.Errorf("missing files produced no errors: %+v", f)
+	}
+}
+
+// TestReadThisHost compares with what other interfaces say about the same host.
+func TestReadThisHost(t *testing.T) {
+	f := Read("/proc", "/sys")
+	if len(f.OnlineCPUs) != runtime.NumCPU() {
+		t.Errorf("online CPUs %v, runtime.NumCPU %d", f.OnlineCPUs, runtime.NumCPU())
+	}
+	if got := testenv.Cgroup2Mount(); f.Cgroup2Mount != got {
+		t.Errorf("cgroup2 mount %q, mountinfo says %q", f.Cgroup2Mount, got)
+	}
+	if os.Geteuid() == 0 && !f.HasCap(CapSysAdmin) {
+		t.Errorf("root without CAP_SYS_ADMIN? CapEff=%#x", f.CapEff)
+	}
+	if runtime.GOARCH == "amd64" {
+		// The vendor string is CPUID leaf 0's EBX, EDX, ECX.
+		r := cpuidFunc(0, 0)
+		var b [12]byte
+		binary.LittleEndian.PutUint32(b[0:], r[1])
+		binary.LittleEndian.PutUint32(b[4:], r[3])
+		binary.LittleEndian.PutUint32(b[8:], r[2])
+		if string(b[:]) != f.CPU.Vendor {
+			t.Errorf("CPUID vendor %q, /proc/cpuinfo %q", b, f.CPU.Vendor)
+		}
+	}
+}
+
+// regs answers CPUID from a table of documented register values.
+func regs(m map[uint32][4]uint32) CPUIDFunc {
+	return func(leaf, _ uint32) [4]uint32 { return m[leaf] }
+}
+
+func TestDecodeCounters(t *testing.T) {
+	cases := []struct {
+		name   string
+		vendor string
+		regs   map[uint32][4]uint32
+		gp, fx int
+		known  bool
+	}{
+		// Skylake with HT: version 4, 4 GP counters of 48 bits; 3 fixed of 48 bits.
+		{"skylake", "GenuineIntel", map[uint32][4]uint32{0: {0x16}, 0xA: {0x07300404, 0, 0, 0x00000603}}, 4, 3, true},
+		// Icelake server: 8 GP counters, 4 fixed (fixed counter 3 = slots).
+		{"icelake", "GenuineIntel", map[uint32][4]uint32{0: {0x1b}, 0xA: {0x08300805, 0, 0, 0x00008604}}, 8, 4, true},
+		// A VM whose hypervisor masks leaf 0xA: version 0.
+		{"intel-vm", "GenuineIntel", map[uint32][4]uint32{0: {0x16}, 0xA: {0, 0, 0, 0}}, 0, 0, false},
+		// Zen 4: PerfMonV2, NumPerfCtrCore = 6, LbrV2StackSz = 16, NumPerfCtrNB = 16.
+		{"zen4", "AuthenticAMD", map[uint32][4]uint32{0x80000000: {0x80000028}, 0x80000022: {0x7, 0x4106}}, 6, 0, true},
+		// Zen 2: no leaf 0x80000022, PerfCtrExtCore set.
+		{"zen2", "AuthenticAMD", map[uint32][4]uint32{0x80000000: {0x8000001f}, 0x80000001: {0, 0, 1 << 23}}, 6, 0, true},
+		{"amd-vm", "AuthenticAMD", map[uint32][4]uint32{0x80000000: {0x80000021}, 0x80000001: {0, 0, 0}}, 0, 0, false},
+		{"arm", "0x41", nil, 0, 0, false},
+	}
+	for _, c := range cases {
+		got := DecodeCounters(c.vendor, regs(c.regs))
+		if got.GeneralPurpose != c.gp || got.Fixed != c.fx || got.Known != c.known || got.Source == "" {
+			t.Errorf("%s: %+v, want gp=%d fixed=%d known=%v", c.name, got, c.gp, c.fx, c.known)
+		}
+	}
+	if DecodeCounters("GenuineIntel", nil).Known {
+		t.Error("no CPUID but counters known")
+	}
+}
