@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
@@ -66,9 +67,10 @@ type Engine struct {
 	groups []*groupState
 	online []int
 
+	cycles atomic.Uint64 // completed cycles; read by readiness probes without the lock
+
 	mu         sync.Mutex // guards everything below and the accumulators
 	readErrors map[string]uint64
-	cycles     uint64
 }
 
 type groupState struct {
@@ -165,7 +167,7 @@ func (e *Engine) Cycle() {
 		}
 	}
 	e.online = online
-	e.cycles++
+	e.cycles.Add(1)
 	if e.opts.ObserveRead != nil {
 		e.opts.ObserveRead(time.Since(start).Seconds())
 	}
@@ -210,6 +212,9 @@ func (e *Engine) read(gs *groupState, cpu int, cg *cpuGroup) {
 	}
 	cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: gs.values})
 }
+
+// Cycles is the number of completed read cycles; it takes no lock.
+func (e *Engine) Cycles() uint64 { return e.cycles.Load() }
 
 // Close closes every open group.
 func (e *Engine) Close() {
@@ -257,7 +262,7 @@ type GroupTotals struct {
 func (e *Engine) Snapshot() Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := Snapshot{ReadErrors: map[string]uint64{}, Cycles: e.cycles}
+	s := Snapshot{ReadErrors: map[string]uint64{}, Cycles: e.cycles.Load()}
 	for k, v := range e.readErrors {
 		s.ReadErrors[k] = v
 	}
