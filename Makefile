@@ -1,0 +1,23 @@
+# The two commands a newcomer needs are `make run` and `make test` (see README.md).
+GO ?= go
+
+.PHONY: run test build bench fuzz
+
+run:
+	$(GO) run ./cmd/pmu_exporter
+
+test:
+	scripts/test
+
+build:
+	$(GO) build -o pmu_exporter ./cmd/pmu_exporter
+
+# Benchmarks behind docs/benchmarks.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./collectors/... ./counting/
+
+# A short fuzzing pass over every parser and decoder; new crashers land in testdata/fuzz.
+fuzz:
+	for t in cpuset:FuzzParse eventspec:FuzzResolve config:FuzzParse counting:FuzzScale collectors/perf:FuzzDecodeGroupRead; do \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime 30s ./$${t%%:*}/ || exit 1; \
+	done
