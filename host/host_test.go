@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
@@ -95,5 +96,30 @@ func TestDecodeCounters(t *testing.T) {
 	}
 	if DecodeCounters("GenuineIntel", nil).Known {
 		t.Error("no CPUID but counters known")
+	}
+}
+
+func TestOnlineCPUsReaderFollowsChanges(t *testing.T) {
+	sys, _ := fixture.Write(t, fixture.NoPMU())
+	r := NewOnlineCPUsReader(sys)
+	defer r.Close()
+	if got, err := r.Read(); err != nil || len(got) != 2 {
+		t.Fatalf("Read = %v, %v", got, err)
+	}
+	path := sys + "/devices/system/cpu/online"
+	os.WriteFile(path, []byte("0,2-3\n"), 0o644) // rewritten in place, as sysfs regenerates it
+	if got, err := r.Read(); err != nil || len(got) != 3 || got[2] != 3 {
+		t.Errorf("after change Read = %v, %v", got, err)
+	}
+	os.WriteFile(path, []byte("garbage\n"), 0o644)
+	if _, err := r.Read(); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("malformed list: %v", err)
+	}
+	real := NewOnlineCPUsReader("/sys")
+	defer real.Close()
+	for i := 0; i < 2; i++ { // the second read goes through the cached path
+		if got, err := real.Read(); err != nil || len(got) != runtime.NumCPU() {
+			t.Errorf("live read %d = %v, %v", i, got, err)
+		}
 	}
 }

@@ -1,7 +1,9 @@
 package host
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -20,4 +22,56 @@ func OnlineCPUs(sysfs string) ([]int, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return cpus, nil
+}
+
+// OnlineCPUsReader re-reads the online CPU list once per read cycle through one
+// open file (pread at offset 0 makes sysfs regenerate it), and parses it only
+// when it changed. Its result must not be modified.
+type OnlineCPUsReader struct {
+	path string
+	f    *os.File
+	buf  []byte
+	last string
+	cpus []int
+}
+
+// NewOnlineCPUsReader reads <sysfs>/devices/system/cpu/online.
+func NewOnlineCPUsReader(sysfs string) *OnlineCPUsReader {
+	return &OnlineCPUsReader{path: filepath.Join(sysfs, "devices", "system", "cpu", "online"), buf: make([]byte, 4096)}
+}
+
+// Read returns the online CPUs.
+func (r *OnlineCPUsReader) Read() ([]int, error) {
+	if r.f == nil {
+		f, err := os.Open(r.path)
+		if err != nil {
+			return nil, fmt.Errorf("reading online CPUs: %w", err)
+		}
+		r.f = f
+	}
+	n, err := r.f.ReadAt(r.buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		r.f.Close()
+		r.f = nil
+		return nil, fmt.Errorf("reading %s: %w", r.path, err)
+	}
+	if r.cpus != nil && string(r.buf[:n]) == r.last {
+		return r.cpus, nil
+	}
+	cpus, err := cpuset.Parse(string(r.buf[:n]))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.path, err)
+	}
+	r.last, r.cpus = string(r.buf[:n]), cpus
+	return cpus, nil
+}
+
+// Close releases the file.
+func (r *OnlineCPUsReader) Close() error {
+	if r.f == nil {
+		return nil
+	}
+	err := r.f.Close()
+	r.f = nil
+	return err
 }

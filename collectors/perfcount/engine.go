@@ -79,11 +79,11 @@ type groupState struct {
 	names  []string
 	cpus   []int // nil: all
 	perCPU map[int]*cpuGroup
-	values []uint64 // scratch for reads
 }
 
 type cpuGroup struct {
 	g       *perf.Group // nil when not open
+	values  []uint64    // scratch for reads
 	acc     *counting.Accumulator
 	failure *perf.OpenError // last open failure, nil when open
 	retryAt time.Time
@@ -102,7 +102,7 @@ func New(opts Options) *Engine {
 	}
 	e := &Engine{opts: opts, readErrors: map[string]uint64{}}
 	for _, spec := range opts.Groups {
-		gs := &groupState{spec: spec, cpus: spec.CPUs(), perCPU: map[int]*cpuGroup{}, values: make([]uint64, len(spec.Events))}
+		gs := &groupState{spec: spec, cpus: spec.CPUs(), perCPU: map[int]*cpuGroup{}}
 		for _, ev := range spec.Events {
 			gs.attrs = append(gs.attrs, ev.Attr)
 			gs.names = append(gs.names, ev.Name)
@@ -144,7 +144,7 @@ func (e *Engine) Cycle() {
 		for cpu, cg := range gs.perCPU {
 			if cg.g != nil && !slices.Contains(online, cpu) {
 				// Offline: take the last counts, then close; totals stay.
-				e.read(gs, cpu, cg)
+				e.read(gs, cg)
 				cg.g.Close()
 				cg.g = nil
 				e.opts.Logger.Info("CPU went offline; closed group", "group", gs.spec.Name, "cpu", cpu)
@@ -156,14 +156,14 @@ func (e *Engine) Cycle() {
 			}
 			cg := gs.perCPU[cpu]
 			if cg == nil {
-				cg = &cpuGroup{acc: counting.New(len(gs.attrs))}
+				cg = &cpuGroup{acc: counting.New(len(gs.attrs)), values: make([]uint64, len(gs.attrs))}
 				gs.perCPU[cpu] = cg
 			}
 			if cg.g == nil {
 				e.open(gs, cpu, cg, now)
 				continue // a fresh group has nothing to read yet
 			}
-			e.read(gs, cpu, cg)
+			e.read(gs, cg)
 		}
 	}
 	e.online = online
@@ -203,14 +203,18 @@ func transient(r perf.Reason) bool {
 	return r == perf.ReasonFDLimit || r == perf.ReasonBusy || r == perf.ReasonNoDevice
 }
 
-func (e *Engine) read(gs *groupState, cpu int, cg *cpuGroup) {
-	enabled, running, err := cg.g.Read(gs.values)
+// read reads one group on one CPU into its accumulator. Reads are made from
+// whichever CPU this goroutine is on, so the kernel fetches a remote CPU's counts
+// with an IPI; reading from threads pinned to each CPU was measured and cost more
+// CPU time in thread hand-offs than it saved (docs/benchmarks.md).
+func (e *Engine) read(gs *groupState, cg *cpuGroup) {
+	enabled, running, err := cg.g.Read(cg.values)
 	if err != nil {
 		e.readErrors["read"]++
-		e.opts.Logger.Debug("group read failed", "group", gs.spec.Name, "cpu", cpu, "err", err)
+		e.opts.Logger.Debug("group read failed", "group", gs.spec.Name, "cpu", cg.g.CPU, "err", err)
 		return
 	}
-	cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: gs.values})
+	cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: cg.values})
 }
 
 // Cycles is the number of completed read cycles; it takes no lock.
