@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func onlineCPUs(t *testing.T) []int {
+func onlineCPUs(t testing.TB) []int {
 	t.Helper()
 	b, err := os.ReadFile("/sys/devices/system/cpu/online")
 	if err != nil {
