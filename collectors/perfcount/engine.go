@@ -58,6 +58,9 @@ type Options struct {
 	RetryAfter time.Duration
 	// Now is the clock (tests); defaults to time.Now.
 	Now func() time.Time
+	// Open opens a group; defaults to perf.OpenGroup. Tests use it to emulate
+	// PMUs this machine does not have.
+	Open func(attrs []eventspec.Attr, names []string, t perf.Target) (*perf.Group, error)
 }
 
 // Engine owns the open groups. Cycle is called by one goroutine (Run); Snapshot
@@ -79,6 +82,19 @@ type groupState struct {
 	names  []string
 	cpus   []int // nil: all
 	perCPU map[int]*cpuGroup
+	// split is set when the group cannot fit the PMU's counters: its events are
+	// then counted by one single-event group each, and this group reports the
+	// failure but exports no events of its own.
+	split bool
+}
+
+func newGroupState(spec GroupSpec) *groupState {
+	gs := &groupState{spec: spec, cpus: spec.CPUs(), perCPU: map[int]*cpuGroup{}}
+	for _, ev := range spec.Events {
+		gs.attrs = append(gs.attrs, ev.Attr)
+		gs.names = append(gs.names, ev.Name)
+	}
+	return gs
 }
 
 type cpuGroup struct {
@@ -100,14 +116,12 @@ func New(opts Options) *Engine {
 	if opts.RetryAfter == 0 {
 		opts.RetryAfter = time.Minute
 	}
+	if opts.Open == nil {
+		opts.Open = perf.OpenGroup
+	}
 	e := &Engine{opts: opts, readErrors: map[string]uint64{}}
 	for _, spec := range opts.Groups {
-		gs := &groupState{spec: spec, cpus: spec.CPUs(), perCPU: map[int]*cpuGroup{}}
-		for _, ev := range spec.Events {
-			gs.attrs = append(gs.attrs, ev.Attr)
-			gs.names = append(gs.names, ev.Name)
-		}
-		e.groups = append(e.groups, gs)
+		e.groups = append(e.groups, newGroupState(spec))
 	}
 	return e
 }
@@ -140,7 +154,8 @@ func (e *Engine) Cycle() {
 		online = e.online
 	}
 	now := e.opts.Now()
-	for _, gs := range e.groups {
+	for i := 0; i < len(e.groups); i++ { // e.groups may grow when a group is split
+		gs := e.groups[i]
 		for cpu, cg := range gs.perCPU {
 			if cg.g != nil && !slices.Contains(online, cpu) {
 				// Offline: take the last counts, then close; totals stay.
@@ -177,11 +192,14 @@ func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
 	if cg.failure != nil && (!transient(cg.failure.Reason) || now.Before(cg.retryAt)) {
 		return
 	}
-	g, err := perf.OpenGroup(gs.attrs, gs.names, perf.SystemWide(cpu))
+	g, err := e.opts.Open(gs.attrs, gs.names, perf.SystemWide(cpu))
 	if err != nil {
 		var oe *perf.OpenError
 		if !errors.As(err, &oe) {
 			oe = &perf.OpenError{Event: gs.spec.Name, CPU: cpu, Err: err, Reason: perf.ReasonInvalid}
+		}
+		if oe.Reason == perf.ReasonGroupDoesNotFit && !gs.split {
+			e.splitGroup(gs)
 		}
 		if cg.failure == nil || cg.failure.Reason != oe.Reason {
 			e.opts.Logger.Warn("cannot open event group", "group", gs.spec.Name, "cpu", cpu,
@@ -195,6 +213,18 @@ func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
 	}
 	cg.g, cg.failure = g, nil
 	cg.acc.Rebase()
+}
+
+// splitGroup counts each event of a group that cannot fit the PMU on its own, so
+// nothing is dropped; the kernel then multiplexes them and each is scaled by its
+// own enabled/running times, so ratios between them are estimates.
+func (e *Engine) splitGroup(gs *groupState) {
+	gs.split = true
+	e.opts.Logger.Warn("event group needs more counters than the PMU has; counting its events one by one, so ratios between them are no longer from one schedule",
+		"group", gs.spec.Name, "events", len(gs.spec.Events), "fix", "split the group in the configuration into groups that fit")
+	for _, ev := range gs.spec.Events {
+		e.groups = append(e.groups, newGroupState(GroupSpec{Name: gs.spec.Name + "/" + ev.Name, Events: []eventspec.Event{ev}}))
+	}
 }
 
 // transient reasons may clear up by themselves; the others need a change of
@@ -260,6 +290,9 @@ type GroupTotals struct {
 	// one example error per reason.
 	Failures map[perf.Reason]int
 	Failure  map[perf.Reason]*perf.OpenError
+	// Split is true when the group did not fit the PMU and its events are counted
+	// by single-event groups named "<group>/<event>".
+	Split bool
 }
 
 // Snapshot copies the current totals; it makes no syscall.
@@ -273,6 +306,7 @@ func (e *Engine) Snapshot() Snapshot {
 	for _, gs := range e.groups {
 		gt := GroupTotals{Name: gs.spec.Name, EnabledNS: map[int]uint64{}, RunningNS: map[int]uint64{},
 			Failures: map[perf.Reason]int{}, Failure: map[perf.Reason]*perf.OpenError{}}
+		gt.Split = gs.split
 		evs := make([]EventTotals, len(gs.spec.Events))
 		for i, ev := range gs.spec.Events {
 			evs[i] = EventTotals{Group: gs.spec.Name, Event: ev.Name, PMU: ev.PMU, Scale: ev.Scale, Unit: ev.Unit, PerCPU: map[int]uint64{}}
@@ -288,15 +322,17 @@ func (e *Engine) Snapshot() Snapshot {
 				gt.Failures[cg.failure.Reason]++
 				gt.Failure[cg.failure.Reason] = cg.failure
 			}
-			if cg.acc.Intervals == 0 {
-				continue // never read: no value rather than a zero
+			if cg.acc.Intervals == cg.acc.NotRunning {
+				continue // never read, or never ran: no value rather than a zero
 			}
 			for i := range evs {
 				evs[i].PerCPU[cpu] = cg.acc.Totals[i]
 			}
 		}
 		s.Groups = append(s.Groups, gt)
-		s.Events = append(s.Events, evs...)
+		if !gs.split {
+			s.Events = append(s.Events, evs...)
+		}
 	}
 	return s
 }

@@ -206,3 +206,52 @@ func TestGroupCPUsIntersect(t *testing.T) {
 		t.Errorf("unrestricted group CPUs = %v", got)
 	}
 }
+
+// TestEngineSplitsGroupThatDoesNotFit emulates a PMU with three counters: opening
+// more than three events as one group fails the way x86's group validation does.
+// The events are real software events; none of them may be dropped.
+func TestEngineSplitsGroupThatDoesNotFit(t *testing.T) {
+	testenv.RequireRoot(t)
+	online, _ := host.OnlineCPUs("/sys")
+	threeCounters := func(attrs []eventspec.Attr, names []string, tg perf.Target) (*perf.Group, error) {
+		if len(attrs) > 3 {
+			return nil, &perf.OpenError{Event: names[len(names)-1], CPU: tg.CPU, Err: unix.EINVAL, Reason: perf.ReasonGroupDoesNotFit, GroupSize: len(attrs)}
+		}
+		return perf.OpenGroup(attrs, names, tg)
+	}
+	e := New(Options{
+		Groups: []GroupSpec{{Name: "big", Events: []eventspec.Event{
+			sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK),
+			sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS), sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES)}}},
+		OnlineCPUs: realOnline(t),
+		Open:       threeCounters,
+	})
+	defer e.Close()
+	for i := 0; i < 3; i++ {
+		e.Cycle()
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := e.Snapshot()
+	big := group(t, s, "big")
+	if !big.Split || big.Failures[perf.ReasonGroupDoesNotFit] != len(online) || big.OpenCPUs != 0 {
+		t.Errorf("big group = %+v; want split and reported as not fitting on every CPU", big)
+	}
+	for _, name := range []string{"cpu-clock", "task-clock", "page-faults", "context-switches"} {
+		g := group(t, s, "big/"+name)
+		if g.OpenCPUs != len(online) {
+			t.Errorf("%s counted on %d CPUs", g.Name, g.OpenCPUs)
+		}
+		n := 0
+		for _, ev := range s.Events {
+			if ev.Event == name {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("event %s appears %d times in the snapshot, want once", name, n)
+		}
+	}
+	if cc := find(t, s, "cpu-clock").Sum(); cc < uint64(15*time.Millisecond) {
+		t.Errorf("split cpu-clock counted only %v", time.Duration(cc))
+	}
+}
