@@ -13,22 +13,12 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
-func pmusOf(t testing.TB, h fixture.Host) []*pmu.PMU {
-	t.Helper()
-	sys, _ := fixture.Write(t, h)
-	pmus, err := pmu.Discover(sys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pmus
-}
-
 func TestResolve(t *testing.T) {
-	skl := pmusOf(t, fixture.IntelSkylake())
-	icl := pmusOf(t, fixture.IntelIcelake())
-	amd := pmusOf(t, fixture.AMDZen3())
-	arm := pmusOf(t, fixture.ArmNeoverseN1())
-	none := pmusOf(t, fixture.NoPMU())
+	skl := fixture.PMUs(t, fixture.IntelSkylake())
+	icl := fixture.PMUs(t, fixture.IntelIcelake())
+	amd := fixture.PMUs(t, fixture.AMDZen3())
+	arm := fixture.PMUs(t, fixture.ArmNeoverseN1())
+	none := fixture.PMUs(t, fixture.NoPMU())
 	cases := []struct {
 		pmus []*pmu.PMU
 		spec string
@@ -81,7 +71,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestResolveHybridExpandsPerCorePMU(t *testing.T) {
-	adl := pmusOf(t, fixture.IntelAlderLake())
+	adl := fixture.PMUs(t, fixture.IntelAlderLake())
 	got, err := Resolve("instructions", adl)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +92,7 @@ func TestResolveHybridExpandsPerCorePMU(t *testing.T) {
 }
 
 func TestResolveErrorsNameWhatAndWhere(t *testing.T) {
-	skl := pmusOf(t, fixture.IntelSkylake())
+	skl := fixture.PMUs(t, fixture.IntelSkylake())
 	cases := []struct{ spec, want string }{
 		{"cpu/evnt=0x3c/", `unknown term "evnt" for PMU cpu; it accepts: any, cmask, config, config1, config2, edge, event, frontend, in_tx, in_tx_cp, inv, ldlat, name, offcore_rsp, pc, umask`},
 		{"cpu/umask=0x100/", "term umask: value 0x100 does not fit in 8 bits (config:8-15)"},
@@ -143,7 +133,7 @@ func hexval(t *testing.T, s string) uint64 {
 // EventSelect[7:0] UMask[15:8] E[18] AnyThread[21] INV[23] CMASK[31:24].
 func TestIntelReferenceEncodings(t *testing.T) {
 	dir := reference.Dir(t)
-	skl := pmusOf(t, fixture.IntelSkylake())
+	skl := fixture.PMUs(t, fixture.IntelSkylake())
 	n := 0
 	for _, e := range reference.Events(t, filepath.Join(dir, "intel-perfmon/SKX/events/skylakex_core.json")) {
 		if strings.HasPrefix(e.Counter, "Fixed") || strings.Contains(e.EventCode, ",") {
@@ -171,7 +161,7 @@ func TestIntelReferenceEncodings(t *testing.T) {
 // PPR: EventSelect[7:0] at bits 7:0, EventSelect[11:8] at bits 35:32, UnitMask at 15:8.
 func TestAMDReferenceEncodings(t *testing.T) {
 	dir := reference.Dir(t)
-	amd := pmusOf(t, fixture.AMDZen3())
+	amd := fixture.PMUs(t, fixture.AMDZen3())
 	n, extended := 0, 0
 	for _, file := range []string{"core.json", "branch.json", "cache.json", "memory.json"} {
 		for _, e := range reference.Events(t, filepath.Join(dir, "linux-pmu-events/x86/amdzen3", file)) {
@@ -202,7 +192,7 @@ func TestAMDReferenceEncodings(t *testing.T) {
 // in config[15:0], and a raw rNNNN names the same config.
 func TestArmReferenceEncodings(t *testing.T) {
 	dir := reference.Dir(t)
-	arm := pmusOf(t, fixture.ArmNeoverseN1())
+	arm := fixture.PMUs(t, fixture.ArmNeoverseN1())
 	n := 0
 	for _, e := range reference.Events(t, filepath.Join(dir, "linux-pmu-events/arm64/common-and-microarch.json")) {
 		code := hexval(t, e.EventCode)

@@ -1,4 +1,4 @@
-package pmu
+package pmu_test
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	. "github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
 func byName(t *testing.T, pmus []*PMU, name string) *PMU {

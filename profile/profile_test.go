@@ -6,21 +6,10 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/config"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
-	"github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
-func pmusOf(t *testing.T, h fixture.Host) []*pmu.PMU {
-	t.Helper()
-	sys, _ := fixture.Write(t, h)
-	pmus, err := pmu.Discover(sys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pmus
-}
-
 func TestDefaultProfileWithoutPMU(t *testing.T) {
-	specs, err := Build(Default(false), pmusOf(t, fixture.NoPMU()))
+	specs, err := Build(Default(false), fixture.PMUs(t, fixture.NoPMU()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +24,7 @@ func TestDefaultProfileWithoutPMU(t *testing.T) {
 }
 
 func TestDefaultProfileHybridSplitsPerCorePMU(t *testing.T) {
-	specs, err := Build(Default(true), pmusOf(t, fixture.IntelAlderLake()))
+	specs, err := Build(Default(true), fixture.PMUs(t, fixture.IntelAlderLake()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +49,7 @@ func TestDefaultProfileHybridSplitsPerCorePMU(t *testing.T) {
 
 func TestHybridGroupMixingSoftwareIsSplitToo(t *testing.T) {
 	g := cfgGroup(t, "mixed", "cycles", "cpu-clock")
-	specs, err := Build([]config.Group{g}, pmusOf(t, fixture.IntelAlderLake()))
+	specs, err := Build([]config.Group{g}, fixture.PMUs(t, fixture.IntelAlderLake()))
 	if err != nil || len(specs) != 2 || specs[0].Events[1].PMU != "software" {
 		t.Fatalf("specs = %+v, %v", specs, err)
 	}
@@ -81,7 +70,7 @@ func cfgGroup(t *testing.T, name string, specs ...string) config.Group {
 }
 
 func TestBuildErrors(t *testing.T) {
-	adl := pmusOf(t, fixture.IntelAlderLake())
+	adl := fixture.PMUs(t, fixture.IntelAlderLake())
 	cases := []struct {
 		groups []config.Group
 		want   string
