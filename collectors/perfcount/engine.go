@@ -103,7 +103,14 @@ type cpuGroup struct {
 	acc     *counting.Accumulator
 	failure *perf.OpenError // last open failure, nil when open
 	retryAt time.Time
+	idle    int // consecutive intervals in which the open group did not run
 }
+
+// starvedAfter is how many intervals in a row a group may go unscheduled before
+// the engine says so: on x86 the kernel checks at open that a group could fit,
+// but counters taken by the NMI watchdog, pinned events or other users can still
+// leave it waiting forever.
+const starvedAfter = 10
 
 // New prepares an engine; no file descriptor is opened until the first Cycle.
 func New(opts Options) *Engine {
@@ -244,7 +251,15 @@ func (e *Engine) read(gs *groupState, cg *cpuGroup) {
 		e.opts.Logger.Debug("group read failed", "group", gs.spec.Name, "cpu", cg.g.CPU, "err", err)
 		return
 	}
-	cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: cg.values})
+	if cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: cg.values}) {
+		cg.idle = 0
+		return
+	}
+	if cg.idle++; cg.idle == starvedAfter {
+		e.opts.Logger.Warn("event group has not been scheduled on the PMU; it yields no values",
+			"group", gs.spec.Name, "cpu", cg.g.CPU, "intervals", cg.idle,
+			"fix", "free counters: sysctl kernel.nmi_watchdog=0, stop other perf users, or make the group smaller")
+	}
 }
 
 // Cycles is the number of completed read cycles; it takes no lock.
