@@ -51,7 +51,7 @@ type Metric struct {
 	Threshold   string `yaml:"threshold"`
 	Description string `yaml:"description"`
 	// Approximate allows events from different groups in one formula.
-	Approximate bool `yaml:"approximate"`
+	Approximate bool   `yaml:"approximate"`
 	file        string // where it was defined, for errors
 	line        int
 }
