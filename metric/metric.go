@@ -235,11 +235,6 @@ func (d *Definition) Compile() (*Tree, error) {
 		} else if m.Level > 1 {
 			fail("%s: level %d needs a parent", where, m.Level)
 		}
-		if !m.Approximate {
-			if err := sameGroup(d, prog.Names, slot, t.consts); err != nil {
-				fail("%s: %v (mark it approximate: true if that is intended)", where, err)
-			}
-		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -247,6 +242,36 @@ func (d *Definition) Compile() (*Tree, error) {
 	order, err := topoSort(d.Metrics, deps, metricIdx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", d.Name, err)
+	}
+	// The events a metric rests on, through the metrics it uses, must have been
+	// counted in one group unless it is marked approximate.
+	eventsOf := make([][]string, len(d.Metrics))
+	for _, i := range order { // dependencies first
+		seen := map[string]bool{}
+		add := func(n string) {
+			if !seen[n] {
+				seen[n] = true
+				eventsOf[i] = append(eventsOf[i], n)
+			}
+		}
+		for _, n := range nodes[i].prog.Names {
+			if s, ok := slot[n]; ok && s < len(d.Events) {
+				add(n)
+			}
+		}
+		for _, dep := range deps[i] {
+			for _, n := range eventsOf[metricIdx[dep]] {
+				add(n)
+			}
+		}
+		if m := d.Metrics[i]; !m.Approximate {
+			if err := sameGroup(d, eventsOf[i]); err != nil {
+				errs = append(errs, fmt.Errorf("%s:%d: metric %s: %v (mark it approximate: true if that is intended)", m.file, m.line, m.Name, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	for _, i := range order {
 		t.byName[d.Metrics[i].Name] = len(t.nodes)
@@ -265,15 +290,9 @@ func (d *Definition) Compile() (*Tree, error) {
 	return t, nil
 }
 
-// sameGroup checks that the events a formula names (directly) were all counted
-// in one group, so their ratios come from one counter schedule.
-func sameGroup(d *Definition, names []string, slot map[string]int, consts int) error {
-	var events []string
-	for _, n := range names {
-		if s, ok := slot[n]; ok && s < len(d.Events) {
-			events = append(events, n)
-		}
-	}
+// sameGroup checks that events were all counted in one group, so their ratios
+// come from one counter schedule.
+func sameGroup(d *Definition, events []string) error {
 	if len(events) <= 1 || len(d.Groups) == 0 {
 		return nil
 	}

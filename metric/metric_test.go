@@ -118,7 +118,7 @@ func TestCompileErrors(t *testing.T) {
 		{"formula: 1 - frontend_bound - retiring", "metrics form a cycle"},
 		{"parent: frontend_bound\n    formula: frontend_bound * 0.75", `metric fe_latency: parent "nope" is not a metric`},
 		{"level: 2\n    parent: frontend_bound\n    formula: frontend_bound * 0.25", "metric fe_bandwidth: level 3 under parent frontend_bound of level 1"},
-		{"formula: RET / slots", "metric retiring: events RET, OTHER are not all in one group (mark it approximate"},
+		{"formula: RET / slots", "metric retiring: events RET, OTHER, CYCLES are not all in one group (mark it approximate"},
 	}
 	repl := map[string]string{
 		"formula: FE / slots\n":                                                    "formula: FEX / slots\n",

@@ -1,0 +1,321 @@
+package topdown
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"github.com/pmu-exporter/pmu_exporter/internal/reference"
+	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/metric/expr"
+)
+
+// Our node names for Intel's TMA metric names.
+var intelNodes = map[string]string{
+	"Frontend_Bound": "frontend_bound", "Fetch_Latency": "fetch_latency", "Fetch_Bandwidth": "fetch_bandwidth",
+	"Bad_Speculation": "bad_speculation", "Branch_Mispredicts": "branch_mispredicts", "Machine_Clears": "machine_clears",
+	"Backend_Bound": "backend_bound", "Memory_Bound": "memory_bound", "Core_Bound": "core_bound",
+	"Retiring": "retiring", "Light_Operations": "light_operations", "Heavy_Operations": "heavy_operations",
+}
+
+func tree(t *testing.T, uarch string) *metric.Tree {
+	t.Helper()
+	d, err := Builtin(uarch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := d.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestEveryBuiltinCompilesWithTheSameNodes(t *testing.T) {
+	for _, n := range Names() {
+		tr := tree(t, n)
+		have := map[string]int{}
+		for _, m := range tr.Metrics() {
+			if m.Level > 0 {
+				have[m.Name] = m.Level
+			}
+		}
+		for _, node := range intelNodes {
+			if have[node] == 0 {
+				t.Errorf("%s lacks %s", n, node)
+			}
+		}
+	}
+}
+
+type published struct {
+	name    string
+	formula string
+	alias   map[string]string // alias -> event or constant name
+}
+
+func publishedTree(t *testing.T, path string) []published {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Metrics []struct {
+			MetricName, Formula, Category string
+			Events, Constants             []struct{ Name, Alias string }
+		}
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var out []published
+	for _, m := range doc.Metrics {
+		if _, ok := intelNodes[m.MetricName]; !ok || m.Category != "TMA" {
+			continue
+		}
+		p := published{name: m.MetricName, formula: m.Formula, alias: map[string]string{}}
+		for _, e := range append(m.Events, m.Constants...) {
+			p.alias[e.Alias] = e.Name
+		}
+		out = append(out, p)
+	}
+	if len(out) != len(intelNodes) {
+		t.Fatalf("%s: found %d of the %d level 1-2 nodes", path, len(out), len(intelNodes))
+	}
+	return out
+}
+
+// TestMatchesIntelPublishedFormulas evaluates Intel's own formulas, straight from
+// the perfmon JSON, and our trees on the same random counter vectors, with SMT
+// off and on, for every platform each tree serves.
+func TestMatchesIntelPublishedFormulas(t *testing.T) {
+	dir := reference.Dir(t)
+	platforms := map[string]string{ // perfmon platform -> our tree
+		"SKL/metrics/skylake_metrics.json": "skl", "SKX/metrics/skylakex_metrics.json": "skx",
+		"CLX/metrics/cascadelakex_metrics.json": "clx", "SPR/metrics/sapphirerapids_metrics.json": "spr",
+		"SPR/metrics/sapphirerapidshbm_metrics.json": "spr", "EMR/metrics/emeraldrapids_metrics.json": "emr",
+		"GNR/metrics/graniterapids_metrics.json": "gnr",
+	}
+	for file, uarch := range platforms {
+		plat := strings.SplitN(file, "/", 2)[0]
+		pub := publishedTree(t, filepath.Join(dir, "intel-perfmon", file))
+		tr := tree(t, uarch)
+		ev := tr.NewEvaluator()
+		rng := rand.New(rand.NewPCG(1, uint64(len(plat))))
+		for trial := 0; trial < 300; trial++ {
+			smt := float64(trial % 2)
+			inputs := map[string]float64{"HYPERTHREADING_ON": smt}
+			ev.Reset()
+			if i := tr.Input("smt_on"); i >= 0 {
+				ev.Set(i, smt)
+			}
+			for _, name := range tr.Inputs {
+				if name == "smt_on" {
+					continue
+				}
+				v := float64(rng.IntN(1_000_000) + 1)
+				inputs[name] = v
+				ev.Set(tr.Input(name), v)
+			}
+			ev.Eval()
+			for _, p := range pub {
+				prog, err := expr.Compile(p.formula, func(alias string) (int, bool) { return 0, true })
+				if err != nil {
+					t.Fatal(err)
+				}
+				values := make([]float64, 0, len(prog.Names))
+				slots := map[string]int{}
+				prog, err = expr.Compile(p.formula, func(alias string) (int, bool) {
+					name, ok := p.alias[alias]
+					if !ok {
+						return 0, false
+					}
+					v, ok := inputs[name]
+					if !ok {
+						return 0, false
+					}
+					if s, ok := slots[name]; ok {
+						return s, true
+					}
+					slots[name] = len(values)
+					values = append(values, v)
+					return slots[name], true
+				})
+				if err != nil {
+					t.Fatalf("%s %s: an input we do not count: %v", plat, p.name, err)
+				}
+				want := prog.Eval(values, make([]float64, prog.StackSize())) / 100
+				got := ev.Value(intelNodes[p.name])
+				if math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+					t.Fatalf("%s %s (smt %v): ours %v, Intel's %v", plat, p.name, smt, got, want)
+				}
+			}
+		}
+	}
+}
+
+func eval(t *testing.T, uarch string, in map[string]float64) *metric.Evaluator {
+	t.Helper()
+	tr := tree(t, uarch)
+	e := tr.NewEvaluator()
+	for k, v := range in {
+		i := tr.Input(k)
+		if i < 0 {
+			t.Fatalf("%s has no input %s", uarch, k)
+		}
+		e.Set(i, v)
+	}
+	e.Eval()
+	return e
+}
+
+func expect(t *testing.T, e *metric.Evaluator, want map[string]float64) {
+	t.Helper()
+	for k, v := range want {
+		if got := e.Value(k); math.Abs(got-v) > 1e-12 {
+			t.Errorf("%s = %v, want %v", k, got, v)
+		}
+	}
+}
+
+// Hand-computed: slots 1000 split 200/100/400/300 by PERF_METRICS, 10 dropped uops.
+func TestSPRHandComputed(t *testing.T) {
+	e := eval(t, "spr", map[string]float64{
+		"TOPDOWN.SLOTS:perf_metrics": 1000, "PERF_METRICS.FRONTEND_BOUND": 200, "PERF_METRICS.BAD_SPECULATION": 100,
+		"PERF_METRICS.RETIRING": 400, "PERF_METRICS.BACKEND_BOUND": 300, "PERF_METRICS.HEAVY_OPERATIONS": 100,
+		"PERF_METRICS.BRANCH_MISPREDICTS": 80, "PERF_METRICS.FETCH_LATENCY": 150, "PERF_METRICS.MEMORY_BOUND": 200,
+		"INT_MISC.UOP_DROPPING": 10,
+	})
+	expect(t, e, map[string]float64{
+		"frontend_bound": 0.19, "fetch_latency": 0.14, "fetch_bandwidth": 0.05,
+		"bad_speculation": 0.11, "branch_mispredicts": 0.08, "machine_clears": 0.03,
+		"backend_bound": 0.3, "memory_bound": 0.2, "core_bound": 0.1,
+		"retiring": 0.4, "heavy_operations": 0.1, "light_operations": 0.3,
+	})
+	if !e.Above("frontend_bound") || e.Above("bad_speculation") || len(e.Violations) != 0 {
+		t.Errorf("thresholds/containment: fe %v bad %v violations %v", e.Above("frontend_bound"), e.Above("bad_speculation"), e.Violations)
+	}
+}
+
+// Hand-computed Skylake-SP, SMT off: 1000 cycles = 4000 slots.
+func TestSKXHandComputed(t *testing.T) {
+	in := map[string]float64{
+		"smt_on": 0, "CPU_CLK_UNHALTED.THREAD": 1000, "CPU_CLK_UNHALTED.THREAD_ANY": 1600,
+		"IDQ_UOPS_NOT_DELIVERED.CORE": 800, "IDQ_UOPS_NOT_DELIVERED.CYCLES_0_UOPS_DELIV.CORE": 150,
+		"UOPS_ISSUED.ANY": 2600, "UOPS_RETIRED.RETIRE_SLOTS": 2000, "INT_MISC.RECOVERY_CYCLES": 50,
+		"INT_MISC.RECOVERY_CYCLES_ANY": 60, "BR_MISP_RETIRED.ALL_BRANCHES": 30, "MACHINE_CLEARS.COUNT": 10,
+		"CYCLE_ACTIVITY.STALLS_MEM_ANY": 100, "EXE_ACTIVITY.BOUND_ON_STORES": 20, "CYCLE_ACTIVITY.STALLS_TOTAL": 200,
+		"EXE_ACTIVITY.1_PORTS_UTIL": 100, "EXE_ACTIVITY.2_PORTS_UTIL": 160, "UOPS_RETIRED.MACRO_FUSED": 100,
+		"INST_RETIRED.ANY": 1900,
+	}
+	expect(t, eval(t, "skx", in), map[string]float64{
+		"frontend_bound": 0.2, "fetch_latency": 0.15, "fetch_bandwidth": 0.05,
+		"bad_speculation": 0.2, "branch_mispredicts": 0.15, "machine_clears": 0.05,
+		"backend_bound": 0.1, "memory_bound": 0.03, "core_bound": 0.07,
+		"retiring": 0.5, "heavy_operations": 0.05, "light_operations": 0.45,
+	})
+	// SMT on: slots = 4 × THREAD_ANY/2 = 3200, recovery = 4 × 60/2 = 120.
+	in["smt_on"] = 1
+	expect(t, eval(t, "skx", in), map[string]float64{
+		"frontend_bound": 0.25, "retiring": 0.625, "bad_speculation": (2600 - 2000 + 120) / 3200.0,
+		"backend_bound": 1 - 0.25 - (2600+120)/3200.0,
+	})
+}
+
+func TestZeroCyclesGivesZeroNotInfinity(t *testing.T) {
+	e := eval(t, "skx", map[string]float64{"smt_on": 0, "CPU_CLK_UNHALTED.THREAD": 0, "IDQ_UOPS_NOT_DELIVERED.CORE": 0})
+	if v := e.Value("frontend_bound"); v != 0 {
+		t.Errorf("idle frontend_bound = %v", v)
+	}
+	if v := e.Value("retiring"); !math.IsNaN(v) {
+		t.Errorf("retiring without its event = %v, want absent (NaN)", v)
+	}
+}
+
+// TestEventSpecsMatchIntelEncodings resolves every event spec of our trees on a
+// fixture PMU of that generation and compares the encoding with the platform's
+// event JSON (architectural encodings for the fixed-counter events).
+func TestEventSpecsMatchIntelEncodings(t *testing.T) {
+	dir := reference.Dir(t)
+	cases := []struct {
+		uarch, events string
+		host          fixture.Host
+	}{
+		{"skx", "SKX/events/skylakex_core.json", fixture.IntelSkylake()},
+		{"spr", "SPR/events/sapphirerapids_core.json", fixture.IntelSapphireRapids()},
+	}
+	fixed := map[string]uint64{ // fixed counters' architectural equivalents (SDM 20.2.1.2)
+		"CPU_CLK_UNHALTED.THREAD": 0x3c, "CPU_CLK_UNHALTED.THREAD_ANY": 0x3c | 1<<21, "INST_RETIRED.ANY": 0xc0,
+	}
+	for _, c := range cases {
+		byName := map[string]reference.Event{}
+		for _, e := range reference.Events(t, filepath.Join(dir, "intel-perfmon", c.events)) {
+			byName[e.EventName] = e
+		}
+		pmus := fixture.PMUs(t, c.host)
+		d, _ := Builtin(c.uarch)
+		for _, ev := range d.Events {
+			res, err := eventspec.Resolve(ev.Spec, pmus)
+			if err != nil {
+				t.Errorf("%s %s: %v", c.uarch, ev.Name, err)
+				continue
+			}
+			got := res[0].Attr.Config
+			if want, ok := fixed[ev.Name]; ok {
+				if got != want {
+					t.Errorf("%s %s: config %#x, want %#x", c.uarch, ev.Name, got, want)
+				}
+				continue
+			}
+			name := strings.SplitN(ev.Name, ":", 2)[0]
+			if strings.HasPrefix(name, "PERF_METRICS.") {
+				continue // pseudo-events of the PERF_METRICS MSR, checked below
+			}
+			r, ok := byName[name]
+			if !ok {
+				t.Errorf("%s: %s is not an event of this platform", c.uarch, name)
+				continue
+			}
+			want := num(t, r.EventCode) | num(t, r.UMask)<<8 | num(t, r.EdgeDetect)<<18 | num(t, r.AnyThread)<<21 |
+				num(t, r.Invert)<<23 | num(t, r.CounterMask)<<24
+			if got != want {
+				t.Errorf("%s %s: config %#x, Intel documents %#x", c.uarch, ev.Name, got, want)
+			}
+		}
+	}
+	// The PERF_METRICS events are the kernel's pseudo-encodings event=0, umask 0x80+field.
+	d, _ := Builtin("spr")
+	pmus := fixture.PMUs(t, fixture.IntelSapphireRapids())
+	for field, umask := range map[string]uint64{"RETIRING": 0x80, "BAD_SPECULATION": 0x81, "FRONTEND_BOUND": 0x82,
+		"BACKEND_BOUND": 0x83, "HEAVY_OPERATIONS": 0x84, "BRANCH_MISPREDICTS": 0x85, "FETCH_LATENCY": 0x86, "MEMORY_BOUND": 0x87} {
+		for _, ev := range d.Events {
+			if ev.Name == "PERF_METRICS."+field {
+				res, err := eventspec.Resolve(ev.Spec, pmus)
+				if err != nil || res[0].Attr.Config != umask<<8 {
+					t.Errorf("%s: %+v %v, want umask %#x", ev.Name, res, err, umask)
+				}
+			}
+		}
+	}
+}
+
+func num(t *testing.T, s string) uint64 {
+	t.Helper()
+	if s == "" {
+		return 0
+	}
+	v, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		t.Fatal(fmt.Errorf("reference value %q: %w", s, err))
+	}
+	return v
+}
