@@ -23,6 +23,7 @@ var defs embed.FS
 // (identical level 1 and 2 formulas in Intel's published metrics).
 var sameTree = map[string]string{
 	"skl": "skx", "clx": "skx",
+	"icl": "icx",
 	"emr": "spr", "gnr": "spr",
 }
 

@@ -103,7 +103,8 @@ func TestMatchesIntelPublishedFormulas(t *testing.T) {
 		"SKL/metrics/skylake_metrics.json": "skl", "SKX/metrics/skylakex_metrics.json": "skx",
 		"CLX/metrics/cascadelakex_metrics.json": "clx", "SPR/metrics/sapphirerapids_metrics.json": "spr",
 		"SPR/metrics/sapphirerapidshbm_metrics.json": "spr", "EMR/metrics/emeraldrapids_metrics.json": "emr",
-		"GNR/metrics/graniterapids_metrics.json": "gnr",
+		"GNR/metrics/graniterapids_metrics.json": "gnr", "ICL/metrics/icelake_metrics.json": "icl",
+		"ICX/metrics/icelakex_metrics.json": "icx",
 	}
 	for file, uarch := range platforms {
 		plat := strings.SplitN(file, "/", 2)[0]
@@ -252,6 +253,7 @@ func TestEventSpecsMatchIntelEncodings(t *testing.T) {
 	}{
 		{"skx", "SKX/events/skylakex_core.json", fixture.IntelSkylake()},
 		{"spr", "SPR/events/sapphirerapids_core.json", fixture.IntelSapphireRapids()},
+		{"icx", "ICX/events/icelakex_core.json", fixture.IntelIcelake()},
 	}
 	fixed := map[string]uint64{ // fixed counters' architectural equivalents (SDM 20.2.1.2)
 		"CPU_CLK_UNHALTED.THREAD": 0x3c, "CPU_CLK_UNHALTED.THREAD_ANY": 0x3c | 1<<21, "INST_RETIRED.ANY": 0xc0,
@@ -276,7 +278,8 @@ func TestEventSpecsMatchIntelEncodings(t *testing.T) {
 				}
 				continue
 			}
-			name := strings.SplitN(ev.Name, ":", 2)[0]
+			parts := strings.Split(ev.Name, ":")
+			name := parts[0]
 			if strings.HasPrefix(name, "PERF_METRICS.") {
 				continue // pseudo-events of the PERF_METRICS MSR, checked below
 			}
@@ -284,6 +287,16 @@ func TestEventSpecsMatchIntelEncodings(t *testing.T) {
 			if !ok {
 				t.Errorf("%s: %s is not an event of this platform", c.uarch, name)
 				continue
+			}
+			for _, mod := range parts[1:] { // Intel's modifier notation: :c1 cmask, :e1 edge, :i1 invert
+				switch {
+				case strings.HasPrefix(mod, "c"):
+					r.CounterMask = mod[1:]
+				case strings.HasPrefix(mod, "e"):
+					r.EdgeDetect = mod[1:]
+				case strings.HasPrefix(mod, "i"):
+					r.Invert = mod[1:]
+				}
 			}
 			want := num(t, r.EventCode) | num(t, r.UMask)<<8 | num(t, r.EdgeDetect)<<18 | num(t, r.AnyThread)<<21 |
 				num(t, r.Invert)<<23 | num(t, r.CounterMask)<<24
