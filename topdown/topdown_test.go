@@ -53,6 +53,9 @@ func TestEveryBuiltinCompilesWithTheSameNodes(t *testing.T) {
 				t.Errorf("%s lacks %s", n, node)
 			}
 		}
+		if strings.HasPrefix(n, "zen") && have["smt_contention"] != 1 {
+			t.Errorf("%s lacks smt_contention at level 1", n)
+		}
 	}
 }
 
