@@ -25,6 +25,7 @@ var sameTree = map[string]string{
 	"skl": "skx", "clx": "skx",
 	"icl": "icx",
 	"emr": "spr", "gnr": "spr",
+	"neoverse-v2": "neoverse-n2",
 }
 
 // Names lists every micro-architecture with a built-in tree.

@@ -49,6 +49,10 @@ func TestEveryBuiltinCompilesWithTheSameNodes(t *testing.T) {
 			}
 		}
 		for _, node := range intelNodes {
+			level1 := node == "frontend_bound" || node == "bad_speculation" || node == "backend_bound" || node == "retiring"
+			if strings.HasPrefix(n, "neoverse") && !level1 {
+				continue // Arm publishes level 1 only
+			}
 			if have[node] == 0 {
 				t.Errorf("%s lacks %s", n, node)
 			}
