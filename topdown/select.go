@@ -1,0 +1,82 @@
+package topdown
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// CPU is what selection needs to know about a processor: what /proc/cpuinfo says
+// (x86 family, model and stepping in decimal; Arm implementer and part in hex)
+// and whether the core PMU reports slots (Arm caps/slots).
+type CPU struct {
+	Vendor, Family, Model, Stepping string
+	ArmSlots                        bool
+}
+
+// intelFamily6 maps Intel family-6 model numbers to trees; the facts are the
+// family-model lines of Intel's perfmon mapfile.
+var intelFamily6 = map[uint64]string{
+	0x4E: "skl", 0x5E: "skl", 0x8E: "skl", 0x9E: "skl", 0xA5: "skl", 0xA6: "skl",
+	0x55: "skx", // clx from stepping 5, below
+	0x7D: "icl", 0x7E: "icl", 0x6A: "icx", 0x6C: "icx",
+	0x8F: "spr", 0xCF: "emr", 0xAD: "gnr", 0xAE: "gnr",
+}
+
+// armParts maps Arm Ltd (implementer 0x41) part numbers to trees, from the
+// MIDR lines of Linux perf's arm64 mapfile.
+var armParts = map[uint64]string{0xd40: "neoverse-v1", 0xd49: "neoverse-n2", 0xd4f: "neoverse-v2"}
+
+// Select picks the built-in tree for cpu, or says why there is none.
+func Select(cpu CPU) (string, error) {
+	num := func(s string, base int) (uint64, bool) {
+		v, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"), base, 64)
+		return v, err == nil
+	}
+	switch cpu.Vendor {
+	case "GenuineIntel":
+		fam, ok1 := num(cpu.Family, 10)
+		model, ok2 := num(cpu.Model, 10)
+		if !ok1 || !ok2 {
+			break
+		}
+		if fam == 6 {
+			if u, ok := intelFamily6[model]; ok {
+				if step, _ := num(cpu.Stepping, 10); model == 0x55 && step >= 5 {
+					return "clx", nil
+				}
+				return u, nil
+			}
+		}
+		return "", fmt.Errorf("no built-in Top-Down tree for Intel family %d model %#x yet", fam, model)
+	case "AuthenticAMD":
+		fam, ok1 := num(cpu.Family, 10)
+		model, ok2 := num(cpu.Model, 10)
+		if !ok1 || !ok2 {
+			break
+		}
+		switch {
+		case fam == 0x19 && (model <= 0x0f || model>>4 == 2 || model>>4 == 4 || model>>4 == 5):
+			// Linux perf's mapfile: AuthenticAMD-25-([245][[:xdigit:]]|[[:xdigit:]]) is Zen 3.
+			return "", fmt.Errorf("AMD Zen 3 (family 19h model %#x) has no dispatch-slot events for Top-Down", model)
+		case fam == 0x19:
+			return "zen4", nil
+		case fam == 0x1a:
+			return "zen5", nil
+		}
+		return "", fmt.Errorf("no built-in Top-Down tree for AMD family %#x", fam)
+	case "0x41":
+		part, ok := num(cpu.Model, 16)
+		if !ok {
+			break
+		}
+		if u, ok := armParts[part]; ok {
+			return u, nil
+		}
+		if cpu.ArmSlots {
+			return "neoverse", nil // any Armv8.4 PMU with STALL_SLOT events: the SBSA formulas
+		}
+		return "", fmt.Errorf("Arm part %#x reports no slots (caps/slots): its PMU predates the STALL_SLOT events", part)
+	}
+	return "", fmt.Errorf("no built-in Top-Down tree for vendor %q family %q model %q", cpu.Vendor, cpu.Family, cpu.Model)
+}

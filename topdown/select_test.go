@@ -1,0 +1,119 @@
+package topdown
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/reference"
+)
+
+// TestSelectAgreesWithMapfiles walks Intel's perfmon mapfile and Linux perf's x86
+// and arm64 mapfiles and checks that every CPU they assign to a platform we have a
+// tree for selects that tree.
+func TestSelectAgreesWithMapfiles(t *testing.T) {
+	dir := reference.Dir(t)
+	intelDirs := map[string]string{"SKL": "skl", "SKX": "skx", "CLX": "clx", "ICL": "icl", "ICX": "icx", "SPR": "spr", "EMR": "emr", "GNR": "gnr"}
+	n := 0
+	lines(t, filepath.Join(dir, "intel-perfmon/mapfile.csv"), func(f []string) {
+		if len(f) < 4 || f[3] != "core" {
+			return
+		}
+		plat := strings.Split(strings.TrimPrefix(f[2], "/"), "/")[0]
+		want, ok := intelDirs[plat]
+		if !ok {
+			return
+		}
+		// GenuineIntel-6-55-[01234]: model, and optionally a stepping class.
+		parts := strings.Split(f[0], "-")
+		model, _ := strconv.ParseUint(parts[2], 16, 64)
+		steppings := []string{"0"}
+		if len(parts) > 3 {
+			steppings = nil
+			for _, c := range strings.Trim(parts[3], "[]") {
+				s, _ := strconv.ParseUint(string(c), 16, 64)
+				steppings = append(steppings, strconv.FormatUint(s, 10))
+			}
+		}
+		for _, step := range steppings {
+			got, err := Select(CPU{Vendor: "GenuineIntel", Family: "6", Model: strconv.FormatUint(model, 10), Stepping: step})
+			if got != want {
+				t.Errorf("%s stepping %s: %q %v, want %s", f[0], step, got, err, want)
+			}
+			n++
+		}
+	})
+	// AMD: family 25 splits Zen 3 and Zen 4 by model pattern.
+	zen3 := regexp.MustCompile(`^([245][0-9A-F]|[0-9A-F])$`)
+	for model := 0; model < 256; model++ {
+		got, err := Select(CPU{Vendor: "AuthenticAMD", Family: "25", Model: strconv.Itoa(model)})
+		isZen3 := zen3.MatchString(strings.ToUpper(strconv.FormatInt(int64(model), 16)))
+		if isZen3 != (err != nil) || (!isZen3 && got != "zen4") {
+			t.Errorf("AMD 25 model %#x: %q %v (zen3 by mapfile: %v)", model, got, err, isZen3)
+		}
+		n++
+	}
+	lines(t, filepath.Join(dir, "linux-pmu-events/arm64/mapfile.csv"), func(f []string) {
+		want := map[string]string{"arm/neoverse-v1": "neoverse-v1", "arm/neoverse-n2-v2": "neoverse-n2"}[f[2]]
+		if want == "" || len(f[0]) < 18 {
+			return
+		}
+		midr, _ := strconv.ParseUint(f[0][2:], 16, 64)
+		part := midr >> 4 & 0xfff
+		got, err := Select(CPU{Vendor: "0x41", Model: "0x" + strconv.FormatUint(part, 16)})
+		var file string
+		if err == nil {
+			d, _ := Builtin(got)
+			file = d.Name
+		}
+		if file != want {
+			t.Errorf("MIDR %s: %q %v uses tree %q, want %s", f[0], got, err, file, want)
+		}
+		n++
+	})
+	if n < 280 {
+		t.Errorf("only %d CPUs checked", n)
+	}
+}
+
+func TestSelectExplainsMisses(t *testing.T) {
+	for _, c := range []struct {
+		cpu  CPU
+		want string
+	}{
+		{CPU{Vendor: "GenuineIntel", Family: "6", Model: "151"}, "no built-in Top-Down tree for Intel family 6 model 0x97"},
+		{CPU{Vendor: "AuthenticAMD", Family: "25", Model: "1"}, "Zen 3"},
+		{CPU{Vendor: "0x41", Model: "0xd0c"}, "reports no slots"},
+		{CPU{Vendor: "HygonGenuine", Family: "24"}, "no built-in Top-Down tree for vendor"},
+	} {
+		if _, err := Select(c.cpu); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cpu, err, c.want)
+		}
+	}
+	if u, err := Select(CPU{Vendor: "0x41", Model: "0xd0c", ArmSlots: true}); u != "neoverse" || err != nil {
+		t.Errorf("Arm with slots: %q %v", u, err)
+	}
+	if u, _ := Select(CPU{Vendor: "AuthenticAMD", Family: "26", Model: "17"}); u != "zen5" {
+		t.Errorf("family 1Ah: %q", u)
+	}
+}
+
+func lines(t *testing.T, path string, fn func([]string)) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if strings.HasPrefix(s.Text(), "#") || strings.HasPrefix(s.Text(), "Family") {
+			continue
+		}
+		fn(strings.Split(s.Text(), ","))
+	}
+}
