@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/cpuset"
 )
@@ -74,4 +75,14 @@ func (r *OnlineCPUsReader) Close() error {
 	err := r.f.Close()
 	r.f = nil
 	return err
+}
+
+// SMTActive reads <sysfs>/devices/system/cpu/smt/active: whether sibling
+// hyper-threads are online.
+func SMTActive(sysfs string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(sysfs, "devices", "system", "cpu", "smt", "active"))
+	if err != nil {
+		return false, fmt.Errorf("reading SMT state: %w", err)
+	}
+	return strings.TrimSpace(string(b)) == "1", nil
 }
