@@ -92,8 +92,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Snapshot()
 	for _, e := range s.Events {
-		if len(e.PerCPU) == 0 {
-			continue // never read: no value rather than a zero
+		if len(e.PerCPU) == 0 || e.Hidden {
+			continue // never read (no value rather than a zero), or Top-Down input only
 		}
 		if c.opts.PerCPU {
 			for _, cpu := range perfcount.SortedCPUs(e.PerCPU) {

@@ -339,3 +339,16 @@ func num(t *testing.T, s string) uint64 {
 	}
 	return v
 }
+
+// Every tree names its denominator "slots": live export multiplies fractions by it.
+func TestEveryTreeHasSlots(t *testing.T) {
+	for _, n := range Names() {
+		found := false
+		for _, m := range tree(t, n).Metrics() {
+			found = found || (m.Name == "slots" && m.Level == 0)
+		}
+		if !found {
+			t.Errorf("%s has no level-0 slots metric", n)
+		}
+	}
+}

@@ -26,6 +26,10 @@ import (
 type GroupSpec struct {
 	Name   string
 	Events []eventspec.Event
+	// Hidden groups feed derived metrics (Top-Down) only: their events are not
+	// exported as pmu_events_total, where an event counted in several such
+	// groups would repeat a series.
+	Hidden bool
 }
 
 // CPUs is where the group can count: the intersection of its events' CPU lists,
@@ -58,6 +62,9 @@ type Options struct {
 	RetryAfter time.Duration
 	// Now is the clock (tests); defaults to time.Now.
 	Now func() time.Time
+	// AfterCycle, if set, runs after every cycle, outside the engine's lock: the
+	// place to derive metrics from a fresh Snapshot.
+	AfterCycle func()
 	// Open opens a group; defaults to perf.OpenGroup. Tests use it to emulate
 	// PMUs this machine does not have.
 	Open func(attrs []eventspec.Attr, names []string, t perf.Target) (*perf.Group, error)
@@ -138,13 +145,19 @@ func (e *Engine) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	defer e.Close()
-	e.Cycle()
+	cycle := func() {
+		e.Cycle()
+		if e.opts.AfterCycle != nil {
+			e.opts.AfterCycle()
+		}
+	}
+	cycle()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			e.Cycle()
+			cycle()
 		}
 	}
 }
@@ -230,7 +243,7 @@ func (e *Engine) splitGroup(gs *groupState) {
 	e.opts.Logger.Warn("event group needs more counters than the PMU has; counting its events one by one, so ratios between them are no longer from one schedule",
 		"group", gs.spec.Name, "events", len(gs.spec.Events), "fix", "split the group in the configuration into groups that fit")
 	for _, ev := range gs.spec.Events {
-		e.groups = append(e.groups, newGroupState(GroupSpec{Name: gs.spec.Name + "/" + ev.Name, Events: []eventspec.Event{ev}}))
+		e.groups = append(e.groups, newGroupState(GroupSpec{Name: gs.spec.Name + "/" + ev.Name, Events: []eventspec.Event{ev}, Hidden: gs.spec.Hidden}))
 	}
 }
 
@@ -290,6 +303,7 @@ type Snapshot struct {
 // EventTotals are one event's scaled counts, per CPU.
 type EventTotals struct {
 	Group, Event, PMU string
+	Hidden            bool // from a hidden group
 	Scale             float64
 	Unit              string
 	PerCPU            map[int]uint64
@@ -305,6 +319,7 @@ type GroupTotals struct {
 	// one example error per reason.
 	Failures map[perf.Reason]int
 	Failure  map[perf.Reason]*perf.OpenError
+	Hidden   bool
 	// Split is true when the group did not fit the PMU and its events are counted
 	// by single-event groups named "<group>/<event>".
 	Split bool
@@ -321,10 +336,10 @@ func (e *Engine) Snapshot() Snapshot {
 	for _, gs := range e.groups {
 		gt := GroupTotals{Name: gs.spec.Name, EnabledNS: map[int]uint64{}, RunningNS: map[int]uint64{},
 			Failures: map[perf.Reason]int{}, Failure: map[perf.Reason]*perf.OpenError{}}
-		gt.Split = gs.split
+		gt.Split, gt.Hidden = gs.split, gs.spec.Hidden
 		evs := make([]EventTotals, len(gs.spec.Events))
 		for i, ev := range gs.spec.Events {
-			evs[i] = EventTotals{Group: gs.spec.Name, Event: ev.Name, PMU: ev.PMU, Scale: ev.Scale, Unit: ev.Unit, PerCPU: map[int]uint64{}}
+			evs[i] = EventTotals{Group: gs.spec.Name, Event: ev.Name, PMU: ev.PMU, Scale: ev.Scale, Unit: ev.Unit, Hidden: gs.spec.Hidden, PerCPU: map[int]uint64{}}
 		}
 		for cpu, cg := range gs.perCPU {
 			gt.EnabledNS[cpu] = cg.acc.EnabledNS

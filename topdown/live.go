@@ -1,0 +1,179 @@
+package topdown
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
+)
+
+// LiveGroups resolves a tree's groups into hidden counting-engine groups named
+// topdown/<tree>/<n>. corePMU picks the variant of generic events on hybrid hosts
+// ("cpu_core" for a P-core tree); "" accepts a single variant only.
+func LiveGroups(d *metric.Definition, pmus []*pmu.PMU, corePMU string) ([]perfcount.GroupSpec, error) {
+	spec := map[string]string{}
+	for _, e := range d.Events {
+		spec[e.Name] = e.Spec
+	}
+	var out []perfcount.GroupSpec
+	for i, g := range d.Groups {
+		gs := perfcount.GroupSpec{Name: fmt.Sprintf("topdown/%s/%d", d.Name, i), Hidden: true}
+		for _, name := range g {
+			evs, err := eventspec.Resolve(spec[name], pmus)
+			if err != nil {
+				return nil, fmt.Errorf("%s: event %s: %w", d.Name, name, err)
+			}
+			ev := evs[0]
+			if len(evs) > 1 {
+				found := false
+				for _, e := range evs {
+					if e.PMU == corePMU {
+						ev, found = e, true
+					}
+				}
+				if !found {
+					return nil, fmt.Errorf("%s: event %s exists on several core PMUs; pick one", d.Name, name)
+				}
+			}
+			ev.Name = name // the tree's input name, whatever name= said
+			gs.Events = append(gs.Events, ev)
+		}
+		out = append(out, gs)
+	}
+	return out, nil
+}
+
+// Live turns successive counting-engine snapshots into Top-Down slot counters:
+// per CPU and interval it evaluates the tree on the interval's counts and adds
+// each node's fraction times the interval's slots, so sums over CPUs and time
+// stay exact and every ratio is left to PromQL.
+type Live struct {
+	tree   *metric.Tree
+	params map[string]float64
+	// where each tree input is read: the first group that counts it
+	source map[string][2]string // input -> {group, event}
+	evals  map[int]*metric.Evaluator
+	prev   map[string]uint64 // group|event|cpu -> total at the last update
+	prevOn map[string]uint64 // group|cpu -> running ns at the last update
+
+	mu    sync.Mutex
+	slots float64
+	nodes map[string]float64
+}
+
+// NewLive follows groups (from LiveGroups) for tree t; params holds smt_on,
+// #slots and the like.
+func NewLive(t *metric.Tree, groups []perfcount.GroupSpec, params map[string]float64) *Live {
+	l := &Live{tree: t, params: params, source: map[string][2]string{}, evals: map[int]*metric.Evaluator{},
+		prev: map[string]uint64{}, prevOn: map[string]uint64{}, nodes: map[string]float64{}}
+	for _, g := range groups {
+		for _, ev := range g.Events {
+			if _, ok := l.source[ev.Name]; !ok {
+				l.source[ev.Name] = [2]string{g.Name, ev.Name}
+			}
+		}
+	}
+	return l
+}
+
+// Update folds in the interval since the previous snapshot.
+func (l *Live) Update(s perfcount.Snapshot) {
+	totals := map[[2]string]perfcount.EventTotals{}
+	for _, e := range s.Events {
+		totals[[2]string{e.Group, e.Event}] = e
+	}
+	running := map[string]map[int]uint64{}
+	cpus := map[int]bool{}
+	for _, g := range s.Groups {
+		running[g.Name] = g.RunningNS
+	}
+	for _, src := range l.source {
+		for cpu := range totals[src].PerCPU {
+			cpus[cpu] = true
+		}
+	}
+	order := make([]int, 0, len(cpus))
+	for c := range cpus {
+		order = append(order, c)
+	}
+	sort.Ints(order)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, cpu := range order {
+		ev := l.evals[cpu]
+		if ev == nil {
+			ev = l.tree.NewEvaluator()
+			for name, v := range l.params {
+				if i := l.tree.Input(name); i >= 0 {
+					ev.Set(i, v)
+				}
+			}
+			l.evals[cpu] = ev
+		}
+		ev.Reset()
+		for input, src := range l.source {
+			key := src[0] + "|" + src[1] + "|" + strconv.Itoa(cpu)
+			runKey := src[0] + "|" + strconv.Itoa(cpu)
+			cur, ok := totals[src].PerCPU[cpu]
+			run := running[src[0]][cpu]
+			if !ok || run == l.prevOn[runKey] {
+				continue // the group did not run this interval: the input is missing
+			}
+			ev.Set(l.tree.Input(input), float64(cur-l.prev[key]))
+			l.prev[key] = cur
+		}
+		for _, src := range l.source {
+			runKey := src[0] + "|" + strconv.Itoa(cpu)
+			if r, ok := running[src[0]][cpu]; ok {
+				l.prevOn[runKey] = r
+			}
+		}
+		ev.Eval()
+		slots := ev.Value("slots")
+		if math.IsNaN(slots) || slots <= 0 {
+			continue
+		}
+		l.slots += slots
+		for _, m := range l.tree.Metrics() {
+			if m.Level < 1 {
+				continue
+			}
+			if v := ev.Value(m.Name); !math.IsNaN(v) {
+				l.nodes[m.Name] += v * slots
+			}
+		}
+	}
+}
+
+// Node is one metric's accumulated slots.
+type Node struct {
+	Name, Parent string
+	Level        int
+	Slots        float64
+}
+
+// Totals returns the slots accumulated so far, per node and in all, and the
+// containment violations per parent summed over CPUs.
+func (l *Live) Totals() (slots float64, nodes []Node, violations map[string]uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.tree.Metrics() {
+		if m.Level >= 1 {
+			nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, Slots: l.nodes[m.Name]})
+		}
+	}
+	violations = map[string]uint64{}
+	for _, ev := range l.evals {
+		for p, n := range ev.Violations {
+			violations[p] += n
+		}
+	}
+	return l.slots, nodes, violations
+}

@@ -1,0 +1,118 @@
+package topdown
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
+)
+
+// softwareTree is a tree a user could write over software events: its slots are
+// cpu-clock nanoseconds and its fractions fixed, so the expected slot counters
+// follow from the kernel's own cpu-clock totals.
+const softwareTree = `name: software
+events:
+  - {name: CLOCK, spec: cpu-clock}
+  - {name: FAULTS, spec: page-faults}
+groups:
+  - [CLOCK, FAULTS]
+metrics:
+  - {name: slots, level: 0, formula: CLOCK}
+  - {name: frontend_bound, level: 1, formula: "0.25"}
+  - {name: backend_bound, level: 1, formula: "0.75"}
+  - {name: memory_bound, level: 2, parent: backend_bound, formula: backend_bound * 0.5}
+  - {name: core_bound, level: 2, parent: backend_bound, formula: backend_bound * 0.5}
+`
+
+func TestLiveOnRealSoftwareCounters(t *testing.T) {
+	testenv.RequireRoot(t)
+	d, err := metric.Parse("software.yaml", []byte(softwareTree))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := d.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pmus, err := pmu.Discover("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := LiveGroups(d, pmus, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 1 || !groups[0].Hidden || groups[0].Events[0].Name != "CLOCK" {
+		t.Fatalf("groups = %+v", groups)
+	}
+	e := perfcount.New(perfcount.Options{Groups: groups, OnlineCPUs: host.NewOnlineCPUsReader("/sys").Read})
+	defer e.Close()
+	live := NewLive(tr, groups, nil)
+	for i := 0; i < 4; i++ {
+		e.Cycle()
+		live.Update(e.Snapshot())
+		time.Sleep(20 * time.Millisecond)
+	}
+	var clock float64
+	for _, ev := range e.Snapshot().Events {
+		if ev.Event == "CLOCK" {
+			clock = float64(ev.Sum())
+		}
+	}
+	slots, nodes, violations := live.Totals()
+	if clock < float64(50*time.Millisecond) || slots != clock {
+		t.Errorf("slots %v, kernel cpu-clock total %v", slots, clock)
+	}
+	want := map[string]float64{"frontend_bound": 0.25, "backend_bound": 0.75, "memory_bound": 0.375, "core_bound": 0.375}
+	for _, n := range nodes {
+		if math.Abs(n.Slots-want[n.Name]*slots) > 1e-9*slots {
+			t.Errorf("%s: %v slots, want %v", n.Name, n.Slots, want[n.Name]*slots)
+		}
+	}
+	if len(nodes) != 4 || len(violations) != 0 {
+		t.Errorf("nodes %+v violations %v", nodes, violations)
+	}
+}
+
+func snapshot(clock, faults uint64, running uint64) perfcount.Snapshot {
+	return perfcount.Snapshot{
+		Events: []perfcount.EventTotals{
+			{Group: "g", Event: "CLOCK", PerCPU: map[int]uint64{0: clock}},
+			{Group: "g", Event: "FAULTS", PerCPU: map[int]uint64{0: faults}},
+		},
+		Groups: []perfcount.GroupTotals{{Name: "g", RunningNS: map[int]uint64{0: running}}},
+	}
+}
+
+// An interval in which the group did not run adds nothing: no made-up zeros.
+func TestLiveSkipsIntervalsWithoutValues(t *testing.T) {
+	d, _ := metric.Parse("t.yaml", []byte(softwareTree+"  - {name: faults_share, level: 1, formula: FAULTS / CLOCK}\n"))
+	tr, err := d.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := []perfcount.GroupSpec{{Name: "g"}}
+	for _, e := range d.Events {
+		groups[0].Events = append(groups[0].Events, eventspec.Event{Name: e.Name})
+	}
+	live := NewLive(tr, groups, nil)
+	live.Update(snapshot(1000, 10, 500))  // interval 1: 1000 slots, 10 faults
+	live.Update(snapshot(1000, 10, 500))  // did not run: nothing
+	live.Update(snapshot(3000, 110, 900)) // interval 3: 2000 slots, 100 faults
+	slots, nodes, _ := live.Totals()
+	if slots != 3000 {
+		t.Errorf("slots = %v, want 3000", slots)
+	}
+	for _, n := range nodes {
+		// faults_share slots = Σ (faults/clock)·clock = Σ faults = 110.
+		if n.Name == "faults_share" && n.Slots != 110 {
+			t.Errorf("faults_share slots = %v, want 110", n.Slots)
+		}
+	}
+}
