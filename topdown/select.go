@@ -21,6 +21,9 @@ var intelFamily6 = map[uint64]string{
 	0x55: "skx", // clx from stepping 5, below
 	0x7D: "icl", 0x7E: "icl", 0x6A: "icx", 0x6C: "icx",
 	0x8F: "spr", 0xCF: "emr", 0xAD: "gnr", 0xAE: "gnr",
+	// Alder Lake and Raptor Lake hybrids: the P-core (cpu_core) tree; their
+	// E-cores have no tree yet. ADL-N (0xBE) has E-cores only.
+	0x97: "adl", 0x9A: "adl", 0xB7: "adl", 0xBA: "adl", 0xBF: "adl",
 }
 
 // armParts maps Arm Ltd (implementer 0x41) part numbers to trees, from the

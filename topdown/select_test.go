@@ -17,15 +17,22 @@ import (
 // tree for selects that tree.
 func TestSelectAgreesWithMapfiles(t *testing.T) {
 	dir := reference.Dir(t)
-	intelDirs := map[string]string{"SKL": "skl", "SKX": "skx", "CLX": "clx", "ICL": "icl", "ICX": "icx", "SPR": "spr", "EMR": "emr", "GNR": "gnr"}
+	intelDirs := map[string]string{"SKL": "skl", "SKX": "skx", "CLX": "clx", "ICL": "icl", "ICX": "icx", "SPR": "spr", "EMR": "emr", "GNR": "gnr", "ADL": "adl"}
 	n := 0
 	lines(t, filepath.Join(dir, "intel-perfmon/mapfile.csv"), func(f []string) {
-		if len(f) < 4 || f[3] != "core" {
+		if len(f) < 4 || f[3] != "core" && f[3] != "hybridcore" {
 			return
 		}
 		plat := strings.Split(strings.TrimPrefix(f[2], "/"), "/")[0]
 		want, ok := intelDirs[plat]
-		if !ok {
+		if !ok || strings.Contains(f[2], "gracemont") && !strings.Contains(f[0], "6-BE") {
+			return // hybrid E-core lines share the P-core's family-model
+		}
+		if strings.Contains(f[0], "6-BE") {
+			if got, err := Select(CPU{Vendor: "GenuineIntel", Family: "6", Model: "190"}); err == nil {
+				t.Errorf("ADL-N (E-cores only) selected %q", got)
+			}
+			n++
 			return
 		}
 		// GenuineIntel-6-55-[01234]: model, and optionally a stepping class.
@@ -85,7 +92,7 @@ func TestSelectExplainsMisses(t *testing.T) {
 		cpu  CPU
 		want string
 	}{
-		{CPU{Vendor: "GenuineIntel", Family: "6", Model: "151"}, "no built-in Top-Down tree for Intel family 6 model 0x97"},
+		{CPU{Vendor: "GenuineIntel", Family: "6", Model: "175"}, "no built-in Top-Down tree for Intel family 6 model 0xaf"},
 		{CPU{Vendor: "AuthenticAMD", Family: "25", Model: "1"}, "Zen 3"},
 		{CPU{Vendor: "0x41", Model: "0xd0c"}, "reports no slots"},
 		{CPU{Vendor: "HygonGenuine", Family: "24"}, "no built-in Top-Down tree for vendor"},

@@ -111,7 +111,7 @@ func TestMatchesIntelPublishedFormulas(t *testing.T) {
 		"CLX/metrics/cascadelakex_metrics.json": "clx", "SPR/metrics/sapphirerapids_metrics.json": "spr",
 		"SPR/metrics/sapphirerapidshbm_metrics.json": "spr", "EMR/metrics/emeraldrapids_metrics.json": "emr",
 		"GNR/metrics/graniterapids_metrics.json": "gnr", "ICL/metrics/icelake_metrics.json": "icl",
-		"ICX/metrics/icelakex_metrics.json": "icx",
+		"ICX/metrics/icelakex_metrics.json": "icx", "ADL/metrics/alderlake_metrics_goldencove_core.json": "adl",
 	}
 	for file, uarch := range platforms {
 		plat := strings.SplitN(file, "/", 2)[0]
