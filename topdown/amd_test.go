@@ -88,15 +88,7 @@ func TestMatchesPerfAMDPipelineMetrics(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, 9))
 		checked := 0
 		for trial := 0; trial < 200; trial++ {
-			pm.events = map[string]float64{}
-			for _, name := range tr.Inputs {
-				v := float64(rng.IntN(1_000_000) + 1)
-				if trial%10 == 0 {
-					v = 0 // idle intervals: d_ratio's zero denominators
-				}
-				pm.events[name] = v
-				ev.Set(tr.Input(name), v)
-			}
+			pm.events = fillRandom(tr, ev, rng, nil, trial%10 == 0) // every tenth interval idle: zero denominators
 			ev.Eval()
 			for perfName, ours := range perfToOurs {
 				if _, ok := pm.exprs[perfName]; !ok {

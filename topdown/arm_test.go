@@ -57,16 +57,8 @@ func TestMatchesArmPublishedTopdown(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 5))
 		for trial := 0; trial < 200; trial++ {
 			slots := []float64{4, 5, 8}[trial%3]
-			in := map[string]float64{"#slots": slots}
-			ev.Set(tr.Input("#slots"), slots)
-			for _, name := range tr.Inputs {
-				if name == "#slots" {
-					continue
-				}
-				v := float64(rng.IntN(1_000_000) + 1)
-				in[name] = v
-				ev.Set(tr.Input(name), v)
-			}
+			in := fillRandom(tr, ev, rng, map[string]float64{"#slots": slots}, false)
+			in["#slots"] = slots
 			ev.Eval()
 			for _, node := range []string{"frontend_bound", "backend_bound", "bad_speculation", "retiring"} {
 				formula := pub[node]

@@ -25,7 +25,7 @@ var sameTree = map[string]string{
 	"skl": "skx", "clx": "skx",
 	"icl": "icx",
 	"emr": "spr", "gnr": "spr",
-	"adl": "spr", // Alder/Raptor Lake P-cores (cpu_core): Golden Cove, as Sapphire Rapids
+	"adl":         "spr", // Alder/Raptor Lake P-cores (cpu_core): Golden Cove, as Sapphire Rapids
 	"neoverse-v2": "neoverse-n2",
 }
 

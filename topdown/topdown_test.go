@@ -121,19 +121,8 @@ func TestMatchesIntelPublishedFormulas(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, uint64(len(plat))))
 		for trial := 0; trial < 300; trial++ {
 			smt := float64(trial % 2)
-			inputs := map[string]float64{"HYPERTHREADING_ON": smt}
-			ev.Reset()
-			if i := tr.Input("smt_on"); i >= 0 {
-				ev.Set(i, smt)
-			}
-			for _, name := range tr.Inputs {
-				if name == "smt_on" {
-					continue
-				}
-				v := float64(rng.IntN(1_000_000) + 1)
-				inputs[name] = v
-				ev.Set(tr.Input(name), v)
-			}
+			inputs := fillRandom(tr, ev, rng, map[string]float64{"smt_on": smt}, false)
+			inputs["HYPERTHREADING_ON"] = smt
 			ev.Eval()
 			for _, p := range pub {
 				prog, err := expr.Compile(p.formula, func(alias string) (int, bool) { return 0, true })
@@ -169,6 +158,30 @@ func TestMatchesIntelPublishedFormulas(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fillRandom gives every input of tr a random count in [1, 1e6] (or zero when
+// idle), after setting params, and returns the values by input name.
+func fillRandom(tr *metric.Tree, ev *metric.Evaluator, rng *rand.Rand, params map[string]float64, idle bool) map[string]float64 {
+	in := map[string]float64{}
+	ev.Reset()
+	for name, v := range params {
+		if i := tr.Input(name); i >= 0 {
+			ev.Set(i, v)
+		}
+	}
+	for _, name := range tr.Inputs {
+		if _, isParam := params[name]; isParam {
+			continue
+		}
+		v := float64(rng.IntN(1_000_000) + 1)
+		if idle {
+			v = 0
+		}
+		in[name] = v
+		ev.Set(tr.Input(name), v)
+	}
+	return in
 }
 
 func eval(t *testing.T, uarch string, in map[string]float64) *metric.Evaluator {
