@@ -93,7 +93,15 @@ func (l *Live) Update(s perfcount.Snapshot) {
 	for _, g := range s.Groups {
 		running[g.Name] = g.RunningNS
 	}
-	for _, src := range l.source {
+	// A group the PMU could not schedule together is counted one event per
+	// group, named <group>/<event> (perfcount splits it): read those instead.
+	for input, src := range l.source {
+		if _, ok := totals[src]; !ok {
+			if split := [2]string{src[0] + "/" + src[1], src[1]}; totals[split].PerCPU != nil {
+				l.source[input] = split
+				src = split
+			}
+		}
 		for cpu := range totals[src].PerCPU {
 			cpus[cpu] = true
 		}

@@ -116,3 +116,25 @@ func TestLiveSkipsIntervalsWithoutValues(t *testing.T) {
 		}
 	}
 }
+
+// When the engine splits a group that does not fit, Live follows the pieces.
+func TestLiveFollowsSplitGroups(t *testing.T) {
+	d, _ := metric.Parse("t.yaml", []byte(softwareTree))
+	tr, err := d.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := []perfcount.GroupSpec{{Name: "g", Events: []eventspec.Event{{Name: "CLOCK"}, {Name: "FAULTS"}}}}
+	live := NewLive(tr, groups, nil)
+	split := func(clock, run uint64) perfcount.Snapshot {
+		return perfcount.Snapshot{
+			Events: []perfcount.EventTotals{{Group: "g/CLOCK", Event: "CLOCK", PerCPU: map[int]uint64{0: clock}}},
+			Groups: []perfcount.GroupTotals{{Name: "g", Split: true}, {Name: "g/CLOCK", RunningNS: map[int]uint64{0: run}}},
+		}
+	}
+	live.Update(split(1000, 10))
+	live.Update(split(1500, 20))
+	if slots, _, _ := live.Totals(); slots != 1500 {
+		t.Errorf("slots = %v, want 1500 from the split group", slots)
+	}
+}
