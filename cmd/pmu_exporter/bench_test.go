@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// cgroupProc runs a command inside its own cgroup v2 so that its CPU time, over
+// all its threads, can be read exactly from cpu.stat.
+type cgroupProc struct {
+	name, dir, url string
+	cmd            *exec.Cmd
+}
+
+func startInCgroup(b *testing.B, name, url string, argv ...string) *cgroupProc {
+	b.Helper()
+	mnt := testenv.Cgroup2Mount()
+	testenv.Require(b, mnt != "", "needs cgroup v2")
+	p := &cgroupProc{name: name, url: url, dir: filepath.Join(mnt, fmt.Sprintf("pmu_bench_%s_%d", name, os.Getpid()))}
+	if err := os.Mkdir(p.dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	fd, err := os.Open(p.dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fd.Close()
+	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
+	if err := p.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.cmd.Wait()
+		os.Remove(p.dir)
+	})
+	for i := 0; ; i++ {
+		if err := p.scrape(); err == nil {
+			break
+		} else if i > 200 {
+			b.Fatalf("%s never answered: %v", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return p
+}
+
+func (p *cgroupProc) scrape() error {
+	resp, err := http.Get(p.url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %s", p.url, resp.Status)
+	}
+	return nil
+}
+
+func (p *cgroupProc) cpu(b *testing.B) time.Duration {
+	data, err := os.ReadFile(filepath.Join(p.dir, "cpu.stat"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return time.Duration(n) * time.Microsecond
+		}
+	}
+	b.Fatal("no usage_usec")
+	return 0
+}
+
+// BenchmarkVsNodeExporterPerf runs pmu_exporter and node_exporter's perf collector
+// side by side on the same five software events, read once a second (our
+// --collector.interval, their scrape), scraped once a second, and reports each
+// process's CPU time per scrape, measured by cgroup accounting after both are up.
+// Run with -benchtime=Nx: each op is one second.
+func BenchmarkVsNodeExporterPerf(b *testing.B) {
+	testenv.RequireRoot(b)
+	nodeExporter := os.Getenv("NODE_EXPORTER")
+	if nodeExporter == "" {
+		gopath, _ := exec.Command("go", "env", "GOPATH").Output()
+		nodeExporter = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "node_exporter")
+	}
+	_, err := os.Stat(nodeExporter)
+	testenv.Require(b, err == nil, "needs node_exporter: go install github.com/prometheus/node_exporter@v1.12.1")
+
+	cfg := filepath.Join(b.TempDir(), "pmu.yml")
+	os.WriteFile(cfg, []byte("default_profile: false\ngroups:\n  - name: software\n    events: [page-faults, context-switches, cpu-migrations, minor-faults, major-faults]\n"), 0o644)
+	ours := freeAddr(b)
+	theirs := freeAddr(b)
+	pe := startInCgroup(b, "pmu_exporter", "http://"+ours+"/metrics", binary, "--web.listen-address="+ours,
+		"--collector.interval=1s", "--config.file="+cfg, "--log.level=warn")
+	ne := startInCgroup(b, "node_exporter", "http://"+theirs+"/metrics", nodeExporter, "--web.listen-address="+theirs,
+		"--collector.disable-defaults", "--collector.perf", "--collector.perf.disable-hardware-profilers",
+		"--collector.perf.disable-cache-profilers", "--log.level=warn")
+	time.Sleep(2 * time.Second) // let both settle after start-up
+	pe0, ne0 := pe.cpu(b), ne.cpu(b)
+	b.ResetTimer()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 0; i < b.N; i++ {
+		<-tick.C
+		if err := pe.scrape(); err != nil {
+			b.Fatal(err)
+		}
+		if err := ne.scrape(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	peCPU, neCPU := pe.cpu(b)-pe0, ne.cpu(b)-ne0
+	b.ReportMetric(float64(peCPU.Microseconds())/float64(b.N), "pmu_exporter-cpu-µs/scrape")
+	b.ReportMetric(float64(neCPU.Microseconds())/float64(b.N), "node_exporter-cpu-µs/scrape")
+	b.ReportMetric(float64(peCPU)/float64(neCPU), "cpu-ratio")
+}

@@ -1,0 +1,514 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// binary is the exporter built once for the package's tests, in a directory an
+// unprivileged user can read.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pmu_exporter_e2e")
+	if err != nil {
+		panic(err)
+	}
+	os.Chmod(dir, 0o755)
+	binary = filepath.Join(dir, "pmu_exporter")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building the exporter: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type exporterProc struct {
+	addr string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+}
+
+// start runs the binary with args and waits until /-/ready answers 200.
+func start(t *testing.T, cred *syscall.Credential, args ...string) *exporterProc {
+	t.Helper()
+	p := &exporterProc{addr: freeAddr(t), log: &bytes.Buffer{}}
+	p.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + p.addr, "--collector.interval=100ms"}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if cred != nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- p.cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("exporter did not exit cleanly on SIGTERM: %v\n%s", err, p.log)
+			}
+		case <-time.After(10 * time.Second):
+			p.cmd.Process.Kill()
+			t.Errorf("exporter ignored SIGTERM")
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + p.addr + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("exporter not ready in 10s:\n%s", p.log)
+	return nil
+}
+
+func (p *exporterProc) scrape(t *testing.T) (string, map[string]*dto.MetricFamily) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("scrape: %s\n%s", resp.Status, body)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing scrape: %v", err)
+	}
+	return string(body), mfs
+}
+
+// value finds the series of name whose labels include all of want.
+func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	t.Helper()
+	mf := mfs[name]
+	if mf == nil {
+		return 0, false
+	}
+next:
+	for _, m := range mf.Metric {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+func mustValue(t *testing.T, mfs map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, ok := value(t, mfs, name, labels)
+	if !ok {
+		t.Fatalf("no %s%v in scrape", name, labels)
+	}
+	return v
+}
+
+func sw(event string) map[string]string { return map[string]string{"event": event, "pmu": "software"} }
+
+// TestServeGrowsWithLoad: a newcomer's run, scraped twice around some load; the
+// counts grow by at least the load we made, and promtool accepts the output.
+func TestServeGrowsWithLoad(t *testing.T) {
+	testenv.RequireRoot(t)
+	promtool := testenv.RequireTool(t, "promtool")
+	p := start(t, nil)
+	time.Sleep(250 * time.Millisecond)
+	_, before := p.scrape(t)
+
+	const pages = 3000
+	mem, err := unix.Mmap(-1, 0, pages*os.Getpagesize(), unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < pages; i++ {
+		mem[i*os.Getpagesize()] = 1
+	}
+	unix.Munmap(mem)
+	spinStart := time.Now()
+	for time.Since(spinStart) < 200*time.Millisecond {
+	}
+	time.Sleep(300 * time.Millisecond) // more than two read intervals
+	body, after := p.scrape(t)
+
+	if d := mustValue(t, after, "pmu_events_total", sw("page-faults")) - mustValue(t, before, "pmu_events_total", sw("page-faults")); d < pages {
+		t.Errorf("page-faults grew by %v, less than the %d pages touched", d, pages)
+	}
+	// System-wide cpu-clock counts wall time on every CPU: at least 500ms × CPUs passed.
+	cpus := float64(len(strings.Split(strings.TrimSpace(readFile(t, "/sys/devices/system/cpu/online")), ","))) // lower bound only
+	if d := mustValue(t, after, "pmu_events_total", sw("cpu-clock")) - mustValue(t, before, "pmu_events_total", sw("cpu-clock")); d < 0.4e9*cpus {
+		t.Errorf("cpu-clock grew by %v ns over ~0.5s", d)
+	}
+	if v := mustValue(t, after, "pmu_capability", map[string]string{"feature": "system_wide"}); v != 1 {
+		t.Errorf("system_wide capability = %v as root", v)
+	}
+	for _, name := range []string{"pmu_info", "pmu_group_enabled_seconds_total", "pmu_group_running_seconds_total",
+		"pmu_read_errors_total", "pmu_read_duration_seconds", "pmu_exporter_build_info"} {
+		if after[name] == nil {
+			t.Errorf("%s missing from /metrics", name)
+		}
+	}
+
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+
+	// The landing page and health probe.
+	for path, want := range map[string]string{"/": "PMU Exporter", "/-/healthy": "Healthy"} {
+		resp, err := http.Get("http://" + p.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s: %s %q", path, resp.Status, b)
+		}
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestServeUnprivileged: without permission the exporter still serves, says what
+// is missing, and counts nothing system-wide.
+func TestServeUnprivileged(t *testing.T) {
+	testenv.RequireRoot(t)
+	paranoid := strings.TrimSpace(readFile(t, "/proc/sys/kernel/perf_event_paranoid"))
+	testenv.Require(t, paranoid != "-1" && paranoid != "0", "perf_event_paranoid lets anyone count system-wide")
+	p := start(t, &syscall.Credential{Uid: 65534, Gid: 65534})
+	time.Sleep(200 * time.Millisecond)
+	_, mfs := p.scrape(t)
+	if v := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": "system_wide"}); v != 0 {
+		t.Errorf("system_wide = %v for nobody", v)
+	}
+	if v := mustValue(t, mfs, "pmu_group_open_failures", map[string]string{"group": "software", "reason": "permission"}); v < 1 {
+		t.Errorf("software group permission failures = %v", v)
+	}
+	if _, ok := value(t, mfs, "pmu_events_total", sw("cpu-clock")); ok {
+		t.Error("cpu-clock exported although it could not be opened")
+	}
+	if !strings.Contains(p.log.String(), "CAP_PERFMON") {
+		t.Errorf("log does not say how to fix permissions:\n%s", p.log)
+	}
+}
+
+// TestServeBadConfigKeepsGoodGroups: a config with one bad event still counts the
+// rest, exports pmu_config_errors, and logs file:line:column.
+func TestServeBadConfigKeepsGoodGroups(t *testing.T) {
+	testenv.RequireRoot(t)
+	cfg := filepath.Join(t.TempDir(), "pmu.yml")
+	os.WriteFile(cfg, []byte("default_profile: false\ngroups:\n  - name: faults\n    events: [minor-faults]\n  - name: broken\n    events: [cyclez]\n"), 0o644)
+	p := start(t, nil, "--config.file="+cfg)
+	time.Sleep(200 * time.Millisecond)
+	_, mfs := p.scrape(t)
+	if v := mustValue(t, mfs, "pmu_config_errors", nil); v != 1 {
+		t.Errorf("pmu_config_errors = %v", v)
+	}
+	if _, ok := value(t, mfs, "pmu_events_total", sw("minor-faults")); !ok {
+		t.Error("the good group is not counted")
+	}
+	if _, ok := value(t, mfs, "pmu_events_total", sw("cpu-clock")); ok {
+		t.Error("default profile counted although default_profile is false")
+	}
+	if want := cfg + `:6:14: event \"cyclez\": unknown event \"cyclez\"; did you mean \"cycles\"?`; !strings.Contains(p.log.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, p.log)
+	}
+}
+
+func TestServeBasicAuth(t *testing.T) {
+	testenv.RequireRoot(t)
+	hash, _ := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	web := filepath.Join(t.TempDir(), "web.yml")
+	os.WriteFile(web, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o644)
+	p := &exporterProc{addr: freeAddr(t), log: &bytes.Buffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cmd = exec.CommandContext(ctx, binary, "--web.listen-address="+p.addr, "--web.config.file="+web)
+	p.cmd.Stderr = p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); p.cmd.Wait() }()
+	var resp *http.Response
+	var err error
+	for i := 0; i < 100; i++ {
+		if resp, err = http.Get("http://" + p.addr + "/metrics"); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, p.log)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without credentials: %s", resp.Status)
+	}
+	req, _ := http.NewRequest("GET", "http://"+p.addr+"/metrics", nil)
+	req.SetBasicAuth("prom", "s3cret")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("with credentials: %s", resp.Status)
+	}
+}
+
+// TestCheck runs `pmu_exporter check` both ways.
+func TestCheck(t *testing.T) {
+	testenv.RequireRoot(t)
+	out, err := exec.Command(binary, "check", "--format=json").Output()
+	if err != nil {
+		t.Fatalf("check --format=json: %v", err)
+	}
+	var r struct {
+		Runnable bool
+		Features []struct {
+			Name      string
+			Available bool
+			Reason    string
+			Fix       string
+		}
+		PMUs    []struct{ Name string }
+		Groups  []string
+		Topdown struct{ Tree, Reason string }
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !r.Runnable || len(r.Features) < 9 || len(r.Groups) == 0 {
+		t.Errorf("report = %+v", r)
+	}
+	// Either a tree or the reason there is none, never both nor neither.
+	if (r.Topdown.Tree == "") == (r.Topdown.Reason == "") {
+		t.Errorf("topdown status = %+v", r.Topdown)
+	}
+	pmus := map[string]bool{}
+	for _, p := range r.PMUs {
+		pmus[p.Name] = true
+	}
+	entries, _ := os.ReadDir("/sys/bus/event_source/devices")
+	for _, e := range entries {
+		if !pmus[e.Name()] {
+			t.Errorf("PMU %s in sysfs but not in the report", e.Name())
+		}
+	}
+	for _, f := range r.Features {
+		if !f.Available && (f.Reason == "" || f.Fix == "") {
+			t.Errorf("%s missing without reason or fix", f.Name)
+		}
+	}
+	text, err := exec.Command(binary, "check").Output()
+	if err != nil || !strings.Contains(string(text), "Features:") || !strings.Contains(string(text), "The exporter can run here") ||
+		!strings.Contains(string(text), "Top-Down: ") {
+		t.Errorf("check text: %v\n%s", err, text)
+	}
+	// Unprivileged: the report says why and exits non-zero.
+	cmd := exec.Command(binary, "check")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	text, err = cmd.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(text), "[no]  system_wide") {
+		t.Errorf("unprivileged check: %v\n%s", err, text)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	out, err := exec.Command(binary, "--collector.interval=-1s").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--collector.interval must be positive") {
+		t.Errorf("negative interval: %v %s", err, out)
+	}
+	out, err = exec.Command(binary, "--no-such-flag").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "unknown long flag '--no-such-flag'") {
+		t.Errorf("unknown flag: %v %s", err, out)
+	}
+}
+
+// TestCheckWarnsAboutFDLimit runs check under a low open-file limit: the default
+// profile's 8 software events on every CPU plus the reserve exceed 66.
+func TestCheckWarnsAboutFDLimit(t *testing.T) {
+	testenv.RequireRoot(t)
+	cmd := exec.Command("sh", "-c", "ulimit -n 66 && exec \"$0\" check", binary)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	cpus := strings.Count(readFile(t, "/proc/cpuinfo"), "processor\t:")
+	want := fmt.Sprintf("the event groups need %d file descriptors", 8*cpus)
+	if !strings.Contains(string(out), want) || !strings.Contains(string(out), "the open-file limit is 66") {
+		t.Errorf("check output lacks %q:\n%s", want, out)
+	}
+}
+
+func TestTopdownCommand(t *testing.T) {
+	rec := "testdata/spr-interval-percpu.csv"
+	out, err := exec.Command(binary, "topdown", "--uarch", "spr", "--format", "json", rec).Output()
+	if err != nil {
+		t.Fatalf("topdown: %v", err)
+	}
+	var r struct {
+		Uarch     string
+		Intervals []struct {
+			Time    *float64
+			CPU     string
+			Metrics map[string]float64
+		}
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// CPU0's vector is the hand-computed one of topdown's tests: frontend 19%.
+	if r.Uarch != "spr" || len(r.Intervals) != 2 || *r.Intervals[0].Time != 1.001 || r.Intervals[0].CPU != "CPU0" ||
+		r.Intervals[0].Metrics["frontend_bound"] != 0.19 || r.Intervals[1].Metrics["retiring"] != 0.5 {
+		t.Errorf("json: %s", out)
+	}
+	if _, ok := r.Intervals[1].Metrics["memory_bound"]; ok {
+		t.Error("memory_bound present although its input was not counted")
+	}
+	for _, iv := range r.Intervals {
+		for k, v := range iv.Metrics {
+			if v < 0 || v > 1 {
+				t.Errorf("%s %s = %v outside [0,1]", iv.CPU, k, v)
+			}
+		}
+	}
+
+	// Table from standard input, with threshold flags.
+	cmd := exec.Command(binary, "topdown", "--uarch", "spr", "-")
+	cmd.Stdin = strings.NewReader(readFile(t, rec))
+	out, err = cmd.Output()
+	if err != nil || !strings.Contains(string(out), "frontend_bound           19.0%  <==") || !strings.Contains(string(out), "memory_bound               -") {
+		t.Errorf("table: %v\n%s", err, out)
+	}
+
+	// The wrong tree computes nothing: a clear failure.
+	out, err = exec.Command(binary, "topdown", "--uarch", "skx", rec).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "no metric of the skx tree could be computed") {
+		t.Errorf("wrong uarch: %v\n%s", err, out)
+	}
+	// A malformed line: what came before it is still computed and printed.
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	os.WriteFile(bad, []byte(readFile(t, rec)+"     3.0,CPU0,garbage,,slots,1,100.00,,\n"), 0o644)
+	cmd = exec.Command(binary, "topdown", "--uarch", "spr", "--format", "json", bad)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "line 23: counter value \"garbage\"") || !strings.Contains(string(out), `"frontend_bound": 0.19`) {
+		t.Errorf("malformed line: %v\nstdout %s\nstderr %s", err, out, stderr.String())
+	}
+	// --list-events prints a perf command whose groups hold every event of the tree.
+	out, err = exec.Command(binary, "topdown", "--uarch", "zen4", "--list-events").Output()
+	if err != nil || !strings.HasPrefix(string(out), "perf stat -x, -I 1000 -a -e '{cpu/event=0x76,name=ls_not_halted_cyc/,") {
+		t.Errorf("list-events: %v\n%s", err, out)
+	}
+	// Arm needs the recording host's slots.
+	out, err = exec.Command(binary, "topdown", "--uarch", "neoverse-n2", rec).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "pass --slots N") {
+		t.Errorf("arm without slots: %v\n%s", err, out)
+	}
+}
+
+// TestServeTopdown runs live Top-Down through the binary with a user tree over
+// software events (this VM has no PMU for the built-in trees): slots are cpu-clock
+// and frontend_bound is fixed at 0.25, so the exported counters must keep that ratio.
+func TestServeTopdown(t *testing.T) {
+	testenv.RequireRoot(t)
+	promtool := testenv.RequireTool(t, "promtool")
+	p := start(t, nil, "--topdown.uarch=none", "--topdown.definitions=testdata/software-topdown.yaml")
+	time.Sleep(400 * time.Millisecond)
+	body, mfs := p.scrape(t)
+	slots := mustValue(t, mfs, "pmu_slots_total", nil)
+	fe := mustValue(t, mfs, "pmu_topdown_slots_total", map[string]string{"category": "frontend_bound", "level": "1", "parent": ""})
+	mem := mustValue(t, mfs, "pmu_topdown_slots_total", map[string]string{"category": "memory_bound", "level": "2", "parent": "backend_bound"})
+	if slots < 0.2e9 || math.Abs(fe/slots-0.25) > 1e-9 || math.Abs(mem/slots-0.375) > 1e-9 {
+		t.Errorf("slots %v, frontend %v, memory %v", slots, fe, mem)
+	}
+	if v := mustValue(t, mfs, "pmu_topdown_info", map[string]string{"uarch": "software", "source": "events", "smt": "n/a"}); v != 1 {
+		t.Errorf("pmu_topdown_info = %v", v)
+	}
+	if _, ok := value(t, mfs, "pmu_events_total", map[string]string{"event": "CLOCK"}); ok {
+		t.Error("a Top-Down input leaked into pmu_events_total")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// TestRecordingRules checks the shipped rules and runs their unit tests.
+func TestRecordingRules(t *testing.T) {
+	promtool := testenv.RequireTool(t, "promtool")
+	dir := "../../deploy/prometheus"
+	for _, args := range [][]string{{"check", "rules", "pmu_exporter.rules.yml"}, {"test", "rules", "pmu_exporter.rules.test.yml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+// Command pmu_exporter counts CPU performance events on every CPU with
+// perf_event_open and serves them to Prometheus; `pmu_exporter check` reports what
+// this host can measure and how to fix what it cannot.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/config"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
+	"github.com/pmu-exporter/pmu_exporter/profile"
+	"github.com/pmu-exporter/pmu_exporter/topdown"
+)
+
+const defaultAddress = ":9893"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type flags struct {
+	sysfs, procfs string
+	configFile    string
+	perCPU        bool
+	interval      time.Duration
+	telemetryPath string
+	web           *web.FlagConfig
+	log           *promslog.Config
+	checkFormat   string
+	gomaxprocs    int
+	topdown       bool
+	tdUarch       string
+	tdDef         string
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var f flags
+	app := kingpin.New("pmu_exporter", "Counts CPU performance events on every CPU and exports them to Prometheus.")
+	app.UsageWriter(stderr)
+	app.ErrorWriter(stderr)
+	app.Terminate(nil)
+	app.Version(version.Print("pmu_exporter"))
+	app.HelpFlag.Short('h')
+	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&f.sysfs)
+	app.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&f.procfs)
+	app.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&f.configFile)
+
+	serve := app.Command("serve", "Count events and serve /metrics (the default).").Default()
+	serve.Flag("collector.per-cpu", "Add a cpu label to event and group series.").BoolVar(&f.perCPU)
+	serve.Flag("collector.interval", "How often every group is read.").Default("1s").DurationVar(&f.interval)
+	serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.telemetryPath)
+	serve.Flag("collector.topdown", "Compute Top-Down levels 1 and 2 where the CPU has a built-in tree (or --topdown.definitions gives one).").
+		Default("true").BoolVar(&f.topdown)
+	serve.Flag("topdown.uarch", "Top-Down tree to use instead of the detected one: "+strings.Join(topdown.Names(), ", ")+"; none makes --topdown.definitions the whole tree.").StringVar(&f.tdUarch)
+	serve.Flag("topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the whole tree where no built-in one applies).").StringVar(&f.tdDef)
+	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
+		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
+	f.web = webflag.AddFlags(serve, defaultAddress)
+	f.log = &promslog.Config{}
+	promslogflag.AddFlags(app, f.log)
+
+	check := app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
+	check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
+
+	var td topdownFlags
+	tdCmd := app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
+	tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
+	tdCmd.Flag("smt", "Whether the recording host ran two threads per core: on, off or auto (this host's).").Default("auto").EnumVar(&td.smt, "on", "off", "auto")
+	tdCmd.Flag("slots", "Slots per cycle of the recording host's cores (Arm: the PMU's caps/slots).").Float64Var(&td.slots)
+	tdCmd.Flag("definitions", "YAML file with metrics that extend or override the built-in tree.").StringVar(&td.definitions)
+	tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
+	tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
+	tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
+
+	cmd, err := app.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "pmu_exporter: %v (try --help)\n", err)
+		return 2
+	}
+	if cmd == "" { // --help or --version
+		return 0
+	}
+	f.log.Writer = stderr
+	logger := promslog.New(f.log)
+	switch cmd {
+	case check.FullCommand():
+		return runCheck(f, stdout, stderr)
+	case tdCmd.FullCommand():
+		return runTopdown(f, td, os.Stdin, stdout, stderr)
+	default:
+		if f.interval <= 0 {
+			fmt.Fprintf(stderr, "pmu_exporter: --collector.interval must be positive, got %v\n", f.interval)
+			return 2
+		}
+		if err := serveMetrics(f, logger); err != nil {
+			logger.Error("exporter stopped", "err", err)
+			return 1
+		}
+		return 0
+	}
+}
+
+// setup is what both commands need: the host, its PMUs, the capability verdict and
+// the groups to count.
+type setup struct {
+	pmus         []*pmu.PMU
+	facts        host.Facts
+	report       capability.Report
+	groups       []perfcount.GroupSpec
+	configErrors []error
+}
+
+func discover(f flags) setup {
+	var s setup
+	s.facts = host.Read(f.procfs, f.sysfs)
+	pmus, err := pmu.Discover(f.sysfs)
+	if err != nil {
+		s.facts.Errors = append(s.facts.Errors, err)
+	}
+	s.pmus = pmus
+	s.report = capability.Build(s.facts, pmus, host.ReadCounters(s.facts.CPU.Vendor), capability.LiveProbes(s.facts))
+
+	cfg := &config.Config{DefaultProfile: true}
+	if f.configFile != "" {
+		var err error
+		if cfg, err = config.Load(f.configFile); err != nil {
+			s.configErrors = append(s.configErrors, unjoin(err)...)
+			if cfg == nil {
+				cfg = &config.Config{DefaultProfile: true}
+			}
+		}
+	}
+	var groups []config.Group
+	if cfg.DefaultProfile {
+		groups = profile.Default(s.report.Feature(capability.HardwareCounters).Available)
+	}
+	groups = append(groups, cfg.Groups...)
+	specs, err := profile.Build(groups, pmus)
+	s.configErrors = append(s.configErrors, unjoin(err)...)
+	s.groups = specs
+	if note := fdNote(specs, s.facts.OnlineCPUs); note != "" {
+		s.report.Notes = append(s.report.Notes, note)
+	}
+	return s
+}
+
+// fdNote warns when the groups need more file descriptors (one per event per CPU)
+// than the open-file limit allows, before the kernel refuses them one by one.
+func fdNote(groups []perfcount.GroupSpec, online []int) string {
+	need := 0
+	for _, g := range groups {
+		cpus := len(online)
+		if c := g.CPUs(); c != nil {
+			cpus = 0
+			for _, cpu := range c {
+				if slices.Contains(online, cpu) {
+					cpus++
+				}
+			}
+		}
+		need += len(g.Events) * cpus
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return ""
+	}
+	const reserve = 64 // listeners, scrapes, /proc and /sys reads
+	if uint64(need+reserve) <= lim.Cur {
+		return ""
+	}
+	return fmt.Sprintf("the event groups need %d file descriptors (one per event per CPU) but the open-file limit is %d: raise it (ulimit -n, LimitNOFILE=, or the container's nofile rlimit) or count fewer events",
+		need, lim.Cur)
+}
+
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/perfstat"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
+	"github.com/pmu-exporter/pmu_exporter/topdown"
+)
+
+// topdownFlags are the options of `pmu_exporter topdown`.
+type topdownFlags struct {
+	uarch, smt, format, definitions, input string
+	slots                                  float64
+	listEvents                             bool
+}
+
+// runTopdown computes Top-Down levels 1 and 2 from a perf stat recording, or
+// prints the perf arguments that make one.
+func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "pmu_exporter topdown: "+format+"\n", args...)
+		return 1
+	}
+	uarch, auto := td.uarch, td.uarch == ""
+	facts := host.Read(f.procfs, f.sysfs)
+	if auto {
+		armSlots := false
+		if pmus, err := pmu.Discover(f.sysfs); err == nil {
+			for _, p := range pmus {
+				armSlots = armSlots || (p.IsCore() && p.Caps["slots"] != "")
+			}
+		}
+		u, err := topdown.Select(topdown.CPU{Vendor: facts.CPU.Vendor, Family: facts.CPU.Family, Model: facts.CPU.Model,
+			Stepping: facts.CPU.Stepping, ArmSlots: armSlots})
+		if err != nil {
+			return fail("%v on this host; pass --uarch (one of %s) for a recording made elsewhere", err, strings.Join(topdown.Names(), ", "))
+		}
+		uarch = u
+		fmt.Fprintf(stderr, "note: --uarch %s, detected on this host; pass --uarch for a recording made elsewhere\n", uarch)
+	}
+	def, err := topdown.Builtin(uarch)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if td.definitions != "" {
+		b, err := os.ReadFile(td.definitions)
+		if err != nil {
+			return fail("%v", err)
+		}
+		user, err := metric.Parse(td.definitions, b)
+		if err != nil {
+			return fail("%v", err)
+		}
+		def = def.Override(user)
+	}
+	tree, err := def.Compile()
+	if err != nil {
+		return fail("%v", err)
+	}
+	if td.listEvents {
+		fmt.Fprintf(stdout, "perf stat -x, -I 1000 -a %s -- sleep 10 2> recording.csv\n", shellJoin(topdown.PerfArgs(def)))
+		return 0
+	}
+
+	params, err := topdownParams(f, td, tree, auto, stderr)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var in io.Reader = stdin
+	name := "standard input"
+	if td.input != "-" && td.input != "" { // kingpin hands a lone "-" over as ""
+		file, err := os.Open(td.input)
+		if err != nil {
+			return fail("%v", err)
+		}
+		defer file.Close()
+		in, name = file, td.input
+	}
+	samples, readErr := perfstat.Parse(in)
+	if len(samples) == 0 && readErr == nil {
+		return fail("%s holds no perf stat values (record with the command from --list-events)", name)
+	}
+	intervals, notes := topdown.Offline(tree, samples, params)
+	computed := false
+	for _, iv := range intervals {
+		computed = computed || len(iv.Metrics) > 0
+	}
+	if !computed && readErr == nil {
+		return fail("no metric of the %s tree could be computed from %s: wrong --uarch, or recorded without the events of --list-events", uarch, name)
+	}
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "note: %s\n", n)
+	}
+	if td.format == "json" {
+		writeTopdownJSON(stdout, uarch, tree, intervals)
+	} else {
+		writeTopdownTable(stdout, tree, intervals)
+	}
+	if readErr != nil {
+		// Everything read before the bad line was computed and printed above.
+		return fail("%s: %v", name, readErr)
+	}
+	return 0
+}
+
+func topdownParams(f flags, td topdownFlags, tree *metric.Tree, auto bool, stderr io.Writer) (map[string]float64, error) {
+	params := map[string]float64{}
+	if tree.Input("smt_on") >= 0 {
+		switch td.smt {
+		case "on":
+			params["smt_on"] = 1
+		case "off":
+			params["smt_on"] = 0
+		default:
+			on := false
+			if auto {
+				var err error
+				if on, err = host.SMTActive(f.sysfs); err != nil {
+					return nil, fmt.Errorf("%v; pass --smt on or off", err)
+				}
+			} else {
+				fmt.Fprintf(stderr, "note: --smt off assumed; pass --smt on if the recording host ran two threads per core\n")
+			}
+			params["smt_on"] = map[bool]float64{true: 1, false: 0}[on]
+		}
+	}
+	if tree.Input("#slots") >= 0 {
+		if td.slots > 0 {
+			params["#slots"] = td.slots
+		} else {
+			slots := 0.0
+			if auto {
+				if pmus, err := pmu.Discover(f.sysfs); err == nil {
+					for _, p := range pmus {
+						if v, err := strconv.ParseUint(strings.TrimPrefix(p.Caps["slots"], "0x"), 16, 32); p.IsCore() && err == nil {
+							slots = float64(v)
+						}
+					}
+				}
+			}
+			if slots == 0 {
+				return nil, fmt.Errorf("the %s tree needs the core's slots per cycle: pass --slots N (caps/slots of the recording host's PMU)", tree.Def.Name)
+			}
+			params["#slots"] = slots
+		}
+	}
+	return params, nil
+}
+
+type jsonInterval struct {
+	Time    *float64           `json:"time,omitempty"`
+	CPU     string             `json:"cpu"`
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+func writeTopdownJSON(w io.Writer, uarch string, tree *metric.Tree, intervals []topdown.Interval) {
+	out := struct {
+		Uarch     string         `json:"uarch"`
+		Intervals []jsonInterval `json:"intervals"`
+	}{Uarch: uarch, Intervals: []jsonInterval{}}
+	for _, iv := range intervals {
+		j := jsonInterval{CPU: iv.CPU, Metrics: iv.Metrics}
+		if !math.IsNaN(iv.Time) {
+			t := iv.Time
+			j.Time = &t
+		}
+		out.Intervals = append(out.Intervals, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(out)
+}
+
+// writeTopdownTable prints each interval's tree, flagging nodes over their
+// threshold as toplev does.
+func writeTopdownTable(w io.Writer, tree *metric.Tree, intervals []topdown.Interval) {
+	children := map[string][]metric.Metric{}
+	var roots []metric.Metric
+	for _, m := range tree.Def.Metrics { // definition order reads best
+		switch {
+		case m.Level == 1:
+			roots = append(roots, m)
+		case m.Level > 1:
+			children[m.Parent] = append(children[m.Parent], m)
+		}
+	}
+	for _, iv := range intervals {
+		if math.IsNaN(iv.Time) {
+			fmt.Fprintf(w, "%s\n", iv.CPU)
+		} else {
+			fmt.Fprintf(w, "%.3f s  %s\n", iv.Time, iv.CPU)
+		}
+		var print func(m metric.Metric, depth int)
+		print = func(m metric.Metric, depth int) {
+			v, ok := iv.Metrics[m.Name]
+			val := "      -"
+			if ok {
+				val = fmt.Sprintf("%6.1f%%", 100*v)
+			}
+			flag := ""
+			if iv.Above[m.Name] {
+				flag = "  <=="
+			}
+			fmt.Fprintf(w, "  %-*s%-*s %s%s\n", 2*depth, "", 22-2*depth, m.Name, val, flag)
+			for _, c := range children[m.Name] {
+				print(c, depth+1)
+			}
+		}
+		for _, r := range roots {
+			print(r, 0)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, "{},:=/ ") {
+			out[i] = "'" + a + "'"
+		} else {
+			out[i] = a
+		}
+	}
+	return strings.Join(out, " ")
+}
