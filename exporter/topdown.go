@@ -11,6 +11,7 @@ import (
 // TopdownSource is what the Top-Down collector reads: topdown.Live.
 type TopdownSource interface {
 	Totals() (slots float64, nodes []topdown.Node, violations map[string]uint64)
+	TotalsPerCPU() (slots map[int]float64, nodes map[int][]topdown.Node, violations map[string]uint64)
 }
 
 // TopdownInfo labels pmu_topdown_info.
@@ -25,17 +26,24 @@ type TopdownInfo struct {
 type TopdownCollector struct {
 	src                                TopdownSource
 	info                               TopdownInfo
+	perCPU                             bool
 	slots, nodeSlots, infoD, violation *prometheus.Desc
 }
 
-// NewTopdown builds the collector.
-func NewTopdown(src TopdownSource, info TopdownInfo) *TopdownCollector {
+// NewTopdown builds the collector; perCPU adds a cpu label to the slot counters.
+func NewTopdown(src TopdownSource, info TopdownInfo, perCPU bool) *TopdownCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
-	return &TopdownCollector{src: src, info: info,
-		slots:     d("slots_total", "Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs."),
-		nodeSlots: d("topdown_slots_total", "Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.", "level", "category", "parent"),
+	cpu := func(labels ...string) []string {
+		if perCPU {
+			return append(labels, "cpu")
+		}
+		return labels
+	}
+	return &TopdownCollector{src: src, info: info, perCPU: perCPU,
+		slots:     d("slots_total", "Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.", cpu()...),
+		nodeSlots: d("topdown_slots_total", "Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.", cpu("level", "category", "parent")...),
 		infoD:     d("topdown_info", "The Top-Down tree in use, always 1.", "uarch", "source", "smt"),
 		violation: d("topdown_containment_violations_total", "Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.", "parent"),
 	}
@@ -51,13 +59,31 @@ func (c *TopdownCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends the accumulated slots.
 func (c *TopdownCollector) Collect(ch chan<- prometheus.Metric) {
-	slots, nodes, violations := c.src.Totals()
-	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.CounterValue, slots)
+	var slots map[int]float64
+	var nodes map[int][]topdown.Node
+	var violations map[string]uint64
+	if c.perCPU {
+		slots, nodes, violations = c.src.TotalsPerCPU()
+	} else {
+		var all float64
+		var summed []topdown.Node
+		all, summed, violations = c.src.Totals()
+		slots, nodes = map[int]float64{-1: all}, map[int][]topdown.Node{-1: summed}
+	}
 	parents := map[string]bool{}
-	for _, n := range nodes {
-		ch <- prometheus.MustNewConstMetric(c.nodeSlots, prometheus.CounterValue, n.Slots, strconv.Itoa(n.Level), n.Name, n.Parent)
-		if n.Parent != "" {
-			parents[n.Parent] = true
+	for cpu, s := range slots {
+		labels := func(l ...string) []string {
+			if c.perCPU {
+				return append(l, strconv.Itoa(cpu))
+			}
+			return l
+		}
+		ch <- prometheus.MustNewConstMetric(c.slots, prometheus.CounterValue, s, labels()...)
+		for _, n := range nodes[cpu] {
+			ch <- prometheus.MustNewConstMetric(c.nodeSlots, prometheus.CounterValue, n.Slots, labels(strconv.Itoa(n.Level), n.Name, n.Parent)...)
+			if n.Parent != "" {
+				parents[n.Parent] = true
+			}
 		}
 	}
 	for p := range parents {

@@ -11,15 +11,23 @@ import (
 
 type fixedTopdown struct{}
 
-func (fixedTopdown) Totals() (float64, []topdown.Node, map[string]uint64) {
+func (f fixedTopdown) Totals() (float64, []topdown.Node, map[string]uint64) {
 	return 4000, []topdown.Node{
 		{Name: "frontend_bound", Level: 1, Slots: 800},
 		{Name: "fetch_latency", Level: 2, Parent: "frontend_bound", Slots: 600},
 	}, map[string]uint64{"frontend_bound": 2}
 }
 
+// Two CPUs: 1000 + 3000 slots, 200 + 600 frontend-bound, 100 + 500 fetch latency.
+func (fixedTopdown) TotalsPerCPU() (map[int]float64, map[int][]topdown.Node, map[string]uint64) {
+	return map[int]float64{0: 1000, 1: 3000}, map[int][]topdown.Node{
+		0: {{Name: "frontend_bound", Level: 1, Slots: 200}, {Name: "fetch_latency", Level: 2, Parent: "frontend_bound", Slots: 100}},
+		1: {{Name: "frontend_bound", Level: 1, Slots: 600}, {Name: "fetch_latency", Level: 2, Parent: "frontend_bound", Slots: 500}},
+	}, map[string]uint64{"frontend_bound": 2}
+}
+
 func TestTopdownCollector(t *testing.T) {
-	c := NewTopdown(fixedTopdown{}, TopdownInfo{Uarch: "spr", Source: "perf_metrics", SMT: "on"})
+	c := NewTopdown(fixedTopdown{}, TopdownInfo{Uarch: "spr", Source: "perf_metrics", SMT: "on"}, false)
 	want := `
 # HELP pmu_slots_total Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.
 # TYPE pmu_slots_total counter
@@ -40,5 +48,24 @@ pmu_topdown_containment_violations_total{parent="frontend_bound"} 2
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
+
+func TestTopdownCollectorPerCPU(t *testing.T) {
+	c := NewTopdown(fixedTopdown{}, TopdownInfo{Uarch: "spr", Source: "perf_metrics", SMT: "on"}, true)
+	want := `
+# HELP pmu_slots_total Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.
+# TYPE pmu_slots_total counter
+pmu_slots_total{cpu="0"} 1000
+pmu_slots_total{cpu="1"} 3000
+# HELP pmu_topdown_slots_total Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.
+# TYPE pmu_topdown_slots_total counter
+pmu_topdown_slots_total{category="fetch_latency",cpu="0",level="2",parent="frontend_bound"} 100
+pmu_topdown_slots_total{category="fetch_latency",cpu="1",level="2",parent="frontend_bound"} 500
+pmu_topdown_slots_total{category="frontend_bound",cpu="0",level="1",parent=""} 200
+pmu_topdown_slots_total{category="frontend_bound",cpu="1",level="1",parent=""} 600
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "pmu_slots_total", "pmu_topdown_slots_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -63,15 +63,15 @@ type Live struct {
 	prevOn map[string]uint64 // group|cpu -> running ns at the last update
 
 	mu    sync.Mutex
-	slots float64
-	nodes map[string]float64
+	slots map[int]float64            // per CPU
+	nodes map[int]map[string]float64 // per CPU, per metric
 }
 
 // NewLive follows groups (from LiveGroups) for tree t; params holds smt_on,
 // #slots and the like.
 func NewLive(t *metric.Tree, groups []perfcount.GroupSpec, params map[string]float64) *Live {
 	l := &Live{tree: t, params: params, source: map[string][2]string{}, evals: map[int]*metric.Evaluator{},
-		prev: map[string]uint64{}, prevOn: map[string]uint64{}, nodes: map[string]float64{}}
+		prev: map[string]uint64{}, prevOn: map[string]uint64{}, slots: map[int]float64{}, nodes: map[int]map[string]float64{}}
 	for _, g := range groups {
 		for _, ev := range g.Events {
 			if _, ok := l.source[ev.Name]; !ok {
@@ -148,13 +148,16 @@ func (l *Live) Update(s perfcount.Snapshot) {
 		if math.IsNaN(slots) || slots <= 0 {
 			continue
 		}
-		l.slots += slots
+		l.slots[cpu] += slots
+		if l.nodes[cpu] == nil {
+			l.nodes[cpu] = map[string]float64{}
+		}
 		for _, m := range l.tree.Metrics() {
 			if m.Level < 1 {
 				continue
 			}
 			if v := ev.Value(m.Name); !math.IsNaN(v) {
-				l.nodes[m.Name] += v * slots
+				l.nodes[cpu][m.Name] += v * slots
 			}
 		}
 	}
@@ -167,21 +170,42 @@ type Node struct {
 	Slots        float64
 }
 
-// Totals returns the slots accumulated so far, per node and in all, and the
-// containment violations per parent summed over CPUs.
+// Totals returns the slots accumulated so far, per node and in all, summed over
+// CPUs, and the containment violations per parent.
 func (l *Live) Totals() (slots float64, nodes []Node, violations map[string]uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, m := range l.tree.Metrics() {
-		if m.Level >= 1 {
-			nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, Slots: l.nodes[m.Name]})
+	perCPU, byCPU, violations := l.TotalsPerCPU()
+	sums := map[string]float64{}
+	for cpu, s := range perCPU {
+		slots += s
+		for _, n := range byCPU[cpu] {
+			sums[n.Name] += n.Slots
 		}
 	}
-	violations = map[string]uint64{}
+	for _, m := range l.tree.Metrics() {
+		if m.Level >= 1 {
+			nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, Slots: sums[m.Name]})
+		}
+	}
+	return slots, nodes, violations
+}
+
+// TotalsPerCPU is Totals for each CPU.
+func (l *Live) TotalsPerCPU() (slots map[int]float64, nodes map[int][]Node, violations map[string]uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slots, nodes, violations = map[int]float64{}, map[int][]Node{}, map[string]uint64{}
+	for cpu, s := range l.slots {
+		slots[cpu] = s
+		for _, m := range l.tree.Metrics() {
+			if m.Level >= 1 {
+				nodes[cpu] = append(nodes[cpu], Node{Name: m.Name, Parent: m.Parent, Level: m.Level, Slots: l.nodes[cpu][m.Name]})
+			}
+		}
+	}
 	for _, ev := range l.evals {
 		for p, n := range ev.Violations {
 			violations[p] += n
 		}
 	}
-	return l.slots, nodes, violations
+	return slots, nodes, violations
 }

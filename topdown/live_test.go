@@ -78,6 +78,18 @@ func TestLiveOnRealSoftwareCounters(t *testing.T) {
 	if len(nodes) != 4 || len(violations) != 0 {
 		t.Errorf("nodes %+v violations %v", nodes, violations)
 	}
+	// Per CPU: every online CPU has its own slots, and they add up to the total.
+	perCPU, byCPU, _ := live.TotalsPerCPU()
+	sum := 0.0
+	for cpu, s := range perCPU {
+		sum += s
+		if len(byCPU[cpu]) != 4 || byCPU[cpu][0].Slots != 0.25*s {
+			t.Errorf("CPU %d: %v slots, nodes %+v", cpu, s, byCPU[cpu])
+		}
+	}
+	if online, _ := host.OnlineCPUs("/sys"); len(perCPU) != len(online) || sum != slots {
+		t.Errorf("per-CPU slots %v (sum %v) over %d online CPUs, total %v", perCPU, sum, len(online), slots)
+	}
 }
 
 func snapshot(clock, faults uint64, running uint64) perfcount.Snapshot {

@@ -192,7 +192,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if td != nil {
-		reg.MustRegister(exporter.NewTopdown(td.live, td.info))
+		reg.MustRegister(exporter.NewTopdown(td.live, td.info, f.perCPU))
 	}
 	mux := http.NewServeMux()
 	mux.Handle(f.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
