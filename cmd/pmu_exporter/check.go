@@ -10,9 +10,10 @@ import (
 
 // topdownStatus says which Top-Down tree serve would compute, or why none.
 type topdownStatus struct {
-	Tree   string `json:"tree,omitempty"`
-	Source string `json:"source,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	Tree    string `json:"tree,omitempty"`
+	Source  string `json:"source,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Warning string `json:"warning,omitempty"`
 }
 
 func runCheck(f flags, stdout, stderr io.Writer) int {
@@ -22,7 +23,7 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 	if td, err := setupTopdown(f, s); err != nil {
 		tds.Reason = err.Error()
 	} else {
-		tds.Tree, tds.Source = td.info.Uarch, td.info.Source
+		tds.Tree, tds.Source, tds.Warning = td.info.Uarch, td.info.Source, td.warning
 	}
 	if f.checkFormat == "json" {
 		out := struct {
@@ -44,6 +45,9 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 		s.report.WriteText(stdout)
 		if tds.Tree != "" {
 			fmt.Fprintf(stdout, "\nTop-Down: tree %s, from %s\n", tds.Tree, tds.Source)
+			if tds.Warning != "" {
+				fmt.Fprintf(stdout, "  warning: %s; its events will be multiplexed\n", tds.Warning)
+			}
 		} else {
 			fmt.Fprintf(stdout, "\nTop-Down: not computed: %s\n", tds.Reason)
 		}

@@ -35,6 +35,9 @@ type liveTopdown struct {
 	live   *topdown.Live
 	groups []perfcount.GroupSpec
 	info   exporter.TopdownInfo
+	// warning, if set, says a group will not fit this CPU's counters: the
+	// engine will count its events one by one and ratios become estimates.
+	warning string
 }
 
 // setupTopdown picks the tree (flag, else detected; a definitions file extends
@@ -129,7 +132,13 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 			info.Source = "perf_metrics"
 		}
 	}
-	return &liveTopdown{live: topdown.NewLive(tree, groups, params), groups: groups, info: info}, nil
+	td := &liveTopdown{live: topdown.NewLive(tree, groups, params), groups: groups, info: info}
+	if c := s.report.Counters; c.Known {
+		if err := topdown.CheckFit(def, s.pmus, s.facts.CPU.Vendor == "GenuineIntel", c.GeneralPurpose); err != nil {
+			td.warning = err.Error()
+		}
+	}
+	return td, nil
 }
 
 func serveMetrics(f flags, logger *slog.Logger) error {
@@ -157,6 +166,9 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		logger.Info("Top-Down not computed", "reason", err)
 	} else {
 		logger.Info("Top-Down computed", "tree", td.info.Uarch, "from", td.info.Source, "smt", td.info.SMT)
+		if td.warning != "" {
+			logger.Warn("Top-Down group does not fit the counters; its events will be multiplexed", "problem", td.warning)
+		}
 		s.groups = append(s.groups, td.groups...)
 	}
 
