@@ -21,6 +21,7 @@ func TestBuiltinGroupsFit(t *testing.T) {
 		{"skx", fixture.IntelSkylake(), true, 4},
 		{"icx", fixture.IntelIcelake(), true, 4},
 		{"spr", fixture.IntelSapphireRapids(), true, 8},
+		{"srf", fixture.IntelIcelake(), true, 8},
 		{"zen4", fixture.AMDZen3(), false, 6},
 		{"zen5", fixture.AMDZen3(), false, 6},
 	}

@@ -24,6 +24,7 @@ var intelFamily6 = map[uint64]string{
 	// Alder Lake and Raptor Lake hybrids: the P-core (cpu_core) tree; their
 	// E-cores have no tree yet. ADL-N (0xBE) has E-cores only.
 	0x97: "adl", 0x9A: "adl", 0xB7: "adl", 0xBA: "adl", 0xBF: "adl",
+	0xAF: "srf",
 }
 
 // armParts maps Arm Ltd (implementer 0x41) part numbers to trees, from the

@@ -17,7 +17,7 @@ import (
 // tree for selects that tree.
 func TestSelectAgreesWithMapfiles(t *testing.T) {
 	dir := reference.Dir(t)
-	intelDirs := map[string]string{"SKL": "skl", "SKX": "skx", "CLX": "clx", "ICL": "icl", "ICX": "icx", "SPR": "spr", "EMR": "emr", "GNR": "gnr", "ADL": "adl"}
+	intelDirs := map[string]string{"SKL": "skl", "SKX": "skx", "CLX": "clx", "ICL": "icl", "ICX": "icx", "SPR": "spr", "EMR": "emr", "GNR": "gnr", "ADL": "adl", "SRF": "srf"}
 	n := 0
 	lines(t, filepath.Join(dir, "intel-perfmon/mapfile.csv"), func(f []string) {
 		if len(f) < 4 || f[3] != "core" && f[3] != "hybridcore" {
@@ -92,7 +92,7 @@ func TestSelectExplainsMisses(t *testing.T) {
 		cpu  CPU
 		want string
 	}{
-		{CPU{Vendor: "GenuineIntel", Family: "6", Model: "175"}, "no built-in Top-Down tree for Intel family 6 model 0xaf"},
+		{CPU{Vendor: "GenuineIntel", Family: "6", Model: "190"}, "no built-in Top-Down tree for Intel family 6 model 0xbe"},
 		{CPU{Vendor: "AuthenticAMD", Family: "25", Model: "1"}, "Zen 3"},
 		{CPU{Vendor: "0x41", Model: "0xd0c"}, "reports no slots"},
 		{CPU{Vendor: "HygonGenuine", Family: "24"}, "no built-in Top-Down tree for vendor"},
