@@ -63,7 +63,8 @@ type exporterProc struct {
 	log  *bytes.Buffer
 }
 
-// start runs the binary with args and waits until /-/ready answers 200.
+// start runs the binary with args and waits until /-/ready answers 200, which
+// it must not do before the first counts are read.
 func start(t *testing.T, cred *syscall.Credential, args ...string) *exporterProc {
 	t.Helper()
 	p := &exporterProc{addr: freeAddr(t), log: &bytes.Buffer{}}
@@ -168,8 +169,10 @@ func TestServeGrowsWithLoad(t *testing.T) {
 	testenv.RequireRoot(t)
 	promtool := testenv.RequireTool(t, "promtool")
 	p := start(t, nil)
-	time.Sleep(250 * time.Millisecond)
 	_, before := p.scrape(t)
+	if _, ok := value(t, before, "pmu_events_total", sw("cpu-clock")); !ok {
+		t.Fatal("ready before any count was read")
+	}
 
 	const pages = 3000
 	mem, err := unix.Mmap(-1, 0, pages*os.Getpagesize(), unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

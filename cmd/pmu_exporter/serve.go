@@ -218,9 +218,10 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		io.WriteString(w, "Healthy\n")
 	})
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if engine.Cycles() == 0 {
+		// The first cycle opens the groups, the second reads the first values.
+		if engine.Cycles() < 2 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "Not ready: the first read cycle has not finished\n")
+			io.WriteString(w, "Not ready: no counts have been read yet\n")
 			return
 		}
 		w.WriteHeader(http.StatusOK)
