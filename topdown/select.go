@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
 // CPU is what selection needs to know about a processor: what /proc/cpuinfo says
@@ -83,4 +86,20 @@ func Select(cpu CPU) (string, error) {
 		return "", fmt.Errorf("Arm part %#x reports no slots (caps/slots): its PMU predates the STALL_SLOT events", part)
 	}
 	return "", fmt.Errorf("no built-in Top-Down tree for vendor %q family %q model %q", cpu.Vendor, cpu.Family, cpu.Model)
+}
+
+// CoreSlots returns the slots per cycle a core PMU reports (Arm's caps/slots,
+// from PMMIR_EL1), or 0 when none does.
+func CoreSlots(pmus []*pmu.PMU) float64 {
+	for _, p := range pmus {
+		if v, err := strconv.ParseUint(strings.TrimPrefix(p.Caps["slots"], "0x"), 16, 32); p.IsCore() && err == nil && v > 0 {
+			return float64(v)
+		}
+	}
+	return 0
+}
+
+// ForHost picks the tree for a host's processor and PMUs.
+func ForHost(c host.CPU, pmus []*pmu.PMU) (string, error) {
+	return Select(CPU{Vendor: c.Vendor, Family: c.Family, Model: c.Model, Stepping: c.Stepping, ArmSlots: CoreSlots(pmus) > 0})
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/internal/reference"
 )
 
@@ -122,5 +124,22 @@ func lines(t *testing.T, path string, fn func([]string)) {
 			continue
 		}
 		fn(strings.Split(s.Text(), ","))
+	}
+}
+
+func TestForHostAndCoreSlots(t *testing.T) {
+	pmus := fixture.PMUs(t, fixture.ArmNeoverseN1()) // caps/slots 0x00000004
+	if s := CoreSlots(pmus); s != 4 {
+		t.Errorf("CoreSlots = %v, want 4", s)
+	}
+	// An N1 part is not in the table, but its PMU has slots: the SBSA tree.
+	if u, err := ForHost(host.CPU{Vendor: "0x41", Model: "0xd0c"}, pmus); u != "neoverse" || err != nil {
+		t.Errorf("ForHost(Arm with slots) = %q, %v", u, err)
+	}
+	if s := CoreSlots(fixture.PMUs(t, fixture.IntelSkylake())); s != 0 {
+		t.Errorf("Skylake CoreSlots = %v", s)
+	}
+	if u, _ := ForHost(host.CPU{Vendor: "GenuineIntel", Family: "6", Model: "85", Stepping: "7"}, nil); u != "clx" {
+		t.Errorf("ForHost(6/0x55/7) = %q, want clx", u)
 	}
 }

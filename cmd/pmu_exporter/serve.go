@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,12 +54,7 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 		}
 		uarch = ""
 	} else if uarch == "" {
-		armSlots := false
-		for _, p := range s.pmus {
-			armSlots = armSlots || (p.IsCore() && p.Caps["slots"] != "")
-		}
-		u, err := topdown.Select(topdown.CPU{Vendor: s.facts.CPU.Vendor, Family: s.facts.CPU.Family, Model: s.facts.CPU.Model,
-			Stepping: s.facts.CPU.Stepping, ArmSlots: armSlots})
+		u, err := topdown.ForHost(s.facts.CPU, s.pmus)
 		if err != nil && f.tdDef == "" {
 			return nil, err
 		}
@@ -118,12 +112,7 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 		}
 	}
 	if tree.Input("#slots") >= 0 {
-		for _, p := range s.pmus {
-			if v, err := strconv.ParseUint(strings.TrimPrefix(p.Caps["slots"], "0x"), 16, 32); p.IsCore() && err == nil {
-				params["#slots"] = float64(v)
-			}
-		}
-		if params["#slots"] == 0 {
+		if params["#slots"] = topdown.CoreSlots(s.pmus); params["#slots"] == 0 {
 			return nil, errors.New("the core PMU reports no caps/slots")
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -31,16 +30,10 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		return 1
 	}
 	uarch, auto := td.uarch, td.uarch == ""
-	facts := host.Read(f.procfs, f.sysfs)
+	var pmus []*pmu.PMU // this host's, consulted only when the tree is detected here
 	if auto {
-		armSlots := false
-		if pmus, err := pmu.Discover(f.sysfs); err == nil {
-			for _, p := range pmus {
-				armSlots = armSlots || (p.IsCore() && p.Caps["slots"] != "")
-			}
-		}
-		u, err := topdown.Select(topdown.CPU{Vendor: facts.CPU.Vendor, Family: facts.CPU.Family, Model: facts.CPU.Model,
-			Stepping: facts.CPU.Stepping, ArmSlots: armSlots})
+		pmus, _ = pmu.Discover(f.sysfs) // a PMU that cannot be read just leaves less to detect
+		u, err := topdown.ForHost(host.Read(f.procfs, f.sysfs).CPU, pmus)
 		if err != nil {
 			return fail("%v on this host; pass --uarch (one of %s) for a recording made elsewhere", err, strings.Join(topdown.Names(), ", "))
 		}
@@ -71,7 +64,7 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		return 0
 	}
 
-	params, err := topdownParams(f, td, tree, auto, stderr)
+	params, err := topdownParams(f, td, tree, auto, pmus, stderr)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -112,7 +105,7 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 	return 0
 }
 
-func topdownParams(f flags, td topdownFlags, tree *metric.Tree, auto bool, stderr io.Writer) (map[string]float64, error) {
+func topdownParams(f flags, td topdownFlags, tree *metric.Tree, auto bool, pmus []*pmu.PMU, stderr io.Writer) (map[string]float64, error) {
 	params := map[string]float64{}
 	if tree.Input("smt_on") >= 0 {
 		switch td.smt {
@@ -137,16 +130,7 @@ func topdownParams(f flags, td topdownFlags, tree *metric.Tree, auto bool, stder
 		if td.slots > 0 {
 			params["#slots"] = td.slots
 		} else {
-			slots := 0.0
-			if auto {
-				if pmus, err := pmu.Discover(f.sysfs); err == nil {
-					for _, p := range pmus {
-						if v, err := strconv.ParseUint(strings.TrimPrefix(p.Caps["slots"], "0x"), 16, 32); p.IsCore() && err == nil {
-							slots = float64(v)
-						}
-					}
-				}
-			}
+			slots := topdown.CoreSlots(pmus) // nil unless detected on this host
 			if slots == 0 {
 				return nil, fmt.Errorf("the %s tree needs the core's slots per cycle: pass --slots N (caps/slots of the recording host's PMU)", tree.Def.Name)
 			}
