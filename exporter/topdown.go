@@ -19,19 +19,27 @@ type TopdownInfo struct {
 	Uarch, Source, SMT string
 }
 
+// TopdownTree is one tree and where its slot counters come from. A hybrid host
+// runs one per core type, on disjoint CPUs.
+type TopdownTree struct {
+	Src  TopdownSource
+	Info TopdownInfo
+}
+
 // TopdownCollector exports Top-Down as additive slot counters: each node's
 // fraction times the interval's slots, accumulated, and the slots themselves, so
 // that rate(pmu_topdown_slots_total) / rate(pmu_slots_total) is the fraction over
-// any window and any aggregation. No ratio is exported as a gauge.
+// any window and any aggregation. No ratio is exported as a gauge. The trees'
+// counters are summed: a node's slots on P-cores and E-cores add up, and the
+// ratio of the sums is the slot-weighted fraction over the whole host.
 type TopdownCollector struct {
-	src                                TopdownSource
-	info                               TopdownInfo
+	trees                              []TopdownTree
 	perCPU                             bool
 	slots, nodeSlots, infoD, violation *prometheus.Desc
 }
 
 // NewTopdown builds the collector; perCPU adds a cpu label to the slot counters.
-func NewTopdown(src TopdownSource, info TopdownInfo, perCPU bool) *TopdownCollector {
+func NewTopdown(trees []TopdownTree, perCPU bool) *TopdownCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
@@ -41,10 +49,10 @@ func NewTopdown(src TopdownSource, info TopdownInfo, perCPU bool) *TopdownCollec
 		}
 		return labels
 	}
-	return &TopdownCollector{src: src, info: info, perCPU: perCPU,
+	return &TopdownCollector{trees: trees, perCPU: perCPU,
 		slots:     d("slots_total", "Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.", cpu()...),
 		nodeSlots: d("topdown_slots_total", "Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.", cpu("level", "category", "parent")...),
-		infoD:     d("topdown_info", "The Top-Down tree in use, always 1.", "uarch", "source", "smt"),
+		infoD:     d("topdown_info", "The Top-Down tree in use (one per core type on hybrid hosts), always 1.", "uarch", "source", "smt"),
 		violation: d("topdown_containment_violations_total", "Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.", "parent"),
 	}
 }
@@ -57,37 +65,61 @@ func (c *TopdownCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.violation
 }
 
-// Collect sends the accumulated slots.
+// nodeKey is one pmu_topdown_slots_total series; cpu is -1 when not per CPU.
+type nodeKey struct {
+	cpu, level   int
+	name, parent string
+}
+
+// Collect sends the accumulated slots, summed over trees.
 func (c *TopdownCollector) Collect(ch chan<- prometheus.Metric) {
-	var slots map[int]float64
-	var nodes map[int][]topdown.Node
-	var violations map[string]uint64
-	if c.perCPU {
-		slots, nodes, violations = c.src.TotalsPerCPU()
-	} else {
-		var all float64
-		var summed []topdown.Node
-		all, summed, violations = c.src.Totals()
-		slots, nodes = map[int]float64{-1: all}, map[int][]topdown.Node{-1: summed}
+	slots := map[int]float64{}
+	nodes := map[nodeKey]float64{}
+	violations := map[string]uint64{}
+	infos := map[TopdownInfo]bool{}
+	for _, t := range c.trees {
+		infos[t.Info] = true
+		var perCPU map[int]float64
+		var byCPU map[int][]topdown.Node
+		var v map[string]uint64
+		if c.perCPU {
+			perCPU, byCPU, v = t.Src.TotalsPerCPU()
+		} else {
+			var all float64
+			var summed []topdown.Node
+			all, summed, v = t.Src.Totals()
+			perCPU, byCPU = map[int]float64{-1: all}, map[int][]topdown.Node{-1: summed}
+		}
+		parents := map[string]bool{}
+		for cpu, s := range perCPU {
+			slots[cpu] += s
+			for _, n := range byCPU[cpu] {
+				nodes[nodeKey{cpu, n.Level, n.Name, n.Parent}] += n.Slots
+				if n.Parent != "" {
+					parents[n.Parent] = true
+				}
+			}
+		}
+		for p := range parents { // every parent gets a series, even at 0
+			violations[p] += v[p]
+		}
 	}
-	parents := map[string]bool{}
+	cpuLabel := func(cpu int, l ...string) []string {
+		if c.perCPU {
+			return append(l, strconv.Itoa(cpu))
+		}
+		return l
+	}
 	for cpu, s := range slots {
-		labels := func(l ...string) []string {
-			if c.perCPU {
-				return append(l, strconv.Itoa(cpu))
-			}
-			return l
-		}
-		ch <- prometheus.MustNewConstMetric(c.slots, prometheus.CounterValue, s, labels()...)
-		for _, n := range nodes[cpu] {
-			ch <- prometheus.MustNewConstMetric(c.nodeSlots, prometheus.CounterValue, n.Slots, labels(strconv.Itoa(n.Level), n.Name, n.Parent)...)
-			if n.Parent != "" {
-				parents[n.Parent] = true
-			}
-		}
+		ch <- prometheus.MustNewConstMetric(c.slots, prometheus.CounterValue, s, cpuLabel(cpu)...)
 	}
-	for p := range parents {
-		ch <- prometheus.MustNewConstMetric(c.violation, prometheus.CounterValue, float64(violations[p]), p)
+	for k, s := range nodes {
+		ch <- prometheus.MustNewConstMetric(c.nodeSlots, prometheus.CounterValue, s, cpuLabel(k.cpu, strconv.Itoa(k.level), k.name, k.parent)...)
 	}
-	ch <- prometheus.MustNewConstMetric(c.infoD, prometheus.GaugeValue, 1, c.info.Uarch, c.info.Source, c.info.SMT)
+	for p, n := range violations {
+		ch <- prometheus.MustNewConstMetric(c.violation, prometheus.CounterValue, float64(n), p)
+	}
+	for i := range infos {
+		ch <- prometheus.MustNewConstMetric(c.infoD, prometheus.GaugeValue, 1, i.Uarch, i.Source, i.SMT)
+	}
 }

@@ -27,7 +27,7 @@ func (fixedTopdown) TotalsPerCPU() (map[int]float64, map[int][]topdown.Node, map
 }
 
 func TestTopdownCollector(t *testing.T) {
-	c := NewTopdown(fixedTopdown{}, TopdownInfo{Uarch: "spr", Source: "perf_metrics", SMT: "on"}, false)
+	c := NewTopdown([]TopdownTree{{fixedTopdown{}, TopdownInfo{Uarch: "spr", Source: "perf_metrics", SMT: "on"}}}, false)
 	want := `
 # HELP pmu_slots_total Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.
 # TYPE pmu_slots_total counter
@@ -36,7 +36,7 @@ pmu_slots_total 4000
 # TYPE pmu_topdown_slots_total counter
 pmu_topdown_slots_total{category="fetch_latency",level="2",parent="frontend_bound"} 600
 pmu_topdown_slots_total{category="frontend_bound",level="1",parent=""} 800
-# HELP pmu_topdown_info The Top-Down tree in use, always 1.
+# HELP pmu_topdown_info The Top-Down tree in use (one per core type on hybrid hosts), always 1.
 # TYPE pmu_topdown_info gauge
 pmu_topdown_info{smt="on",source="perf_metrics",uarch="spr"} 1
 # HELP pmu_topdown_containment_violations_total Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.
@@ -52,7 +52,7 @@ pmu_topdown_containment_violations_total{parent="frontend_bound"} 2
 }
 
 func TestTopdownCollectorPerCPU(t *testing.T) {
-	c := NewTopdown(fixedTopdown{}, TopdownInfo{Uarch: "spr", Source: "perf_metrics", SMT: "on"}, true)
+	c := NewTopdown([]TopdownTree{{fixedTopdown{}, TopdownInfo{Uarch: "spr", Source: "perf_metrics", SMT: "on"}}}, true)
 	want := `
 # HELP pmu_slots_total Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.
 # TYPE pmu_slots_total counter
@@ -66,6 +66,66 @@ pmu_topdown_slots_total{category="frontend_bound",cpu="0",level="1",parent=""} 2
 pmu_topdown_slots_total{category="frontend_bound",cpu="1",level="1",parent=""} 600
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "pmu_slots_total", "pmu_topdown_slots_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// eCores is a Gracemont tree on CPUs 4 and 5: 500 + 500 slots, 100 + 150
+// frontend-bound, no fetch_latency split reported, and a resource_bound node the
+// P-core tree does not have.
+type eCores struct{}
+
+func (eCores) Totals() (float64, []topdown.Node, map[string]uint64) {
+	return 1000, []topdown.Node{
+		{Name: "frontend_bound", Level: 1, Slots: 250},
+		{Name: "resource_bound", Level: 2, Parent: "backend_bound", Slots: 300},
+	}, map[string]uint64{"backend_bound": 1, "frontend_bound": 0}
+}
+
+func (eCores) TotalsPerCPU() (map[int]float64, map[int][]topdown.Node, map[string]uint64) {
+	return map[int]float64{4: 500, 5: 500}, map[int][]topdown.Node{
+		4: {{Name: "frontend_bound", Level: 1, Slots: 100}, {Name: "resource_bound", Level: 2, Parent: "backend_bound", Slots: 120}},
+		5: {{Name: "frontend_bound", Level: 1, Slots: 150}, {Name: "resource_bound", Level: 2, Parent: "backend_bound", Slots: 180}},
+	}, map[string]uint64{"backend_bound": 1}
+}
+
+// A hybrid host: the P-core and E-core trees' counters add up, node by node, so
+// sum(rate(topdown)) / sum(rate(slots)) weighs each core type by its slots.
+func TestTopdownCollectorHybrid(t *testing.T) {
+	trees := []TopdownTree{
+		{fixedTopdown{}, TopdownInfo{Uarch: "adl", Source: "perf_metrics", SMT: "on"}},
+		{eCores{}, TopdownInfo{Uarch: "grt", Source: "events", SMT: "n/a"}},
+	}
+	want := `
+# HELP pmu_slots_total Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.
+# TYPE pmu_slots_total counter
+pmu_slots_total 5000
+# HELP pmu_topdown_slots_total Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.
+# TYPE pmu_topdown_slots_total counter
+pmu_topdown_slots_total{category="fetch_latency",level="2",parent="frontend_bound"} 600
+pmu_topdown_slots_total{category="frontend_bound",level="1",parent=""} 1050
+pmu_topdown_slots_total{category="resource_bound",level="2",parent="backend_bound"} 300
+# HELP pmu_topdown_info The Top-Down tree in use (one per core type on hybrid hosts), always 1.
+# TYPE pmu_topdown_info gauge
+pmu_topdown_info{smt="on",source="perf_metrics",uarch="adl"} 1
+pmu_topdown_info{smt="n/a",source="events",uarch="grt"} 1
+# HELP pmu_topdown_containment_violations_total Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.
+# TYPE pmu_topdown_containment_violations_total counter
+pmu_topdown_containment_violations_total{parent="backend_bound"} 1
+pmu_topdown_containment_violations_total{parent="frontend_bound"} 2
+`
+	if err := testutil.CollectAndCompare(NewTopdown(trees, false), strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	wantCPU := `
+# HELP pmu_slots_total Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.
+# TYPE pmu_slots_total counter
+pmu_slots_total{cpu="0"} 1000
+pmu_slots_total{cpu="1"} 3000
+pmu_slots_total{cpu="4"} 500
+pmu_slots_total{cpu="5"} 500
+`
+	if err := testutil.CollectAndCompare(NewTopdown(trees, true), strings.NewReader(wantCPU), "pmu_slots_total"); err != nil {
 		t.Error(err)
 	}
 }

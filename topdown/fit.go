@@ -13,9 +13,10 @@ import (
 // cycles (fixed 2) and slots (fixed 3), in their architectural encodings and the
 // kernel's pseudo-encodings (event 0x00). PERF_METRICS fields (event 0x00,
 // umask 0x80 and up) read an MSR and use no counter at all: "none".
-func fixedKind(a eventspec.Attr) string {
-	switch a.Type {
-	case pmu.TypeHardware:
+func fixedKind(ev eventspec.Event) string {
+	a := ev.Attr
+	switch {
+	case a.Type == pmu.TypeHardware:
 		switch a.Config & 0xffffffff {
 		case 0:
 			return "cycles"
@@ -25,9 +26,8 @@ func fixedKind(a eventspec.Attr) string {
 			return "ref-cycles"
 		}
 		return ""
-	case pmu.TypeRaw:
-	default:
-		return ""
+	case ev.PMU != "cpu" && ev.PMU != "cpu_core" && ev.PMU != "cpu_atom":
+		return "" // not a core PMU: no fixed counters
 	}
 	event, umask := a.Config&0xff, a.Config>>8&0xff
 	switch {
@@ -49,7 +49,7 @@ func fixedKind(a eventspec.Attr) string {
 // counters it needs on an Intel core PMU: each fixed-counter kind is served once
 // by its fixed counter, PERF_METRICS fields need none, everything else a
 // general-purpose counter. On other vendors every event needs one.
-func GeneralPurposeNeeded(d *metric.Definition, pmus []*pmu.PMU, intel bool) ([]int, error) {
+func GeneralPurposeNeeded(d *metric.Definition, pmus []*pmu.PMU, corePMU string, intel bool) ([]int, error) {
 	spec := map[string]string{}
 	for _, e := range d.Events {
 		spec[e.Name] = e.Spec
@@ -58,13 +58,13 @@ func GeneralPurposeNeeded(d *metric.Definition, pmus []*pmu.PMU, intel bool) ([]
 	for i, g := range d.Groups {
 		used := map[string]bool{}
 		for _, name := range g {
-			evs, err := eventspec.Resolve(spec[name], pmus)
+			ev, err := resolveOn(spec[name], pmus, corePMU)
 			if err != nil {
 				return nil, fmt.Errorf("%s: event %s: %w", d.Name, name, err)
 			}
 			kind := ""
 			if intel {
-				kind = fixedKind(evs[0].Attr)
+				kind = fixedKind(ev)
 			}
 			switch {
 			case kind == "none":
@@ -80,8 +80,9 @@ func GeneralPurposeNeeded(d *metric.Definition, pmus []*pmu.PMU, intel bool) ([]
 
 // CheckFit reports the groups of d that need more general-purpose counters than
 // gp, which the engine would then have to split (and so multiplex) at open.
-func CheckFit(d *metric.Definition, pmus []*pmu.PMU, intel bool, gp int) error {
-	need, err := GeneralPurposeNeeded(d, pmus, intel)
+// corePMU is the core PMU the tree counts on, as in LiveGroups.
+func CheckFit(d *metric.Definition, pmus []*pmu.PMU, corePMU string, intel bool, gp int) error {
+	need, err := GeneralPurposeNeeded(d, pmus, corePMU, intel)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,10 @@
 package topdown
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -14,8 +16,7 @@ import (
 )
 
 // LiveGroups resolves a tree's groups into hidden counting-engine groups named
-// topdown/<tree>/<n>. corePMU picks the variant of generic events on hybrid hosts
-// ("cpu_core" for a P-core tree); "" accepts a single variant only.
+// topdown/<tree>/<n>, on the core PMU corePMU ("" where the host has one).
 func LiveGroups(d *metric.Definition, pmus []*pmu.PMU, corePMU string) ([]perfcount.GroupSpec, error) {
 	spec := map[string]string{}
 	for _, e := range d.Events {
@@ -25,21 +26,9 @@ func LiveGroups(d *metric.Definition, pmus []*pmu.PMU, corePMU string) ([]perfco
 	for i, g := range d.Groups {
 		gs := perfcount.GroupSpec{Name: fmt.Sprintf("topdown/%s/%d", d.Name, i), Hidden: true}
 		for _, name := range g {
-			evs, err := eventspec.Resolve(spec[name], pmus)
+			ev, err := resolveOn(spec[name], pmus, corePMU)
 			if err != nil {
 				return nil, fmt.Errorf("%s: event %s: %w", d.Name, name, err)
-			}
-			ev := evs[0]
-			if len(evs) > 1 {
-				found := false
-				for _, e := range evs {
-					if e.PMU == corePMU {
-						ev, found = e, true
-					}
-				}
-				if !found {
-					return nil, fmt.Errorf("%s: event %s exists on several core PMUs; pick one", d.Name, name)
-				}
 			}
 			ev.Name = name // the tree's input name, whatever name= said
 			gs.Events = append(gs.Events, ev)
@@ -47,6 +36,33 @@ func LiveGroups(d *metric.Definition, pmus []*pmu.PMU, corePMU string) ([]perfco
 		out = append(out, gs)
 	}
 	return out, nil
+}
+
+// resolveOn resolves one event of a tree on the core PMU corePMU. Trees write
+// raw core events as cpu/.../; a hybrid host has no PMU named cpu, and there
+// they count on corePMU. Generic and alias events that exist on several core
+// PMUs take corePMU's variant.
+func resolveOn(text string, pmus []*pmu.PMU, corePMU string) (eventspec.Event, error) {
+	s, err := eventspec.Parse(text)
+	if err != nil {
+		return eventspec.Event{}, err
+	}
+	if s.PMU == "cpu" && corePMU != "" && !slices.ContainsFunc(pmus, func(p *pmu.PMU) bool { return p.Name == "cpu" }) {
+		s.PMU = corePMU
+	}
+	evs, err := s.Resolve(pmus)
+	if err != nil {
+		return eventspec.Event{}, err
+	}
+	if len(evs) == 1 {
+		return evs[0], nil
+	}
+	for _, e := range evs {
+		if e.PMU == corePMU {
+			return e, nil
+		}
+	}
+	return eventspec.Event{}, errors.New("it exists on several core PMUs; pick one")
 }
 
 // Live turns successive counting-engine snapshots into Top-Down slot counters:

@@ -174,10 +174,10 @@ func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float6
 
 // PerfArgs returns the perf stat -e arguments that record what a tree needs, one
 // {group} per definition group, so the values come from the same schedule.
-func PerfArgs(d *metric.Definition) []string {
+func PerfArgs(d *metric.Definition, corePMU string) []string {
 	spec := map[string]string{}
 	for _, e := range d.Events {
-		spec[e.Name] = e.Spec
+		spec[e.Name] = onPMU(e.Spec, corePMU)
 	}
 	var args []string
 	inGroup := map[string]bool{}
@@ -191,8 +191,22 @@ func PerfArgs(d *metric.Definition) []string {
 	}
 	for _, e := range d.Events {
 		if !inGroup[e.Name] {
-			args = append(args, "-e", e.Spec)
+			args = append(args, "-e", spec[e.Name])
 		}
 	}
 	return args
+}
+
+// onPMU writes a tree's event for perf on a hybrid host, where a core event must
+// name its PMU: cpu/.../ and bare names (slots, topdown-*, cycles) go on corePMU.
+func onPMU(spec, corePMU string) string {
+	switch {
+	case corePMU == "":
+		return spec
+	case strings.HasPrefix(spec, "cpu/"):
+		return corePMU + strings.TrimPrefix(spec, "cpu")
+	case !strings.Contains(spec, "/"):
+		return corePMU + "/" + spec + "/"
+	}
+	return spec
 }

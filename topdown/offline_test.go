@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/perfstat"
 )
 
@@ -105,10 +106,15 @@ func TestMatcher(t *testing.T) {
 	}
 }
 
+// TestPerfArgsParse: every tree's perf arguments parse; those of hybrid parts'
+// trees name their core PMU, so that perf opens each event on that core type
+// only (checked by resolving them on an Alder Lake's PMUs).
 func TestPerfArgsParse(t *testing.T) {
+	adl := fixture.PMUs(t, fixture.IntelAlderLake())
 	for _, n := range Names() {
 		d, _ := Builtin(n)
-		args := PerfArgs(d)
+		corePMU := HybridPMU(n)
+		args := PerfArgs(d, corePMU)
 		seen := 0
 		for i := 0; i+1 < len(args); i += 2 {
 			if args[i] != "-e" {
@@ -118,6 +124,12 @@ func TestPerfArgsParse(t *testing.T) {
 			for _, spec := range splitSpecs(group) {
 				if _, err := eventspec.Parse(spec); err != nil {
 					t.Errorf("%s: %v", n, err)
+				}
+				if corePMU != "" {
+					evs, err := eventspec.Resolve(spec, adl)
+					if err != nil || len(evs) != 1 || evs[0].PMU != corePMU {
+						t.Errorf("%s: %s on Alder Lake opens %+v, %v; want one event on %s", n, spec, evs, err, corePMU)
+					}
 				}
 				seen++
 			}

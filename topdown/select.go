@@ -24,8 +24,8 @@ var intelFamily6 = map[uint64]string{
 	0x55: "skx", // clx from stepping 5, below
 	0x7D: "icl", 0x7E: "icl", 0x6A: "icx", 0x6C: "icx",
 	0x8F: "spr", 0xCF: "emr", 0xAD: "gnr", 0xAE: "gnr",
-	// Alder Lake and Raptor Lake hybrids: the P-core (cpu_core) tree; their
-	// E-cores have no tree yet. ADL-N (0xBE) has E-cores only.
+	// Alder Lake and Raptor Lake hybrids: the P-core (cpu_core) tree; ForHost
+	// adds the E-core tree. ADL-N (0xBE) has E-cores only and no tree yet.
 	0x97: "adl", 0x9A: "adl", 0xB7: "adl", 0xBA: "adl", 0xBF: "adl",
 	0xAF: "srf",
 }
@@ -99,7 +99,70 @@ func CoreSlots(pmus []*pmu.PMU) float64 {
 	return 0
 }
 
-// ForHost picks the tree for a host's processor and PMUs.
-func ForHost(c host.CPU, pmus []*pmu.PMU) (string, error) {
-	return Select(CPU{Vendor: c.Vendor, Family: c.Family, Model: c.Model, Stepping: c.Stepping, ArmSlots: CoreSlots(pmus) > 0})
+// Target is a tree and the core PMU its events count on: "" where the host has
+// a single core PMU, cpu_core or cpu_atom on an Intel hybrid.
+type Target struct {
+	Uarch, PMU string
+}
+
+// eCoreTrees are written from Intel's E-core TMA: on a hybrid host they count on
+// cpu_atom, every other tree on cpu_core.
+var eCoreTrees = map[string]bool{"grt": true, "srf": true}
+
+// hybridECore names the E-core tree of a hybrid part, by its P-core tree.
+var hybridECore = map[string]string{"adl": "grt"}
+
+// HybridPMU names the core PMU a tree written for a hybrid part counts on there
+// (adl: cpu_core, grt: cpu_atom), or "" for the trees of other parts.
+func HybridPMU(uarch string) string {
+	for p, e := range hybridECore {
+		switch uarch {
+		case p:
+			return "cpu_core"
+		case e:
+			return "cpu_atom"
+		}
+	}
+	return ""
+}
+
+// hybrid reports whether pmus hold Intel's two core PMUs.
+func hybrid(pmus []*pmu.PMU) bool {
+	var core, atom bool
+	for _, p := range pmus {
+		core = core || p.Name == "cpu_core"
+		atom = atom || p.Name == "cpu_atom"
+	}
+	return core && atom
+}
+
+// Place puts each tree on its core PMU: on a hybrid host E-core trees on
+// cpu_atom and the others on cpu_core; elsewhere on the only core PMU ("").
+func Place(uarchs []string, pmus []*pmu.PMU) []Target {
+	var out []Target
+	for _, u := range uarchs {
+		t := Target{Uarch: u}
+		if hybrid(pmus) {
+			t.PMU = "cpu_core"
+			if eCoreTrees[u] {
+				t.PMU = "cpu_atom"
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// ForHost picks the trees for a host's processor and PMUs: one, or on a hybrid
+// part whose E-cores are enabled, the P-core tree and then the E-core tree.
+func ForHost(c host.CPU, pmus []*pmu.PMU) ([]Target, error) {
+	u, err := Select(CPU{Vendor: c.Vendor, Family: c.Family, Model: c.Model, Stepping: c.Stepping, ArmSlots: CoreSlots(pmus) > 0})
+	if err != nil {
+		return nil, err
+	}
+	uarchs := []string{u}
+	if e, ok := hybridECore[u]; ok && hybrid(pmus) {
+		uarchs = append(uarchs, e)
+	}
+	return Place(uarchs, pmus), nil
 }

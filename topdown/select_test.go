@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,10 +75,9 @@ func TestSelectAgreesWithMapfiles(t *testing.T) {
 		midr, _ := strconv.ParseUint(f[0][2:], 16, 64)
 		part := midr >> 4 & 0xfff
 		got, err := Select(CPU{Vendor: "0x41", Model: "0x" + strconv.FormatUint(part, 16)})
-		var file string
-		if err == nil {
-			d, _ := Builtin(got)
-			file = d.Name
+		file := got
+		if f, ok := sameTree[got]; ok {
+			file = f
 		}
 		if file != want {
 			t.Errorf("MIDR %s: %q %v uses tree %q, want %s", f[0], got, err, file, want)
@@ -133,13 +133,33 @@ func TestForHostAndCoreSlots(t *testing.T) {
 		t.Errorf("CoreSlots = %v, want 4", s)
 	}
 	// An N1 part is not in the table, but its PMU has slots: the SBSA tree.
-	if u, err := ForHost(host.CPU{Vendor: "0x41", Model: "0xd0c"}, pmus); u != "neoverse" || err != nil {
-		t.Errorf("ForHost(Arm with slots) = %q, %v", u, err)
+	if u, err := ForHost(host.CPU{Vendor: "0x41", Model: "0xd0c"}, pmus); !slices.Equal(u, []Target{{Uarch: "neoverse"}}) || err != nil {
+		t.Errorf("ForHost(Arm with slots) = %v, %v", u, err)
 	}
 	if s := CoreSlots(fixture.PMUs(t, fixture.IntelSkylake())); s != 0 {
 		t.Errorf("Skylake CoreSlots = %v", s)
 	}
-	if u, _ := ForHost(host.CPU{Vendor: "GenuineIntel", Family: "6", Model: "85", Stepping: "7"}, nil); u != "clx" {
-		t.Errorf("ForHost(6/0x55/7) = %q, want clx", u)
+	if u, _ := ForHost(host.CPU{Vendor: "GenuineIntel", Family: "6", Model: "85", Stepping: "7"}, nil); !slices.Equal(u, []Target{{Uarch: "clx"}}) {
+		t.Errorf("ForHost(6/0x55/7) = %v, want clx", u)
+	}
+}
+
+// An Alder Lake hybrid gets the P-core tree on cpu_core and the Gracemont tree
+// on cpu_atom; with its E-cores disabled (one PMU named cpu), the P-core tree only.
+func TestForHostHybrid(t *testing.T) {
+	adl := host.CPU{Vendor: "GenuineIntel", Family: "6", Model: "151", Stepping: "2"}
+	got, err := ForHost(adl, fixture.PMUs(t, fixture.IntelAlderLake()))
+	want := []Target{{Uarch: "adl", PMU: "cpu_core"}, {Uarch: "grt", PMU: "cpu_atom"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("ForHost(ADL hybrid) = %v, %v; want %v", got, err, want)
+	}
+	got, _ = ForHost(adl, fixture.PMUs(t, fixture.IntelSapphireRapids()))
+	if !slices.Equal(got, []Target{{Uarch: "adl"}}) {
+		t.Errorf("ForHost(ADL, one core PMU) = %v", got)
+	}
+	// --topdown.uarch on a hybrid host: each tree on its own core type.
+	if got := Place([]string{"grt", "spr"}, fixture.PMUs(t, fixture.IntelAlderLake())); !slices.Equal(got,
+		[]Target{{Uarch: "grt", PMU: "cpu_atom"}, {Uarch: "spr", PMU: "cpu_core"}}) {
+		t.Errorf("Place = %v", got)
 	}
 }

@@ -25,7 +25,7 @@ var sameTree = map[string]string{
 	"skl": "skx", "clx": "skx",
 	"icl": "icx",
 	"emr": "spr", "gnr": "spr",
-	"adl":         "spr", // Alder/Raptor Lake P-cores (cpu_core): Golden Cove, as Sapphire Rapids
+	"adl":         "spr", // Alder/Raptor Lake P-cores (cpu_core): Golden Cove, as Sapphire Rapids; E-cores: grt
 	"neoverse-v2": "neoverse-n2",
 }
 
@@ -53,5 +53,10 @@ func Builtin(uarch string) (*metric.Definition, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no built-in Top-Down tree for %q (have: %s)", uarch, strings.Join(Names(), ", "))
 	}
-	return metric.Parse("topdown/defs/"+file+".yaml", b)
+	d, err := metric.Parse("topdown/defs/"+file+".yaml", b)
+	if err != nil {
+		return nil, err
+	}
+	d.Name = uarch // adl, not spr: the name says which part's tree is in use
+	return d, nil
 }

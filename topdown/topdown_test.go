@@ -1,12 +1,17 @@
 package topdown
 
 import (
+	"cmp"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +38,9 @@ var intelNodes = map[string]string{
 var eCoreNodes = map[string]bool{"frontend_bound": true, "fetch_latency": true, "fetch_bandwidth": true,
 	"bad_speculation": true, "branch_mispredicts": true, "machine_clears": true, "backend_bound": true,
 	"core_bound": true, "resource_bound": true, "retiring": true}
+
+// eCoreTree marks the trees written from Intel's E-core TMA.
+var eCoreTree = map[string]bool{"srf": true, "grt": true}
 
 func tree(t *testing.T, uarch string) *metric.Tree {
 	t.Helper()
@@ -61,7 +69,7 @@ func TestEveryBuiltinCompilesWithTheSameNodes(t *testing.T) {
 			if strings.HasPrefix(n, "neoverse") && !level1 {
 				continue // Arm publishes level 1 only
 			}
-			if n == "srf" && !eCoreNodes[node] || n != "srf" && node == "resource_bound" {
+			if eCoreTree[n] && !eCoreNodes[node] || !eCoreTree[n] && node == "resource_bound" {
 				continue // the E-core tree has its own level 2
 			}
 			if have[node] == 0 {
@@ -282,11 +290,15 @@ func TestEventSpecsMatchIntelEncodings(t *testing.T) {
 	cases := []struct {
 		uarch, events string
 		host          fixture.Host
+		corePMU       string // where a hybrid host counts the tree
+		cpus          []int
 	}{
-		{"skx", "SKX/events/skylakex_core.json", fixture.IntelSkylake()},
-		{"spr", "SPR/events/sapphirerapids_core.json", fixture.IntelSapphireRapids()},
-		{"icx", "ICX/events/icelakex_core.json", fixture.IntelIcelake()},
-		{"srf", "SRF/events/sierraforest_core.json", fixture.IntelIcelake()},
+		{"skx", "SKX/events/skylakex_core.json", fixture.IntelSkylake(), "", nil},
+		{"spr", "SPR/events/sapphirerapids_core.json", fixture.IntelSapphireRapids(), "", nil},
+		{"icx", "ICX/events/icelakex_core.json", fixture.IntelIcelake(), "", nil},
+		{"srf", "SRF/events/sierraforest_core.json", fixture.IntelIcelake(), "", nil},
+		{"adl", "ADL/events/alderlake_goldencove_core.json", fixture.IntelAlderLake(), "cpu_core", []int{0, 1, 2, 3}},
+		{"grt", "ADL/events/alderlake_gracemont_core.json", fixture.IntelAlderLake(), "cpu_atom", []int{4, 5, 6, 7}},
 	}
 	fixed := map[string]uint64{ // fixed counters' architectural equivalents (SDM 20.2.1.2)
 		"CPU_CLK_UNHALTED.THREAD": 0x3c, "CPU_CLK_UNHALTED.THREAD_ANY": 0x3c | 1<<21, "INST_RETIRED.ANY": 0xc0,
@@ -300,12 +312,15 @@ func TestEventSpecsMatchIntelEncodings(t *testing.T) {
 		pmus := fixture.PMUs(t, c.host)
 		d, _ := Builtin(c.uarch)
 		for _, ev := range d.Events {
-			res, err := eventspec.Resolve(ev.Spec, pmus)
+			res, err := resolveOn(ev.Spec, pmus, c.corePMU)
 			if err != nil {
 				t.Errorf("%s %s: %v", c.uarch, ev.Name, err)
 				continue
 			}
-			got := res[0].Attr.Config
+			if wantPMU := cmp.Or(c.corePMU, "cpu"); res.PMU != wantPMU || !slices.Equal(res.CPUs, c.cpus) {
+				t.Errorf("%s %s: on %s CPUs %v, want %s CPUs %v", c.uarch, ev.Name, res.PMU, res.CPUs, wantPMU, c.cpus)
+			}
+			got := res.Attr.Config
 			if want, ok := fixed[ev.Name]; ok {
 				if got != want {
 					t.Errorf("%s %s: config %#x, want %#x", c.uarch, ev.Name, got, want)
@@ -376,6 +391,83 @@ func TestEveryTreeHasSlots(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s has no level-0 slots metric", n)
+		}
+	}
+}
+
+// TestGracemontMatchesIntelECoreTMA evaluates the GRT column of Intel's E-core
+// TMA spreadsheet, its Aux rows (#SLOTS, #Pipeline_Width, #CLKS) and node
+// references expanded in the text, against the grt tree on random counts.
+func TestGracemontMatchesIntelECoreTMA(t *testing.T) {
+	f, err := os.Open(filepath.Join(reference.Dir(t), "intel-perfmon", "E-core_TMA_Metrics.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := -1
+	for _, r := range rows {
+		if r[0] == "Key" {
+			col = slices.Index(r, "GRT")
+		}
+	}
+	if col < 0 {
+		t.Fatal("no GRT column")
+	}
+	formula := map[string]string{} // TMA node or Aux name -> GRT formula
+	var nodes []string
+	for _, r := range rows {
+		name := r[1] + r[2] // level 1 or level 2; level-3 rows fill r[3]
+		switch {
+		case r[0] == "Aux" && r[col] != "":
+			formula[r[1]] = r[col]
+		case (r[0] == "FE" || r[0] == "BAD" || r[0] == "BE" || r[0] == "RET") && name != "" && r[3] == "":
+			formula[name] = r[col]
+			nodes = append(nodes, name)
+		}
+	}
+	if len(nodes) != 10 {
+		t.Fatalf("GRT: found %d level 1-2 nodes, want 10: %v", len(nodes), nodes)
+	}
+	// Expand names until only events remain; the longest first, so #CLKS_P is
+	// not read as #CLKS followed by _P.
+	names := slices.Collect(maps.Keys(formula))
+	slices.SortFunc(names, func(a, b string) int { return len(b) - len(a) })
+	expand := func(s string) string {
+		for range 5 {
+			for _, n := range names {
+				s = regexp.MustCompile(`(^|[^\w.#])`+regexp.QuoteMeta(n)+`($|[^\w.])`).ReplaceAllString(s, "${1}("+formula[n]+")${2}")
+			}
+		}
+		return s
+	}
+	tr := tree(t, "grt")
+	ev := tr.NewEvaluator()
+	rng := rand.New(rand.NewPCG(7, 7))
+	for trial := 0; trial < 300; trial++ {
+		inputs := fillRandom(tr, ev, rng, nil, trial%10 == 0)
+		ev.Eval()
+		for _, node := range nodes {
+			text := expand(formula[node])
+			var values []float64
+			prog, err := expr.Compile(text, func(name string) (int, bool) {
+				v, ok := inputs[name]
+				values = append(values, v)
+				return len(values) - 1, ok
+			})
+			if err != nil {
+				t.Fatalf("GRT %s = %s: an input we do not count: %v", node, text, err)
+			}
+			want := prog.Eval(values, make([]float64, prog.StackSize()))
+			if math.IsNaN(want) || math.IsInf(want, 0) {
+				want = 0 // the idle trial: zero slots, and our division is safe
+			}
+			if got := ev.Value(intelNodes[node]); math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+				t.Fatalf("GRT %s (trial %d): ours %v, Intel's %v", node, trial, got, want)
+			}
 		}
 	}
 }

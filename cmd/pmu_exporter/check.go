@@ -8,12 +8,17 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/capability"
 )
 
-// topdownStatus says which Top-Down tree serve would compute, or why none.
+// topdownStatus says which Top-Down trees serve would compute (one per core
+// type on hybrids), or why none.
 type topdownStatus struct {
-	Tree    string `json:"tree,omitempty"`
-	Source  string `json:"source,omitempty"`
-	Reason  string `json:"reason,omitempty"`
-	Warning string `json:"warning,omitempty"`
+	Trees    []treeStatus `json:"trees,omitempty"`
+	Reason   string       `json:"reason,omitempty"`
+	Warnings []string     `json:"warnings,omitempty"`
+}
+
+type treeStatus struct {
+	Tree   string `json:"tree"`
+	Source string `json:"source"`
 }
 
 func runCheck(f flags, stdout, stderr io.Writer) int {
@@ -23,7 +28,10 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 	if td, err := setupTopdown(f, s); err != nil {
 		tds.Reason = err.Error()
 	} else {
-		tds.Tree, tds.Source, tds.Warning = td.info.Uarch, td.info.Source, td.warning
+		for _, t := range td.trees {
+			tds.Trees = append(tds.Trees, treeStatus{Tree: t.Info.Uarch, Source: t.Info.Source})
+		}
+		tds.Warnings = td.warnings
 	}
 	if f.checkFormat == "json" {
 		out := struct {
@@ -43,10 +51,13 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 		enc.Encode(out)
 	} else {
 		s.report.WriteText(stdout)
-		if tds.Tree != "" {
-			fmt.Fprintf(stdout, "\nTop-Down: tree %s, from %s\n", tds.Tree, tds.Source)
-			if tds.Warning != "" {
-				fmt.Fprintf(stdout, "  warning: %s; its events will be multiplexed\n", tds.Warning)
+		if len(tds.Trees) > 0 {
+			for _, t := range tds.Trees {
+				fmt.Fprintf(stdout, "\nTop-Down: tree %s, from %s", t.Tree, t.Source)
+			}
+			fmt.Fprintln(stdout)
+			for _, w := range tds.Warnings {
+				fmt.Fprintf(stdout, "  warning: %s; its events will be multiplexed\n", w)
 			}
 		} else {
 			fmt.Fprintf(stdout, "\nTop-Down: not computed: %s\n", tds.Reason)

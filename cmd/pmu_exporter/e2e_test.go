@@ -339,7 +339,10 @@ func TestCheck(t *testing.T) {
 		}
 		PMUs    []struct{ Name string }
 		Groups  []string
-		Topdown struct{ Tree, Reason string }
+		Topdown struct {
+			Trees  []struct{ Tree, Source string }
+			Reason string
+		}
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -348,7 +351,7 @@ func TestCheck(t *testing.T) {
 		t.Errorf("report = %+v", r)
 	}
 	// Either a tree or the reason there is none, never both nor neither.
-	if (r.Topdown.Tree == "") == (r.Topdown.Reason == "") {
+	if (len(r.Topdown.Trees) == 0) == (r.Topdown.Reason == "") {
 		t.Errorf("topdown status = %+v", r.Topdown)
 	}
 	pmus := map[string]bool{}

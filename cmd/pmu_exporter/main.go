@@ -67,8 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.telemetryPath)
 	serve.Flag("collector.topdown", "Compute Top-Down levels 1 and 2 where the CPU has a built-in tree (or --topdown.definitions gives one).").
 		Default("true").BoolVar(&f.topdown)
-	serve.Flag("topdown.uarch", "Top-Down tree to use instead of the detected one: "+strings.Join(topdown.Names(), ", ")+"; none makes --topdown.definitions the whole tree.").StringVar(&f.tdUarch)
-	serve.Flag("topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the whole tree where no built-in one applies).").StringVar(&f.tdDef)
+	serve.Flag("topdown.uarch", "Top-Down trees to use instead of the detected ones, comma-separated, one per core type (hybrids: adl,grt): "+strings.Join(topdown.Names(), ", ")+"; none makes --topdown.definitions the whole tree.").StringVar(&f.tdUarch)
+	serve.Flag("topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the first, P-core, tree on hybrids; the whole tree where no built-in one applies).").StringVar(&f.tdDef)
 	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
 		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
 	f.web = webflag.AddFlags(serve, defaultAddress)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,53 +30,98 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
-// liveTopdown is what serve needs to compute Top-Down.
+// liveTopdown is what serve needs to compute Top-Down: one tree per core type.
 type liveTopdown struct {
-	live   *topdown.Live
+	trees  []exporter.TopdownTree
+	lives  []*topdown.Live
 	groups []perfcount.GroupSpec
-	info   exporter.TopdownInfo
-	// warning, if set, says a group will not fit this CPU's counters: the
-	// engine will count its events one by one and ratios become estimates.
-	warning string
+	// warnings say which groups will not fit their CPUs' counters: the engine
+	// will count their events one by one and ratios become estimates.
+	warnings []string
 }
 
-// setupTopdown picks the tree (flag, else detected; a definitions file extends
-// it or, where none applies, is the tree), resolves its groups and parameters.
-// The error says why Top-Down is not computed.
+// setupTopdown picks the trees (flag, else detected: one per core type on
+// hybrids; a definitions file extends the first or, where none applies, is the
+// tree), resolves their groups and parameters. The error says why Top-Down is
+// not computed.
 func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 	if !f.topdown {
 		return nil, errors.New("--no-collector.topdown")
 	}
-	var def *metric.Definition
-	uarch := f.tdUarch
-	if uarch == "none" {
+	var targets []topdown.Target
+	switch {
+	case f.tdUarch == "none":
 		if f.tdDef == "" {
 			return nil, errors.New("--topdown.uarch=none needs --topdown.definitions")
 		}
-		uarch = ""
-	} else if uarch == "" {
-		u, err := topdown.ForHost(s.facts.CPU, s.pmus)
+		targets = topdown.Place([]string{""}, s.pmus)
+	case f.tdUarch != "":
+		targets = topdown.Place(strings.Split(f.tdUarch, ","), s.pmus)
+	default:
+		t, err := topdown.ForHost(s.facts.CPU, s.pmus)
 		if err != nil && f.tdDef == "" {
 			return nil, err
 		}
-		uarch = u
-	}
-	if uarch != "" {
-		if !s.report.Feature(capability.HardwareCounters).Available {
-			return nil, fmt.Errorf("the %s tree needs hardware counters: %s", uarch, s.report.Feature(capability.HardwareCounters).Reason)
+		targets = t
+		if err != nil { // the definitions file is the whole tree
+			targets = topdown.Place([]string{""}, s.pmus)
 		}
-		d, err := topdown.Builtin(uarch)
+	}
+	on := map[string]string{}
+	for _, t := range targets {
+		if other, ok := on[t.PMU]; ok {
+			return nil, fmt.Errorf("trees %s and %s would both count on the same CPUs (core PMU %q); give one tree per core type", other, t.Uarch, cmp.Or(t.PMU, "cpu"))
+		}
+		on[t.PMU] = t.Uarch
+	}
+	td := &liveTopdown{}
+	for i, t := range targets {
+		var user string
+		if i == 0 {
+			user = f.tdDef // extends the first tree: the P-core tree on hybrids
+		}
+		tree, err := setupTree(f, s, t, user)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cmp.Or(t.Uarch, f.tdDef), err)
+		}
+		td.trees = append(td.trees, exporter.TopdownTree{Src: tree.live, Info: tree.info})
+		td.lives = append(td.lives, tree.live)
+		td.groups = append(td.groups, tree.groups...)
+		if tree.warning != "" {
+			td.warnings = append(td.warnings, tree.warning)
+		}
+	}
+	return td, nil
+}
+
+// oneTree is one tree set up on its core PMU.
+type oneTree struct {
+	live    *topdown.Live
+	info    exporter.TopdownInfo
+	groups  []perfcount.GroupSpec
+	warning string
+}
+
+// setupTree builds the tree of target t, extended or replaced by the user's
+// definitions file when one is given.
+func setupTree(f flags, s setup, t topdown.Target, userFile string) (*oneTree, error) {
+	var def *metric.Definition
+	if t.Uarch != "" {
+		if !s.report.Feature(capability.HardwareCounters).Available {
+			return nil, fmt.Errorf("the %s tree needs hardware counters: %s", t.Uarch, s.report.Feature(capability.HardwareCounters).Reason)
+		}
+		d, err := topdown.Builtin(t.Uarch)
 		if err != nil {
 			return nil, err
 		}
 		def = d
 	}
-	if f.tdDef != "" {
-		b, err := os.ReadFile(f.tdDef)
+	if userFile != "" {
+		b, err := os.ReadFile(userFile)
 		if err != nil {
 			return nil, fmt.Errorf("--topdown.definitions: %w", err)
 		}
-		user, err := metric.Parse(f.tdDef, b)
+		user, err := metric.Parse(userFile, b)
 		if err != nil {
 			return nil, err
 		}
@@ -89,13 +135,7 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 	if err != nil {
 		return nil, err
 	}
-	corePMU := ""
-	for _, p := range s.pmus {
-		if p.Name == "cpu_core" {
-			corePMU = "cpu_core" // hybrid: the P-core tree
-		}
-	}
-	groups, err := topdown.LiveGroups(def, s.pmus, corePMU)
+	groups, err := topdown.LiveGroups(def, s.pmus, t.PMU)
 	if err != nil {
 		return nil, err
 	}
@@ -121,13 +161,23 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 			info.Source = "perf_metrics"
 		}
 	}
-	td := &liveTopdown{live: topdown.NewLive(tree, groups, params), groups: groups, info: info}
-	if c := s.report.Counters; c.Known {
-		if err := topdown.CheckFit(def, s.pmus, s.facts.CPU.Vendor == "GenuineIntel", c.GeneralPurpose); err != nil {
-			td.warning = err.Error()
+	out := &oneTree{live: topdown.NewLive(tree, groups, params), info: info, groups: groups}
+	counters := s.report.Counters
+	if t.PMU != "" { // hybrid: ask a CPU of this core type
+		for _, p := range s.pmus {
+			if p.Name == t.PMU && len(p.CPUs) > 0 {
+				if c, err := host.ReadCountersOn(s.facts.CPU.Vendor, p.CPUs[0]); err == nil {
+					counters = c
+				}
+			}
 		}
 	}
-	return td, nil
+	if counters.Known {
+		if err := topdown.CheckFit(def, s.pmus, t.PMU, s.facts.CPU.Vendor == "GenuineIntel", counters.GeneralPurpose); err != nil {
+			out.warning = err.Error()
+		}
+	}
+	return out, nil
 }
 
 func serveMetrics(f flags, logger *slog.Logger) error {
@@ -154,9 +204,11 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	if err != nil {
 		logger.Info("Top-Down not computed", "reason", err)
 	} else {
-		logger.Info("Top-Down computed", "tree", td.info.Uarch, "from", td.info.Source, "smt", td.info.SMT)
-		if td.warning != "" {
-			logger.Warn("Top-Down group does not fit the counters; its events will be multiplexed", "problem", td.warning)
+		for _, t := range td.trees {
+			logger.Info("Top-Down computed", "tree", t.Info.Uarch, "from", t.Info.Source, "smt", t.Info.SMT)
+		}
+		for _, w := range td.warnings {
+			logger.Warn("Top-Down group does not fit the counters; its events will be multiplexed", "problem", w)
 		}
 		s.groups = append(s.groups, td.groups...)
 	}
@@ -167,7 +219,12 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	var engine *perfcount.Engine
 	afterCycle := func() {}
 	if td != nil {
-		afterCycle = func() { td.live.Update(engine.Snapshot()) }
+		afterCycle = func() {
+			snap := engine.Snapshot()
+			for _, l := range td.lives {
+				l.Update(snap)
+			}
+		}
 	}
 	engine = perfcount.New(perfcount.Options{
 		Groups:      s.groups,
@@ -193,7 +250,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if td != nil {
-		reg.MustRegister(exporter.NewTopdown(td.live, td.info, f.perCPU))
+		reg.MustRegister(exporter.NewTopdown(td.trees, f.perCPU))
 	}
 	mux := http.NewServeMux()
 	mux.Handle(f.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{

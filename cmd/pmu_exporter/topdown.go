@@ -30,15 +30,19 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		return 1
 	}
 	uarch, auto := td.uarch, td.uarch == ""
-	var pmus []*pmu.PMU // this host's, consulted only when the tree is detected here
+	corePMU := topdown.HybridPMU(uarch) // where a hybrid part's tree is recorded
+	var pmus []*pmu.PMU                 // this host's, consulted only when the tree is detected here
 	if auto {
 		pmus, _ = pmu.Discover(f.sysfs) // a PMU that cannot be read just leaves less to detect
-		u, err := topdown.ForHost(host.Read(f.procfs, f.sysfs).CPU, pmus)
+		targets, err := topdown.ForHost(host.Read(f.procfs, f.sysfs).CPU, pmus)
 		if err != nil {
 			return fail("%v on this host; pass --uarch (one of %s) for a recording made elsewhere", err, strings.Join(topdown.Names(), ", "))
 		}
-		uarch = u
+		uarch, corePMU = targets[0].Uarch, targets[0].PMU
 		fmt.Fprintf(stderr, "note: --uarch %s, detected on this host; pass --uarch for a recording made elsewhere\n", uarch)
+		if len(targets) > 1 {
+			fmt.Fprintf(stderr, "note: this hybrid host's E-cores use --uarch %s; a recording has one core type's events\n", targets[1].Uarch)
+		}
 	}
 	def, err := topdown.Builtin(uarch)
 	if err != nil {
@@ -60,7 +64,7 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		return fail("%v", err)
 	}
 	if td.listEvents {
-		fmt.Fprintf(stdout, "perf stat -x, -I 1000 -a %s -- sleep 10 2> recording.csv\n", shellJoin(topdown.PerfArgs(def)))
+		fmt.Fprintf(stdout, "perf stat -x, -I 1000 -a %s -- sleep 10 2> recording.csv\n", shellJoin(topdown.PerfArgs(def, corePMU)))
 		return 0
 	}
 
