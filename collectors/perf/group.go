@@ -136,6 +136,10 @@ func eventID(fd int) (uint64, error) {
 	return id, nil
 }
 
+// FD is the file descriptor of event i, for consumers that read it themselves
+// (the cgroup attribution program); it stays owned by the group.
+func (g *Group) FD(i int) int { return g.fds[i] }
+
 // Len is the number of events in the group.
 func (g *Group) Len() int { return len(g.ids) }
 

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Per-cgroup attribution of the counting core's events, the way perf's bperf
+ * cgroup mode does it: a perf_event program on each CPU's cgroup-switches
+ * software event (sample_period 1) runs when the CPU switches between tasks of
+ * different cgroups, in the context of the outgoing task. It reads each counted
+ * event on this CPU (counter, enabled, running) from PERF_EVENT_ARRAYs and
+ * credits the change since the previous switch to the outgoing task's cgroup
+ * and to its ancestors down from level 1, in a per-CPU hash keyed by cgroup id.
+ * A raw_tp program doing the same is run by user space on each CPU before it
+ * reads (BPF_F_TEST_RUN_ON_CPU), so a task that never switches out is credited
+ * too. No sched_switch hook: programs run only on cgroup changes.
+ *
+ * The kernel does not run the program on every cgroup switch it counts (on
+ * Linux 6.18 a few percent of them are skipped, even for an empty program). A
+ * skipped switch would hand one cgroup's counts to the next, so the program
+ * reads its own switch counter: when switches went by unseen, the counts since
+ * the last credit span several cgroups and go to cgroup id 0, "unattributed",
+ * instead of to anyone in particular.
+ *
+ * The license must be GPL-compatible for bpf_perf_event_read_value.
+ */
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+
+#define MAX_EVENTS 16 /* events attributed; the map value holds num_events of them */
+#define MAX_DEPTH 16  /* ancestor levels credited at most */
+
+struct reading {
+	__u64 counter;
+	__u64 enabled;
+	__u64 running;
+};
+
+/* Set by the loader before load; read-only to the program, so the verifier
+ * treats them as constants. */
+volatile const __u32 num_events = 1;
+volatile const __u32 max_depth = 0; /* ancestor levels 1..max_depth are credited */
+
+/* events_N[cpu] is the counting core's fd of event N on that CPU. One array per
+ * event, indexed by CPU, because loaders size PERF_EVENT_ARRAYs to the CPUs. On
+ * a hybrid host the same N may be a different event on each core type; user
+ * space tells them apart by CPU. */
+#define EVENT_ARRAY(n)                                    \
+	struct {                                          \
+		__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY); \
+		__uint(key_size, sizeof(__u32));          \
+		__uint(value_size, sizeof(__u32));        \
+	} events_##n SEC(".maps")
+EVENT_ARRAY(0);
+EVENT_ARRAY(1);
+EVENT_ARRAY(2);
+EVENT_ARRAY(3);
+EVENT_ARRAY(4);
+EVENT_ARRAY(5);
+EVENT_ARRAY(6);
+EVENT_ARRAY(7);
+EVENT_ARRAY(8);
+EVENT_ARRAY(9);
+EVENT_ARRAY(10);
+EVENT_ARRAY(11);
+EVENT_ARRAY(12);
+EVENT_ARRAY(13);
+EVENT_ARRAY(14);
+EVENT_ARRAY(15);
+
+/* switches[cpu] is that CPU's cgroup-switches event, the one the program is on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} switches SEC(".maps");
+
+/* The switch count at this CPU's previous credit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} seen SEC(".maps");
+
+static __always_inline long read_event(__u32 i, struct bpf_perf_event_value *v)
+{
+	switch (i) {
+#define READ(n) case n: return bpf_perf_event_read_value(&events_##n, BPF_F_CURRENT_CPU, v, sizeof(*v))
+	READ(0); READ(1); READ(2); READ(3); READ(4); READ(5); READ(6); READ(7);
+	READ(8); READ(9); READ(10); READ(11); READ(12); READ(13); READ(14); READ(15);
+#undef READ
+	}
+	return -1;
+}
+
+/* The readings at this CPU's previous credit, per event. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_EVENTS);
+	__type(key, __u32);
+	__type(value, struct reading);
+} previous SEC(".maps");
+
+/* cgroup id -> num_events readings accumulated on this CPU. The loader sets
+ * value_size to num_events * sizeof(struct reading) and max_entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct reading[MAX_EVENTS]);
+} cgroups SEC(".maps");
+
+/* Per CPU: 0 credits lost because the cgroup map was full, 1 event reads that
+ * failed, 2 credits made, 3 switches the program did not run for, 4 credits
+ * that went to "unattributed" because of them. */
+enum { STAT_MAP_FULL, STAT_READ_FAILED, STAT_CREDITS, STAT_SWITCHES_MISSED, STAT_UNATTRIBUTED, STAT_MAX };
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/* Index 0: a zeroed value to insert new cgroups with; 1: this credit's deltas.
+ * Maps, because MAX_EVENTS readings do not fit the 512-byte BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct reading[MAX_EVENTS]);
+} scratch SEC(".maps");
+
+static __always_inline void count(__u32 stat, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &stat);
+	if (v)
+		*v += n;
+}
+
+static __always_inline void add(__u64 id, struct reading *delta)
+{
+	struct reading *acc = bpf_map_lookup_elem(&cgroups, &id);
+	if (!acc) {
+		__u32 k = 0;
+		struct reading *z = bpf_map_lookup_elem(&scratch, &k);
+		if (!z)
+			return;
+		if (bpf_map_update_elem(&cgroups, &id, z, BPF_NOEXIST) && !bpf_map_lookup_elem(&cgroups, &id)) {
+			count(STAT_MAP_FULL, 1);
+			return;
+		}
+		acc = bpf_map_lookup_elem(&cgroups, &id);
+		if (!acc)
+			return;
+	}
+	for (__u32 i = 0; i < MAX_EVENTS; i++) {
+		if (i >= num_events)
+			break;
+		acc[i].counter += delta[i].counter;
+		acc[i].enabled += delta[i].enabled;
+		acc[i].running += delta[i].running;
+	}
+}
+
+/* attributable says whether the counts since this CPU's previous credit
+ * belong to the current task's cgroup alone: no switch went by unseen. */
+static __always_inline int attributable(int at_switch)
+{
+	struct bpf_perf_event_value sw;
+	if (bpf_perf_event_read_value(&switches, BPF_F_CURRENT_CPU, &sw, sizeof(sw)))
+		return 1; /* not placed yet: nothing to compare with */
+	__u32 k = 0;
+	__u64 *last = bpf_map_lookup_elem(&seen, &k);
+	if (!last)
+		return 1;
+	/* At a switch the counter already includes this one. */
+	__u64 expected = *last + (at_switch ? 1 : 0);
+	*last = sw.counter;
+	if (sw.counter > expected) {
+		count(STAT_SWITCHES_MISSED, sw.counter - expected);
+		return 0;
+	}
+	return 1;
+}
+
+static __always_inline int credit(int at_switch)
+{
+	__u32 one = 1;
+	struct reading *delta = bpf_map_lookup_elem(&scratch, &one);
+	if (!delta)
+		return 0;
+	for (__u32 i = 0; i < MAX_EVENTS; i++) {
+		if (i >= num_events)
+			break;
+		delta[i].counter = delta[i].enabled = delta[i].running = 0;
+		struct bpf_perf_event_value v;
+		/* An event not open on this CPU (another core type, a group that
+		 * failed) reads as an error: nothing to credit. */
+		if (read_event(i, &v)) {
+			count(STAT_READ_FAILED, 1);
+			continue;
+		}
+		__u32 k = i;
+		struct reading *prev = bpf_map_lookup_elem(&previous, &k);
+		if (!prev)
+			continue;
+		/* The first reading after an fd was (re)placed starts from zero. */
+		if (v.counter >= prev->counter && v.enabled >= prev->enabled && v.running >= prev->running) {
+			delta[i].counter = v.counter - prev->counter;
+			delta[i].enabled = v.enabled - prev->enabled;
+			delta[i].running = v.running - prev->running;
+		}
+		prev->counter = v.counter;
+		prev->enabled = v.enabled;
+		prev->running = v.running;
+	}
+	if (!attributable(at_switch)) {
+		add(0, delta);
+		count(STAT_UNATTRIBUTED, 1);
+		return 0;
+	}
+	__u64 id = bpf_get_current_cgroup_id();
+	add(id, delta);
+	for (int level = 1; level < MAX_DEPTH; level++) {
+		if (level > max_depth)
+			break;
+		__u64 ancestor = bpf_get_current_ancestor_cgroup_id(level);
+		if (!ancestor || ancestor == id)
+			break; /* above the task's own level */
+		add(ancestor, delta);
+	}
+	count(STAT_CREDITS, 1);
+	return 0;
+}
+
+SEC("perf_event")
+int on_cgroup_switch(void *ctx)
+{
+	return credit(1);
+}
+
+SEC("raw_tp")
+int credit_now(void *ctx)
+{
+	return credit(0);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,324 @@
+// Package cgroupbpf attributes the counting core's per-CPU events to cgroups in
+// the kernel, with the eBPF program in bpf/cgroup_count.bpf.c: on every switch
+// between tasks of different cgroups a CPU credits what its events counted
+// since its previous switch to the outgoing cgroup and its ancestors. File
+// descriptors stay CPUs x events, whatever the number of cgroups: the program
+// reads the counting core's own fds. This package only talks to the kernel
+// (load, attach, fill and read maps); what the counts mean is decided elsewhere.
+package cgroupbpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// MaxEvents is how many events can be attributed (the program's MAX_EVENTS). On
+// a hybrid host each core type has this many.
+const MaxEvents = 16
+
+// MaxDepth is the deepest ancestor level the program credits (MAX_DEPTH - 1).
+const MaxDepth = 15
+
+// swCgroupSwitches is PERF_COUNT_SW_CGROUP_SWITCHES (Linux 5.13), which x/sys
+// does not name.
+const swCgroupSwitches = 11
+
+// Options sizes the program and its maps.
+type Options struct {
+	Events     int // events attributed, 1..MaxEvents
+	Depth      int // ancestor levels 1..Depth are credited besides the task's own cgroup
+	MaxCgroups int // cgroups held at once; beyond it credits are dropped and counted
+}
+
+// Reading is one event's accumulated counts.
+type Reading struct {
+	Counter, Enabled, Running uint64
+}
+
+// Unattributed is the cgroup id under which the program files counts it cannot
+// give to one cgroup: those of a span in which the kernel skipped the program
+// for a switch.
+const Unattributed = 0
+
+// Stats are the program's own counters, summed over CPUs.
+type Stats struct {
+	MapFull        uint64 // credits lost because the cgroup map was full
+	ReadFailed     uint64 // event reads that failed (an fd not placed on that CPU)
+	Credits        uint64 // program runs that credited a cgroup
+	SwitchesMissed uint64 // cgroup switches the kernel did not run the program for
+	Unattributed   uint64 // credits filed under Unattributed because of them
+}
+
+// Counter is the loaded program and its maps.
+type Counter struct {
+	objs     counterObjects
+	events   int
+	cpus     int           // possible CPUs: the per-CPU value count
+	arrays   []*ebpf.Map   // per event, indexed by CPU
+	switches map[int]int   // CPU -> cgroup-switches fd carrying the program
+	values   []cgroupValue // scratch for reads, one per possible CPU
+}
+
+// Load loads the program with its maps sized for opts. It needs CAP_BPF and
+// CAP_PERFMON (or root).
+func Load(opts Options) (*Counter, error) {
+	if opts.Events < 1 || opts.Events > MaxEvents {
+		return nil, fmt.Errorf("cgroup attribution of %d events: between 1 and %d can be attributed", opts.Events, MaxEvents)
+	}
+	if opts.Depth < 0 || opts.Depth > MaxDepth {
+		return nil, fmt.Errorf("cgroup depth %d: between 0 and %d", opts.Depth, MaxDepth)
+	}
+	if opts.MaxCgroups < 1 {
+		return nil, fmt.Errorf("cgroup map of %d entries", opts.MaxCgroups)
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("possible CPUs: %w", err)
+	}
+	spec, err := loadCounter()
+	if err != nil {
+		return nil, fmt.Errorf("load the embedded BPF object: %w", err)
+	}
+	for name, v := range map[string]uint32{"num_events": uint32(opts.Events), "max_depth": uint32(opts.Depth)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	spec.Maps["cgroups"].MaxEntries = uint32(opts.MaxCgroups)
+	spec.Maps["cgroups"].ValueSize = uint32(opts.Events) * uint32(unsafe.Sizeof(Reading{}))
+	spec.Maps["cgroups"].Value = nil // the BTF type is MAX_EVENTS readings; the map holds Events
+	c := &Counter{events: opts.Events, cpus: cpus, switches: map[int]int{}, values: make([]cgroupValue, cpus)}
+	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("the kernel's verifier rejected the cgroup program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load the cgroup program: %w", err)
+	}
+	c.arrays = []*ebpf.Map{c.objs.Events0, c.objs.Events1, c.objs.Events2, c.objs.Events3, c.objs.Events4,
+		c.objs.Events5, c.objs.Events6, c.objs.Events7, c.objs.Events8, c.objs.Events9, c.objs.Events10,
+		c.objs.Events11, c.objs.Events12, c.objs.Events13, c.objs.Events14, c.objs.Events15}[:opts.Events]
+	return c, nil
+}
+
+// Attach opens cpu's cgroup-switches software event with the program on it.
+func (c *Counter) Attach(cpu int) error {
+	if _, ok := c.switches[cpu]; ok {
+		return nil
+	}
+	attr := unix.PerfEventAttr{
+		Type:        unix.PERF_TYPE_SOFTWARE,
+		Config:      swCgroupSwitches,
+		Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Sample:      1, // every switch
+		Bits:        unix.PerfBitDisabled,
+		Sample_type: unix.PERF_SAMPLE_RAW,
+	}
+	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open cgroup-switches on CPU %d: %w", cpu, err)
+	}
+	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, c.objs.OnCgroupSwitch.FD()); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("attach the cgroup program on CPU %d: %w", cpu, err)
+	}
+	if err := c.objs.Switches.Put(uint32(cpu), uint32(fd)); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("place cgroup-switches of CPU %d: %w", cpu, err)
+	}
+	var zero [8]byte // a fresh event counts from 0
+	per := make([][8]byte, c.cpus)
+	if err := c.objs.Seen.Lookup(uint32(0), per); err == nil {
+		per[cpu] = zero
+		c.objs.Seen.Put(uint32(0), per)
+	}
+	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("enable cgroup-switches on CPU %d: %w", cpu, err)
+	}
+	c.switches[cpu] = fd
+	return nil
+}
+
+// Detach closes cpu's cgroup-switches event (CPU going offline).
+func (c *Counter) Detach(cpu int) {
+	if fd, ok := c.switches[cpu]; ok {
+		c.objs.Switches.Delete(uint32(cpu))
+		unix.Close(fd)
+		delete(c.switches, cpu)
+	}
+}
+
+// Attached lists the CPUs with the program attached.
+func (c *Counter) Attached() []int {
+	var cpus []int
+	for cpu := range c.switches {
+		cpus = append(cpus, cpu)
+	}
+	slices.Sort(cpus)
+	return cpus
+}
+
+func (c *Counter) check(event, cpu int) error {
+	if event < 0 || event >= c.events || cpu < 0 || cpu >= c.cpus {
+		return fmt.Errorf("event %d on CPU %d: outside %d events x %d CPUs", event, cpu, c.events, c.cpus)
+	}
+	return nil
+}
+
+// SetEvent makes fd, a counting event open on cpu, the program's event number
+// event there. The counts it had before are not credited to anyone: the
+// program's previous reading is reset first.
+func (c *Counter) SetEvent(event, cpu, fd int) error {
+	if err := c.check(event, cpu); err != nil {
+		return err
+	}
+	if err := c.resetPrevious(event, cpu); err != nil {
+		return err
+	}
+	if err := c.arrays[event].Put(uint32(cpu), uint32(fd)); err != nil {
+		return fmt.Errorf("place event %d on CPU %d: %w", event, cpu, err)
+	}
+	return nil
+}
+
+// ClearEvent removes event number event on cpu; call it before the fd is
+// closed, or the array keeps the event alive.
+func (c *Counter) ClearEvent(event, cpu int) error {
+	if err := c.check(event, cpu); err != nil {
+		return err
+	}
+	if err := c.arrays[event].Delete(uint32(cpu)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("remove event %d on CPU %d: %w", event, cpu, err)
+	}
+	return nil
+}
+
+// resetPrevious zeroes the program's last reading of event on cpu, so that a new
+// fd's first reading is not compared with the old fd's.
+func (c *Counter) resetPrevious(event, cpu int) error {
+	prev := make([]Reading, c.cpus)
+	if err := c.objs.Previous.Lookup(uint32(event), prev); err != nil {
+		return fmt.Errorf("previous reading of event %d: %w", event, err)
+	}
+	prev[cpu] = Reading{}
+	if err := c.objs.Previous.Put(uint32(event), prev); err != nil {
+		return fmt.Errorf("reset previous reading of event %d: %w", event, err)
+	}
+	return nil
+}
+
+// CreditNow runs the program on cpu, crediting what that CPU counted since its
+// last switch to the cgroup running there now. Call it on every CPU before Read.
+func (c *Counter) CreditNow(cpu int) error {
+	if _, err := c.objs.CreditNow.Run(&ebpf.RunOptions{CPU: uint32(cpu), Flags: unix.BPF_F_TEST_RUN_ON_CPU}); err != nil {
+		return fmt.Errorf("credit CPU %d: %w", cpu, err)
+	}
+	return nil
+}
+
+// cgroupValue is one CPU's readings of one cgroup.
+type cgroupValue []Reading
+
+// UnmarshalBinary decodes the map value, reusing v's storage.
+func (v *cgroupValue) UnmarshalBinary(b []byte) error {
+	n := len(b) / int(unsafe.Sizeof(Reading{}))
+	if cap(*v) < n {
+		*v = make([]Reading, n)
+	}
+	*v = (*v)[:n]
+	for i := range *v {
+		o := b[i*24:]
+		(*v)[i] = Reading{binary.NativeEndian.Uint64(o), binary.NativeEndian.Uint64(o[8:]), binary.NativeEndian.Uint64(o[16:])}
+	}
+	return nil
+}
+
+// Read calls fn with each cgroup's readings on each possible CPU (index: CPU
+// number); fn must not keep them. The counts only grow while a cgroup is in
+// the map.
+func (c *Counter) Read(fn func(id uint64, perCPU [][]Reading)) error {
+	var id uint64
+	perCPU := make([][]Reading, c.cpus)
+	it := c.objs.Cgroups.Iterate()
+	for it.Next(&id, &c.values) {
+		for i, v := range c.values {
+			perCPU[i] = v
+		}
+		fn(id, perCPU)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read the cgroup map: %w", err)
+	}
+	return nil
+}
+
+// Sum adds up perCPU readings over cpus (nil: all).
+func Sum(perCPU [][]Reading, cpus []int, out []Reading) {
+	clear(out)
+	add := func(v []Reading) {
+		for i := range min(len(v), len(out)) {
+			out[i].Counter += v[i].Counter
+			out[i].Enabled += v[i].Enabled
+			out[i].Running += v[i].Running
+		}
+	}
+	if cpus == nil {
+		for _, v := range perCPU {
+			add(v)
+		}
+		return
+	}
+	for _, cpu := range cpus {
+		if cpu < len(perCPU) {
+			add(perCPU[cpu])
+		}
+	}
+}
+
+// Forget removes a cgroup (one that has been deleted) from the map.
+func (c *Counter) Forget(id uint64) error {
+	if err := c.objs.Cgroups.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("forget cgroup %d: %w", id, err)
+	}
+	return nil
+}
+
+// Stats returns the program's own counters.
+func (c *Counter) Stats() (Stats, error) {
+	var s Stats
+	for i, dst := range []*uint64{&s.MapFull, &s.ReadFailed, &s.Credits, &s.SwitchesMissed, &s.Unattributed} {
+		per := make([]uint64, c.cpus)
+		if err := c.objs.Stats.Lookup(uint32(i), per); err != nil {
+			return s, fmt.Errorf("read program stats: %w", err)
+		}
+		for _, v := range per {
+			*dst += v
+		}
+	}
+	return s, nil
+}
+
+// ProgramID is the kernel's id of the switch program (for bpf_stats lookups).
+func (c *Counter) ProgramID() (uint32, error) {
+	info, err := c.objs.OnCgroupSwitch.Info()
+	if err != nil {
+		return 0, err
+	}
+	id, _ := info.ID()
+	return uint32(id), nil
+}
+
+// Close detaches from every CPU and frees the program and maps.
+func (c *Counter) Close() error {
+	for cpu := range c.switches {
+		c.Detach(cpu)
+	}
+	return c.objs.Close()
+}

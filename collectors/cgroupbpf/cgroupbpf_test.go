@@ -1,0 +1,292 @@
+package cgroupbpf
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// TestMain doubles as the workload: a process that spins for CGROUPBPF_SPIN of
+// CPU time, sleeping 1 ms every 5 ms so that it also switches in and out.
+func TestMain(m *testing.M) {
+	if d, err := time.ParseDuration(os.Getenv("CGROUPBPF_SPIN")); err == nil {
+		var ts unix.Timespec
+		unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts)
+		start := ts.Nano()
+		for next := start; time.Duration(ts.Nano()-start) < d; unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts) {
+			if ts.Nano() > next {
+				time.Sleep(time.Millisecond)
+				next = ts.Nano() + int64(5*time.Millisecond)
+			}
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// cgroupTree makes dir/parent/{a,b} under the cgroup v2 mount and returns
+// their paths; they are removed at the end of the test.
+func cgroupTree(t *testing.T) (parent, a, b string) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	mnt := testenv.Cgroup2Mount()
+	testenv.Require(t, mnt != "", "needs a cgroup v2 hierarchy")
+	top := filepath.Join(mnt, fmt.Sprintf("pmu_exporter_test_%d", os.Getpid()))
+	parent = filepath.Join(top, "kubepods.slice")
+	a, b = filepath.Join(parent, "a.scope"), filepath.Join(parent, "b.scope")
+	for _, d := range []string{top, parent, a, b} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range []string{a, b, parent, top} {
+			os.Remove(d)
+		}
+	})
+	return parent, a, b
+}
+
+func cgroupID(t *testing.T, dir string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino // kernfs: the cgroup id is the directory's inode number
+}
+
+// spinIn starts the workload directly inside the cgroup dir (clone3 with
+// CLONE_INTO_CGROUP), so none of its CPU time is spent elsewhere.
+func spinIn(t *testing.T, dir string, d time.Duration) *exec.Cmd {
+	t.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "CGROUPBPF_SPIN="+d.String())
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func usage(t *testing.T, dir string) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return time.Duration(n) * time.Microsecond
+		}
+	}
+	t.Fatalf("no usage_usec in %s/cpu.stat", dir)
+	return 0
+}
+
+func onlineCPUs(t *testing.T) []int {
+	t.Helper()
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus, err := cpuset.Parse(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpus
+}
+
+// attributed loads the program over system-wide cpu-clock and task-clock on
+// every CPU, as the counting core would open them.
+func attributed(t *testing.T, depth int) *Counter {
+	c, _ := attributedGroups(t, depth)
+	return c
+}
+
+func attributedGroups(t *testing.T, depth int) (*Counter, []*perf.Group) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	c, err := Load(Options{Events: 2, Depth: depth, MaxCgroups: 256})
+	testenv.Require(t, err == nil, fmt.Sprintf("loading the BPF program: %v", err))
+	t.Cleanup(func() { c.Close() })
+	attrs := []eventspec.Attr{
+		{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK},
+		{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK},
+	}
+	var groups []*perf.Group
+	for _, cpu := range onlineCPUs(t) {
+		g, err := perf.OpenGroup(attrs, []string{"cpu-clock", "task-clock"}, perf.SystemWide(cpu))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range attrs {
+			if err := c.SetEvent(i, cpu, g.FD(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			for i := range attrs {
+				c.ClearEvent(i, cpu)
+			}
+			g.Close()
+		})
+		if err := c.Attach(cpu); err != nil {
+			t.Fatal(err)
+		}
+		groups = append(groups, g)
+	}
+	return c, groups
+}
+
+// level is a cgroup's depth below the root, found by its id among the
+// directories of the cgroup v2 mount (0 for the root and for Unattributed).
+func level(t *testing.T, id uint64) int {
+	t.Helper()
+	mnt := testenv.Cgroup2Mount()
+	if id == Unattributed || id == cgroupID(t, mnt) {
+		return 0
+	}
+	found := -1
+	filepath.WalkDir(mnt, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && found < 0 && cgroupID(t, p) == id {
+			found = strings.Count(strings.TrimPrefix(p, mnt), "/")
+		}
+		return nil
+	})
+	if found < 0 {
+		return 99 // removed since: not level 1 (the test's own tree is still there)
+	}
+	return found
+}
+
+func readAll(t *testing.T, c *Counter) map[uint64][]Reading {
+	t.Helper()
+	for _, cpu := range c.Attached() {
+		if err := c.CreditNow(cpu); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := map[uint64][]Reading{}
+	if err := c.Read(func(id uint64, perCPU [][]Reading) {
+		out[id] = make([]Reading, 2)
+		Sum(perCPU, nil, out[id])
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestAttributionAgainstCgroupCPUAccounting: two cgroups run CPU-bound,
+// switching workloads. What the program gives each of them in cpu-clock and
+// task-clock never exceeds the kernel's own accounting (cpu.stat usage_usec)
+// by more than 3%; what it could not give anyone (spans in which the kernel
+// skipped the program for a switch) is filed as unattributed, and the two
+// together cover the cgroups' usage; the parent gets exactly the sum of its
+// children; and nothing is lost: all credits add up to the counts the events
+// themselves report.
+func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
+	parent, a, b := cgroupTree(t)
+	c, groups := attributedGroups(t, 3) // top (1), kubepods.slice (2), *.scope (3)
+	wa, wb := spinIn(t, a, 300*time.Millisecond), spinIn(t, b, 500*time.Millisecond)
+	for _, w := range []*exec.Cmd{wa, wb} {
+		if err := w.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readAll(t, c)
+	var counted [2]uint64 // what the events counted, read right after the last credit
+	for _, g := range groups {
+		v := make([]uint64, 2)
+		if _, _, err := g.Read(v); err != nil {
+			t.Fatal(err)
+		}
+		counted[0], counted[1] = counted[0]+v[0], counted[1]+v[1]
+	}
+	st, err := c.Stats()
+	if err != nil || st.Credits == 0 || st.MapFull != 0 {
+		t.Errorf("stats %+v, %v", st, err)
+	}
+	un := got[Unattributed]
+	t.Logf("program stats %+v", st)
+	var used time.Duration
+	for _, dir := range []string{a, b} {
+		want := usage(t, dir)
+		used += want
+		r := got[cgroupID(t, dir)]
+		if len(r) != 2 {
+			t.Fatalf("%s: no readings (%d cgroups credited)", dir, len(got))
+		}
+		for i, name := range []string{"cpu-clock", "task-clock"} {
+			cnt := time.Duration(r[i].Counter)
+			t.Logf("%s %s: credited %v (%.1f%%), cpu.stat %v", filepath.Base(dir), name, cnt, 100*float64(cnt)/float64(want), want)
+			if cnt > want*103/100 {
+				t.Errorf("%s %s: credited %v, more than the %v the kernel accounts", dir, name, cnt, want)
+			}
+			if r[i].Enabled == 0 || r[i].Running != r[i].Enabled {
+				t.Errorf("%s %s: enabled %d running %d; a software event always runs", dir, name, r[i].Enabled, r[i].Running)
+			}
+		}
+	}
+	ra, rb, rp := got[cgroupID(t, a)], got[cgroupID(t, b)], got[cgroupID(t, parent)]
+	for i := range 2 {
+		if rp == nil || rp[i].Counter != ra[i].Counter+rb[i].Counter {
+			t.Errorf("event %d: parent %v, children %d + %d", i, rp, ra[i].Counter, rb[i].Counter)
+		}
+		if covered := time.Duration(ra[i].Counter + rb[i].Counter + un[i].Counter); covered < used*97/100 {
+			t.Errorf("event %d: a + b + unattributed = %v, below the cgroups' usage %v", i, covered, used)
+		}
+		// Own-cgroup credits of every task: everything at level <= 1 (the
+		// root, the unattributed bucket, and level-1 cgroups that hold their
+		// descendants' credits) adds up to what was counted.
+		var total uint64
+		for id, r := range got {
+			if level(t, id) <= 1 {
+				total += r[i].Counter
+			}
+		}
+		if total > counted[i] || counted[i]-total > uint64(len(groups))*uint64(time.Millisecond) {
+			t.Errorf("event %d: %d credited in all, the events counted %d", i, total, counted[i])
+		}
+	}
+}
+
+// With depth 1 only the top level is credited besides the task's own cgroup:
+// kubepods.slice (level 2) gets nothing.
+func TestAttributionDepth(t *testing.T) {
+	parent, a, _ := cgroupTree(t)
+	c := attributed(t, 1)
+	if err := spinIn(t, a, 100*time.Millisecond).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, c)
+	top := filepath.Dir(parent)
+	if got[cgroupID(t, a)] == nil || got[cgroupID(t, top)] == nil {
+		t.Errorf("a or its level-1 ancestor not credited")
+	}
+	if r, ok := got[cgroupID(t, parent)]; ok {
+		t.Errorf("level 2 credited at depth 1: %v", r)
+	}
+	if got[cgroupID(t, top)][0].Counter < got[cgroupID(t, a)][0].Counter {
+		t.Errorf("ancestor got less than its descendant")
+	}
+}
