@@ -103,7 +103,7 @@ func usage(t *testing.T, dir string) time.Duration {
 	return 0
 }
 
-func onlineCPUs(t *testing.T) []int {
+func onlineCPUs(t testing.TB) []int {
 	t.Helper()
 	b, err := os.ReadFile("/sys/devices/system/cpu/online")
 	if err != nil {

@@ -1,0 +1,113 @@
+package cgroupbpf
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// pong echoes bytes from stdin to stdout until EOF: the far end of a ping-pong
+// whose every round trip is two cgroup switches.
+func pong() {
+	var b [1]byte
+	for {
+		if _, err := os.Stdin.Read(b[:]); err != nil {
+			os.Exit(0)
+		}
+		os.Stdout.Write(b[:])
+	}
+}
+
+func init() {
+	if os.Getenv("CGROUPBPF_PONG") != "" {
+		pong()
+	}
+}
+
+// BenchmarkPingPong runs pipe round trips between this process (root cgroup)
+// and a helper in its own cgroup, without and with the program attributing
+// four software events on every CPU; ns/op is one round trip. It reports the
+// program's own cost per run from the kernel's bpf_stats.
+func BenchmarkPingPong(b *testing.B) {
+	testenv.RequireRoot(b)
+	mnt := testenv.Cgroup2Mount()
+	testenv.Require(b, mnt != "", "needs a cgroup v2 hierarchy")
+	dir := filepath.Join(mnt, fmt.Sprintf("pmu_exporter_bench_%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	defer os.Remove(dir)
+	cg, err := os.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cg.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), "CGROUPBPF_PONG=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { in.Close(); cmd.Wait() }()
+	roundTrips := func(b *testing.B) {
+		var buf [1]byte
+		for b.Loop() {
+			in.Write(buf[:])
+			if _, err := io.ReadFull(out, buf[:]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("not-attributing", roundTrips)
+	b.Run("attributing-4-events", func(b *testing.B) {
+		os.WriteFile("/proc/sys/kernel/bpf_stats_enabled", []byte("1"), 0)
+		defer os.WriteFile("/proc/sys/kernel/bpf_stats_enabled", []byte("0"), 0)
+		c, err := Load(Options{Events: 4, Depth: 4, MaxCgroups: 256})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		attrs := []eventspec.Attr{
+			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK},
+			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK},
+			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS},
+			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES},
+		}
+		for _, cpu := range onlineCPUs(b) {
+			g, err := perf.OpenGroup(attrs, []string{"cpu-clock", "task-clock", "page-faults", "context-switches"}, perf.SystemWide(cpu))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer g.Close()
+			for i := range attrs {
+				if err := c.SetEvent(i, cpu, g.FD(i)); err != nil {
+					b.Fatal(err)
+				}
+				defer c.ClearEvent(i, cpu)
+			}
+			if err := c.Attach(cpu); err != nil {
+				b.Fatal(err)
+			}
+		}
+		before, _ := c.objs.OnCgroupSwitch.Stats()
+		roundTrips(b)
+		after, _ := c.objs.OnCgroupSwitch.Stats()
+		if runs := after.RunCount - before.RunCount; runs > 0 {
+			b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(runs), "ns/program-run")
+			b.ReportMetric(float64(runs)/float64(b.N), "program-runs/op")
+		}
+	})
+}
+
