@@ -1,0 +1,72 @@
+package cgroupattr
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1000, 0)
+
+func paths(m map[uint64]string) func(uint64) (string, bool) {
+	return func(id uint64) (string, bool) { p, ok := m[id]; return p, ok }
+}
+
+func counts(t *testing.T, tab *Table) map[string][]float64 {
+	t.Helper()
+	out := map[string][]float64{}
+	for _, s := range tab.Series() {
+		out[s.Path] = s.Counts
+	}
+	return out
+}
+
+// Each cgroup is scaled by its own enabled/running, per interval: 1000 counted
+// while running 100 of 200 ns enabled is 2000; then 500 more at full running.
+func TestScalesPerCgroupAndInterval(t *testing.T) {
+	tab := New(1, Options{MaxSeries: 10, Grace: time.Minute})
+	p := paths(map[uint64]string{7: "/a"})
+	tab.Update(t0, map[uint64][]Reading{7: {{1000, 200, 100}}}, p)
+	tab.Update(t0.Add(time.Second), map[uint64][]Reading{7: {{1500, 300, 200}}}, p)
+	if got := counts(t, tab)["/a"]; len(got) != 1 || got[0] != 2500 {
+		t.Errorf("/a = %v, want 2000 + 500", got)
+	}
+	// The kernel entry was recreated (counts went down): it starts over.
+	tab.Update(t0.Add(2*time.Second), map[uint64][]Reading{7: {{40, 10, 10}}}, p)
+	if got := counts(t, tab)["/a"]; got[0] != 2540 {
+		t.Errorf("/a after reset = %v, want 2540", got)
+	}
+}
+
+// Beyond MaxSeries the smaller cgroups go to "other"; a place that frees up
+// goes to the largest waiting cgroup; no counter ever goes down.
+func TestBoundedSeriesAndGrace(t *testing.T) {
+	tab := New(1, Options{MaxSeries: 2, Grace: 30 * time.Second})
+	p := paths(map[uint64]string{1: "/big", 2: "/mid", 3: "/small"})
+	tab.Update(t0, map[uint64][]Reading{1: {{300, 1, 1}}, 2: {{200, 1, 1}}, 3: {{100, 1, 1}}}, p)
+	got := counts(t, tab)
+	if got["/big"][0] != 300 || got["/mid"][0] != 200 || got[Other][0] != 100 || got["/small"] != nil {
+		t.Fatalf("first update: %v", got)
+	}
+	// /big vanishes; within the grace period it keeps its series and /small waits.
+	tab.Update(t0.Add(10*time.Second), map[uint64][]Reading{2: {{250, 2, 2}}, 3: {{150, 2, 2}}}, p)
+	got = counts(t, tab)
+	if got["/big"][0] != 300 || got["/mid"][0] != 250 || got[Other][0] != 150 {
+		t.Fatalf("in grace: %v", got)
+	}
+	// After it, /big is dropped and /small gets a series from now on; what it
+	// counted before stays in other.
+	tab.Update(t0.Add(41*time.Second), map[uint64][]Reading{2: {{260, 3, 3}}, 3: {{170, 3, 3}}}, p)
+	got = counts(t, tab)
+	if got["/big"] != nil || got["/mid"][0] != 260 || got["/small"][0] != 0 || got[Other][0] != 170 {
+		t.Fatalf("after grace: %v", got)
+	}
+	tab.Update(t0.Add(42*time.Second), map[uint64][]Reading{2: {{260, 4, 4}}, 3: {{180, 4, 4}}}, p)
+	if got := counts(t, tab); got["/small"][0] != 10 || got[Other][0] != 170 {
+		t.Fatalf("then: %v", got)
+	}
+	// A cgroup gone before it was ever resolved gets nothing.
+	tab.Update(t0.Add(43*time.Second), map[uint64][]Reading{99: {{5, 1, 1}}}, p)
+	if len(tab.byID) != 2 {
+		t.Errorf("table holds %d cgroups", len(tab.byID))
+	}
+}
