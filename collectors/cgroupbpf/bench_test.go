@@ -110,4 +110,3 @@ func BenchmarkPingPong(b *testing.B) {
 		}
 	})
 }
-
