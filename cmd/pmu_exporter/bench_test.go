@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -70,20 +69,7 @@ func (p *cgroupProc) scrape() error {
 	return nil
 }
 
-func (p *cgroupProc) cpu(b *testing.B) time.Duration {
-	data, err := os.ReadFile(filepath.Join(p.dir, "cpu.stat"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return time.Duration(n) * time.Microsecond
-		}
-	}
-	b.Fatal("no usage_usec")
-	return 0
-}
+func (p *cgroupProc) cpu(b *testing.B) time.Duration { return testenv.CgroupUsage(b, p.dir) }
 
 // BenchmarkVsNodeExporterPerf runs pmu_exporter and node_exporter's perf collector
 // side by side on the same five software events, read once a second (our

@@ -85,7 +85,7 @@ func BenchmarkPingPong(b *testing.B) {
 			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS},
 			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES},
 		}
-		for _, cpu := range onlineCPUs(b) {
+		for _, cpu := range testenv.OnlineCPUs(b) {
 			g, err := perf.OpenGroup(attrs, []string{"cpu-clock", "task-clock", "page-faults", "context-switches"}, perf.SystemWide(cpu))
 			if err != nil {
 				b.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
-	"github.com/pmu-exporter/pmu_exporter/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -87,35 +85,6 @@ func spinIn(t *testing.T, dir string, d time.Duration) *exec.Cmd {
 	return cmd
 }
 
-func usage(t *testing.T, dir string) time.Duration {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return time.Duration(n) * time.Microsecond
-		}
-	}
-	t.Fatalf("no usage_usec in %s/cpu.stat", dir)
-	return 0
-}
-
-func onlineCPUs(t testing.TB) []int {
-	t.Helper()
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpus, err := cpuset.Parse(string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cpus
-}
-
 // attributed loads the program over system-wide cpu-clock and task-clock on
 // every CPU, as the counting core would open them.
 func attributed(t *testing.T, depth int) *Counter {
@@ -134,7 +103,7 @@ func attributedGroups(t *testing.T, depth int) (*Counter, []*perf.Group) {
 		{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK},
 	}
 	var groups []*perf.Group
-	for _, cpu := range onlineCPUs(t) {
+	for _, cpu := range testenv.OnlineCPUs(t) {
 		g, err := perf.OpenGroup(attrs, []string{"cpu-clock", "task-clock"}, perf.SystemWide(cpu))
 		if err != nil {
 			t.Fatal(err)
@@ -230,7 +199,7 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 	t.Logf("program stats %+v", st)
 	var used time.Duration
 	for _, dir := range []string{a, b} {
-		want := usage(t, dir)
+		want := testenv.CgroupUsage(t, dir)
 		used += want
 		r := got[cgroupID(t, dir)]
 		if len(r) != 2 {

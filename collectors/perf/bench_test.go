@@ -47,7 +47,7 @@ func BenchmarkReadStyles(b *testing.B) {
 	testenv.RequireRoot(b)
 	configs := []uint64{unix.PERF_COUNT_SW_PAGE_FAULTS, unix.PERF_COUNT_SW_CONTEXT_SWITCHES,
 		unix.PERF_COUNT_SW_CPU_MIGRATIONS, unix.PERF_COUNT_SW_PAGE_FAULTS_MIN, unix.PERF_COUNT_SW_PAGE_FAULTS_MAJ}
-	cpus := onlineCPUs(b)
+	cpus := testenv.OnlineCPUs(b)
 	attrs := make([]eventspec.Attr, len(configs))
 	names := make([]string, len(configs))
 	for i, c := range configs {

@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -46,19 +45,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-func onlineCPUs(t testing.TB) []int {
-	t.Helper()
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpus, err := cpuset.Parse(string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cpus
 }
 
 var swGroup = []eventspec.Attr{
@@ -120,7 +106,7 @@ func touchPages(t *testing.T, n int) {
 // blocking round trips we made.
 func TestSystemWideSoftwareGroupOnEveryCPU(t *testing.T) {
 	testenv.RequireRoot(t)
-	cpus := onlineCPUs(t)
+	cpus := testenv.OnlineCPUs(t)
 	var groups []*Group
 	start := time.Now()
 	for _, c := range cpus {
@@ -184,7 +170,7 @@ func TestCgroupScopedBusyLoop(t *testing.T) {
 	defer cg.Close()
 
 	var groups []*Group
-	for _, c := range onlineCPUs(t) {
+	for _, c := range testenv.OnlineCPUs(t) {
 		g, err := OpenGroup(swGroup[:2], swNames[:2], Target{CPU: c, CgroupFD: int(cg.Fd())})
 		if err != nil {
 			t.Fatal(err)
@@ -218,7 +204,7 @@ func TestCgroupScopedBusyLoop(t *testing.T) {
 		t.Fatalf("helper output %q: %v", stdout.String(), err)
 	}
 	process := time.Duration(spun)
-	usage := cgroupUsage(t, dir)
+	usage := testenv.CgroupUsage(t, dir)
 
 	var cpuClock, taskClock time.Duration
 	vals := make([]uint64, 2)
@@ -242,25 +228,6 @@ func TestCgroupScopedBusyLoop(t *testing.T) {
 	if process < spin {
 		t.Errorf("the helper used %v of CPU, less than the %v it was told to spin", process, spin)
 	}
-}
-
-func cgroupUsage(t *testing.T, dir string) time.Duration {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return time.Duration(n) * time.Microsecond
-		}
-	}
-	t.Fatalf("no usage_usec in %s/cpu.stat", dir)
-	return 0
 }
 
 func TestOpenErrorsAreClassified(t *testing.T) {

@@ -7,8 +7,13 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/cpuset"
 )
 
 // InCI reports whether PMU_EXPORTER_CI is set.
@@ -58,4 +63,39 @@ func Cgroup2Mount() string {
 		}
 	}
 	return ""
+}
+
+// CgroupUsage is the CPU time the kernel accounts to a cgroup v2 directory
+// (cpu.stat usage_usec): the independent expectation for attributed clocks.
+func CgroupUsage(t testing.TB, dir string) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s/cpu.stat: usage_usec %q: %v", dir, v, err)
+			}
+			return time.Duration(n) * time.Microsecond
+		}
+	}
+	t.Fatalf("no usage_usec in %s/cpu.stat", dir)
+	return 0
+}
+
+// OnlineCPUs lists this machine's online CPUs.
+func OnlineCPUs(t testing.TB) []int {
+	t.Helper()
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus, err := cpuset.Parse(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpus
 }
