@@ -65,6 +65,11 @@ type Options struct {
 	// AfterCycle, if set, runs after every cycle, outside the engine's lock: the
 	// place to derive metrics from a fresh Snapshot.
 	AfterCycle func()
+	// OnOpen and OnClose, if set, see each group open on a CPU and each one
+	// about to close (CPU offline, engine closed), with its file descriptors
+	// still valid: the hook for consumers that read the fds themselves (the
+	// eBPF cgroup attribution), which must let go before the fds close.
+	OnOpen, OnClose func(group string, cpu int, g *perf.Group)
 	// Open opens a group; defaults to perf.OpenGroup. Tests use it to emulate
 	// PMUs this machine does not have.
 	Open func(attrs []eventspec.Attr, names []string, t perf.Target) (*perf.Group, error)
@@ -180,8 +185,7 @@ func (e *Engine) Cycle() {
 			if cg.g != nil && !slices.Contains(online, cpu) {
 				// Offline: take the last counts, then close; totals stay.
 				e.read(gs, cg)
-				cg.g.Close()
-				cg.g = nil
+				e.closeGroup(gs, cpu, cg)
 				e.opts.Logger.Info("CPU went offline; closed group", "group", gs.spec.Name, "cpu", cpu)
 			}
 		}
@@ -233,6 +237,18 @@ func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
 	}
 	cg.g, cg.failure = g, nil
 	cg.acc.Rebase()
+	if e.opts.OnOpen != nil {
+		e.opts.OnOpen(gs.spec.Name, cpu, g)
+	}
+}
+
+// closeGroup tells OnClose, then closes the group's fds.
+func (e *Engine) closeGroup(gs *groupState, cpu int, cg *cpuGroup) {
+	if e.opts.OnClose != nil {
+		e.opts.OnClose(gs.spec.Name, cpu, cg.g)
+	}
+	cg.g.Close()
+	cg.g = nil
 }
 
 // splitGroup counts each event of a group that cannot fit the PMU on its own, so
@@ -283,10 +299,9 @@ func (e *Engine) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, gs := range e.groups {
-		for _, cg := range gs.perCPU {
+		for cpu, cg := range gs.perCPU {
 			if cg.g != nil {
-				cg.g.Close()
-				cg.g = nil
+				e.closeGroup(gs, cpu, cg)
 			}
 		}
 	}

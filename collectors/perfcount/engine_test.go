@@ -1,6 +1,7 @@
 package perfcount
 
 import (
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -253,5 +254,43 @@ func TestEngineSplitsGroupThatDoesNotFit(t *testing.T) {
 	}
 	if cc := find(t, s, "cpu-clock").Sum(); cc < uint64(15*time.Millisecond) {
 		t.Errorf("split cpu-clock counted only %v", time.Duration(cc))
+	}
+}
+
+// OnOpen sees every group opened on every CPU, with fds that count; OnClose
+// sees each before its fds close.
+func TestEngineOpenCloseHooks(t *testing.T) {
+	testenv.RequireRoot(t)
+	online := testenv.OnlineCPUs(t)
+	opened, closed := map[int]int{}, map[int]int{}
+	e := New(Options{
+		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}}},
+		OnlineCPUs: realOnline(t),
+		OnOpen: func(group string, cpu int, g *perf.Group) {
+			if group != "clock" || g.CPU != cpu {
+				t.Errorf("OnOpen(%s, %d) for a group on CPU %d", group, cpu, g.CPU)
+			}
+			opened[cpu] = g.FD(0)
+		},
+		OnClose: func(group string, cpu int, g *perf.Group) {
+			// Still open: the kernel answers for the fd, and it has counted.
+			if _, _, err := g.Read(make([]uint64, g.Len())); err != nil {
+				t.Errorf("OnClose(%s, %d): fd %d already unusable: %v", group, cpu, g.FD(0), err)
+			}
+			closed[cpu] = g.FD(0)
+		},
+	})
+	e.Cycle()
+	if len(opened) != len(online) {
+		t.Errorf("opened on %v, online %v", opened, online)
+	}
+	e.Close()
+	if !maps.Equal(opened, closed) {
+		t.Errorf("closed %v, opened %v", closed, opened)
+	}
+	for _, fd := range closed {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			t.Errorf("fd %d still open after Close", fd)
+		}
 	}
 }
