@@ -143,13 +143,13 @@ static __always_inline void add(__u64 id, struct reading *delta)
 		struct reading *z = bpf_map_lookup_elem(&scratch, &k);
 		if (!z)
 			return;
-		if (bpf_map_update_elem(&cgroups, &id, z, BPF_NOEXIST) && !bpf_map_lookup_elem(&cgroups, &id)) {
+		/* EEXIST when another CPU inserted it first: fine either way. */
+		bpf_map_update_elem(&cgroups, &id, z, BPF_NOEXIST);
+		acc = bpf_map_lookup_elem(&cgroups, &id);
+		if (!acc) {
 			count(STAT_MAP_FULL, 1);
 			return;
 		}
-		acc = bpf_map_lookup_elem(&cgroups, &id);
-		if (!acc)
-			return;
 	}
 	for (__u32 i = 0; i < MAX_EVENTS; i++) {
 		if (i >= num_events)

@@ -17,9 +17,14 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
-// TestMain doubles as the workload: a process that spins for CGROUPBPF_SPIN of
-// CPU time, sleeping 1 ms every 5 ms so that it also switches in and out.
+// TestMain doubles as the workloads: with CGROUPBPF_PONG the benchmark's echo
+// process; with CGROUPBPF_SPIN a process that spins for that much CPU time,
+// sleeping 1 ms every 5 ms so that it also switches in and out.
 func TestMain(m *testing.M) {
+	if os.Getenv("CGROUPBPF_PONG") != "" {
+		pong()
+		os.Exit(0)
+	}
 	if d, err := time.ParseDuration(os.Getenv("CGROUPBPF_SPIN")); err == nil {
 		var ts unix.Timespec
 		unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts)
