@@ -24,7 +24,7 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 
-#define MAX_EVENTS 16 /* events attributed; the map value holds num_events of them */
+#define MAX_EVENTS 32 /* events attributed; the map value holds num_events of them */
 #define MAX_DEPTH 16  /* ancestor levels credited at most */
 
 struct reading {
@@ -64,6 +64,22 @@ EVENT_ARRAY(12);
 EVENT_ARRAY(13);
 EVENT_ARRAY(14);
 EVENT_ARRAY(15);
+EVENT_ARRAY(16);
+EVENT_ARRAY(17);
+EVENT_ARRAY(18);
+EVENT_ARRAY(19);
+EVENT_ARRAY(20);
+EVENT_ARRAY(21);
+EVENT_ARRAY(22);
+EVENT_ARRAY(23);
+EVENT_ARRAY(24);
+EVENT_ARRAY(25);
+EVENT_ARRAY(26);
+EVENT_ARRAY(27);
+EVENT_ARRAY(28);
+EVENT_ARRAY(29);
+EVENT_ARRAY(30);
+EVENT_ARRAY(31);
 
 /* switches[cpu] is that CPU's cgroup-switches event, the one the program is on. */
 struct {
@@ -86,6 +102,8 @@ static __always_inline long read_event(__u32 i, struct bpf_perf_event_value *v)
 #define READ(n) case n: return bpf_perf_event_read_value(&events_##n, BPF_F_CURRENT_CPU, v, sizeof(*v))
 	READ(0); READ(1); READ(2); READ(3); READ(4); READ(5); READ(6); READ(7);
 	READ(8); READ(9); READ(10); READ(11); READ(12); READ(13); READ(14); READ(15);
+	READ(16); READ(17); READ(18); READ(19); READ(20); READ(21); READ(22); READ(23);
+	READ(24); READ(25); READ(26); READ(27); READ(28); READ(29); READ(30); READ(31);
 #undef READ
 	}
 	return -1;

@@ -20,7 +20,7 @@ import (
 
 // MaxEvents is how many events can be attributed (the program's MAX_EVENTS). On
 // a hybrid host each core type has this many.
-const MaxEvents = 16
+const MaxEvents = 32
 
 // MaxDepth is the deepest ancestor level the program credits (MAX_DEPTH - 1).
 const MaxDepth = 15
@@ -101,9 +101,7 @@ func Load(opts Options) (*Counter, error) {
 		}
 		return nil, fmt.Errorf("load the cgroup program: %w", err)
 	}
-	c.arrays = []*ebpf.Map{c.objs.Events0, c.objs.Events1, c.objs.Events2, c.objs.Events3, c.objs.Events4,
-		c.objs.Events5, c.objs.Events6, c.objs.Events7, c.objs.Events8, c.objs.Events9, c.objs.Events10,
-		c.objs.Events11, c.objs.Events12, c.objs.Events13, c.objs.Events14, c.objs.Events15}[:opts.Events]
+	c.arrays = []*ebpf.Map{c.objs.Events0, c.objs.Events1, c.objs.Events2, c.objs.Events3, c.objs.Events4, c.objs.Events5, c.objs.Events6, c.objs.Events7, c.objs.Events8, c.objs.Events9, c.objs.Events10, c.objs.Events11, c.objs.Events12, c.objs.Events13, c.objs.Events14, c.objs.Events15, c.objs.Events16, c.objs.Events17, c.objs.Events18, c.objs.Events19, c.objs.Events20, c.objs.Events21, c.objs.Events22, c.objs.Events23, c.objs.Events24, c.objs.Events25, c.objs.Events26, c.objs.Events27, c.objs.Events28, c.objs.Events29, c.objs.Events30, c.objs.Events31}[:opts.Events]
 	return c, nil
 }
 

@@ -33,8 +33,24 @@ const (
 	counterMapEvents13        = "events_13"
 	counterMapEvents14        = "events_14"
 	counterMapEvents15        = "events_15"
+	counterMapEvents16        = "events_16"
+	counterMapEvents17        = "events_17"
+	counterMapEvents18        = "events_18"
+	counterMapEvents19        = "events_19"
 	counterMapEvents2         = "events_2"
+	counterMapEvents20        = "events_20"
+	counterMapEvents21        = "events_21"
+	counterMapEvents22        = "events_22"
+	counterMapEvents23        = "events_23"
+	counterMapEvents24        = "events_24"
+	counterMapEvents25        = "events_25"
+	counterMapEvents26        = "events_26"
+	counterMapEvents27        = "events_27"
+	counterMapEvents28        = "events_28"
+	counterMapEvents29        = "events_29"
 	counterMapEvents3         = "events_3"
+	counterMapEvents30        = "events_30"
+	counterMapEvents31        = "events_31"
 	counterMapEvents4         = "events_4"
 	counterMapEvents5         = "events_5"
 	counterMapEvents6         = "events_6"
@@ -111,8 +127,24 @@ type counterMapSpecs struct {
 	Events13 *ebpf.MapSpec `ebpf:"events_13"`
 	Events14 *ebpf.MapSpec `ebpf:"events_14"`
 	Events15 *ebpf.MapSpec `ebpf:"events_15"`
+	Events16 *ebpf.MapSpec `ebpf:"events_16"`
+	Events17 *ebpf.MapSpec `ebpf:"events_17"`
+	Events18 *ebpf.MapSpec `ebpf:"events_18"`
+	Events19 *ebpf.MapSpec `ebpf:"events_19"`
 	Events2  *ebpf.MapSpec `ebpf:"events_2"`
+	Events20 *ebpf.MapSpec `ebpf:"events_20"`
+	Events21 *ebpf.MapSpec `ebpf:"events_21"`
+	Events22 *ebpf.MapSpec `ebpf:"events_22"`
+	Events23 *ebpf.MapSpec `ebpf:"events_23"`
+	Events24 *ebpf.MapSpec `ebpf:"events_24"`
+	Events25 *ebpf.MapSpec `ebpf:"events_25"`
+	Events26 *ebpf.MapSpec `ebpf:"events_26"`
+	Events27 *ebpf.MapSpec `ebpf:"events_27"`
+	Events28 *ebpf.MapSpec `ebpf:"events_28"`
+	Events29 *ebpf.MapSpec `ebpf:"events_29"`
 	Events3  *ebpf.MapSpec `ebpf:"events_3"`
+	Events30 *ebpf.MapSpec `ebpf:"events_30"`
+	Events31 *ebpf.MapSpec `ebpf:"events_31"`
 	Events4  *ebpf.MapSpec `ebpf:"events_4"`
 	Events5  *ebpf.MapSpec `ebpf:"events_5"`
 	Events6  *ebpf.MapSpec `ebpf:"events_6"`
@@ -163,8 +195,24 @@ type counterMaps struct {
 	Events13 *ebpf.Map `ebpf:"events_13"`
 	Events14 *ebpf.Map `ebpf:"events_14"`
 	Events15 *ebpf.Map `ebpf:"events_15"`
+	Events16 *ebpf.Map `ebpf:"events_16"`
+	Events17 *ebpf.Map `ebpf:"events_17"`
+	Events18 *ebpf.Map `ebpf:"events_18"`
+	Events19 *ebpf.Map `ebpf:"events_19"`
 	Events2  *ebpf.Map `ebpf:"events_2"`
+	Events20 *ebpf.Map `ebpf:"events_20"`
+	Events21 *ebpf.Map `ebpf:"events_21"`
+	Events22 *ebpf.Map `ebpf:"events_22"`
+	Events23 *ebpf.Map `ebpf:"events_23"`
+	Events24 *ebpf.Map `ebpf:"events_24"`
+	Events25 *ebpf.Map `ebpf:"events_25"`
+	Events26 *ebpf.Map `ebpf:"events_26"`
+	Events27 *ebpf.Map `ebpf:"events_27"`
+	Events28 *ebpf.Map `ebpf:"events_28"`
+	Events29 *ebpf.Map `ebpf:"events_29"`
 	Events3  *ebpf.Map `ebpf:"events_3"`
+	Events30 *ebpf.Map `ebpf:"events_30"`
+	Events31 *ebpf.Map `ebpf:"events_31"`
 	Events4  *ebpf.Map `ebpf:"events_4"`
 	Events5  *ebpf.Map `ebpf:"events_5"`
 	Events6  *ebpf.Map `ebpf:"events_6"`
@@ -189,8 +237,24 @@ func (m *counterMaps) Close() error {
 		m.Events13,
 		m.Events14,
 		m.Events15,
+		m.Events16,
+		m.Events17,
+		m.Events18,
+		m.Events19,
 		m.Events2,
+		m.Events20,
+		m.Events21,
+		m.Events22,
+		m.Events23,
+		m.Events24,
+		m.Events25,
+		m.Events26,
+		m.Events27,
+		m.Events28,
+		m.Events29,
 		m.Events3,
+		m.Events30,
+		m.Events31,
 		m.Events4,
 		m.Events5,
 		m.Events6,
