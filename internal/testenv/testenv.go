@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,4 +99,32 @@ func OnlineCPUs(t testing.TB) []int {
 		t.Fatal(err)
 	}
 	return cpus
+}
+
+// Cgroups makes the cgroup v2 directories rels (relative paths, parents
+// first) under a test-owned directory of the v2 mount and removes them, deepest
+// first, when the test ends. It returns that directory's path relative to the
+// mount (with a leading slash, as /proc/<pid>/cgroup writes it) and the
+// absolute paths of rels.
+func Cgroups(t testing.TB, rels ...string) (top string, dirs []string) {
+	t.Helper()
+	RequireRoot(t)
+	mnt := Cgroup2Mount()
+	Require(t, mnt != "", "needs a cgroup v2 hierarchy")
+	top = fmt.Sprintf("/pmu_exporter_test_%d_%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"))
+	all := []string{filepath.Join(mnt, top)}
+	for _, r := range rels {
+		all = append(all, filepath.Join(mnt, top, r))
+	}
+	for _, d := range all {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for i := len(all) - 1; i >= 0; i-- {
+			os.Remove(all[i])
+		}
+	})
+	return top, all[1:]
 }

@@ -1,0 +1,99 @@
+package cgroupid
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// handleID is the cgroup id as the kernel encodes it in a cgroupfs file
+// handle (name_to_handle_at): independent of the inode number Walk reads.
+func handleID(t *testing.T, dir string) uint64 {
+	t.Helper()
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, dir, 0)
+	if err != nil {
+		t.Fatalf("name_to_handle_at %s: %v", dir, err)
+	}
+	if len(h.Bytes()) != 8 {
+		t.Fatalf("cgroupfs handle of %d bytes, want 8", len(h.Bytes()))
+	}
+	return binary.NativeEndian.Uint64(h.Bytes())
+}
+
+func TestWalkResolvesKernelIDs(t *testing.T) {
+	top, dirs := testenv.Cgroups(t, "kubepods.slice", "kubepods.slice/pod.slice", "kubepods.slice/pod.slice/c.scope")
+	r := New(testenv.Cgroup2Mount())
+	if err := r.Walk(); err != nil {
+		t.Fatal(err)
+	}
+	rels := []string{"/kubepods.slice", "/kubepods.slice/pod.slice", "/kubepods.slice/pod.slice/c.scope"}
+	for i, d := range dirs {
+		id := handleID(t, d)
+		if got, ok := r.Path(id); !ok || got != top+rels[i] {
+			t.Errorf("Path(%d) = %q, %v; want %q", id, got, ok, top+rels[i])
+		}
+		if got, err := ID(d); err != nil || got != id {
+			t.Errorf("ID(%s) = %d, %v; the kernel's handle says %d", d, got, err, id)
+		}
+	}
+	if got, ok := r.Path(handleID(t, testenv.Cgroup2Mount())); !ok || got != "/" {
+		t.Errorf("the root resolves to %q, %v; want /", got, ok)
+	}
+	// Our own cgroup, as /proc/self/cgroup names it.
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if own, ok := strings.CutPrefix(line, "0::"); ok {
+			id := handleID(t, filepath.Join(testenv.Cgroup2Mount(), own))
+			if got, _ := r.Path(id); got != own {
+				t.Errorf("own cgroup %d resolves to %q; /proc/self/cgroup says %q", id, got, own)
+			}
+		}
+	}
+
+	// A removed cgroup is gone after the next walk; the others stay.
+	removed := handleID(t, dirs[2])
+	if err := os.Remove(dirs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Walk(); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := r.Path(removed); ok {
+		t.Errorf("removed cgroup still resolves to %q", p)
+	}
+	if _, ok := r.Path(handleID(t, dirs[1])); !ok {
+		t.Error("its parent no longer resolves")
+	}
+}
+
+func TestWalkUnreadableRootKeepsTable(t *testing.T) {
+	dir := t.TempDir()
+	r := New(dir)
+	if err := r.Walk(); err != nil {
+		t.Fatal(err)
+	}
+	before := r.Len()
+	if before != 1 {
+		t.Fatalf("a directory alone: %d entries, want 1", before)
+	}
+	r.root = filepath.Join(dir, "missing")
+	err := r.Walk()
+	if err == nil {
+		t.Fatal("walking a missing root succeeded")
+	}
+	if r.Len() != before {
+		t.Errorf("a failed walk changed the table: %d entries, had %d", r.Len(), before)
+	}
+	if _, err := ID(filepath.Join(dir, "missing")); err == nil {
+		t.Error("ID of a missing directory succeeded")
+	}
+}
