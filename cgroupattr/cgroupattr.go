@@ -25,6 +25,10 @@ const Other = "other"
 type Options struct {
 	MaxSeries int           // cgroups with series of their own; the rest go to Other
 	Grace     time.Duration // how long a vanished cgroup keeps its series
+	// Rank lists the count indexes whose sum ranks cgroups for a series of
+	// their own (largest first): the CPU-time events, on every core type.
+	// Empty: index 0.
+	Rank []int
 }
 
 type entry struct {
@@ -106,9 +110,9 @@ func (t *Table) promote(now time.Time) {
 		}
 	}
 	sort.Slice(waiting, func(i, j int) bool {
-		a, b := t.byID[waiting[i]], t.byID[waiting[j]]
-		if a.total[0] != b.total[0] {
-			return a.total[0] > b.total[0]
+		a, b := t.rank(t.byID[waiting[i]]), t.rank(t.byID[waiting[j]])
+		if a != b {
+			return a > b
 		}
 		return waiting[i] < waiting[j]
 	})
@@ -127,6 +131,17 @@ func (t *Table) promote(now time.Time) {
 		}
 		shown++
 	}
+}
+
+func (t *Table) rank(e *entry) float64 {
+	if len(t.opts.Rank) == 0 {
+		return e.total[0]
+	}
+	var r float64
+	for _, i := range t.opts.Rank {
+		r += e.total[i]
+	}
+	return r
 }
 
 // Series is one exported cgroup (or Other) with its cumulative counts.

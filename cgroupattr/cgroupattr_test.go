@@ -70,3 +70,18 @@ func TestBoundedSeriesAndGrace(t *testing.T) {
 		t.Errorf("table holds %d cgroups", len(tab.byID))
 	}
 }
+
+// Rank picks which counts decide who gets a series: here the sum of indexes 1
+// and 2 (one CPU-time event on each of two core types), not index 0.
+func TestRankByChosenCounts(t *testing.T) {
+	tab := New(3, Options{MaxSeries: 1, Grace: time.Minute, Rank: []int{1, 2}})
+	p := paths(map[uint64]string{1: "/p-core", 2: "/e-core"})
+	tab.Update(t0, map[uint64][]Reading{
+		1: {{900, 1, 1}, {50, 1, 1}, {0, 1, 1}},
+		2: {{1, 1, 1}, {10, 1, 1}, {60, 1, 1}},
+	}, p)
+	got := counts(t, tab)
+	if got["/e-core"] == nil || got["/p-core"] != nil || got[Other][0] != 900 {
+		t.Errorf("ranked by indexes 1+2 (50 vs 70), /e-core should win: %v", got)
+	}
+}
