@@ -69,7 +69,8 @@ type Options struct {
 	// about to close (CPU offline, engine closed), with its file descriptors
 	// still valid: the hook for consumers that read the fds themselves (the
 	// eBPF cgroup attribution), which must let go before the fds close.
-	OnOpen, OnClose func(group string, cpu int, g *perf.Group)
+	// events names the group's events in fd order.
+	OnOpen, OnClose func(group string, events []string, cpu int, g *perf.Group)
 	// Open opens a group; defaults to perf.OpenGroup. Tests use it to emulate
 	// PMUs this machine does not have.
 	Open func(attrs []eventspec.Attr, names []string, t perf.Target) (*perf.Group, error)
@@ -238,14 +239,14 @@ func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
 	cg.g, cg.failure = g, nil
 	cg.acc.Rebase()
 	if e.opts.OnOpen != nil {
-		e.opts.OnOpen(gs.spec.Name, cpu, g)
+		e.opts.OnOpen(gs.spec.Name, gs.names, cpu, g)
 	}
 }
 
 // closeGroup tells OnClose, then closes the group's fds.
 func (e *Engine) closeGroup(gs *groupState, cpu int, cg *cpuGroup) {
 	if e.opts.OnClose != nil {
-		e.opts.OnClose(gs.spec.Name, cpu, cg.g)
+		e.opts.OnClose(gs.spec.Name, gs.names, cpu, cg.g)
 	}
 	cg.g.Close()
 	cg.g = nil

@@ -266,13 +266,13 @@ func TestEngineOpenCloseHooks(t *testing.T) {
 	e := New(Options{
 		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}}},
 		OnlineCPUs: realOnline(t),
-		OnOpen: func(group string, cpu int, g *perf.Group) {
-			if group != "clock" || g.CPU != cpu {
+		OnOpen: func(group string, events []string, cpu int, g *perf.Group) {
+			if group != "clock" || g.CPU != cpu || !slices.Equal(events, []string{"cpu-clock"}) {
 				t.Errorf("OnOpen(%s, %d) for a group on CPU %d", group, cpu, g.CPU)
 			}
 			opened[cpu] = g.FD(0)
 		},
-		OnClose: func(group string, cpu int, g *perf.Group) {
+		OnClose: func(group string, events []string, cpu int, g *perf.Group) {
 			// Still open: the kernel answers for the fd, and it has counted.
 			if _, _, err := g.Read(make([]uint64, g.Len())); err != nil {
 				t.Errorf("OnClose(%s, %d): fd %d already unusable: %v", group, cpu, g.FD(0), err)
