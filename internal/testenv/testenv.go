@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,4 +128,22 @@ func Cgroups(t testing.TB, rels ...string) (top string, dirs []string) {
 		}
 	})
 	return top, all[1:]
+}
+
+// BurnIn starts a shell loop burning CPU for about d directly inside the
+// cgroup v2 directory dir (clone3 with CLONE_INTO_CGROUP, so none of its time
+// is spent elsewhere); Wait on the command to let it finish.
+func BurnIn(t testing.TB, dir string, d time.Duration) *exec.Cmd {
+	t.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command("timeout", strconv.FormatFloat(d.Seconds(), 'f', 3, 64), "sh", "-c", "while :; do :; done")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
 }

@@ -1,0 +1,405 @@
+// Package cgroupcount runs the per-cgroup attribution beside the counting
+// engine. It places the engine's event file descriptors into the eBPF counter
+// (package cgroupbpf) as groups open and takes them out before they close,
+// keeps the program attached on every online CPU, and once per cycle credits
+// every CPU, reads the per-cgroup counts, resolves cgroup ids to paths, makes
+// the kernel forget removed cgroups, and folds the rest into bounded series
+// (cgroupattr) with per-cgroup Top-Down (topdown.Keyed). Scrapes read a copy;
+// no scrape makes a syscall.
+package cgroupcount
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/cgroupattr"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupbpf"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/podcgroup"
+	"github.com/pmu-exporter/pmu_exporter/topdown"
+)
+
+// Options configure an Attributor.
+type Options struct {
+	Classes    []Class // from Plan
+	Root       string  // the cgroup v2 mount whose ids are resolved
+	Depth      int     // ancestor levels credited (see cgroupbpf.Options)
+	MaxCgroups int     // entries of the kernel's cgroup map
+	MaxSeries  int     // cgroups with series of their own; the rest are "other"
+	Grace      time.Duration
+	// Rescan is how often the hierarchy is walked to find removed cgroups
+	// when no new cgroup made it walk sooner.
+	Rescan time.Duration
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Attributor owns the eBPF counter and the per-cgroup state. The engine's
+// hooks and Cycle run on the engine's goroutine; Snapshot may run concurrently.
+type Attributor struct {
+	opts     Options
+	counter  *cgroupbpf.Counter
+	resolver *cgroupid.Resolver
+	table    *cgroupattr.Table
+	unattr   *cgroupattr.Table
+	offsets  []int // each class's first index in the flattened counts
+	width    int   // flattened counts per cgroup
+	keyed    []*topdown.Keyed
+	prev     map[uint64][]float64 // series counts at the previous Top-Down step
+	lastWalk time.Time
+	errors   map[string]uint64
+
+	mu   sync.Mutex
+	snap Snapshot
+}
+
+// Error reasons of Snapshot.Errors.
+const (
+	ErrCredit  = "credit"   // running the credit program on a CPU failed
+	ErrRead    = "read"     // reading the kernel's cgroup map failed
+	ErrWalk    = "walk"     // walking the cgroup hierarchy failed
+	ErrAttach  = "attach"   // attaching to a CPU's cgroup switches failed
+	ErrPlace   = "place"    // placing or removing an event fd failed
+	ErrForget  = "forget"   // removing a deleted cgroup from the map failed
+	ErrMapFull = "map_full" // credits lost: the kernel's cgroup map was full
+)
+
+// ErrorReasons lists them, for metrics exported from zero.
+var ErrorReasons = []string{ErrCredit, ErrRead, ErrWalk, ErrAttach, ErrPlace, ErrForget, ErrMapFull}
+
+// New loads the program sized for the classes' events. The error says why
+// attribution is not possible (no privilege, no BPF, too old a kernel).
+func New(opts Options) (*Attributor, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Rescan <= 0 {
+		opts.Rescan = 10 * time.Second
+	}
+	a := &Attributor{opts: opts, resolver: cgroupid.New(opts.Root), prev: map[uint64][]float64{}, errors: map[string]uint64{}}
+	slots := 0
+	var rank []int
+	for _, c := range opts.Classes {
+		a.offsets = append(a.offsets, a.width)
+		r := a.width
+		for i, s := range c.Events {
+			if s.Event == "cpu-clock" {
+				r = a.width + i
+			}
+		}
+		rank = append(rank, r)
+		a.width += len(c.Events)
+		slots = max(slots, len(c.Events))
+		var k *topdown.Keyed
+		if c.Tree != nil {
+			k = topdown.NewKeyed(c.Tree, eventNames(c.Events), c.Params)
+			if missing := k.Missing(eventNames(c.Events)); len(missing) > 0 {
+				opts.Logger.Warn("per-cgroup Top-Down not computed: the tree's inputs are not all attributed", "pmu", c.PMU, "missing", missing)
+				k = nil
+			}
+		}
+		a.keyed = append(a.keyed, k)
+	}
+	if slots == 0 {
+		return nil, fmt.Errorf("no event can be attributed to cgroups")
+	}
+	if err := a.resolver.Walk(); err != nil {
+		return nil, err
+	}
+	counter, err := cgroupbpf.Load(cgroupbpf.Options{Events: slots, Depth: opts.Depth, MaxCgroups: opts.MaxCgroups})
+	if err != nil {
+		return nil, err
+	}
+	a.counter = counter
+	a.lastWalk = opts.Now()
+	a.table = cgroupattr.New(a.width, cgroupattr.Options{MaxSeries: opts.MaxSeries, Grace: opts.Grace, Rank: rank})
+	a.unattr = cgroupattr.New(a.width, cgroupattr.Options{MaxSeries: 1, Grace: time.Duration(1<<63 - 1)})
+	return a, nil
+}
+
+func eventNames(s []Source) []string {
+	var out []string
+	for _, e := range s {
+		out = append(out, e.Event)
+	}
+	return out
+}
+
+// class returns the class counting on cpu, or -1.
+func (a *Attributor) class(cpu int) int {
+	for i, c := range a.opts.Classes {
+		if c.CPUs == nil || cpuset.Contains(c.CPUs, cpu) {
+			return i
+		}
+	}
+	return -1
+}
+
+// slotsOf yields the program slots that group's events fill on cpu.
+func (a *Attributor) slotsOf(group string, events []string, cpu int, fn func(slot, index int)) {
+	ci := a.class(cpu)
+	if ci < 0 {
+		return
+	}
+	for slot, s := range a.opts.Classes[ci].Events {
+		for i, name := range events {
+			// A group too big for the PMU is counted one event per group,
+			// named <group>/<event>.
+			if name == s.Event && (group == s.Group || group == s.Group+"/"+s.Event) {
+				fn(slot, i)
+			}
+		}
+	}
+}
+
+// OnOpen is the engine's hook: the group's fds become the program's events.
+func (a *Attributor) OnOpen(group string, events []string, cpu int, g *perf.Group) {
+	a.slotsOf(group, events, cpu, func(slot, i int) {
+		if err := a.counter.SetEvent(slot, cpu, g.FD(i)); err != nil {
+			a.errors[ErrPlace]++
+			a.opts.Logger.Warn("cannot attribute an event to cgroups", "event", events[i], "cpu", cpu, "err", err)
+		}
+	})
+}
+
+// OnClose is the engine's hook: the program lets go of the fds before they close.
+func (a *Attributor) OnClose(group string, events []string, cpu int, g *perf.Group) {
+	a.slotsOf(group, events, cpu, func(slot, i int) {
+		if err := a.counter.ClearEvent(slot, cpu); err != nil {
+			a.errors[ErrPlace]++
+			a.opts.Logger.Warn("cannot remove an event from the cgroup program", "event", events[i], "cpu", cpu, "err", err)
+		}
+	})
+}
+
+// Cycle follows the online CPUs, credits and reads every cgroup, and updates
+// the series. Call it after the engine's cycle.
+func (a *Attributor) Cycle(online []int) {
+	now := a.opts.Now()
+	for _, cpu := range a.counter.Attached() {
+		if !slices.Contains(online, cpu) {
+			a.counter.Detach(cpu)
+		}
+	}
+	for _, cpu := range online {
+		if err := a.counter.Attach(cpu); err != nil {
+			a.errors[ErrAttach]++
+			a.opts.Logger.Warn("cannot attach the cgroup program", "cpu", cpu, "err", err)
+			continue
+		}
+		if err := a.counter.CreditNow(cpu); err != nil {
+			a.errors[ErrCredit]++
+		}
+	}
+	readings := map[uint64][]cgroupattr.Reading{}
+	sum := make([]cgroupbpf.Reading, cgroupbpf.MaxEvents)
+	err := a.counter.Read(func(id uint64, perCPU [][]cgroupbpf.Reading) {
+		flat := make([]cgroupattr.Reading, a.width)
+		for ci, c := range a.opts.Classes {
+			cgroupbpf.Sum(perCPU, c.CPUs, sum[:len(c.Events)])
+			for i := range c.Events {
+				flat[a.offsets[ci]+i] = cgroupattr.Reading(sum[i])
+			}
+		}
+		readings[id] = flat
+	})
+	if err != nil {
+		a.errors[ErrRead]++
+		a.opts.Logger.Warn("cannot read the cgroup map", "err", err)
+		return
+	}
+	unattributed := readings[cgroupbpf.Unattributed]
+	delete(readings, cgroupbpf.Unattributed)
+	walked := false
+	walk := func() {
+		if walked {
+			return
+		}
+		walked = true
+		if err := a.resolver.Walk(); err != nil {
+			a.errors[ErrWalk]++
+			a.opts.Logger.Warn("cannot resolve cgroup ids", "err", err)
+			return
+		}
+		a.lastWalk = now
+	}
+	if now.Sub(a.lastWalk) >= a.opts.Rescan {
+		walk()
+	}
+	for id := range readings {
+		if _, ok := a.resolver.Path(id); !ok {
+			walk()
+			break
+		}
+	}
+	a.table.Update(now, readings, a.resolver.Path)
+	if unattributed != nil {
+		a.unattr.Update(now, map[uint64][]cgroupattr.Reading{0: unattributed}, func(uint64) (string, bool) { return "", true })
+	}
+	// Cgroups missing from a walk made after the read have been removed:
+	// their last counts are in the table; the kernel map lets go of them.
+	forgotten := 0
+	if walked {
+		for id := range readings {
+			if _, ok := a.resolver.Path(id); !ok {
+				if err := a.counter.Forget(id); err != nil {
+					a.errors[ErrForget]++
+				} else {
+					forgotten++
+				}
+			}
+		}
+	}
+	series := a.table.Series()
+	a.topdownStep(series)
+	a.publish(series, len(readings)-forgotten)
+}
+
+// topdownStep evaluates each class's tree on every series' counts since the
+// previous step.
+func (a *Attributor) topdownStep(series []cgroupattr.Series) {
+	live := map[uint64]bool{}
+	delta := make([]float64, a.width)
+	for _, s := range series {
+		live[s.ID] = true
+		prev := a.prev[s.ID]
+		if prev == nil {
+			prev = make([]float64, a.width)
+		}
+		for i, v := range s.Counts {
+			// A series that starts over (promoted from other) steps from zero.
+			delta[i] = max(v-prev[i], 0)
+		}
+		a.prev[s.ID] = s.Counts
+		for ci, k := range a.keyed {
+			if k != nil {
+				k.Add(s.ID, delta[a.offsets[ci]:a.offsets[ci]+len(a.opts.Classes[ci].Events)])
+			}
+		}
+	}
+	for id := range a.prev {
+		if !live[id] {
+			delete(a.prev, id)
+			for _, k := range a.keyed {
+				if k != nil {
+					k.Forget(id)
+				}
+			}
+		}
+	}
+}
+
+// Snapshot is what the exporter reads.
+type Snapshot struct {
+	Cgroups []Cgroup
+	// Unattributed are counts of spans in which the kernel skipped the
+	// program for a switch, so that no single cgroup owns them.
+	Unattributed []Count
+	Switches     cgroupbpf.Stats
+	Tracked      int // cgroups in the kernel's map
+	Errors       map[string]uint64
+	TopDown      bool // some class computes per-cgroup Top-Down
+}
+
+// Cgroup is one series: a cgroup, or cgroupattr.Other.
+type Cgroup struct {
+	Path     string
+	Identity podcgroup.Identity
+	Events   []Count // visible events, summed over core types
+	Slots    float64
+	Nodes    []topdown.Node // summed over core types
+	HasSlots bool
+}
+
+// Count is one event's scaled count.
+type Count struct {
+	Event string
+	Value float64
+}
+
+func (a *Attributor) publish(series []cgroupattr.Series, tracked int) {
+	s := Snapshot{Tracked: tracked, Errors: map[string]uint64{}}
+	for k, v := range a.errors {
+		s.Errors[k] = v
+	}
+	if st, err := a.counter.Stats(); err == nil {
+		s.Switches = st
+		s.Errors[ErrMapFull] = st.MapFull
+	}
+	for _, k := range a.keyed {
+		s.TopDown = s.TopDown || k != nil
+	}
+	for _, sr := range series {
+		c := Cgroup{Path: sr.Path, Events: a.events(sr.Counts)}
+		if sr.Path != cgroupattr.Other {
+			c.Identity, _ = podcgroup.Parse(sr.Path)
+		}
+		byName := map[string]int{}
+		for _, k := range a.keyed {
+			if k == nil {
+				continue
+			}
+			slots, nodes, ok := k.Totals(sr.ID)
+			if !ok {
+				continue
+			}
+			c.HasSlots = true
+			c.Slots += slots
+			for _, n := range nodes {
+				if i, ok := byName[n.Name]; ok {
+					c.Nodes[i].Slots += n.Slots
+					continue
+				}
+				byName[n.Name] = len(c.Nodes)
+				c.Nodes = append(c.Nodes, n)
+			}
+		}
+		s.Cgroups = append(s.Cgroups, c)
+	}
+	for _, sr := range a.unattr.Series() {
+		s.Unattributed = a.events(sr.Counts)
+	}
+	a.mu.Lock()
+	a.snap = s
+	a.mu.Unlock()
+}
+
+// events sums flattened counts by event name over classes, visible ones only.
+func (a *Attributor) events(counts []float64) []Count {
+	sums := map[string]float64{}
+	for ci, c := range a.opts.Classes {
+		for i, src := range c.Events {
+			if !src.Hidden {
+				sums[src.Event] += counts[a.offsets[ci]+i]
+			}
+		}
+	}
+	out := make([]Count, 0, len(sums))
+	for n, v := range sums {
+		out = append(out, Count{n, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Event < out[j].Event })
+	return out
+}
+
+// Snapshot returns the state after the latest cycle.
+func (a *Attributor) Snapshot() Snapshot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.snap
+}
+
+// Close detaches the program and frees its maps. Call it after the engine has
+// closed its groups (their OnClose has run).
+func (a *Attributor) Close() error {
+	return a.counter.Close()
+}
