@@ -119,7 +119,9 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 	for _, c := range s.Cgroups {
 		byPath[c.Path] = c
 	}
-	rel := func(dir string) string { return top + "/" + strings.TrimPrefix(dir, filepath.Join(testenv.Cgroup2Mount(), top)+"/") }
+	rel := func(dir string) string {
+		return top + "/" + strings.TrimPrefix(dir, filepath.Join(testenv.Cgroup2Mount(), top)+"/")
+	}
 	count := func(c Cgroup, event string) float64 {
 		for _, n := range c.Events {
 			if n.Event == event {
