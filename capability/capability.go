@@ -33,7 +33,10 @@ const (
 	Breakpoints      = "breakpoints"
 	EBPF             = "ebpf"
 	CgroupEvents     = "cgroup_events"
-	SystemWide       = "system_wide"
+	// CgroupAttribution is judged by serve and check, which load the eBPF
+	// attribution program: it is not in Build's report.
+	CgroupAttribution = "cgroup_attribution"
+	SystemWide        = "system_wide"
 )
 
 // Feature is one capability with its verdict.

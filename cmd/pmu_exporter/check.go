@@ -25,7 +25,19 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 	s := discover(f)
 	f.topdown = true // check reports what serve does by default
 	var tds topdownStatus
-	if td, err := setupTopdown(f, s); err != nil {
+	td, err := setupTopdown(f, s)
+	// Load (and drop) the cgroup attribution as serve's defaults would.
+	f.cgroup, f.cgroupDepth, f.cgroupSeries, f.cgroupTracked = true, 1, 1, 64
+	groups := s.groups
+	if td != nil {
+		groups = append(groups, td.groups...)
+	}
+	a, feat, _ := setupCgroups(f, s, td, groups)
+	if a != nil {
+		a.Close()
+	}
+	s.report.Features = append(s.report.Features, feat)
+	if err != nil {
 		tds.Reason = err.Error()
 	} else {
 		for _, t := range td.trees {

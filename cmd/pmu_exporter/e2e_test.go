@@ -67,8 +67,15 @@ type exporterProc struct {
 // it must not do before the first counts are read.
 func start(t *testing.T, cred *syscall.Credential, args ...string) *exporterProc {
 	t.Helper()
+	return startWrapped(t, cred, nil, args...)
+}
+
+// startWrapped is start with the binary run by a wrapper command (setpriv ...).
+func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args ...string) *exporterProc {
+	t.Helper()
 	p := &exporterProc{addr: freeAddr(t), log: &bytes.Buffer{}}
-	p.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + p.addr, "--collector.interval=100ms"}, args...)...)
+	argv := append(append(wrapper, binary, "--web.listen-address="+p.addr, "--collector.interval=100ms"), args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if cred != nil {
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}

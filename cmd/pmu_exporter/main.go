@@ -47,6 +47,12 @@ type flags struct {
 	topdown       bool
 	tdUarch       string
 	tdDef         string
+	cgroup        bool
+	cgroupfs      string
+	cgroupDepth   int
+	cgroupSeries  int
+	cgroupTracked int
+	cgroupGrace   time.Duration
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -59,6 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app.HelpFlag.Short('h')
 	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&f.sysfs)
 	app.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&f.procfs)
+	app.Flag("path.cgroupfs", "Mount point of the host's cgroup v2 hierarchy (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, so that every cgroup id on the node resolves).").StringVar(&f.cgroupfs)
 	app.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&f.configFile)
 
 	serve := app.Command("serve", "Count events and serve /metrics (the default).").Default()
@@ -69,6 +76,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Default("true").BoolVar(&f.topdown)
 	serve.Flag("topdown.uarch", "Top-Down trees to use instead of the detected ones, comma-separated, one per core type (hybrids: adl,grt): "+strings.Join(topdown.Names(), ", ")+"; none makes --topdown.definitions the whole tree.").StringVar(&f.tdUarch)
 	serve.Flag("topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the first, P-core, tree on hybrids; the whole tree where no built-in one applies).").StringVar(&f.tdDef)
+	serve.Flag("collector.cgroup", "Attribute the counted events and Top-Down to cgroups (pods, containers) with an eBPF program on cgroup switches.").
+		Default("true").BoolVar(&f.cgroup)
+	serve.Flag("cgroup.depth", "Ancestor levels below the root that also get the counts of their descendants (kubelet pods sit at level 3, containers at 4).").
+		Default("5").IntVar(&f.cgroupDepth)
+	serve.Flag("cgroup.max-series", "Cgroups exported with series of their own; the smallest consumers beyond it are summed into cgroup=\"other\".").
+		Default("500").IntVar(&f.cgroupSeries)
+	serve.Flag("cgroup.max-tracked", "Cgroups the kernel's attribution map holds at once; credits beyond it are dropped and counted in pmu_cgroup_attribution_errors_total{reason=\"map_full\"}.").
+		Default("16384").IntVar(&f.cgroupTracked)
+	serve.Flag("cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.").
+		Default("5m").DurationVar(&f.cgroupGrace)
 	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
 		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
 	f.web = webflag.AddFlags(serve, defaultAddress)

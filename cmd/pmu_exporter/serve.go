@@ -32,9 +32,10 @@ import (
 
 // liveTopdown is what serve needs to compute Top-Down: one tree per core type.
 type liveTopdown struct {
-	trees  []exporter.TopdownTree
-	lives  []*topdown.Live
-	groups []perfcount.GroupSpec
+	trees   []exporter.TopdownTree
+	targets []placedTree // per core type, for per-cgroup Top-Down
+	lives   []*topdown.Live
+	groups  []perfcount.GroupSpec
 	// warnings say which groups will not fit their CPUs' counters: the engine
 	// will count their events one by one and ratios become estimates.
 	warnings []string
@@ -86,6 +87,7 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 		}
 		td.trees = append(td.trees, exporter.TopdownTree{Src: tree.live, Info: tree.info})
 		td.lives = append(td.lives, tree.live)
+		td.targets = append(td.targets, tree.placedTree)
 		td.groups = append(td.groups, tree.groups...)
 		if tree.warning != "" {
 			td.warnings = append(td.warnings, tree.warning)
@@ -94,8 +96,16 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 	return td, nil
 }
 
+// placedTree is a compiled tree on its core PMU ("" on a host with one).
+type placedTree struct {
+	pmu    string
+	tree   *metric.Tree
+	params map[string]float64
+}
+
 // oneTree is one tree set up on its core PMU.
 type oneTree struct {
+	placedTree
 	live    *topdown.Live
 	info    exporter.TopdownInfo
 	groups  []perfcount.GroupSpec
@@ -161,7 +171,7 @@ func setupTree(f flags, s setup, t topdown.Target, userFile string) (*oneTree, e
 			info.Source = "perf_metrics"
 		}
 	}
-	out := &oneTree{live: topdown.NewLive(tree, groups, params), info: info, groups: groups}
+	out := &oneTree{placedTree: placedTree{pmu: t.PMU, tree: tree, params: params}, live: topdown.NewLive(tree, groups, params), info: info, groups: groups}
 	counters := s.report.Counters
 	if t.PMU != "" { // hybrid: ask a CPU of this core type
 		for _, p := range s.pmus {
@@ -213,26 +223,46 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		s.groups = append(s.groups, td.groups...)
 	}
 
+	attributor, feat, notes := setupCgroups(f, s, td, s.groups)
+	s.report.Features = append(s.report.Features, feat)
+	if attributor != nil {
+		logger.Info("per-cgroup attribution", "detail", feat.Detail)
+		defer attributor.Close() // after the engine has closed its groups
+	} else {
+		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
+	}
+	for _, n := range notes {
+		logger.Warn("per-cgroup attribution is partial", "problem", n)
+	}
+
 	readDuration := exporter.NewReadDurationHistogram()
 	online := host.NewOnlineCPUsReader(f.sysfs)
 	defer online.Close()
 	var engine *perfcount.Engine
-	afterCycle := func() {}
-	if td != nil {
-		afterCycle = func() {
+	opts := perfcount.Options{
+		Groups:      s.groups,
+		OnlineCPUs:  online.Read,
+		ObserveRead: readDuration.Observe,
+		Logger:      logger,
+	}
+	opts.AfterCycle = func() {
+		if td != nil {
 			snap := engine.Snapshot()
 			for _, l := range td.lives {
 				l.Update(snap)
 			}
 		}
+		if attributor != nil {
+			cpus, err := online.Read()
+			if err == nil {
+				attributor.Cycle(cpus)
+			}
+		}
 	}
-	engine = perfcount.New(perfcount.Options{
-		Groups:      s.groups,
-		OnlineCPUs:  online.Read,
-		ObserveRead: readDuration.Observe,
-		Logger:      logger,
-		AfterCycle:  afterCycle,
-	})
+	if attributor != nil {
+		opts.OnOpen, opts.OnClose = attributor.OnOpen, attributor.OnClose
+	}
+	engine = perfcount.New(opts)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	done := make(chan struct{})
@@ -251,6 +281,9 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	)
 	if td != nil {
 		reg.MustRegister(exporter.NewTopdown(td.trees, f.perCPU))
+	}
+	if attributor != nil {
+		reg.MustRegister(exporter.NewCgroup(attributor, nil))
 	}
 	mux := http.NewServeMux()
 	mux.Handle(f.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
+)
+
+// setupCgroups plans and loads the per-cgroup attribution of groups (the
+// engine's, Top-Down included). The feature says whether it runs and, if not,
+// why and how to fix it; the notes what could not be attributed.
+func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpec) (*cgroupcount.Attributor, capability.Feature, []string) {
+	feat := capability.Feature{Name: capability.CgroupAttribution}
+	fail := func(err error, fix string) (*cgroupcount.Attributor, capability.Feature, []string) {
+		feat.Reason, feat.Fix = err.Error(), fix
+		return nil, feat, nil
+	}
+	if !f.cgroup {
+		return fail(errors.New("--no-collector.cgroup"), "drop --no-collector.cgroup")
+	}
+	root := f.cgroupfs
+	if root == "" {
+		root = s.facts.Cgroup2Mount
+	}
+	if root == "" {
+		return fail(errors.New("no cgroup v2 hierarchy is mounted (cgroup v1's perf_event hierarchy is not supported by the eBPF attribution)"),
+			"boot with systemd.unified_cgroup_hierarchy=1, or mount cgroup2 and pass --path.cgroupfs")
+	}
+	if bpf := s.report.Feature(capability.EBPF); !bpf.Available {
+		return fail(fmt.Errorf("eBPF: %s", bpf.Reason), bpf.Fix)
+	}
+	classes := cgroupClasses(s.pmus, td)
+	classes, notes := cgroupcount.Plan(classes, groups, perTaskPMU(s.pmus))
+	a, err := cgroupcount.New(cgroupcount.Options{
+		Classes: classes, Root: root, Depth: f.cgroupDepth, MaxCgroups: f.cgroupTracked,
+		MaxSeries: f.cgroupSeries, Grace: f.cgroupGrace,
+	})
+	if err != nil {
+		return fail(err, "the program needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), Linux 5.13+ (cgroup-switches) and a readable cgroup v2 hierarchy")
+	}
+	feat.Available = true
+	feat.Detail = fmt.Sprintf("eBPF on cgroup switches, cgroups under %s, depth %d", root, f.cgroupDepth)
+	return a, feat, notes
+}
+
+// cgroupClasses is one class per core type: the whole host where it has one
+// core PMU (or none), else each core PMU's CPUs; each with its Top-Down tree.
+func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) []cgroupcount.Class {
+	var cores []*pmu.PMU
+	for _, p := range pmus {
+		if p.IsCore() && p.CPUs != nil {
+			cores = append(cores, p)
+		}
+	}
+	treeOn := func(name string) cgroupcount.Class {
+		c := cgroupcount.Class{PMU: name}
+		if td != nil {
+			for _, t := range td.targets {
+				if t.pmu == name || len(td.targets) == 1 && len(cores) < 2 {
+					c.Tree, c.Params = t.tree, t.params
+				}
+			}
+		}
+		return c
+	}
+	if len(cores) < 2 {
+		return []cgroupcount.Class{treeOn("")}
+	}
+	var out []cgroupcount.Class
+	for _, p := range cores {
+		c := treeOn(p.Name)
+		c.CPUs = slices.Clone(p.CPUs)
+		out = append(out, c)
+	}
+	return out
+}
+
+// perTaskPMU says which events a cgroup can own: software, tracepoint and
+// core events count what the CPU runs; uncore events do not.
+func perTaskPMU(pmus []*pmu.PMU) func(string) bool {
+	ok := map[string]bool{"software": true, "tracepoint": true}
+	for _, p := range pmus {
+		if p.IsCore() {
+			ok[p.Name] = true
+		}
+	}
+	return func(name string) bool { return ok[name] }
+}

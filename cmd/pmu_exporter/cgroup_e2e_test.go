@@ -1,0 +1,112 @@
+package main
+
+import (
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+const (
+	e2ePod  = "4f1c2d3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+	e2eCtrA = "1111111111111111111111111111111111111111111111111111111111111111"
+	e2eCtrB = "2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+// TestServeCgroups runs the exporter with its defaults over a pod laid out as
+// the kubelet's cgroupfs driver with containerd does, burns CPU in two
+// containers, and checks the scraped per-cgroup series against cpu.stat, the
+// pod's sum, the labels and promtool; then a removed container's series go
+// away after the grace period.
+func TestServeCgroups(t *testing.T) {
+	promtool := testenv.RequireTool(t, "promtool")
+	pod := "kubepods/burstable/pod" + e2ePod
+	top, dirs := testenv.Cgroups(t, "kubepods", "kubepods/burstable", pod, pod+"/"+e2eCtrA, pod+"/"+e2eCtrB)
+	rel := func(r string) string { return top + "/" + r }
+	p := start(t, nil, "--cgroup.grace-period=1s")
+	wa, wb := testenv.BurnIn(t, dirs[3], 300*time.Millisecond), testenv.BurnIn(t, dirs[4], 150*time.Millisecond)
+	wa.Wait()
+	wb.Wait()
+	time.Sleep(350 * time.Millisecond) // a few 100 ms cycles
+	body, mfs := p.scrape(t)
+
+	clock := func(cgroup, container string) float64 {
+		return mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": cgroup, "event": "cpu-clock", "pod": e2ePod, "container": container, "namespace": ""})
+	}
+	a, b, all := clock(rel(pod+"/"+e2eCtrA), e2eCtrA), clock(rel(pod+"/"+e2eCtrB), e2eCtrB), clock(rel(pod), "")
+	for _, c := range []struct {
+		got float64
+		dir string
+	}{{a, dirs[3]}, {b, dirs[4]}, {all, dirs[2]}} {
+		usage := float64(testenv.CgroupUsage(t, c.dir))
+		t.Logf("%s: attributed %v, cpu.stat %v", c.dir, time.Duration(c.got), time.Duration(usage))
+		// A lower bound where the kernel skipped the program (see cgroupbpf).
+		if c.got > 1.03*usage || c.got < 0.5*usage {
+			t.Errorf("%s: attributed cpu-clock %v, cpu.stat %v", c.dir, time.Duration(c.got), time.Duration(usage))
+		}
+	}
+	if math.Abs(all-(a+b)) > 1e-6*all {
+		t.Errorf("pod %v != containers %v + %v", all, a, b)
+	}
+	if v := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": "cgroup_attribution"}); v != 1 {
+		t.Errorf("cgroup_attribution capability %v", v)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+
+	// Remove container B. A cgroup that appears afterwards makes the exporter
+	// walk the hierarchy, which finds B gone; 1 s later its series are dropped.
+	if err := os.Remove(dirs[4]); err != nil {
+		t.Fatal(err)
+	}
+	late := filepath.Join(filepath.Dir(dirs[0]), "late")
+	if err := os.Mkdir(late, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(late) })
+	testenv.BurnIn(t, late, 50*time.Millisecond).Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		time.Sleep(200 * time.Millisecond)
+		_, mfs = p.scrape(t)
+		_, hasB := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": rel(pod + "/" + e2eCtrB)})
+		_, hasLate := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": rel("late")})
+		_, hasA := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": rel(pod + "/" + e2eCtrA)})
+		if !hasB && hasLate && hasA {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after removal: container B still exported %v, new cgroup %v, container A %v\n%s", hasB, hasLate, hasA, p.log)
+		}
+	}
+}
+
+// TestServeWithoutBPF: root without CAP_BPF and CAP_SYS_ADMIN still counts on
+// every CPU; the cgroup attribution says it is missing and why.
+func TestServeWithoutBPF(t *testing.T) {
+	testenv.RequireRoot(t)
+	setpriv := testenv.RequireTool(t, "setpriv")
+	p := startWrapped(t, nil, []string{setpriv, "--inh-caps=-bpf,-sys_admin", "--bounding-set=-bpf,-sys_admin"})
+	time.Sleep(200 * time.Millisecond)
+	_, mfs := p.scrape(t)
+	if v := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": "cgroup_attribution"}); v != 0 {
+		t.Errorf("cgroup_attribution = %v without CAP_BPF", v)
+	}
+	if v := mustValue(t, mfs, "pmu_events_total", sw("cpu-clock")); v <= 0 {
+		t.Errorf("node cpu-clock %v: node counting must not depend on BPF", v)
+	}
+	if _, ok := mfs["pmu_cgroup_events_total"]; ok {
+		t.Error("per-cgroup series exported without the attribution")
+	}
+	if !strings.Contains(p.log.String(), "per-cgroup attribution not running") || !strings.Contains(p.log.String(), "CAP_BPF") {
+		t.Errorf("log does not say why attribution is off:\n%s", p.log)
+	}
+}
