@@ -217,6 +217,7 @@ func (a *Attributor) Cycle(online []int) {
 		a.opts.Logger.Warn("cannot read the cgroup map", "err", err)
 		return
 	}
+	tracked := len(readings)
 	unattributed := readings[cgroupbpf.Unattributed]
 	delete(readings, cgroupbpf.Unattributed)
 	walked := false
@@ -261,7 +262,7 @@ func (a *Attributor) Cycle(online []int) {
 	}
 	series := a.table.Series()
 	a.topdownStep(series)
-	a.publish(series, len(readings)-forgotten)
+	a.publish(series, tracked-forgotten)
 }
 
 // topdownStep evaluates each class's tree on every series' counts since the
