@@ -11,7 +11,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -319,4 +322,19 @@ func (c *Counter) Close() error {
 		c.Detach(cpu)
 	}
 	return c.objs.Close()
+}
+
+// MapBytes is the kernel's estimate of the memory the cgroup map uses
+// (memlock in its fdinfo).
+func (c *Counter) MapBytes() (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", c.objs.Cgroups.FD()))
+	if err != nil {
+		return 0, fmt.Errorf("cgroup map fdinfo: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("cgroup map fdinfo has no memlock")
 }

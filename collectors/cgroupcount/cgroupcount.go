@@ -404,3 +404,6 @@ func (a *Attributor) Snapshot() Snapshot {
 func (a *Attributor) Close() error {
 	return a.counter.Close()
 }
+
+// MapBytes is the kernel's estimate of the cgroup map's memory.
+func (a *Attributor) MapBytes() (uint64, error) { return a.counter.MapBytes() }
