@@ -94,3 +94,42 @@ func (c *CgroupCollector) identity(cg cgroupcount.Cgroup) []string {
 	}
 	return []string{cg.Path, "", id.PodUID, id.ContainerID}
 }
+
+// PodMetaSource is the Kubernetes pod index (podmeta.Index).
+type PodMetaSource interface {
+	Synced() bool
+	WatchErrors() uint64
+	Pods() int
+}
+
+// PodMetaCollector says whether pod names come through from the API server.
+type PodMetaCollector struct {
+	src                   PodMetaSource
+	synced, errors, count *prometheus.Desc
+}
+
+// NewPodMeta builds the collector.
+func NewPodMeta(src PodMetaSource) *PodMetaCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, nil, nil)
+	}
+	return &PodMetaCollector{src: src,
+		synced: d("kubernetes_pods_synced", "Whether this node's pods have been listed from the Kubernetes API (1) or not yet (0: cgroup series carry pod UIDs and container IDs)."),
+		errors: d("kubernetes_api_errors_total", "Failed lists and watches of this node's pods."),
+		count:  d("kubernetes_pods", "Pods of this node known from the Kubernetes API."),
+	}
+}
+
+// Describe sends the descriptors.
+func (c *PodMetaCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.synced
+	ch <- c.errors
+	ch <- c.count
+}
+
+// Collect sends the current values.
+func (c *PodMetaCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.synced, prometheus.GaugeValue, boolValue(c.src.Synced()))
+	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(c.src.WatchErrors()))
+	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(c.src.Pods()))
+}

@@ -53,6 +53,8 @@ type flags struct {
 	cgroupSeries  int
 	cgroupTracked int
 	cgroupGrace   time.Duration
+	k8sNode       string
+	kubeconfig    string
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -86,6 +88,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Default("16384").IntVar(&f.cgroupTracked)
 	serve.Flag("cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.").
 		Default("5m").DurationVar(&f.cgroupGrace)
+	serve.Flag("kubernetes.node-name", "This node's name: with it, pod and container names come from the Kubernetes API (pods of this node only; in a DaemonSet from the downward API, spec.nodeName). Without it, cgroup series carry pod UIDs and container IDs.").
+		Envar("NODE_NAME").StringVar(&f.k8sNode)
+	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&f.kubeconfig)
 	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
 		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
 	f.web = webflag.AddFlags(serve, defaultAddress)

@@ -27,6 +27,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/podmeta"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
@@ -265,6 +266,16 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	engine = perfcount.New(opts)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var pods *podmeta.Index
+	if attributor != nil && f.k8sNode != "" {
+		client, err := podmeta.Client(f.kubeconfig)
+		if err != nil {
+			logger.Warn("no pod names from the Kubernetes API; cgroup series carry pod UIDs and container IDs", "err", err)
+		} else {
+			pods = podmeta.New(client, f.k8sNode, logger)
+			go pods.Run(ctx)
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -283,7 +294,11 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		reg.MustRegister(exporter.NewTopdown(td.trees, f.perCPU))
 	}
 	if attributor != nil {
-		reg.MustRegister(exporter.NewCgroup(attributor, nil))
+		if pods != nil {
+			reg.MustRegister(exporter.NewCgroup(attributor, pods), exporter.NewPodMeta(pods))
+		} else {
+			reg.MustRegister(exporter.NewCgroup(attributor, nil))
+		}
 	}
 	mux := http.NewServeMux()
 	mux.Handle(f.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
