@@ -110,3 +110,45 @@ func TestServeWithoutBPF(t *testing.T) {
 		t.Errorf("log does not say why attribution is off:\n%s", p.log)
 	}
 }
+
+// TestServeAPIServerUnreachable: with pod names asked for but no API server,
+// the exporter serves, counts the failures, says so, and cgroup series keep
+// UIDs.
+func TestServeAPIServerUnreachable(t *testing.T) {
+	testenv.RequireRoot(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--kubernetes.node-name=node-a", "--kubernetes.kubeconfig="+kubeconfig)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, mfs := p.scrape(t)
+		if v, ok := value(t, mfs, "pmu_kubernetes_api_errors_total", nil); ok && v > 0 {
+			if s := mustValue(t, mfs, "pmu_kubernetes_pods_synced", nil); s != 0 {
+				t.Errorf("synced = %v without an API server", s)
+			}
+			if v := mustValue(t, mfs, "pmu_events_total", sw("cpu-clock")); v <= 0 {
+				t.Errorf("node cpu-clock %v", v)
+			}
+			if _, ok := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": "/", "event": "cpu-clock"}); !ok {
+				t.Error("no per-cgroup series without the API server")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no API errors counted in 10 s\n%s", p.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(p.log.String(), "cannot list or watch this node's pods") {
+		t.Errorf("log does not say the API server is unreachable:\n%s", p.log)
+	}
+}
