@@ -29,16 +29,20 @@ type CgroupCollector struct {
 	names                                 PodNames
 	events, slots, nodeSlots              *prometheus.Desc
 	unattributed, missed, errors, tracked *prometheus.Desc
+	perfModeFDs                           *prometheus.Desc
+	perfMode                              bool
 }
 
-// NewCgroup builds the collector; names may be nil.
-func NewCgroup(src CgroupSource, names PodNames) *CgroupCollector {
+// NewCgroup builds the collector; names may be nil. perfMode says the source
+// is perf's cgroup mode (the fallback without eBPF), whose fd cost is exported.
+func NewCgroup(src CgroupSource, names PodNames, perfMode bool) *CgroupCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
 	id := []string{"cgroup", "namespace", "pod", "container"}
 	with := func(l ...string) []string { return append(append([]string(nil), id...), l...) }
-	return &CgroupCollector{src: src, names: names,
+	return &CgroupCollector{src: src, names: names, perfMode: perfMode,
+		perfModeFDs: d("cgroup_perf_mode_fds", "File descriptors held by perf's cgroup mode (one per event per CPU per allow-listed cgroup), the fallback when eBPF is not permitted."),
 		events: d("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --cgroup.max-series.",
 			with("event")...),
 		slots: d("cgroup_slots_total", "Pipeline slots of the cgroup over which Top-Down was computed, summed over CPUs.", id...),
@@ -53,7 +57,7 @@ func NewCgroup(src CgroupSource, names PodNames) *CgroupCollector {
 
 // Describe sends the descriptors.
 func (c *CgroupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.events, c.slots, c.nodeSlots, c.unattributed, c.missed, c.errors, c.tracked} {
+	for _, d := range []*prometheus.Desc{c.events, c.slots, c.nodeSlots, c.unattributed, c.missed, c.errors, c.tracked, c.perfModeFDs} {
 		ch <- d
 	}
 }
@@ -76,6 +80,11 @@ func (c *CgroupCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, e := range s.Unattributed {
 		ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.CounterValue, e.Value, e.Event)
+	}
+	if c.perfMode {
+		ch <- prometheus.MustNewConstMetric(c.perfModeFDs, prometheus.GaugeValue, float64(s.PerfModeFDs))
+		ch <- prometheus.MustNewConstMetric(c.tracked, prometheus.GaugeValue, float64(s.Tracked))
+		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.missed, prometheus.CounterValue, float64(s.Switches.SwitchesMissed))
 	for _, r := range cgroupcount.ErrorReasons {

@@ -42,7 +42,7 @@ func (n names) Names(id podcgroup.Identity) (string, string, string, bool) {
 func TestCgroupCollector(t *testing.T) {
 	// The API server knows the container but not (yet) the pod's own cgroup
 	// entry: that one keeps the UID.
-	c := NewCgroup(fixedCgroups{}, names{"0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c/aaaa": {"shop", "cart-7f9", "app"}})
+	c := NewCgroup(fixedCgroups{}, names{"0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c/aaaa": {"shop", "cart-7f9", "app"}}, false)
 	want := `
 # HELP pmu_cgroup_events_total Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup="other" holds the cgroups beyond --cgroup.max-series.
 # TYPE pmu_cgroup_events_total counter

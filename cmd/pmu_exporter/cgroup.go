@@ -8,6 +8,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/capability"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
@@ -78,6 +79,36 @@ func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) []cgroupcount.Class {
 		out = append(out, c)
 	}
 	return out
+}
+
+// setupPerfMode is the fallback when the eBPF attribution is not running:
+// perf's cgroup mode for the allow-listed cgroups, over the visible groups'
+// per-task events.
+func setupPerfMode(f flags, s setup, groups []perfcount.GroupSpec, opts perfcount.Options) (*cgroupcount.PerfMode, error) {
+	root := f.cgroupfs
+	if root == "" {
+		root = s.facts.Cgroup2Mount
+	}
+	if root == "" {
+		return nil, errors.New("no cgroup v2 hierarchy is mounted")
+	}
+	perTask := perTaskPMU(s.pmus)
+	var specs []perfcount.GroupSpec
+	for _, g := range groups {
+		if g.Hidden {
+			continue
+		}
+		var evs []eventspec.Event
+		for _, e := range g.Events {
+			if perTask(e.PMU) {
+				evs = append(evs, e)
+			}
+		}
+		if len(evs) > 0 {
+			specs = append(specs, perfcount.GroupSpec{Name: g.Name, Events: evs})
+		}
+	}
+	return cgroupcount.NewPerfMode(root, f.cgroupPerf, specs, opts)
 }
 
 // perTaskPMU says which events a cgroup can own: software, tracepoint and

@@ -90,21 +90,34 @@ func TestServeCgroups(t *testing.T) {
 }
 
 // TestServeWithoutBPF: root without CAP_BPF and CAP_SYS_ADMIN still counts on
-// every CPU; the cgroup attribution says it is missing and why.
+// every CPU; the cgroup attribution says it is missing and why, and the
+// allow-listed cgroup is counted with perf's cgroup mode instead, exactly,
+// at its reported fd cost.
 func TestServeWithoutBPF(t *testing.T) {
 	testenv.RequireRoot(t)
 	setpriv := testenv.RequireTool(t, "setpriv")
-	p := startWrapped(t, nil, []string{setpriv, "--inh-caps=-bpf,-sys_admin", "--bounding-set=-bpf,-sys_admin"})
-	time.Sleep(200 * time.Millisecond)
+	top, dirs := testenv.Cgroups(t, "app")
+	p := startWrapped(t, nil, []string{setpriv, "--inh-caps=-bpf,-sys_admin", "--bounding-set=-bpf,-sys_admin"},
+		"--cgroup.perf-mode="+top+"/app")
+	testenv.BurnIn(t, dirs[0], 200*time.Millisecond).Wait()
+	time.Sleep(250 * time.Millisecond)
 	_, mfs := p.scrape(t)
+	got := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": top + "/app", "event": "cpu-clock"})
+	usage := float64(testenv.CgroupUsage(t, dirs[0]))
+	if got < 0.97*usage || got > 1.03*usage {
+		t.Errorf("perf cgroup mode cpu-clock %v, cpu.stat %v", time.Duration(got), time.Duration(usage))
+	}
+	if fds := mustValue(t, mfs, "pmu_cgroup_perf_mode_fds", nil); fds < float64(len(testenv.OnlineCPUs(t))*2) {
+		t.Errorf("perf mode fds %v", fds)
+	}
 	if v := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": "cgroup_attribution"}); v != 0 {
 		t.Errorf("cgroup_attribution = %v without CAP_BPF", v)
 	}
 	if v := mustValue(t, mfs, "pmu_events_total", sw("cpu-clock")); v <= 0 {
 		t.Errorf("node cpu-clock %v: node counting must not depend on BPF", v)
 	}
-	if _, ok := mfs["pmu_cgroup_events_total"]; ok {
-		t.Error("per-cgroup series exported without the attribution")
+	if _, ok := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": "/"}); ok {
+		t.Error("a cgroup outside the allow-list is exported without the eBPF attribution")
 	}
 	if !strings.Contains(p.log.String(), "per-cgroup attribution not running") || !strings.Contains(p.log.String(), "CAP_BPF") {
 		t.Errorf("log does not say why attribution is off:\n%s", p.log)

@@ -53,6 +53,7 @@ type flags struct {
 	cgroupSeries  int
 	cgroupTracked int
 	cgroupGrace   time.Duration
+	cgroupPerf    []string
 	k8sNode       string
 	kubeconfig    string
 }
@@ -88,6 +89,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Default("16384").IntVar(&f.cgroupTracked)
 	serve.Flag("cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.").
 		Default("5m").DurationVar(&f.cgroupGrace)
+	serve.Flag("cgroup.perf-mode", "Where the eBPF attribution cannot run (no CAP_BPF, no cgroup-switches): count this cgroup (path as in /proc/<pid>/cgroup; repeatable) with perf's cgroup mode instead, at one fd per event per CPU per cgroup.").
+		StringsVar(&f.cgroupPerf)
 	serve.Flag("kubernetes.node-name", "This node's name: with it, pod and container names come from the Kubernetes API (pods of this node only; in a DaemonSet from the downward API, spec.nodeName). Without it, cgroup series carry pod UIDs and container IDs.").
 		Envar("NODE_NAME").StringVar(&f.k8sNode)
 	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&f.kubeconfig)

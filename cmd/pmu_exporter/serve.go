@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -232,6 +233,19 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	} else {
 		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
 	}
+	var perfMode *cgroupcount.PerfMode
+	if attributor == nil && f.cgroup && len(f.cgroupPerf) > 0 {
+		online := host.NewOnlineCPUsReader(f.sysfs)
+		defer online.Close()
+		pm, err := setupPerfMode(f, s, s.groups, perfcount.Options{OnlineCPUs: online.Read, Logger: logger})
+		if err != nil {
+			logger.Error("perf cgroup mode not running", "err", err)
+		} else {
+			perfMode = pm
+			defer pm.Close()
+			logger.Warn("counting the allow-listed cgroups with perf's cgroup mode instead: one fd per event per CPU per cgroup; see pmu_cgroup_perf_mode_fds", "cgroups", len(f.cgroupPerf))
+		}
+	}
 	for _, n := range notes {
 		logger.Warn("per-cgroup attribution is partial", "problem", n)
 	}
@@ -253,6 +267,9 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 				l.Update(snap)
 			}
 		}
+		if perfMode != nil {
+			perfMode.Cycle()
+		}
 		if attributor != nil {
 			cpus, err := online.Read()
 			if err == nil {
@@ -267,7 +284,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var pods *podmeta.Index
-	if attributor != nil && f.k8sNode != "" {
+	if (attributor != nil || perfMode != nil) && f.k8sNode != "" {
 		client, err := podmeta.Client(f.kubeconfig)
 		if err != nil {
 			logger.Warn("no pod names from the Kubernetes API; cgroup series carry pod UIDs and container IDs", "err", err)
@@ -293,12 +310,18 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	if td != nil {
 		reg.MustRegister(exporter.NewTopdown(td.trees, f.perCPU))
 	}
+	var names exporter.PodNames // a nil *podmeta.Index must stay a nil interface
+	if pods != nil {
+		names = pods
+	}
+	if perfMode != nil {
+		reg.MustRegister(exporter.NewCgroup(perfMode, names, true))
+	}
 	if attributor != nil {
-		if pods != nil {
-			reg.MustRegister(exporter.NewCgroup(attributor, pods), exporter.NewPodMeta(pods))
-		} else {
-			reg.MustRegister(exporter.NewCgroup(attributor, nil))
-		}
+		reg.MustRegister(exporter.NewCgroup(attributor, names, false))
+	}
+	if pods != nil {
+		reg.MustRegister(exporter.NewPodMeta(pods))
 	}
 	mux := http.NewServeMux()
 	mux.Handle(f.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{

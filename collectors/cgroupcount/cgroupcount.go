@@ -309,6 +309,8 @@ type Snapshot struct {
 	Tracked      int // cgroups in the kernel's map
 	Errors       map[string]uint64
 	TopDown      bool // some class computes per-cgroup Top-Down
+	// PerfModeFDs are the fds perf's cgroup mode holds (PerfMode only).
+	PerfModeFDs int
 }
 
 // Cgroup is one series: a cgroup, or cgroupattr.Other.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -30,6 +31,10 @@ type GroupSpec struct {
 	// exported as pmu_events_total, where an event counted in several such
 	// groups would repeat a series.
 	Hidden bool
+	// Cgroup, if set, is a cgroup directory: the group then counts only
+	// that cgroup's tasks (perf's cgroup mode, PERF_FLAG_PID_CGROUP), at the
+	// cost of one fd per event per CPU per cgroup.
+	Cgroup *os.File
 }
 
 // CPUs is where the group can count: the intersection of its events' CPU lists,
@@ -217,7 +222,11 @@ func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
 	if cg.failure != nil && (!transient(cg.failure.Reason) || now.Before(cg.retryAt)) {
 		return
 	}
-	g, err := e.opts.Open(gs.attrs, gs.names, perf.SystemWide(cpu))
+	target := perf.SystemWide(cpu)
+	if gs.spec.Cgroup != nil {
+		target.CgroupFD = int(gs.spec.Cgroup.Fd())
+	}
+	g, err := e.opts.Open(gs.attrs, gs.names, target)
 	if err != nil {
 		var oe *perf.OpenError
 		if !errors.As(err, &oe) {
@@ -260,7 +269,7 @@ func (e *Engine) splitGroup(gs *groupState) {
 	e.opts.Logger.Warn("event group needs more counters than the PMU has; counting its events one by one, so ratios between them are no longer from one schedule",
 		"group", gs.spec.Name, "events", len(gs.spec.Events), "fix", "split the group in the configuration into groups that fit")
 	for _, ev := range gs.spec.Events {
-		e.groups = append(e.groups, newGroupState(GroupSpec{Name: gs.spec.Name + "/" + ev.Name, Events: []eventspec.Event{ev}, Hidden: gs.spec.Hidden}))
+		e.groups = append(e.groups, newGroupState(GroupSpec{Name: gs.spec.Name + "/" + ev.Name, Events: []eventspec.Event{ev}, Hidden: gs.spec.Hidden, Cgroup: gs.spec.Cgroup}))
 	}
 }
 

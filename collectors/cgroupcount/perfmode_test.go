@@ -1,0 +1,59 @@
+package cgroupcount
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// TestPerfMode counts two allow-listed cgroups in perf's cgroup mode: the
+// busy one's cpu-clock matches its cpu.stat (the kernel's own cgroup time,
+// with no switch missed), the parent includes it, and the fd cost is
+// cgroups x CPUs x events.
+func TestPerfMode(t *testing.T) {
+	top, dirs := testenv.Cgroups(t, "pod", "pod/ctr")
+	groups := []perfcount.GroupSpec{{Name: "software", Events: []eventspec.Event{
+		sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK)}}}
+	online := host.NewOnlineCPUsReader("/sys")
+	defer online.Close()
+	paths := []string{top + "/pod", top + "/pod/ctr"}
+	m, err := NewPerfMode(testenv.Cgroup2Mount(), paths, groups, perfcount.Options{OnlineCPUs: online.Read})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.Cycle()
+	testenv.BurnIn(t, dirs[1], 300*time.Millisecond).Wait()
+	m.Cycle()
+	s := m.Snapshot()
+	cpus := len(testenv.OnlineCPUs(t))
+	if s.PerfModeFDs != 2*cpus*2 || s.Tracked != 2 {
+		t.Errorf("fds %d (want 2 cgroups x %d CPUs x 2 events), tracked %d", s.PerfModeFDs, cpus, s.Tracked)
+	}
+	got := map[string]float64{}
+	for _, c := range s.Cgroups {
+		for _, e := range c.Events {
+			if e.Event == "cpu-clock" {
+				got[c.Path] = e.Value
+			}
+		}
+	}
+	for i, p := range paths {
+		usage := float64(testenv.CgroupUsage(t, dirs[i]))
+		t.Logf("%s: perf cgroup mode %v, cpu.stat %v", filepath.Base(p), time.Duration(got[p]), time.Duration(usage))
+		if got[p] < 0.97*usage || got[p] > 1.03*usage {
+			t.Errorf("%s: cpu-clock %v, cpu.stat %v", p, time.Duration(got[p]), time.Duration(usage))
+		}
+	}
+
+	if _, err := NewPerfMode(testenv.Cgroup2Mount(), []string{top + "/missing"}, groups, perfcount.Options{OnlineCPUs: online.Read}); err == nil {
+		t.Error("a missing allow-listed cgroup was accepted")
+	}
+}
