@@ -82,15 +82,8 @@ func TestNamesFromAPIServer(t *testing.T) {
 	}
 	api.added.ResourceVersion = "2"
 	srv := httptest.NewServer(api)
-	defer srv.Close()
-	client, err := RESTClient(&rest.Config{Host: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := New(client, "node-a", nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go x.Run(ctx)
+	t.Cleanup(srv.Close) // after the index stops watching: Close waits for open watches
+	x := watching(t, srv.URL)
 	deadline := time.Now().Add(10 * time.Second)
 	for !(x.Synced() && x.Pods() == 2) {
 		if time.Now().After(deadline) {
@@ -130,14 +123,7 @@ func TestAPIServerUnreachable(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close() // a closed port
-	client, err := RESTClient(&rest.Config{Host: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := New(client, "node-a", nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go x.Run(ctx)
+	x := watching(t, url)
 	deadline := time.Now().Add(10 * time.Second)
 	for x.WatchErrors() == 0 {
 		if time.Now().After(deadline) {
@@ -151,4 +137,19 @@ func TestAPIServerUnreachable(t *testing.T) {
 	if _, _, _, ok := x.Names(podcgroup.Identity{PodUID: "0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c"}); ok {
 		t.Error("names without an API server")
 	}
+}
+
+// watching runs an Index of node-a's pods against the API server at url until
+// the test ends.
+func watching(t *testing.T, url string) *Index {
+	t.Helper()
+	client, err := RESTClient(&rest.Config{Host: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := New(client, "node-a", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go x.Run(ctx)
+	return x
 }
