@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmu-exporter/pmu_exporter/cgroupattr"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupbpf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
@@ -120,6 +122,21 @@ func New(opts Options) (*Attributor, error) {
 		return nil, err
 	}
 	a.counter = counter
+	// Attach where this process may run (an online CPU), so that a kernel
+	// without cgroup-switches (before 5.13) or without the privilege to
+	// attach says so here rather than in every cycle.
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err == nil {
+		for cpu := 0; cpu < 1024; cpu++ {
+			if set.IsSet(cpu) {
+				if err := counter.Attach(cpu); err != nil {
+					counter.Close()
+					return nil, err
+				}
+				break
+			}
+		}
+	}
 	a.lastWalk = opts.Now()
 	a.table = cgroupattr.New(a.width, cgroupattr.Options{MaxSeries: opts.MaxSeries, Grace: opts.Grace, Rank: rank})
 	a.unattr = cgroupattr.New(a.width, cgroupattr.Options{MaxSeries: 1, Grace: time.Duration(1<<63 - 1)})
@@ -192,8 +209,9 @@ func (a *Attributor) Cycle(online []int) {
 	}
 	for _, cpu := range online {
 		if err := a.counter.Attach(cpu); err != nil {
-			a.errors[ErrAttach]++
-			a.opts.Logger.Warn("cannot attach the cgroup program", "cpu", cpu, "err", err)
+			if a.errors[ErrAttach]++; a.errors[ErrAttach] == 1 {
+				a.opts.Logger.Warn("cannot attach the cgroup program; counted in pmu_cgroup_attribution_errors_total", "cpu", cpu, "err", err)
+			}
 			continue
 		}
 		if err := a.counter.CreditNow(cpu); err != nil {
