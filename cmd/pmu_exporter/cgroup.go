@@ -24,10 +24,7 @@ func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpe
 	if !f.cgroup {
 		return fail(errors.New("--no-collector.cgroup"), "drop --no-collector.cgroup")
 	}
-	root := f.cgroupfs
-	if root == "" {
-		root = s.facts.Cgroup2Mount
-	}
+	root := cgroupRoot(f, s)
 	if root == "" {
 		return fail(errors.New("no cgroup v2 hierarchy is mounted (cgroup v1's perf_event hierarchy is not supported by the eBPF attribution)"),
 			"boot with systemd.unified_cgroup_hierarchy=1, or mount cgroup2 and pass --path.cgroupfs")
@@ -47,6 +44,15 @@ func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpe
 	feat.Available = true
 	feat.Detail = fmt.Sprintf("eBPF on cgroup switches, cgroups under %s, depth %d", root, f.cgroupDepth)
 	return a, feat, notes
+}
+
+// cgroupRoot is the cgroup v2 mount whose ids are resolved: the flag, else
+// the one in mountinfo ("" when there is none).
+func cgroupRoot(f flags, s setup) string {
+	if f.cgroupfs != "" {
+		return f.cgroupfs
+	}
+	return s.facts.Cgroup2Mount
 }
 
 // cgroupClasses is one class per core type: the whole host where it has one
@@ -85,10 +91,7 @@ func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) []cgroupcount.Class {
 // perf's cgroup mode for the allow-listed cgroups, over the visible groups'
 // per-task events.
 func setupPerfMode(f flags, s setup, groups []perfcount.GroupSpec, opts perfcount.Options) (*cgroupcount.PerfMode, error) {
-	root := f.cgroupfs
-	if root == "" {
-		root = s.facts.Cgroup2Mount
-	}
+	root := cgroupRoot(f, s)
 	if root == "" {
 		return nil, errors.New("no cgroup v2 hierarchy is mounted")
 	}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
@@ -40,36 +41,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// cgroupTree makes dir/parent/{a,b} under the cgroup v2 mount and returns
-// their paths; they are removed at the end of the test.
+// cgroupTree makes <test dir>/kubepods.slice/{a,b}.scope under the cgroup v2
+// mount and returns their paths; they are removed at the end of the test.
 func cgroupTree(t *testing.T) (parent, a, b string) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	mnt := testenv.Cgroup2Mount()
-	testenv.Require(t, mnt != "", "needs a cgroup v2 hierarchy")
-	top := filepath.Join(mnt, fmt.Sprintf("pmu_exporter_test_%d", os.Getpid()))
-	parent = filepath.Join(top, "kubepods.slice")
-	a, b = filepath.Join(parent, "a.scope"), filepath.Join(parent, "b.scope")
-	for _, d := range []string{top, parent, a, b} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, d := range []string{a, b, parent, top} {
-			os.Remove(d)
-		}
-	})
-	return parent, a, b
+	_, dirs := testenv.Cgroups(t, "kubepods.slice", "kubepods.slice/a.scope", "kubepods.slice/b.scope")
+	return dirs[0], dirs[1], dirs[2]
 }
 
 func cgroupID(t *testing.T, dir string) uint64 {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	id, err := cgroupid.ID(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Ino // kernfs: the cgroup id is the directory's inode number
+	return id
 }
 
 // spinIn starts the workload directly inside the cgroup dir (clone3 with
