@@ -11,12 +11,18 @@
  * reads (BPF_F_TEST_RUN_ON_CPU), so a task that never switches out is credited
  * too. No sched_switch hook: programs run only on cgroup changes.
  *
- * The kernel does not run the program on every cgroup switch it counts (on
- * Linux 6.18 a few percent of them are skipped, even for an empty program). A
- * skipped switch would hand one cgroup's counts to the next, so the program
- * reads its own switch counter: when switches went by unseen, the counts since
- * the last credit span several cgroups and go to cgroup id 0, "unattributed",
- * instead of to anyone in particular.
+ * The kernel does not run the program on every cgroup switch it counts. On
+ * Linux 6.18 it never overflows the event when the outgoing task is the idle
+ * task of a secondary CPU (CPU 0's idle task is fine): the switch is counted,
+ * but neither a BPF program nor a ring buffer sees it. A skipped switch would
+ * hand the idle span and the next task's run to whoever switches out next, so
+ * the program also credits at each idle exit (the cpu_idle tracepoint, which
+ * fires far less often than sched_switch), in the idle task's context: the idle
+ * span goes to the root, and the one switch that follows an idle exit is
+ * allowed to go by unseen. Any other unseen switch is caught by comparing the
+ * switch counter with the program's own count: the counts since the last credit
+ * then span several cgroups and go to cgroup id 0, "unattributed", instead of
+ * to anyone in particular.
  *
  * The license must be GPL-compatible for bpf_perf_event_read_value.
  */
@@ -88,12 +94,17 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } switches SEC(".maps");
 
-/* The switch count at this CPU's previous credit. */
+/* This CPU's switch count at its previous credit, and whether that credit was
+ * at an idle exit (then the switch out of the idle task may go by unseen). */
+struct seen_state {
+	__u64 switches;
+	__u64 idle_exit;
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct seen_state);
 } seen SEC(".maps");
 
 static __always_inline long read_event(__u32 i, struct bpf_perf_event_value *v)
@@ -179,28 +190,31 @@ static __always_inline void add(__u64 id, struct reading *delta)
 }
 
 /* attributable says whether the counts since this CPU's previous credit
- * belong to the current task's cgroup alone: no switch went by unseen. */
-static __always_inline int attributable(int at_switch)
+ * belong to the current task's cgroup alone: no switch went by unseen but the
+ * one allowed after an idle exit. It records this credit as the previous one. */
+static __always_inline int attributable(struct bpf_perf_event_value *sw, int at_switch, int idle_exit)
 {
-	struct bpf_perf_event_value sw;
-	if (bpf_perf_event_read_value(&switches, BPF_F_CURRENT_CPU, &sw, sizeof(sw)))
-		return 1; /* not placed yet: nothing to compare with */
 	__u32 k = 0;
-	__u64 *last = bpf_map_lookup_elem(&seen, &k);
+	struct seen_state *last = bpf_map_lookup_elem(&seen, &k);
 	if (!last)
 		return 1;
 	/* At a switch the counter already includes this one. */
-	__u64 expected = *last + (at_switch ? 1 : 0);
-	*last = sw.counter;
-	if (sw.counter > expected) {
-		count(STAT_SWITCHES_MISSED, sw.counter - expected);
+	__u64 expected = last->switches + (at_switch ? 1 : 0) + (last->idle_exit ? 1 : 0);
+	last->switches = sw->counter;
+	last->idle_exit = idle_exit;
+	if (sw->counter > expected) {
+		count(STAT_SWITCHES_MISSED, sw->counter - expected);
 		return 0;
 	}
 	return 1;
 }
 
-static __always_inline int credit(int at_switch)
+static __always_inline int credit(int at_switch, int idle_exit)
 {
+	struct bpf_perf_event_value sw;
+	/* A CPU without the program attached has nothing placed to credit. */
+	if (bpf_perf_event_read_value(&switches, BPF_F_CURRENT_CPU, &sw, sizeof(sw)))
+		return 0;
 	__u32 one = 1;
 	struct reading *delta = bpf_map_lookup_elem(&scratch, &one);
 	if (!delta)
@@ -230,7 +244,7 @@ static __always_inline int credit(int at_switch)
 		prev->enabled = v.enabled;
 		prev->running = v.running;
 	}
-	if (!attributable(at_switch)) {
+	if (!attributable(&sw, at_switch, idle_exit)) {
 		add(0, delta);
 		count(STAT_UNATTRIBUTED, 1);
 		return 0;
@@ -252,13 +266,24 @@ static __always_inline int credit(int at_switch)
 SEC("perf_event")
 int on_cgroup_switch(void *ctx)
 {
-	return credit(1);
+	return credit(1, 0);
 }
 
 SEC("raw_tp")
 int credit_now(void *ctx)
 {
-	return credit(0);
+	return credit(0, 0);
+}
+
+#define PWR_EVENT_EXIT ((__u32)-1) /* cpu_idle's state when the CPU leaves idle */
+
+/* cpu_idle(unsigned int state, unsigned int cpu_id): the idle task is current. */
+SEC("raw_tp/cpu_idle")
+int on_idle_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	if ((__u32)ctx->args[0] != PWR_EVENT_EXIT)
+		return 0;
+	return credit(0, 1);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

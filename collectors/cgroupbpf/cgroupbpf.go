@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,6 +66,7 @@ type Counter struct {
 	cpus     int           // possible CPUs: the per-CPU value count
 	arrays   []*ebpf.Map   // per event, indexed by CPU
 	switches map[int]int   // CPU -> cgroup-switches fd carrying the program
+	idleExit link.Link     // the credit at each idle exit (cpu_idle)
 	values   []cgroupValue // scratch for reads, one per possible CPU
 }
 
@@ -104,6 +106,13 @@ func Load(opts Options) (*Counter, error) {
 		}
 		return nil, fmt.Errorf("load the cgroup program: %w", err)
 	}
+	// Switches out of a secondary CPU's idle task do not run the program
+	// (see the BPF source): crediting at each idle exit keeps them harmless.
+	c.idleExit, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "cpu_idle", Program: c.objs.OnIdleExit})
+	if err != nil {
+		c.objs.Close()
+		return nil, fmt.Errorf("attach the idle-exit credit to the cpu_idle tracepoint: %w", err)
+	}
 	c.arrays = []*ebpf.Map{c.objs.Events0, c.objs.Events1, c.objs.Events2, c.objs.Events3, c.objs.Events4, c.objs.Events5, c.objs.Events6, c.objs.Events7, c.objs.Events8, c.objs.Events9, c.objs.Events10, c.objs.Events11, c.objs.Events12, c.objs.Events13, c.objs.Events14, c.objs.Events15, c.objs.Events16, c.objs.Events17, c.objs.Events18, c.objs.Events19, c.objs.Events20, c.objs.Events21, c.objs.Events22, c.objs.Events23, c.objs.Events24, c.objs.Events25, c.objs.Events26, c.objs.Events27, c.objs.Events28, c.objs.Events29, c.objs.Events30, c.objs.Events31}[:opts.Events]
 	return c, nil
 }
@@ -133,8 +142,8 @@ func (c *Counter) Attach(cpu int) error {
 		unix.Close(fd)
 		return fmt.Errorf("place cgroup-switches of CPU %d: %w", cpu, err)
 	}
-	var zero [8]byte // a fresh event counts from 0
-	per := make([][8]byte, c.cpus)
+	var zero [16]byte // a fresh event counts from 0 (struct seen_state)
+	per := make([][16]byte, c.cpus)
 	if err := c.objs.Seen.Lookup(uint32(0), per); err == nil {
 		per[cpu] = zero
 		c.objs.Seen.Put(uint32(0), per)
@@ -321,6 +330,7 @@ func (c *Counter) Close() error {
 	for cpu := range c.switches {
 		c.Detach(cpu)
 	}
+	c.idleExit.Close()
 	return c.objs.Close()
 }
 

@@ -158,10 +158,12 @@ func readAll(t *testing.T, c *Counter) map[uint64][]Reading {
 
 // TestAttributionAgainstCgroupCPUAccounting: two cgroups run CPU-bound,
 // switching workloads. What the program gives each of them in cpu-clock and
-// task-clock never exceeds the kernel's own accounting (cpu.stat usage_usec)
-// by more than 3%; what it could not give anyone (spans in which the kernel
-// skipped the program for a switch) is filed as unattributed, and the two
-// together cover the cgroups' usage; the parent gets exactly the sum of its
+// task-clock is within 3% of the kernel's own accounting (cpu.stat
+// usage_usec), though the workloads go idle every 5 ms and the kernel runs no
+// program for switches out of a secondary CPU's idle task; what it could not
+// give anyone (spans in which a switch went by unseen) is filed as
+// unattributed, and the two together cover the cgroups' usage; the parent
+// gets exactly the sum of its
 // children; and nothing is lost: all credits add up to the counts the events
 // themselves report.
 func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
@@ -199,8 +201,8 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 		for i, name := range []string{"cpu-clock", "task-clock"} {
 			cnt := time.Duration(r[i].Counter)
 			t.Logf("%s %s: credited %v (%.1f%%), cpu.stat %v", filepath.Base(dir), name, cnt, 100*float64(cnt)/float64(want), want)
-			if cnt > want*103/100 {
-				t.Errorf("%s %s: credited %v, more than the %v the kernel accounts", dir, name, cnt, want)
+			if cnt > want*103/100 || cnt < want*97/100 {
+				t.Errorf("%s %s: credited %v, the kernel accounts %v", dir, name, cnt, want)
 			}
 			if r[i].Enabled == 0 || r[i].Running != r[i].Enabled {
 				t.Errorf("%s %s: enabled %d running %d; a software event always runs", dir, name, r[i].Enabled, r[i].Running)

@@ -20,6 +20,12 @@ type counterReading struct {
 	Running uint64
 }
 
+type counterSeenState struct {
+	_        structs.HostLayout
+	Switches uint64
+	IdleExit uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -64,6 +70,7 @@ const (
 	counterMapSwitches        = "switches"
 	counterProgCreditNow      = "credit_now"
 	counterProgOnCgroupSwitch = "on_cgroup_switch"
+	counterProgOnIdleExit     = "on_idle_exit"
 	counterVarMaxDepth        = "max_depth"
 	counterVarNumEvents       = "num_events"
 )
@@ -112,6 +119,7 @@ type counterSpecs struct {
 type counterProgramSpecs struct {
 	CreditNow      *ebpf.ProgramSpec `ebpf:"credit_now"`
 	OnCgroupSwitch *ebpf.ProgramSpec `ebpf:"on_cgroup_switch"`
+	OnIdleExit     *ebpf.ProgramSpec `ebpf:"on_idle_exit"`
 }
 
 // counterMapSpecs contains maps before they are loaded into the kernel.
@@ -283,12 +291,14 @@ type counterVariables struct {
 type counterPrograms struct {
 	CreditNow      *ebpf.Program `ebpf:"credit_now"`
 	OnCgroupSwitch *ebpf.Program `ebpf:"on_cgroup_switch"`
+	OnIdleExit     *ebpf.Program `ebpf:"on_idle_exit"`
 }
 
 func (p *counterPrograms) Close() error {
 	return _CounterClose(
 		p.CreditNow,
 		p.OnCgroupSwitch,
+		p.OnIdleExit,
 	)
 }
 

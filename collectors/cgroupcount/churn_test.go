@@ -128,11 +128,11 @@ func TestChurn(t *testing.T) {
 	}
 	during := r.kernelEntries(t)
 	s := r.a.Snapshot()
-	// Each cgroup whose task's switch the program saw, and the test's top
-	// directory as their ancestor. The kernel skips the program for some
-	// switches (see cgroupbpf); those tasks' time is unattributed.
+	// Each cgroup whose task ran, and the test's top directory as their
+	// ancestor. A switch the program did not see leaves its task's time
+	// unattributed (see cgroupbpf); a few of the 2000 are allowed for that.
 	t.Logf("%d of %d cgroups attributed; %d switches missed", during-before-1, n, s.Switches.SwitchesMissed)
-	if during < before+n/4 || during > before+n+2 {
+	if during < before+n*97/100 || during > before+n+2 {
 		t.Errorf("kernel map holds %d cgroups with %d new ones that ran; %d before", during, n, before)
 	}
 	if s.Errors[ErrMapFull] != 0 || s.Tracked != during {
