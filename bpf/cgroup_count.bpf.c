@@ -24,11 +24,19 @@
  * then span several cgroups and go to cgroup id 0, "unattributed", instead of
  * to anyone in particular.
  *
+ * Which cgroup a task is in depends on the hierarchy that holds the perf_event
+ * controller, because that is the one cgroup-switches compares: cgroup v2, or
+ * v1's perf_event hierarchy. For v1 the program reads
+ * task->cgroups->subsys[perf_event_cgrp_id]->cgroup with CO-RE; the kernfs
+ * node id it ends in is the inode number of the cgroup's directory in that
+ * hierarchy, as for v2.
+ *
  * The license must be GPL-compatible for bpf_perf_event_read_value.
  */
 #include <linux/bpf.h>
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 #define MAX_EVENTS 32 /* events attributed; the map value holds num_events of them */
 #define MAX_DEPTH 16  /* ancestor levels credited at most */
@@ -43,6 +51,30 @@ struct reading {
  * treats them as constants. */
 volatile const __u32 num_events = 1;
 volatile const __u32 max_depth = 0; /* ancestor levels 1..max_depth are credited */
+volatile const __u32 perf_event_v1 = 0; /* perf_event is on a cgroup v1 hierarchy */
+
+/* The kernel's structs, as far as the v1 lookup reads them; CO-RE relocates
+ * the offsets to the running kernel's BTF. */
+struct kernfs_node {
+	__u64 id;
+} __attribute__((preserve_access_index));
+struct cgroup {
+	struct kernfs_node *kn;
+	int level;
+	struct cgroup *ancestors[]; /* Linux 6.1+: older kernels fail the load in v1 mode */
+} __attribute__((preserve_access_index));
+struct cgroup_subsys_state {
+	struct cgroup *cgroup;
+} __attribute__((preserve_access_index));
+struct css_set {
+	struct cgroup_subsys_state *subsys[1];
+} __attribute__((preserve_access_index));
+struct task_struct {
+	struct css_set *cgroups;
+} __attribute__((preserve_access_index));
+enum cgroup_subsys_id {
+	perf_event_cgrp_id = 0, /* relocated to the kernel's value */
+};
 
 /* events_N[cpu] is the counting core's fd of event N on that CPU. One array per
  * event, indexed by CPU, because loaders size PERF_EVENT_ARRAYs to the CPUs. On
@@ -209,6 +241,42 @@ static __always_inline int attributable(struct bpf_perf_event_value *sw, int at_
 	return 1;
 }
 
+/* credit_v2 gives delta to the current task's cgroup v2 and its ancestors. */
+static __always_inline void credit_v2(struct reading *delta)
+{
+	__u64 id = bpf_get_current_cgroup_id();
+	add(id, delta);
+	for (int level = 1; level < MAX_DEPTH; level++) {
+		if (level > max_depth)
+			break;
+		__u64 ancestor = bpf_get_current_ancestor_cgroup_id(level);
+		if (!ancestor || ancestor == id)
+			break; /* above the task's own level */
+		add(ancestor, delta);
+	}
+}
+
+/* credit_v1 does the same in v1's perf_event hierarchy. */
+static __always_inline void credit_v1(struct reading *delta)
+{
+	struct task_struct *task = (void *)bpf_get_current_task();
+	int subsys = bpf_core_enum_value(enum cgroup_subsys_id, perf_event_cgrp_id);
+	if (subsys < 0 || subsys >= 64)
+		return;
+	struct cgroup *cgrp = BPF_CORE_READ(task, cgroups, subsys[subsys], cgroup);
+	if (!cgrp)
+		return;
+	add(BPF_CORE_READ(cgrp, kn, id), delta);
+	int own = BPF_CORE_READ(cgrp, level);
+	for (int level = 1; level < MAX_DEPTH; level++) {
+		if (level > max_depth || level >= own)
+			break; /* own is the task's cgroup, credited above */
+		__u64 ancestor = BPF_CORE_READ(cgrp, ancestors[level], kn, id);
+		if (ancestor)
+			add(ancestor, delta);
+	}
+}
+
 static __always_inline int credit(int at_switch, int idle_exit)
 {
 	struct bpf_perf_event_value sw;
@@ -249,16 +317,10 @@ static __always_inline int credit(int at_switch, int idle_exit)
 		count(STAT_UNATTRIBUTED, 1);
 		return 0;
 	}
-	__u64 id = bpf_get_current_cgroup_id();
-	add(id, delta);
-	for (int level = 1; level < MAX_DEPTH; level++) {
-		if (level > max_depth)
-			break;
-		__u64 ancestor = bpf_get_current_ancestor_cgroup_id(level);
-		if (!ancestor || ancestor == id)
-			break; /* above the task's own level */
-		add(ancestor, delta);
-	}
+	if (perf_event_v1)
+		credit_v1(delta);
+	else
+		credit_v2(delta);
 	count(STAT_CREDITS, 1);
 	return 0;
 }

@@ -24,10 +24,10 @@ func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpe
 	if !f.cgroup {
 		return fail(errors.New("--no-collector.cgroup"), "drop --no-collector.cgroup")
 	}
-	root := cgroupRoot(f, s)
+	root, v1 := cgroupRoot(f, s)
 	if root == "" {
-		return fail(errors.New("no cgroup v2 hierarchy is mounted (cgroup v1's perf_event hierarchy is not supported by the eBPF attribution)"),
-			"boot with systemd.unified_cgroup_hierarchy=1, or mount cgroup2 and pass --path.cgroupfs")
+		return fail(errors.New("no cgroup v2 hierarchy and no cgroup v1 perf_event hierarchy is mounted"),
+			"mount the host's cgroup hierarchy and pass --path.cgroupfs")
 	}
 	if bpf := s.report.Feature(capability.EBPF); !bpf.Available {
 		return fail(fmt.Errorf("eBPF: %s", bpf.Reason), bpf.Fix)
@@ -35,24 +35,35 @@ func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpe
 	classes := cgroupClasses(s.pmus, td)
 	classes, notes := cgroupcount.Plan(classes, groups, perTaskPMU(s.pmus))
 	a, err := cgroupcount.New(cgroupcount.Options{
-		Classes: classes, Root: root, Depth: f.cgroupDepth, MaxCgroups: f.cgroupTracked,
+		Classes: classes, Root: root, PerfEventV1: v1, Depth: f.cgroupDepth, MaxCgroups: f.cgroupTracked,
 		MaxSeries: f.cgroupSeries, Grace: f.cgroupGrace,
 	})
 	if err != nil {
-		return fail(err, "the program needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), Linux 5.13+ (cgroup-switches) and a readable cgroup v2 hierarchy")
+		return fail(err, "the program needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), Linux 5.13+ (cgroup-switches; 6.1+ with cgroup v1) and a readable cgroup hierarchy")
 	}
 	feat.Available = true
-	feat.Detail = fmt.Sprintf("eBPF on cgroup switches, cgroups under %s, depth %d", root, f.cgroupDepth)
+	kind := "v2"
+	if v1 {
+		kind = "v1 perf_event"
+	}
+	feat.Detail = fmt.Sprintf("eBPF on cgroup switches, cgroup %s hierarchy at %s, depth %d", kind, root, f.cgroupDepth)
 	return a, feat, notes
 }
 
-// cgroupRoot is the cgroup v2 mount whose ids are resolved: the flag, else
-// the one in mountinfo ("" when there is none).
-func cgroupRoot(f flags, s setup) string {
-	if f.cgroupfs != "" {
-		return f.cgroupfs
+// cgroupRoot is the mount of the hierarchy whose cgroups are attributed, and
+// whether it is cgroup v1's: the one holding the perf_event controller, since
+// that is the one cgroup-switches and PERF_FLAG_PID_CGROUP use. Where v1 mounts
+// perf_event, that hierarchy; else cgroup v2. The flag overrides the mount
+// point (in a container, the host's hierarchy), not the choice.
+func cgroupRoot(f flags, s setup) (root string, v1 bool) {
+	root, v1 = s.facts.Cgroup2Mount, false
+	if s.facts.CgroupV1Perf != "" {
+		root, v1 = s.facts.CgroupV1Perf, true
 	}
-	return s.facts.Cgroup2Mount
+	if f.cgroupfs != "" {
+		root = f.cgroupfs
+	}
+	return root, v1
 }
 
 // cgroupClasses is one class per core type: the whole host where it has one
@@ -91,7 +102,7 @@ func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) []cgroupcount.Class {
 // perf's cgroup mode for the allow-listed cgroups, over the visible groups'
 // per-task events.
 func setupPerfMode(f flags, s setup, groups []perfcount.GroupSpec, opts perfcount.Options) (*cgroupcount.PerfMode, error) {
-	root := cgroupRoot(f, s)
+	root, _ := cgroupRoot(f, s)
 	if root == "" {
 		return nil, errors.New("no cgroup v2 hierarchy is mounted")
 	}

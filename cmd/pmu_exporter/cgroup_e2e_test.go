@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,5 +163,48 @@ current-context: c
 	}
 	if !strings.Contains(p.log.String(), "cannot list or watch this node's pods") {
 		t.Errorf("log does not say the API server is unreachable:\n%s", p.log)
+	}
+}
+
+// TestServeCgroupV1 binds perf_event to a cgroup v1 hierarchy, as on hosts
+// still booted with v1, lays a pod out in it, and runs the exporter with its
+// defaults: it finds the hierarchy in mountinfo, attributes in v1 mode, and a
+// container's series carry its pod and container and its process's CPU time
+// (wait4's rusage) within 3%.
+func TestServeCgroupV1(t *testing.T) {
+	mnt := testenv.PerfEventV1(t)
+	pod := "kubepods/burstable/pod" + e2ePod
+	var dirs []string
+	for _, r := range []string{"kubepods", "kubepods/burstable", pod, pod + "/" + e2eCtrA} {
+		d := filepath.Join(mnt, r)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+	}
+	t.Cleanup(func() {
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	p := start(t, nil)
+	// v1 has no CLONE_INTO_CGROUP: the shell moves itself, then burns.
+	w := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec timeout 0.3 sh -c 'while :; do :; done'`, dirs[3])
+	if err := w.Run(); err != nil && w.ProcessState.ExitCode() != 124 {
+		t.Fatal(err)
+	}
+	ru := w.ProcessState.SysUsage().(*syscall.Rusage)
+	used := float64(ru.Utime.Nano() + ru.Stime.Nano())
+	time.Sleep(350 * time.Millisecond) // a few 100 ms cycles
+	_, mfs := p.scrape(t)
+	got := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": "/" + pod + "/" + e2eCtrA, "event": "cpu-clock", "pod": e2ePod, "container": e2eCtrA, "namespace": ""})
+	t.Logf("attributed %v, the process ran %v", time.Duration(got), time.Duration(used))
+	if got > 1.03*used+2e6 || got < 0.97*used-2e6 {
+		t.Errorf("attributed cpu-clock %v, the process ran %v", time.Duration(got), time.Duration(used))
+	}
+	if !strings.Contains(p.log.String(), "v1 perf_event hierarchy at "+mnt) {
+		t.Errorf("the log does not say attribution runs on the v1 hierarchy:\n%s", p.log)
 	}
 }

@@ -68,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app.HelpFlag.Short('h')
 	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&f.sysfs)
 	app.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&f.procfs)
-	app.Flag("path.cgroupfs", "Mount point of the host's cgroup v2 hierarchy (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, so that every cgroup id on the node resolves).").StringVar(&f.cgroupfs)
+	app.Flag("path.cgroupfs", "Mount point of the host's cgroup hierarchy that holds the perf_event controller: cgroup v2, or v1's perf_event hierarchy where v1 mounts it (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, or on v1 its perf_event directory, so that every cgroup id on the node resolves).").StringVar(&f.cgroupfs)
 	app.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&f.configFile)
 
 	serve := app.Command("serve", "Count events and serve /metrics (the default).").Default()

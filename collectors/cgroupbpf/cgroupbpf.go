@@ -38,6 +38,9 @@ type Options struct {
 	Events     int // events attributed, 1..MaxEvents
 	Depth      int // ancestor levels 1..Depth are credited besides the task's own cgroup
 	MaxCgroups int // cgroups held at once; beyond it credits are dropped and counted
+	// PerfEventV1 says the perf_event controller is on a cgroup v1 hierarchy:
+	// ids are then that hierarchy's (cgroup-switches compares its cgroups).
+	PerfEventV1 bool
 }
 
 // Reading is one event's accumulated counts.
@@ -90,7 +93,11 @@ func Load(opts Options) (*Counter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load the embedded BPF object: %w", err)
 	}
-	for name, v := range map[string]uint32{"num_events": uint32(opts.Events), "max_depth": uint32(opts.Depth)} {
+	v1 := uint32(0)
+	if opts.PerfEventV1 {
+		v1 = 1
+	}
+	for name, v := range map[string]uint32{"num_events": uint32(opts.Events), "max_depth": uint32(opts.Depth), "perf_event_v1": v1} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}

@@ -85,8 +85,13 @@ func attributed(t *testing.T, depth int) *Counter {
 
 func attributedGroups(t *testing.T, depth int) (*Counter, []*perf.Group) {
 	t.Helper()
+	return attributedWith(t, Options{Events: 2, Depth: depth, MaxCgroups: 256})
+}
+
+func attributedWith(t *testing.T, opts Options) (*Counter, []*perf.Group) {
+	t.Helper()
 	testenv.RequireRoot(t)
-	c, err := Load(Options{Events: 2, Depth: depth, MaxCgroups: 256})
+	c, err := Load(opts)
 	testenv.Require(t, err == nil, fmt.Sprintf("loading the BPF program: %v", err))
 	t.Cleanup(func() { c.Close() })
 	attrs := []eventspec.Attr{
@@ -250,5 +255,69 @@ func TestAttributionDepth(t *testing.T) {
 	}
 	if got[cgroupID(t, top)][0].Counter < got[cgroupID(t, a)][0].Counter {
 		t.Errorf("ancestor got less than its descendant")
+	}
+}
+
+// TestAttributionCgroupV1 binds the perf_event controller to a cgroup v1
+// hierarchy, as on hosts still booted with v1, and runs the switching workload
+// in two of its cgroups. The program, in v1 mode, finds each task's cgroup
+// through task->cgroups (CO-RE): each cgroup gets its process's CPU time
+// (wait4's rusage, which sums to the scheduler's runtime) within 3%, and the
+// parent exactly the sum of its children.
+func TestAttributionCgroupV1(t *testing.T) {
+	mnt := testenv.PerfEventV1(t)
+	parent := filepath.Join(mnt, "kubepods")
+	a, b := filepath.Join(parent, "a"), filepath.Join(parent, "b")
+	for _, d := range []string{parent, a, b} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range []string{a, b, parent} {
+			if err := os.Remove(d); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	c, _ := attributedWith(t, Options{Events: 2, Depth: 2, MaxCgroups: 256, PerfEventV1: true})
+	// v1 has no CLONE_INTO_CGROUP: the shell moves itself, then execs the
+	// workload, so only the shell's start is outside the cgroup.
+	run := func(dir string, d time.Duration) *exec.Cmd {
+		cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec "$0" -test.run='^$'`, os.Args[0], dir)
+		cmd.Env = append(os.Environ(), "CGROUPBPF_SPIN="+d.String())
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	wa, wb := run(a, 300*time.Millisecond), run(b, 200*time.Millisecond)
+	used := map[string]time.Duration{}
+	for dir, w := range map[string]*exec.Cmd{a: wa, b: wb} {
+		if err := w.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		ru := w.ProcessState.SysUsage().(*syscall.Rusage)
+		used[dir] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	got := readAll(t, c)
+	st, _ := c.Stats()
+	t.Logf("program stats %+v", st)
+	for _, dir := range []string{a, b} {
+		r := got[cgroupID(t, dir)]
+		if len(r) != 2 {
+			t.Fatalf("%s: no readings (%d cgroups credited)", dir, len(got))
+		}
+		cnt, want := time.Duration(r[1].Counter), used[dir]
+		t.Logf("%s task-clock: credited %v, the process ran %v", filepath.Base(dir), cnt, want)
+		if cnt > want*103/100+2*time.Millisecond || cnt < want*97/100-2*time.Millisecond {
+			t.Errorf("%s: credited %v task-clock, the process ran %v", dir, cnt, want)
+		}
+	}
+	ra, rb, rp := got[cgroupID(t, a)], got[cgroupID(t, b)], got[cgroupID(t, parent)]
+	for i := range 2 {
+		if rp == nil || rp[i].Counter != ra[i].Counter+rb[i].Counter {
+			t.Errorf("event %d: parent %v, children %d + %d", i, rp, ra[i].Counter, rb[i].Counter)
+		}
 	}
 }

@@ -73,6 +73,7 @@ const (
 	counterProgOnIdleExit     = "on_idle_exit"
 	counterVarMaxDepth        = "max_depth"
 	counterVarNumEvents       = "num_events"
+	counterVarPerfEventV1     = "perf_event_v1"
 )
 
 // loadCounter returns the embedded CollectionSpec for counter.
@@ -170,8 +171,9 @@ type counterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type counterVariableSpecs struct {
-	MaxDepth  *ebpf.VariableSpec `ebpf:"max_depth"`
-	NumEvents *ebpf.VariableSpec `ebpf:"num_events"`
+	MaxDepth    *ebpf.VariableSpec `ebpf:"max_depth"`
+	NumEvents   *ebpf.VariableSpec `ebpf:"num_events"`
+	PerfEventV1 *ebpf.VariableSpec `ebpf:"perf_event_v1"`
 }
 
 // counterObjects contains all objects after they have been loaded into the kernel.
@@ -281,8 +283,9 @@ func (m *counterMaps) Close() error {
 //
 // It can be passed to loadCounterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type counterVariables struct {
-	MaxDepth  *ebpf.Variable `ebpf:"max_depth"`
-	NumEvents *ebpf.Variable `ebpf:"num_events"`
+	MaxDepth    *ebpf.Variable `ebpf:"max_depth"`
+	NumEvents   *ebpf.Variable `ebpf:"num_events"`
+	PerfEventV1 *ebpf.Variable `ebpf:"perf_event_v1"`
 }
 
 // counterPrograms contains all programs after they have been loaded into the kernel.

@@ -29,12 +29,14 @@ import (
 
 // Options configure an Attributor.
 type Options struct {
-	Classes    []Class // from Plan
-	Root       string  // the cgroup v2 mount whose ids are resolved
-	Depth      int     // ancestor levels credited (see cgroupbpf.Options)
-	MaxCgroups int     // entries of the kernel's cgroup map
-	MaxSeries  int     // cgroups with series of their own; the rest are "other"
-	Grace      time.Duration
+	Classes []Class // from Plan
+	Root    string  // the mount of the hierarchy that holds perf_event, whose ids are resolved
+	// PerfEventV1 says that hierarchy is cgroup v1's perf_event (else v2).
+	PerfEventV1 bool
+	Depth       int // ancestor levels credited (see cgroupbpf.Options)
+	MaxCgroups  int // entries of the kernel's cgroup map
+	MaxSeries   int // cgroups with series of their own; the rest are "other"
+	Grace       time.Duration
 	// Rescan is how often the hierarchy is walked to find removed cgroups
 	// when no new cgroup made it walk sooner.
 	Rescan time.Duration
@@ -117,7 +119,7 @@ func New(opts Options) (*Attributor, error) {
 	if err := a.resolver.Walk(); err != nil {
 		return nil, err
 	}
-	counter, err := cgroupbpf.Load(cgroupbpf.Options{Events: slots, Depth: opts.Depth, MaxCgroups: opts.MaxCgroups})
+	counter, err := cgroupbpf.Load(cgroupbpf.Options{Events: slots, Depth: opts.Depth, MaxCgroups: opts.MaxCgroups, PerfEventV1: opts.PerfEventV1})
 	if err != nil {
 		return nil, err
 	}

@@ -110,6 +110,7 @@ func OnlineCPUs(t testing.TB) []int {
 func Cgroups(t testing.TB, rels ...string) (top string, dirs []string) {
 	t.Helper()
 	RequireRoot(t)
+	LockPerfEvent(t, false)
 	mnt := Cgroup2Mount()
 	Require(t, mnt != "", "needs a cgroup v2 hierarchy")
 	top = fmt.Sprintf("/pmu_exporter_test_%d_%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"))
@@ -146,4 +147,80 @@ func BurnIn(t testing.TB, dir string, d time.Duration) *exec.Cmd {
 		t.Fatal(err)
 	}
 	return cmd
+}
+
+// LockPerfEvent holds, until the test ends, a lock shared by every test process
+// on this machine: shared by tests that need the perf_event controller on
+// cgroup v2 (cgroup-switches, PERF_FLAG_PID_CGROUP), exclusive by the test that
+// binds it to a v1 hierarchy for a while (PerfEventV1), which would otherwise
+// take it from under them.
+func LockPerfEvent(t testing.TB, exclusive bool) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "pmu_exporter_tests.perf_event.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		t.Fatalf("lock %s: %v", f.Name(), err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
+}
+
+// perfEventHierarchy is the perf_event line of /proc/cgroups: the hierarchy id
+// (0: cgroup v2) and the number of cgroups in it.
+func perfEventHierarchy(t testing.TB) (id, cgroups int) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/cgroups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "perf_event" {
+			id, _ = strconv.Atoi(f[1])
+			cgroups, _ = strconv.Atoi(f[2])
+			return id, cgroups
+		}
+	}
+	t.Fatal("/proc/cgroups has no perf_event controller")
+	return 0, 0
+}
+
+// PerfEventV1 mounts a cgroup v1 hierarchy with the perf_event controller,
+// which moves the controller off cgroup v2 machine-wide, and returns its mount
+// point. Other tests that need the controller on v2 wait (LockPerfEvent). At
+// the end of the test, once the caller's cgroups are gone (remove them in
+// cleanups registered after this call), it unmounts the hierarchy and waits
+// until the controller is back on v2: a hierarchy unmounted while a removed
+// cgroup is still dying would stay, and keep the controller.
+func PerfEventV1(t testing.TB) string {
+	t.Helper()
+	RequireRoot(t)
+	LockPerfEvent(t, true)
+	if id, _ := perfEventHierarchy(t); id != 0 {
+		t.Fatalf("perf_event is already on cgroup v1 hierarchy %d", id)
+	}
+	mnt := t.TempDir()
+	err := syscall.Mount("cgroup", mnt, "cgroup", 0, "perf_event")
+	Require(t, err == nil, fmt.Sprintf("mount a cgroup v1 perf_event hierarchy: %v", err))
+	t.Cleanup(func() {
+		wait := func(what string, done func() bool) {
+			for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Errorf("perf_event v1 hierarchy: %s within 10 s", what)
+					return
+				}
+			}
+		}
+		wait("removed cgroups gone", func() bool { _, n := perfEventHierarchy(t); return n <= 1 })
+		if err := syscall.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+		wait("controller back on v2", func() bool { id, _ := perfEventHierarchy(t); return id == 0 })
+	})
+	return mnt
 }
