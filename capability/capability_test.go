@@ -115,7 +115,7 @@ func TestUnprivileged(t *testing.T) {
 // lists no core PMU cannot have hardware counters.
 func TestThisHost(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.LockPerfEvent(t, false)
+	testenv.LockMachine(t, false)
 	f := host.Read("/proc", "/sys")
 	pmus, err := pmu.Discover("/sys")
 	if err != nil {

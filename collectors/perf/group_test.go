@@ -156,7 +156,7 @@ func TestSystemWideSoftwareGroupOnEveryCPU(t *testing.T) {
 // kernel's CPU accounting for that cgroup (cpu.stat usage_usec) and process (rusage).
 func TestCgroupScopedBusyLoop(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.LockPerfEvent(t, false)
+	testenv.LockMachine(t, false)
 	mnt := testenv.Cgroup2Mount()
 	testenv.Require(t, mnt != "", "needs a cgroup v2 hierarchy")
 	dir := filepath.Join(mnt, fmt.Sprintf("pmu_exporter_test_%d", os.Getpid()))

@@ -162,6 +162,7 @@ func TestEngineFollowsHotplug(t *testing.T) {
 // TestEngineRealHotplug takes a CPU offline through sysfs, as an operator would.
 func TestEngineRealHotplug(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.LockMachine(t, true)
 	online, _ := host.OnlineCPUs("/sys")
 	testenv.Require(t, len(online) >= 2, "needs two CPUs")
 	last := online[len(online)-1]

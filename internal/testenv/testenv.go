@@ -110,7 +110,7 @@ func OnlineCPUs(t testing.TB) []int {
 func Cgroups(t testing.TB, rels ...string) (top string, dirs []string) {
 	t.Helper()
 	RequireRoot(t)
-	LockPerfEvent(t, false)
+	LockMachine(t, false)
 	mnt := Cgroup2Mount()
 	Require(t, mnt != "", "needs a cgroup v2 hierarchy")
 	top = fmt.Sprintf("/pmu_exporter_test_%d_%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"))
@@ -149,14 +149,16 @@ func BurnIn(t testing.TB, dir string, d time.Duration) *exec.Cmd {
 	return cmd
 }
 
-// LockPerfEvent holds, until the test ends, a lock shared by every test process
-// on this machine: shared by tests that need the perf_event controller on
-// cgroup v2 (cgroup-switches, PERF_FLAG_PID_CGROUP), exclusive by the test that
-// binds it to a v1 hierarchy for a while (PerfEventV1), which would otherwise
-// take it from under them.
-func LockPerfEvent(t testing.TB, exclusive bool) {
+// LockMachine holds, until the test ends, a lock shared by every test process
+// on this machine. Tests that change machine-wide state for a while hold it
+// exclusively: CPU hotplug, binding the perf_event controller to a cgroup v1
+// hierarchy (PerfEventV1). Tests whose exact expectations that would break
+// hold it shared: those comparing per-cgroup counts with the kernel's
+// accounting (a CPU going offline loses its span since the last switch) or
+// needing perf_event on cgroup v2 (cgroup-switches, PERF_FLAG_PID_CGROUP).
+func LockMachine(t testing.TB, exclusive bool) {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "pmu_exporter_tests.perf_event.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "pmu_exporter_tests.machine.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +194,7 @@ func perfEventHierarchy(t testing.TB) (id, cgroups int) {
 
 // PerfEventV1 mounts a cgroup v1 hierarchy with the perf_event controller,
 // which moves the controller off cgroup v2 machine-wide, and returns its mount
-// point. Other tests that need the controller on v2 wait (LockPerfEvent). At
+// point. Other tests that need the controller on v2 wait (LockMachine). At
 // the end of the test, once the caller's cgroups are gone (remove them in
 // cleanups registered after this call), it unmounts the hierarchy and waits
 // until the controller is back on v2: a hierarchy unmounted while a removed
@@ -200,7 +202,7 @@ func perfEventHierarchy(t testing.TB) (id, cgroups int) {
 func PerfEventV1(t testing.TB) string {
 	t.Helper()
 	RequireRoot(t)
-	LockPerfEvent(t, true)
+	LockMachine(t, true)
 	if id, _ := perfEventHierarchy(t); id != 0 {
 		t.Fatalf("perf_event is already on cgroup v1 hierarchy %d", id)
 	}
