@@ -131,6 +131,14 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 		return math.NaN()
 	}
 	cA, cB, cPod := byPath[rel(dirA)], byPath[rel(dirB)], byPath[rel(podDir)]
+	// What went by unseen (see cgroupbpf) is unattributed, not lost: a
+	// cgroup may fall short of cpu.stat by at most that much.
+	unseen := 0.0
+	for _, u := range s.Unattributed {
+		if u.Event == "cpu-clock" {
+			unseen = u.Value
+		}
+	}
 	for _, w := range []struct {
 		c   Cgroup
 		dir string
@@ -138,7 +146,7 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 		usage := float64(testenv.CgroupUsage(t, w.dir))
 		clock := count(w.c, "cpu-clock")
 		t.Logf("%s: cpu-clock %v cpu.stat %v slots %v events %v", filepath.Base(w.dir), time.Duration(clock), time.Duration(usage), time.Duration(w.c.Slots), w.c.Events)
-		if math.Abs(clock-usage) > 0.03*usage {
+		if clock > 1.03*usage || clock < 0.97*usage-unseen {
 			t.Errorf("%s: attributed cpu-clock %v, cpu.stat %v", w.dir, time.Duration(clock), time.Duration(usage))
 		}
 		// Slots are the tree's own CLOCK fd, read in the same program runs.
@@ -158,6 +166,7 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 	if cPod.Identity.PodUID != podUID || cPod.Identity.ContainerID != "" {
 		t.Errorf("pod identity %+v", cPod.Identity)
 	}
+	t.Logf("program stats %+v, unattributed cpu-clock %v", s.Switches, time.Duration(unseen))
 	if !s.TopDown || s.Switches.Credits == 0 {
 		t.Errorf("snapshot: topdown %v stats %+v", s.TopDown, s.Switches)
 	}
