@@ -388,6 +388,9 @@ func (a *Attributor) publish(series []cgroupattr.Series, tracked int) {
 		}
 		s.Cgroups = append(s.Cgroups, c)
 	}
+	// Zero until a switch goes by unseen, so that the series exist from
+	// the start.
+	s.Unattributed = a.events(make([]float64, a.width))
 	for _, sr := range a.unattr.Series() {
 		s.Unattributed = a.events(sr.Counts)
 	}
