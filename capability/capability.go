@@ -121,10 +121,7 @@ func LiveProbes(f host.Facts) Probes {
 		Breakpoint: perf.ProbeBreakpoint,
 		EBPF:       func() error { return features.HaveProgramType(ebpf.PerfEvent) },
 		Cgroup: func() error {
-			dir := f.CgroupV1Perf // where v1 mounts perf_event, v2 cannot use it
-			if dir == "" {
-				dir = f.Cgroup2Mount
-			}
+			dir, _ := f.PerfEventCgroups()
 			if dir == "" {
 				return errors.New("no cgroup v2 hierarchy and no v1 perf_event hierarchy is mounted")
 			}

@@ -52,6 +52,17 @@ type Facts struct {
 // HasCap reports whether the process holds an effective capability.
 func (f Facts) HasCap(c uint) bool { return f.CapKnown && f.CapEff&(1<<c) != 0 }
 
+// PerfEventCgroups is the mount of the cgroup hierarchy that holds the
+// perf_event controller, the one cgroup-switches and PERF_FLAG_PID_CGROUP use,
+// and whether it is cgroup v1's: where v1 mounts perf_event, v2 cannot have
+// it. "" when neither is mounted.
+func (f Facts) PerfEventCgroups() (mount string, v1 bool) {
+	if f.CgroupV1Perf != "" {
+		return f.CgroupV1Perf, true
+	}
+	return f.Cgroup2Mount, false
+}
+
 // CanCountSystemWide reports whether the privilege rules of perf_event_open(2)
 // allow per-CPU counting of every task: CAP_PERFMON, CAP_SYS_ADMIN, or paranoid <= 0.
 func (f Facts) CanCountSystemWide() bool {

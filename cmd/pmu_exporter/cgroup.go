@@ -50,16 +50,11 @@ func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpe
 	return a, feat, notes
 }
 
-// cgroupRoot is the mount of the hierarchy whose cgroups are attributed, and
-// whether it is cgroup v1's: the one holding the perf_event controller, since
-// that is the one cgroup-switches and PERF_FLAG_PID_CGROUP use. Where v1 mounts
-// perf_event, that hierarchy; else cgroup v2. The flag overrides the mount
-// point (in a container, the host's hierarchy), not the choice.
+// cgroupRoot is the mount of the hierarchy whose cgroups are attributed (the
+// one holding perf_event) and whether it is cgroup v1's. The flag overrides the
+// mount point (in a container, the host's hierarchy), not the choice.
 func cgroupRoot(f flags, s setup) (root string, v1 bool) {
-	root, v1 = s.facts.Cgroup2Mount, false
-	if s.facts.CgroupV1Perf != "" {
-		root, v1 = s.facts.CgroupV1Perf, true
-	}
+	root, v1 = s.facts.PerfEventCgroups()
 	if f.cgroupfs != "" {
 		root = f.cgroupfs
 	}

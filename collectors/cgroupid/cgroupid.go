@@ -1,7 +1,7 @@
 // Package cgroupid maps the cgroup ids that the kernel hands to eBPF programs
-// (bpf_get_current_cgroup_id: the kernfs node id, which is the inode number of
-// the cgroup's directory in the v2 hierarchy) to cgroup paths, by walking the
-// mounted hierarchy. Paths are written as in /proc/<pid>/cgroup: relative to
+// (the kernfs node id, which is the inode number of the cgroup's directory, in
+// cgroup v2 and in v1's perf_event hierarchy alike) to cgroup paths, by walking
+// the mounted hierarchy. Paths are written as in /proc/<pid>/cgroup: relative to
 // the hierarchy's root, with a leading slash ("/" is the root). Only the
 // filesystem is read; ids of cgroups created in between are found by walking
 // again, and a cgroup missing from the latest walk has been removed (kernfs
@@ -23,7 +23,7 @@ type Resolver struct {
 	paths map[uint64]string
 }
 
-// New resolves ids under root, the cgroup v2 mount point (in a container, the
+// New resolves ids under root, the hierarchy's mount point (in a container, the
 // host's hierarchy mounted somewhere, so that every id on the node resolves).
 func New(root string) *Resolver {
 	return &Resolver{root: root, paths: map[uint64]string{}}
@@ -78,7 +78,7 @@ func (r *Resolver) Path(id uint64) (string, bool) {
 // Len is the number of cgroups the latest walk found.
 func (r *Resolver) Len() int { return len(r.paths) }
 
-// ID returns the id of the cgroup at dir (a directory of the v2 hierarchy).
+// ID returns the id of the cgroup at dir (a directory of a cgroup hierarchy).
 func ID(dir string) (uint64, error) {
 	info, err := os.Stat(dir)
 	if err != nil {
