@@ -175,26 +175,10 @@ current-context: c
 // container's series carry its pod and container and its process's CPU time
 // (wait4's rusage) within 3%.
 func TestServeCgroupV1(t *testing.T) {
-	mnt := testenv.PerfEventV1(t)
 	pod := "kubepods/burstable/pod" + e2ePod
-	var dirs []string
-	for _, r := range []string{"kubepods", "kubepods/burstable", pod, pod + "/" + e2eCtrA} {
-		d := filepath.Join(mnt, r)
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		dirs = append(dirs, d)
-	}
-	t.Cleanup(func() {
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil {
-				t.Error(err)
-			}
-		}
-	})
+	mnt, dirs := testenv.PerfEventV1(t, "kubepods", "kubepods/burstable", pod, pod+"/"+e2eCtrA)
 	p := start(t, nil)
-	// v1 has no CLONE_INTO_CGROUP: the shell moves itself, then burns.
-	w := exec.Command("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec timeout 0.3 sh -c 'while :; do :; done'`, dirs[3])
+	w := testenv.InCgroupV1(dirs[3], "timeout", "0.3", "sh", "-c", "while :; do :; done")
 	if err := w.Run(); err != nil && w.ProcessState.ExitCode() != 124 {
 		t.Fatal(err)
 	}

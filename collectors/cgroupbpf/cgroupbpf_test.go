@@ -275,26 +275,11 @@ func TestAttributionDepth(t *testing.T) {
 // (wait4's rusage, which sums to the scheduler's runtime) within 3%, and the
 // parent exactly the sum of its children.
 func TestAttributionCgroupV1(t *testing.T) {
-	mnt := testenv.PerfEventV1(t)
-	parent := filepath.Join(mnt, "kubepods")
-	a, b := filepath.Join(parent, "a"), filepath.Join(parent, "b")
-	for _, d := range []string{parent, a, b} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, d := range []string{a, b, parent} {
-			if err := os.Remove(d); err != nil {
-				t.Error(err)
-			}
-		}
-	})
+	_, dirs := testenv.PerfEventV1(t, "kubepods", "kubepods/a", "kubepods/b")
+	parent, a, b := dirs[0], dirs[1], dirs[2]
 	c, _ := attributedWith(t, Options{Events: 2, Depth: 2, MaxCgroups: 256, PerfEventV1: true})
-	// v1 has no CLONE_INTO_CGROUP: the shell moves itself, then execs the
-	// workload, so only the shell's start is outside the cgroup.
 	run := func(dir string, d time.Duration) *exec.Cmd {
-		cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec "$0" -test.run='^$'`, os.Args[0], dir)
+		cmd := testenv.InCgroupV1(dir, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "CGROUPBPF_SPIN="+d.String())
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -193,23 +193,29 @@ func perfEventHierarchy(t testing.TB) (id, cgroups int) {
 }
 
 // PerfEventV1 mounts a cgroup v1 hierarchy with the perf_event controller,
-// which moves the controller off cgroup v2 machine-wide, and returns its mount
-// point. Other tests that need the controller on v2 wait (LockMachine). At
-// the end of the test, once the caller's cgroups are gone (remove them in
-// cleanups registered after this call), it unmounts the hierarchy and waits
-// until the controller is back on v2: a hierarchy unmounted while a removed
-// cgroup is still dying would stay, and keep the controller.
-func PerfEventV1(t testing.TB) string {
+// which moves the controller off cgroup v2 machine-wide, makes the cgroups rels
+// (relative paths, parents first) in it, and returns the mount point and their
+// absolute paths. Other tests that need the controller on v2 wait
+// (LockMachine). When the test ends (its workloads must have exited) it
+// removes the cgroups, unmounts the hierarchy and waits until the controller
+// is back on v2: a hierarchy unmounted while a removed cgroup is still dying
+// would stay, and keep the controller.
+func PerfEventV1(t testing.TB, rels ...string) (mnt string, dirs []string) {
 	t.Helper()
 	RequireRoot(t)
 	LockMachine(t, true)
 	if id, _ := perfEventHierarchy(t); id != 0 {
 		t.Fatalf("perf_event is already on cgroup v1 hierarchy %d", id)
 	}
-	mnt := t.TempDir()
+	mnt = t.TempDir()
 	err := syscall.Mount("cgroup", mnt, "cgroup", 0, "perf_event")
 	Require(t, err == nil, fmt.Sprintf("mount a cgroup v1 perf_event hierarchy: %v", err))
 	t.Cleanup(func() {
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil {
+				t.Error(err)
+			}
+		}
 		wait := func(what string, done func() bool) {
 			for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(20 * time.Millisecond) {
 				if time.Now().After(deadline) {
@@ -224,5 +230,19 @@ func PerfEventV1(t testing.TB) string {
 		}
 		wait("controller back on v2", func() bool { id, _ := perfEventHierarchy(t); return id == 0 })
 	})
-	return mnt
+	for _, r := range rels {
+		d := filepath.Join(mnt, r)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+	}
+	return mnt, dirs
+}
+
+// InCgroupV1 is a command that runs name with args inside the cgroup v1
+// directory dir. v1 has no CLONE_INTO_CGROUP: a shell moves itself there and
+// execs, so only the shell's start runs outside the cgroup.
+func InCgroupV1(dir, name string, args ...string) *exec.Cmd {
+	return exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, dir, name}, args...)...)
 }
