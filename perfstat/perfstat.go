@@ -23,10 +23,19 @@ type Sample struct {
 	// CPU is "CPU3" with -A, "" for the whole system (or process).
 	CPU   string
 	Event string
+	// Unit is perf's unit of Value ("msec" for the clocks, "" for counts).
+	Unit string
+	// Cgroup is the cgroup the event counted in (perf stat -G), "" without.
+	Cgroup string
 	// Value is NaN when perf could not count the event; Status then says why.
 	Value  float64
 	Status string
-	Line   int
+	// RunNS is the time the event held a counter in the interval, in ns, and
+	// Running the percentage of its enabled time that was (NaN where perf
+	// printed none): perf has already scaled Value by their ratio.
+	RunNS   float64
+	Running float64
+	Line    int
 }
 
 // Missing reports whether perf had no value for the sample.
@@ -121,12 +130,47 @@ func parseCSV(line string) (Sample, error) {
 	if err != nil {
 		return s, err
 	}
-	s.Value, s.Status = v, status
-	s.Event = strings.TrimSpace(strings.Join(f[i+2:len(f)-4], ","))
+	s.Value, s.Status, s.Unit = v, status, strings.TrimSpace(f[i+1])
+	names := f[i+2 : len(f)-4]
+	if n := len(names); n > 1 && strings.TrimSpace(strings.Join(names[:n-1], ",")) != "" && cgroupField(names[:n-1], names[n-1]) {
+		s.Cgroup, names = strings.TrimSpace(names[n-1]), names[:n-1]
+	}
+	s.Event = strings.TrimSpace(strings.Join(names, ","))
 	if s.Event == "" || strings.HasPrefix(s.Event, ",") || strings.HasSuffix(s.Event, ",") {
 		return s, fmt.Errorf("event name %q is malformed", s.Event)
 	}
+	if s.RunNS, s.Running, err = runTime(f[len(f)-4], f[len(f)-3]); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// cgroupField reports whether the last of the fields between unit and run time
+// is perf -G's cgroup column rather than part of an event spec with commas
+// (cpu/event=0x3c,umask=0x0/): the spec before it has balanced slashes and
+// the field is no term=value.
+func cgroupField(event []string, last string) bool {
+	return strings.Count(strings.Join(event, ","), "/")%2 == 0 && !strings.Contains(last, "=")
+}
+
+// runTime parses perf's run-time (ns) and percent-running columns.
+func runTime(run, pcnt string) (float64, float64, error) {
+	r, p := math.NaN(), math.NaN()
+	if run = strings.TrimSpace(run); run != "" {
+		v, err := strconv.ParseFloat(run, 64)
+		if err != nil || v < 0 || math.IsInf(v, 0) {
+			return r, p, fmt.Errorf("run time %q is not a number of nanoseconds", run)
+		}
+		r = v
+	}
+	if pcnt = strings.TrimSpace(pcnt); pcnt != "" {
+		v, err := strconv.ParseFloat(pcnt, 64)
+		if err != nil || v < 0 || v > 100 {
+			return r, p, fmt.Errorf("percent running %q is not between 0 and 100", pcnt)
+		}
+		p = v
+	}
+	return r, p, nil
 }
 
 type jsonLine struct {
@@ -134,6 +178,10 @@ type jsonLine struct {
 	CPU          json.RawMessage `json:"cpu"`
 	CounterValue json.RawMessage `json:"counter-value"`
 	Event        string          `json:"event"`
+	Unit         string          `json:"unit"`
+	Cgroup       string          `json:"cgroup"`
+	Runtime      *float64        `json:"event-runtime"`
+	Running      *float64        `json:"pcnt-running"`
 }
 
 func parseJSON(line string) (Sample, error) {
@@ -163,6 +211,16 @@ func parseJSON(line string) (Sample, error) {
 	if err != nil {
 		return s, err
 	}
-	s.Value, s.Status, s.Event = v, status, j.Event
+	s.Value, s.Status, s.Event, s.Unit, s.Cgroup = v, status, j.Event, j.Unit, j.Cgroup
+	s.RunNS, s.Running = math.NaN(), math.NaN()
+	if j.Runtime != nil {
+		s.RunNS = *j.Runtime
+	}
+	if j.Running != nil {
+		s.Running = *j.Running
+	}
+	if s.RunNS < 0 || s.Running < 0 || s.Running > 100 {
+		return s, fmt.Errorf("event-runtime %v or pcnt-running %v out of range", s.RunNS, s.Running)
+	}
 	return s, nil
 }

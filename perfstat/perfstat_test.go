@@ -49,12 +49,40 @@ func TestRecordedPerfOutputs(t *testing.T) {
 	}
 }
 
+// cgroup.csv and cgroup.json are perf 6.1's -G output on this project's VM: a
+// busy loop in cgroup replaytest on CPU 1, task-clock of the root on both.
+func TestRecordedCgroupColumns(t *testing.T) {
+	s := parseFile(t, "cgroup.csv")
+	// "0.300463076,CPU1,303.95,msec,task-clock,replaytest,303949357,100.00,1.013,CPUs utilized"
+	if len(s) != 18 || s[1].Event != "task-clock" || s[1].Cgroup != "replaytest" || s[1].Unit != "msec" ||
+		s[1].Value != 303.95 || s[1].RunNS != 303949357 || s[1].Running != 100 {
+		t.Errorf("cgroup.csv line 2: %+v", s[1])
+	}
+	if s[4].Cgroup != "/" || s[4].Event != "task-clock" || s[3].Unit != "" || s[3].Value != 2 {
+		t.Errorf("cgroup.csv root and counts: %+v %+v", s[3], s[4])
+	}
+	if !s[0].Missing() || s[0].RunNS != 0 || s[0].Cgroup != "replaytest" {
+		t.Errorf("not counted in the cgroup: %+v", s[0])
+	}
+	s = parseFile(t, "cgroup.json")
+	if len(s) != 4 || s[1].Event != "software/config=3/" || s[1].Cgroup != "replaytest" || s[0].Unit != "msec" ||
+		s[0].RunNS != 303861751 || s[0].Running != 100 || s[0].Value != 303.861701 {
+		t.Errorf("cgroup.json: %+v", s)
+	}
+	// Without -G, the fields end at the event, and run time is still read.
+	s = parseFile(t, "interval.csv")
+	if s[0].Cgroup != "" || s[0].RunNS != 401131414 || s[0].Running != 100 {
+		t.Errorf("interval.csv: %+v", s[0])
+	}
+}
+
 func TestHandWrittenLines(t *testing.T) {
 	in := `# started on Sun Nov 22 03:00:00 2026
 
      1.000100000,CPU0,1234,,cpu/event=0x3c,umask=0x0/,1000,100.00,,
      1.000100000,CPU0,<not counted>,,INT_MISC.UOP_DROPPING,0,0.00,,
      1.000100000,CPU0,5,,topdown-fe-bound:u,1000,50.00,,
+     1.000100000,CPU0,7,,cpu/event=0x3c,umask=0x0/,kubepods.slice/pod1,1000,25.00,,
 {"interval" : 2.0, "cpu": 3, "counter-value" : 42, "event" : "slots"}
 {"metric-value" : 1.0, "metric-unit" : "CPUs utilized"}
 `
@@ -62,17 +90,20 @@ func TestHandWrittenLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s) != 4 {
+	if len(s) != 5 {
 		t.Fatalf("%d samples: %+v", len(s), s)
 	}
-	if s[0].Event != "cpu/event=0x3c,umask=0x0/" || s[0].Value != 1234 || s[0].Line != 3 {
+	if s[0].Event != "cpu/event=0x3c,umask=0x0/" || s[0].Value != 1234 || s[0].Line != 3 || s[0].Cgroup != "" {
 		t.Errorf("event with commas: %+v", s[0])
+	}
+	if s[3].Event != "cpu/event=0x3c,umask=0x0/" || s[3].Cgroup != "kubepods.slice/pod1" || s[3].Running != 25 {
+		t.Errorf("event with commas in a cgroup: %+v", s[3])
 	}
 	if !s[1].Missing() || s[1].Status != "not counted" {
 		t.Errorf("not counted: %+v", s[1])
 	}
-	if s[3].CPU != "CPU3" || s[3].Value != 42 || s[3].Time != 2 {
-		t.Errorf("bare JSON numbers: %+v", s[3])
+	if s[4].CPU != "CPU3" || s[4].Value != 42 || s[4].Time != 2 || !math.IsNaN(s[4].RunNS) {
+		t.Errorf("bare JSON numbers: %+v", s[4])
 	}
 }
 
@@ -83,7 +114,9 @@ func TestMalformedInputNamesTheLine(t *testing.T) {
 		"1,,cycles,1,100,,\n2,,cycles\n":                    "line 2:",
 		"1.0,S0-D0-C0,2,1234,,cycles,1,100.00,,\n":          "aggregation \"S0-D0-C0\" is not supported",
 		"{\"event\": \"x\", \"counter-value\": \"nope\"}\n": "counter value \"nope\"",
-		"{broken\n": "line 1: not a perf stat JSON line",
+		"{broken\n":                         "line 1: not a perf stat JSON line",
+		"1.0,CPU0,5,,cycles,12x,100.00,,\n": "line 1: run time \"12x\"",
+		"1.0,CPU0,5,,cycles,12,101,,\n":     "line 1: percent running \"101\"",
 	} {
 		s, err := Parse(strings.NewReader(in))
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -130,7 +163,7 @@ func TestLivePerf(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, name := range []string{"interval.csv", "percpu.csv", "total.csv", "percpu.json"} {
+	for _, name := range []string{"interval.csv", "percpu.csv", "total.csv", "percpu.json", "cgroup.csv", "cgroup.json"} {
 		b, _ := os.ReadFile("testdata/" + name)
 		f.Add(string(b))
 	}
