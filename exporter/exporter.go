@@ -6,6 +6,7 @@
 package exporter
 
 import (
+	"cmp"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,9 @@ type Options struct {
 	PerCPU bool
 	// ConfigErrors is the number of configuration problems found at start.
 	ConfigErrors int
+	// Source labels pmu_info: "perf_event" (live, the default) or "replay",
+	// so that nobody mistakes played-back data for this host's.
+	Source string
 }
 
 // Collector exports the engine's totals and the capability report.
@@ -73,8 +77,8 @@ func New(src Source, report capability.Report, opts Options) *Collector {
 		groupCPUs:    d("group_cpus", "Number of CPUs on which the event group is open.", "group"),
 		openFailures: d("group_open_failures", "Number of CPUs on which the event group could not be opened, by reason.", "group", "reason"),
 		capability:   d("capability", "Whether this host offers a measurement feature (1) or not (0); `pmu_exporter check` says why and how to fix it.", "feature"),
-		info: d("info", "Processor identity and core PMU, always 1.",
-			"vendor", "family", "model", "stepping", "pmu_name", "hypervisor"),
+		info: d("info", "Processor identity and core PMU, and where the counts come from (source: perf_event, or replay of a recording), always 1.",
+			"vendor", "family", "model", "stepping", "pmu_name", "hypervisor", "source"),
 		readErrors:   d("read_errors_total", "Failed reads in the counting loop, by reason.", "reason"),
 		configErrors: d("config_errors", "Number of problems in the event configuration at start; the affected groups are not counted.", nil...),
 	}
@@ -117,7 +121,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	r := c.report
 	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1,
-		r.Vendor, r.Family, r.Model, r.Stepping, r.CorePMU, strconv.FormatBool(r.Hypervisor))
+		r.Vendor, r.Family, r.Model, r.Stepping, r.CorePMU, strconv.FormatBool(r.Hypervisor), cmp.Or(c.opts.Source, "perf_event"))
 	for _, reason := range ReadErrorReasons {
 		ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.CounterValue, float64(s.ReadErrors[reason]), reason)
 	}

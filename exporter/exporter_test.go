@@ -51,9 +51,9 @@ pmu_group_not_running_intervals_total{group="core"} 3
 # TYPE pmu_capability gauge
 pmu_capability{feature="hardware_counters"} 1
 pmu_capability{feature="ibs"} 0
-# HELP pmu_info Processor identity and core PMU, always 1.
+# HELP pmu_info Processor identity and core PMU, and where the counts come from (source: perf_event, or replay of a recording), always 1.
 # TYPE pmu_info gauge
-pmu_info{family="6",hypervisor="false",model="106",pmu_name="icelake",stepping="6",vendor="GenuineIntel"} 1
+pmu_info{family="6",hypervisor="false",model="106",pmu_name="icelake",source="perf_event",stepping="6",vendor="GenuineIntel"} 1
 # HELP pmu_read_errors_total Failed reads in the counting loop, by reason.
 # TYPE pmu_read_errors_total counter
 pmu_read_errors_total{reason="online_cpus"} 0

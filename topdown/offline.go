@@ -81,12 +81,13 @@ func (m *Matcher) Input(event string) int {
 type Interval struct {
 	Time    float64 // NaN without -I
 	CPU     string  // "all", or perf's CPU name with -A
+	Cgroup  string  // perf -G's cgroup, "" for the whole CPU
 	Metrics map[string]float64
 	Above   map[string]bool
 }
 
-// Offline evaluates a tree over perf stat samples, one result per interval and
-// CPU, in input order. params gives smt_on, #slots and the like. A metric whose
+// Offline evaluates a tree over perf stat samples, one result per interval,
+// CPU and cgroup (perf -G), in input order. params gives smt_on, #slots and the like. A metric whose
 // inputs perf did not count is left out, and notes say which and why.
 func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float64) ([]Interval, []string) {
 	match := NewMatcher(t)
@@ -95,13 +96,12 @@ func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float6
 	ignored := map[string]bool{}
 	missing := map[string]string{} // input -> why
 	type key struct {
-		time string
-		cpu  string
+		time, cpu, cgroup string
 	}
 	var order []key
 	byKey := map[key][]perfstat.Sample{}
 	for _, s := range samples {
-		k := key{fmt.Sprint(s.Time), s.CPU}
+		k := key{fmt.Sprint(s.Time), s.CPU, s.Cgroup}
 		if _, seen := byKey[k]; !seen {
 			order = append(order, k)
 		}
@@ -128,7 +128,7 @@ func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float6
 			ev.Set(slot, s.Value)
 		}
 		ev.Eval()
-		iv := Interval{Time: group[0].Time, CPU: k.cpu, Metrics: map[string]float64{}, Above: map[string]bool{}}
+		iv := Interval{Time: group[0].Time, CPU: k.cpu, Cgroup: k.cgroup, Metrics: map[string]float64{}, Above: map[string]bool{}}
 		if iv.CPU == "" {
 			iv.CPU = "all"
 		}

@@ -155,3 +155,30 @@ func splitSpecs(s string) []string {
 	}
 	return append(out, s[start:])
 }
+
+// A perf -G recording's cgroup lines are their own intervals, never mixed into
+// the CPU's: CPU 0 in interval 1 has frontend 800 of 4000 slots, its
+// container 400 of 1000.
+func TestOfflineKeepsCgroupsApart(t *testing.T) {
+	in := `1.0,CPU0,1000,,CPU_CLK_UNHALTED.THREAD,1,100,,
+1.0,CPU0,800,,IDQ_UOPS_NOT_DELIVERED.CORE,1,100,,
+1.0,CPU0,250,,CPU_CLK_UNHALTED.THREAD,pods/a,1,100,,
+1.0,CPU0,400,,IDQ_UOPS_NOT_DELIVERED.CORE,pods/a,1,100,,
+`
+	samples, err := perfstat.Parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := Builtin("skx")
+	tree, err := def.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ivs, _ := Offline(tree, samples, map[string]float64{"smt_on": 0})
+	if len(ivs) != 2 || ivs[0].Cgroup != "" || ivs[1].Cgroup != "pods/a" {
+		t.Fatalf("%+v", ivs)
+	}
+	if ivs[0].Metrics["frontend_bound"] != 0.2 || ivs[1].Metrics["frontend_bound"] != 0.4 {
+		t.Errorf("frontend %v (CPU) and %v (cgroup), want 0.2 and 0.4", ivs[0].Metrics["frontend_bound"], ivs[1].Metrics["frontend_bound"])
+	}
+}

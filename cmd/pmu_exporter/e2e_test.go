@@ -208,7 +208,7 @@ func TestServeGrowsWithLoad(t *testing.T) {
 		t.Errorf("system_wide capability = %v as root", v)
 	}
 	for _, name := range []string{"pmu_info", "pmu_group_enabled_seconds_total", "pmu_group_running_seconds_total",
-		"pmu_read_errors_total", "pmu_read_duration_seconds", "pmu_exporter_build_info"} {
+		"pmu_read_errors_total", "pmu_read_duration_seconds", "pmu_build_info"} {
 		if after[name] == nil {
 			t.Errorf("%s missing from /metrics", name)
 		}

@@ -56,6 +56,8 @@ type flags struct {
 	cgroupPerf    []string
 	k8sNode       string
 	kubeconfig    string
+	source        string
+	replay        replayFlags
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -72,6 +74,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&f.configFile)
 
 	serve := app.Command("serve", "Count events and serve /metrics (the default).").Default()
+	serve.Flag("source", "Where counts come from: perf_event (this host's counters) or replay (a perf stat recording, --replay.file; pmu_info says source=\"replay\").").
+		Default("perf_event").EnumVar(&f.source, "perf_event", "replay")
+	serve.Flag("replay.file", "perf stat -I recording to play back with --source=replay (perf stat -x, or -j; -A per-CPU and -G cgroup columns are used when present), looping at the end.").StringVar(&f.replay.file)
+	serve.Flag("replay.uarch", "Top-Down tree of the recording host for --source=replay: "+strings.Join(topdown.Names(), ", ")+" (default: none, counts only).").StringVar(&f.replay.uarch)
+	serve.Flag("replay.smt", "Whether the recording host ran two threads per core (on or off).").Default("off").EnumVar(&f.replay.smt, "on", "off")
+	serve.Flag("replay.slots", "Slots per cycle of the recording host's cores, for trees that need it (Arm: the PMU's caps/slots).").Float64Var(&f.replay.slots)
 	serve.Flag("collector.per-cpu", "Add a cpu label to event and group series.").BoolVar(&f.perCPU)
 	serve.Flag("collector.interval", "How often every group is read.").Default("1s").DurationVar(&f.interval)
 	serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.telemetryPath)

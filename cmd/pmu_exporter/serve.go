@@ -192,11 +192,64 @@ func setupTree(f flags, s setup, t topdown.Target, userFile string) (*oneTree, e
 	return out, nil
 }
 
+// pipeline is what serve exports: its collectors, the loop that feeds them,
+// whether its first values are in, and what to release at the end.
+type pipeline struct {
+	collectors []prometheus.Collector
+	run        func(ctx context.Context)
+	ready      func() (bool, string)
+	closers    []func()
+	// startPods starts the pod-name informer (nil without the API).
+	startPods func(ctx context.Context)
+}
+
+func (p *pipeline) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
 func serveMetrics(f flags, logger *slog.Logger) error {
-	logger.Info("starting pmu_exporter", "version", version.Info(), "build", version.BuildContext())
+	logger.Info("starting pmu_exporter", "version", version.Info(), "build", version.BuildContext(), "counts_from", f.source)
 	if f.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(f.gomaxprocs)
 	}
+	var p *pipeline
+	var err error
+	if f.source == "replay" {
+		p, err = replayPipeline(f, logger)
+	} else {
+		p = livePipeline(f, logger)
+	}
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if p.startPods != nil {
+		p.startPods(ctx)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.run(ctx)
+	}()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.collectors...)
+	reg.MustRegister(
+		versioncollector.NewCollector("pmu"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return serveHTTP(ctx, stop, done, f, reg, p.ready, logger)
+}
+
+// livePipeline counts with perf_event_open on this host: the groups, Top-Down
+// and per-cgroup attribution that the host allows, each missing piece logged
+// with its reason.
+func livePipeline(f flags, logger *slog.Logger) *pipeline {
+	p := &pipeline{}
 	s := discover(f)
 	for _, feat := range s.report.Features {
 		if feat.Available {
@@ -229,20 +282,20 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	s.report.Features = append(s.report.Features, feat)
 	if attributor != nil {
 		logger.Info("per-cgroup attribution", "detail", feat.Detail)
-		defer attributor.Close() // after the engine has closed its groups
+		p.closers = append(p.closers, func() { attributor.Close() }) // after the engine has closed its groups
 	} else {
 		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
 	}
 	var perfMode *cgroupcount.PerfMode
 	if attributor == nil && f.cgroup && len(f.cgroupPerf) > 0 {
 		online := host.NewOnlineCPUsReader(f.sysfs)
-		defer online.Close()
+		p.closers = append(p.closers, func() { online.Close() })
 		pm, err := setupPerfMode(f, s, s.groups, perfcount.Options{OnlineCPUs: online.Read, Logger: logger})
 		if err != nil {
 			logger.Error("perf cgroup mode not running", "err", err)
 		} else {
 			perfMode = pm
-			defer pm.Close()
+			p.closers = append(p.closers, func() { pm.Close() })
 			logger.Warn("counting the allow-listed cgroups with perf's cgroup mode instead: one fd per event per CPU per cgroup; see pmu_cgroup_perf_mode_fds", "cgroups", len(f.cgroupPerf))
 		}
 	}
@@ -252,7 +305,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 
 	readDuration := exporter.NewReadDurationHistogram()
 	online := host.NewOnlineCPUsReader(f.sysfs)
-	defer online.Close()
+	p.closers = append(p.closers, func() { online.Close() })
 	var engine *perfcount.Engine
 	opts := perfcount.Options{
 		Groups:      s.groups,
@@ -281,8 +334,11 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		opts.OnOpen, opts.OnClose = attributor.OnOpen, attributor.OnClose
 	}
 	engine = perfcount.New(opts)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	p.run = func(ctx context.Context) { engine.Run(ctx, f.interval) }
+	p.ready = func() (bool, string) {
+		// The first cycle opens the groups, the second reads the first values.
+		return engine.Cycles() >= 2, "no counts have been read yet"
+	}
 	var pods *podmeta.Index
 	if (attributor != nil || perfMode != nil) && f.k8sNode != "" {
 		client, err := podmeta.Client(f.kubeconfig)
@@ -290,39 +346,36 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 			logger.Warn("no pod names from the Kubernetes API; cgroup series carry pod UIDs and container IDs", "err", err)
 		} else {
 			pods = podmeta.New(client, f.k8sNode, logger)
-			go pods.Run(ctx)
+			p.startPods = func(ctx context.Context) { go pods.Run(ctx) }
 		}
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		engine.Run(ctx, f.interval)
-	}()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		exporter.New(engine, s.report, exporter.Options{PerCPU: f.perCPU, ConfigErrors: len(s.configErrors)}),
-		readDuration,
-		versioncollector.NewCollector("pmu_exporter"),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	p.collectors = append(p.collectors,
+		exporter.New(engine, s.report, exporter.Options{PerCPU: f.perCPU, ConfigErrors: len(s.configErrors), Source: "perf_event"}),
+		readDuration)
 	if td != nil {
-		reg.MustRegister(exporter.NewTopdown(td.trees, f.perCPU))
+		p.collectors = append(p.collectors, exporter.NewTopdown(td.trees, f.perCPU))
 	}
 	var names exporter.PodNames // a nil *podmeta.Index must stay a nil interface
 	if pods != nil {
 		names = pods
 	}
 	if perfMode != nil {
-		reg.MustRegister(exporter.NewCgroup(perfMode, names, true))
+		p.collectors = append(p.collectors, exporter.NewCgroup(perfMode, names, true))
 	}
 	if attributor != nil {
-		reg.MustRegister(exporter.NewCgroup(attributor, names, false))
+		p.collectors = append(p.collectors, exporter.NewCgroup(attributor, names, false))
 	}
 	if pods != nil {
-		reg.MustRegister(exporter.NewPodMeta(pods))
+		p.collectors = append(p.collectors, exporter.NewPodMeta(pods))
 	}
+	return p
+}
+
+// serveHTTP serves the registry with the exporter-toolkit's web
+// configuration (TLS, basic auth) until ctx ends or the listener fails; done
+// closes once the pipeline's loop has returned.
+func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, reg *prometheus.Registry, ready func() (bool, string), logger *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle(f.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
@@ -335,10 +388,9 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		io.WriteString(w, "Healthy\n")
 	})
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		// The first cycle opens the groups, the second reads the first values.
-		if engine.Cycles() < 2 {
+		if ok, why := ready(); !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "Not ready: no counts have been read yet\n")
+			io.WriteString(w, "Not ready: "+why+"\n")
 			return
 		}
 		w.WriteHeader(http.StatusOK)

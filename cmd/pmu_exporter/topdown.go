@@ -147,6 +147,7 @@ func topdownParams(f flags, td topdownFlags, tree *metric.Tree, auto bool, pmus 
 type jsonInterval struct {
 	Time    *float64           `json:"time,omitempty"`
 	CPU     string             `json:"cpu"`
+	Cgroup  string             `json:"cgroup,omitempty"`
 	Metrics map[string]float64 `json:"metrics"`
 }
 
@@ -156,7 +157,7 @@ func writeTopdownJSON(w io.Writer, uarch string, tree *metric.Tree, intervals []
 		Intervals []jsonInterval `json:"intervals"`
 	}{Uarch: uarch, Intervals: []jsonInterval{}}
 	for _, iv := range intervals {
-		j := jsonInterval{CPU: iv.CPU, Metrics: iv.Metrics}
+		j := jsonInterval{CPU: iv.CPU, Cgroup: iv.Cgroup, Metrics: iv.Metrics}
 		if !math.IsNaN(iv.Time) {
 			t := iv.Time
 			j.Time = &t
@@ -182,10 +183,14 @@ func writeTopdownTable(w io.Writer, tree *metric.Tree, intervals []topdown.Inter
 		}
 	}
 	for _, iv := range intervals {
+		where := iv.CPU
+		if iv.Cgroup != "" {
+			where += "  cgroup " + iv.Cgroup
+		}
 		if math.IsNaN(iv.Time) {
-			fmt.Fprintf(w, "%s\n", iv.CPU)
+			fmt.Fprintf(w, "%s\n", where)
 		} else {
-			fmt.Fprintf(w, "%.3f s  %s\n", iv.Time, iv.CPU)
+			fmt.Fprintf(w, "%.3f s  %s\n", iv.Time, where)
 		}
 		var print func(m metric.Metric, depth int)
 		print = func(m metric.Metric, depth int) {

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"math"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+const handmade = "../../replay/testdata/skx-handmade.csv"
+
+// TestServeReplay plays the hand-written skx recording through serve. Whatever
+// the number of intervals played when scraped, skx's formulas tie the
+// families together: slots are 4 × CPU_CLK_UNHALTED.THREAD (SMT off),
+// frontend-bound slots are IDQ_UOPS_NOT_DELIVERED.CORE and retiring slots are
+// UOPS_RETIRED.RETIRE_SLOTS, on the node and in the container.
+func TestServeReplay(t *testing.T) {
+	p := start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.uarch=skx")
+	body, mfs := p.scrape(t)
+	if v := mustValue(t, mfs, "pmu_info", map[string]string{"source": "replay", "pmu_name": "skx"}); v != 1 {
+		t.Errorf("pmu_info %v", v)
+	}
+	ev := func(name string) float64 {
+		return mustValue(t, mfs, "pmu_events_total", map[string]string{"event": name})
+	}
+	node := func(cat string) float64 {
+		return mustValue(t, mfs, "pmu_topdown_slots_total", map[string]string{"category": cat})
+	}
+	slots := mustValue(t, mfs, "pmu_slots_total", nil)
+	if clk := ev("CPU_CLK_UNHALTED.THREAD"); clk == 0 || slots != 4*clk {
+		t.Errorf("slots %v, CPU_CLK_UNHALTED.THREAD %v", slots, clk)
+	}
+	if fe, idq := node("frontend_bound"), ev("IDQ_UOPS_NOT_DELIVERED.CORE"); math.Abs(fe-idq) > 1e-6 {
+		t.Errorf("frontend-bound slots %v, IDQ_UOPS_NOT_DELIVERED.CORE %v", fe, idq)
+	}
+	if ret, rs := node("retiring"), ev("UOPS_RETIRED.RETIRE_SLOTS"); math.Abs(ret-rs) > 1e-6 {
+		t.Errorf("retiring slots %v, UOPS_RETIRED.RETIRE_SLOTS %v", ret, rs)
+	}
+	pod := map[string]string{"namespace": "shop", "pod": "checkout-7d9f", "container": "web"}
+	cgRet := mustValue(t, mfs, "pmu_cgroup_topdown_slots_total", map[string]string{"pod": "checkout-7d9f", "category": "retiring"})
+	if rs := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"pod": "checkout-7d9f", "event": "UOPS_RETIRED.RETIRE_SLOTS"}); cgRet != rs || rs == 0 {
+		t.Errorf("container retiring slots %v, its UOPS_RETIRED.RETIRE_SLOTS %v", cgRet, rs)
+	}
+	mustValue(t, mfs, "pmu_cgroup_slots_total", pod)
+	if v := mustValue(t, mfs, "pmu_topdown_info", map[string]string{"uarch": "skx", "source": "replay", "smt": "off"}); v != 1 {
+		t.Errorf("pmu_topdown_info %v", v)
+	}
+	if _, ok := value(t, mfs, "pmu_capability", nil); ok {
+		t.Error("a replay says nothing of this host's capabilities")
+	}
+	cmd := exec.Command(testenv.RequireTool(t, "promtool"), "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func TestServeReplayBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--source=replay"}, "--source=replay needs --replay.file"},
+		{[]string{"--source=replay", "--replay.file=/nonexistent.csv"}, "--replay.file: open /nonexistent.csv"},
+		{[]string{"--source=replay", "--replay.file=" + handmade, "--replay.uarch=k6"}, "--replay.uarch:"},
+		{[]string{"--source=replay", "--replay.file=../../perfstat/testdata/total.csv"}, "line 1: no interval time: record with perf stat -I"},
+		{[]string{"--source=replay", "--replay.file=../../perfstat/testdata/interval.csv", "--collector.per-cpu"}, "recorded without perf stat -A"},
+	} {
+		out, err := exec.Command(binary, append(c.args, "--web.listen-address=127.0.0.1:0")...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), c.want) {
+			t.Errorf("%v: %v, want exit 1 and %q:\n%s", c.args, err, c.want, out)
+		}
+	}
+}
