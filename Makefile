@@ -10,7 +10,7 @@ test:
 	scripts/test
 
 build:
-	$(GO) build -o pmu_exporter ./cmd/pmu_exporter
+	scripts/build pmu_exporter
 
 # Benchmarks behind docs/benchmarks.md.
 bench:

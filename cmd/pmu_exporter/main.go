@@ -65,7 +65,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app := kingpin.New("pmu_exporter", "Counts CPU performance events on every CPU and exports them to Prometheus.")
 	app.UsageWriter(stderr)
 	app.ErrorWriter(stderr)
-	app.Terminate(nil)
+	// --help and --version end the program: kingpin asks to exit, and run
+	// returns instead (without it, the default command would go on).
+	terminated := -1
+	app.Terminate(func(code int) {
+		if terminated < 0 {
+			terminated = code
+		}
+	})
 	app.Version(version.Print("pmu_exporter"))
 	app.HelpFlag.Short('h')
 	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&f.sysfs)
@@ -126,8 +133,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pmu_exporter: %v (try --help)\n", err)
 		return 2
 	}
-	if cmd == "" { // --help or --version
-		return 0
+	if terminated >= 0 || cmd == "" { // --help or --version
+		return max(terminated, 0)
 	}
 	f.log.Writer = stderr
 	logger := promslog.New(f.log)

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestStaticBuildStampsVersion builds with scripts/build, as the Dockerfile
+// does: the binary must link nothing dynamically (it runs on distroless
+// static) and report the version it was given.
+func TestStaticBuildStampsVersion(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "pmu_exporter")
+	cmd := exec.Command("scripts/build", out)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "VERSION=9.8.7-test", "REVISION=0123abc", "BRANCH=testing")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build: %v\n%s", err, b)
+	}
+	f, err := elf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("the binary is dynamically linked (%v program header)", p.Type)
+		}
+	}
+	b, err := exec.Command(out, "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "version 9.8.7-test") || !strings.Contains(string(b), "revision: 0123abc") {
+		t.Errorf("--version: %v\n%s", err, b)
+	}
+}
+
+// TestDockerfile checks what a docker build would rely on, since no Docker
+// engine runs here: the build stage uses scripts/build and the Go of go.mod,
+// the final image runs as a numeric non-root user and carries OCI labels.
+func TestDockerfile(t *testing.T) {
+	df := readFile(t, "../../Dockerfile")
+	gomod := readFile(t, "../../go.mod")
+	goVersion := regexp.MustCompile(`(?m)^go (\S+)$`).FindStringSubmatch(gomod)
+	if goVersion == nil || !strings.Contains(df, "ARG GO_VERSION="+goVersion[1]+"\n") {
+		t.Errorf("Dockerfile's GO_VERSION is not go.mod's go %v", goVersion)
+	}
+	stages := strings.Split(df, "\nFROM ")
+	if len(stages) != 3 {
+		t.Fatalf("want a build stage and a final stage, got %d FROMs", len(stages)-1)
+	}
+	if !strings.Contains(stages[1], "scripts/build /out/pmu_exporter") {
+		t.Error("the build stage does not use scripts/build")
+	}
+	final := stages[2]
+	if m := regexp.MustCompile(`(?m)^USER (\d+):(\d+)$`).FindStringSubmatch(final); m == nil || m[1] == "0" {
+		t.Errorf("the final image does not run as a numeric non-root user")
+	}
+	for _, l := range []string{"title", "source", "version", "revision", "licenses"} {
+		if !strings.Contains(final, "org.opencontainers.image."+l+"=") {
+			t.Errorf("no OCI label %s", l)
+		}
+	}
+	for _, src := range regexp.MustCompile(`(?m)^COPY (?:--from=\S+ )?(\S+)`).FindAllStringSubmatch(df, -1) {
+		if strings.HasPrefix(src[1], "/") || src[1] == "." {
+			continue
+		}
+		for _, p := range strings.Fields(src[1]) {
+			if _, err := os.Stat(filepath.Join("../..", p)); err != nil {
+				t.Errorf("COPY %s: %v", p, err)
+			}
+		}
+	}
+}
