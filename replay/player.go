@@ -71,8 +71,9 @@ func NewPlayer(rec *Recording, tree *metric.Tree, params map[string]float64) *Pl
 }
 
 // Run steps through the recording at its recorded pace until ctx ends: each
-// interval is folded in once its recorded length has passed.
-func (p *Player) Run(ctx context.Context) {
+// interval is folded in once its recorded length has passed. observe, if not
+// nil, gets each step's duration in seconds (the replay's read cycle).
+func (p *Player) Run(ctx context.Context, observe func(seconds float64)) {
 	for {
 		p.mu.Lock()
 		wait := p.rec.Intervals[p.next].Length
@@ -84,7 +85,11 @@ func (p *Player) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		start := time.Now()
 		p.Step()
+		if observe != nil {
+			observe(time.Since(start).Seconds())
+		}
 	}
 }
 

@@ -181,12 +181,16 @@ func TestRunPacesAndStops(t *testing.T) {
 	p := NewPlayer(rec, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
+	steps := 0
+	go func() { p.Run(ctx, func(float64) { steps++ }); close(done) }()
 	for p.Cycles() < 5 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
 	<-done
+	if steps != int(p.Cycles()) {
+		t.Errorf("%d steps observed, %d cycles", steps, p.Cycles())
+	}
 	if got := p.Snapshot().Events[0].PerCPU[noCPU]; got < 5 {
 		t.Errorf("x = %d after %d cycles", got, p.Cycles())
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,7 +77,9 @@ func replayPipeline(f flags, logger *slog.Logger) (*pipeline, error) {
 		p.collectors = append(p.collectors, exporter.NewCgroup(cg, cg, true))
 	}
 	logger.Warn("serving a recording, not this host's counters", "file", f.replay.file, "intervals", len(rec.Intervals), "per_cpu", rec.PerCPU, "cgroups", rec.Cgroups)
-	p.run = player.Run
+	readDuration := exporter.NewReadDurationHistogram()
+	p.collectors = append(p.collectors, readDuration)
+	p.run = func(ctx context.Context) { player.Run(ctx, readDuration.Observe) }
 	p.ready = func() (bool, string) { return player.Cycles() >= 1, "no recorded interval has been played yet" }
 	return p, nil
 }

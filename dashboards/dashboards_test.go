@@ -1,0 +1,329 @@
+// Package dashboards holds the tests of the Grafana dashboards in this
+// directory: their JSON model, that every query parses as PromQL, and that
+// every query returns data from a real Prometheus scraping the exporter.
+package dashboards
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+type dashboard struct {
+	UID           string `json:"uid"`
+	Title         string `json:"title"`
+	SchemaVersion int    `json:"schemaVersion"`
+	Templating    struct {
+		List []variable `json:"list"`
+	} `json:"templating"`
+	Panels []panel `json:"panels"`
+}
+
+type variable struct {
+	Name, Type string
+	Query      any        `json:"query"`
+	Datasource *reference `json:"datasource"`
+	Options    []struct {
+		Value string `json:"value"`
+	} `json:"options"`
+}
+
+type reference struct{ Type, UID string }
+
+type panel struct {
+	ID         int        `json:"id"`
+	Title      string     `json:"title"`
+	Datasource *reference `json:"datasource"`
+	Targets    []struct {
+		Expr       string     `json:"expr"`
+		Datasource *reference `json:"datasource"`
+	} `json:"targets"`
+}
+
+func load(t *testing.T) map[string]dashboard {
+	t.Helper()
+	files, _ := filepath.Glob("*.json")
+	if len(files) != 3 {
+		t.Fatalf("dashboards: %v", files)
+	}
+	out := map[string]dashboard{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d dashboard
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out[f] = d
+	}
+	return out
+}
+
+// query is one PromQL expression of a dashboard, with Grafana's variables
+// replaced by values a query can run with.
+type query struct {
+	where, expr string
+}
+
+var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
+
+// queries expands each panel target and each variable's label_values()
+// selector; $parent takes each of its values.
+func queries(t *testing.T, d dashboard, rateInterval string) []query {
+	t.Helper()
+	vars := map[string][]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = []string{".*"}
+		if v.Type == "custom" {
+			vars[v.Name] = nil
+			for _, o := range v.Options {
+				vars[v.Name] = append(vars[v.Name], o.Value)
+			}
+		}
+	}
+	expand := func(where, e string) []query {
+		e = strings.ReplaceAll(e, "$__rate_interval", rateInterval)
+		out := []query{{where, e}}
+		for name, values := range vars {
+			var next []query
+			for _, q := range out {
+				if !strings.Contains(q.expr, "$"+name) {
+					next = append(next, q)
+					continue
+				}
+				for _, v := range values {
+					next = append(next, query{q.where + " " + name + "=" + v, strings.ReplaceAll(q.expr, "$"+name, v)})
+				}
+			}
+			out = next
+		}
+		return out
+	}
+	var out []query
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			out = append(out, expand(d.Title+" / "+p.Title, tg.Expr)...)
+		}
+	}
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		q, _ := v.Query.(map[string]any)
+		text, _ := q["query"].(string)
+		m := labelValues.FindStringSubmatch(text)
+		if m == nil {
+			t.Errorf("%s: variable %s: %q is not label_values(selector, label)", d.Title, v.Name, text)
+			continue
+		}
+		out = append(out, expand(d.Title+" / variable "+v.Name, m[1])...)
+	}
+	return out
+}
+
+// TestModel checks what Grafana and the chart's sidecar rely on: a current
+// schema, a Prometheus datasource variable that every panel and target uses
+// (no datasource UID written in), $__rate_interval in every rate, unique
+// UIDs and panel ids.
+func TestModel(t *testing.T) {
+	uids := map[string]bool{}
+	for f, d := range load(t) {
+		if d.UID == "" || uids[d.UID] {
+			t.Errorf("%s: uid %q missing or repeated", f, d.UID)
+		}
+		uids[d.UID] = true
+		if d.SchemaVersion < 39 {
+			t.Errorf("%s: schemaVersion %d", f, d.SchemaVersion)
+		}
+		hasDS := false
+		for _, v := range d.Templating.List {
+			if v.Type == "datasource" && v.Name == "datasource" && v.Query == "prometheus" {
+				hasDS = true
+			}
+			if v.Datasource != nil && v.Datasource.UID != "${datasource}" {
+				t.Errorf("%s: variable %s uses datasource %q", f, v.Name, v.Datasource.UID)
+			}
+		}
+		if !hasDS {
+			t.Errorf("%s: no Prometheus datasource variable", f)
+		}
+		ids := map[int]bool{}
+		for _, p := range d.Panels {
+			if ids[p.ID] {
+				t.Errorf("%s: panel id %d repeated", f, p.ID)
+			}
+			ids[p.ID] = true
+			refs := []*reference{p.Datasource}
+			for _, tg := range p.Targets {
+				refs = append(refs, tg.Datasource)
+				if strings.Contains(tg.Expr, "rate(") && !strings.Contains(tg.Expr, "[$__rate_interval]") && !strings.Contains(tg.Expr, ":ratio_rate1m") {
+					t.Errorf("%s / %s: a rate without $__rate_interval: %s", f, p.Title, tg.Expr)
+				}
+			}
+			for _, r := range refs {
+				if r == nil || r.Type != "prometheus" || r.UID != "${datasource}" {
+					t.Errorf("%s / %s: datasource %+v, want the ${datasource} variable", f, p.Title, r)
+				}
+			}
+		}
+	}
+}
+
+func TestQueriesParse(t *testing.T) {
+	for _, d := range load(t) {
+		for _, q := range queries(t, d, "1m") {
+			if _, err := parser.NewParser(parser.Options{}).ParseExpr(q.expr); err != nil {
+				t.Errorf("%s: %v\n%s", q.where, err, q.expr)
+			}
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startProcess runs argv until the test ends.
+func startProcess(t *testing.T, log string, argv ...string) {
+	t.Helper()
+	out, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+		}
+		out.Close()
+	})
+}
+
+// TestQueriesReturnData starts the exporter twice — on the synthetic skx
+// replay (pods, Top-Down) and live on this host (capabilities, cgroup
+// switches) — and Debian's Prometheus scraping both every second with the
+// shipped rules loaded; every query of every dashboard must return a series.
+func TestQueriesReturnData(t *testing.T) {
+	prom := testenv.RequireTool(t, "prometheus")
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pmu_exporter")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pmu_exporter").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	replayAddr, liveAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
+		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx")
+	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.interval=500ms")
+	rules, err := filepath.Abs("../deploy/prometheus/pmu_exporter.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [%q]
+scrape_configs:
+  - job_name: pmu
+    static_configs:
+      - targets: [%q]
+        labels: {instance: replay-node}
+      - targets: [%q]
+        labels: {instance: live-node}
+`, rules, replayAddr, liveAddr)
+	cfgFile := filepath.Join(dir, "prometheus.yml")
+	os.WriteFile(cfgFile, []byte(cfg), 0o644)
+	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
+
+	var all []query
+	for _, d := range load(t) {
+		all = append(all, queries(t, d, "10s")...)
+	}
+	pending := map[string]query{}
+	for _, q := range all {
+		pending[q.where+"\x00"+q.expr] = q
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(pending) > 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Second)
+		for k, q := range pending {
+			n, err := series(promAddr, q.expr)
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", q.where, err, q.expr)
+			}
+			if n > 0 {
+				delete(pending, k)
+			}
+		}
+	}
+	for _, q := range pending {
+		t.Errorf("%s: no data after 60 s\n%s", q.where, q.expr)
+	}
+	if t.Failed() {
+		for _, l := range []string{"replay.log", "live.log", "prometheus.log"} {
+			b, _ := os.ReadFile(filepath.Join(dir, l))
+			t.Logf("%s:\n%s", l, tail(string(b), 2000))
+		}
+	}
+}
+
+// series runs an instant query and counts the series it returns.
+func series(addr, expr string) (int, error) {
+	resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		return 0, nil // not up yet
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var r struct {
+		Status, Error string
+		Data          struct {
+			Result []json.RawMessage
+		}
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return 0, fmt.Errorf("answer %q: %w", body, err)
+	}
+	if r.Status != "success" {
+		return 0, fmt.Errorf("query failed: %s", r.Error)
+	}
+	return len(r.Data.Result), nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
