@@ -58,6 +58,13 @@ type flags struct {
 	kubeconfig    string
 	source        string
 	replay        replayFlags
+	otlp          otlpFlags
+}
+
+// otlpFlags are serve's --otlp.* options.
+type otlpFlags struct {
+	endpoint, protocol string
+	interval           time.Duration
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -87,6 +94,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serve.Flag("replay.uarch", "Top-Down tree of the recording host for --source=replay: "+strings.Join(topdown.Names(), ", ")+" (default: none, counts only).").StringVar(&f.replay.uarch)
 	serve.Flag("replay.smt", "Whether the recording host ran two threads per core (on or off).").Default("off").EnumVar(&f.replay.smt, "on", "off")
 	serve.Flag("replay.slots", "Slots per cycle of the recording host's cores, for trees that need it (Arm: the PMU's caps/slots).").Float64Var(&f.replay.slots)
+	serve.Flag("otlp.endpoint", "Also push every metric over OTLP to this receiver URL (http://collector:4318; with --otlp.protocol=grpc, http://collector:4317), with OpenTelemetry's resource and k8s attribute names.").StringVar(&f.otlp.endpoint)
+	serve.Flag("otlp.protocol", "OTLP transport: http/protobuf or grpc.").Default("http/protobuf").EnumVar(&f.otlp.protocol, "http/protobuf", "grpc")
+	serve.Flag("otlp.interval", "How often metrics are pushed over OTLP.").Default("30s").DurationVar(&f.otlp.interval)
 	serve.Flag("collector.per-cpu", "Add a cpu label to event and group series.").BoolVar(&f.perCPU)
 	serve.Flag("collector.interval", "How often every group is read.").Default("1s").DurationVar(&f.interval)
 	serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.telemetryPath)

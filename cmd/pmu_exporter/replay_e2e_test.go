@@ -1,10 +1,18 @@
 package main
 
 import (
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -71,6 +79,57 @@ func TestServeReplayBadInput(t *testing.T) {
 		out, err := exec.Command(binary, append(c.args, "--web.listen-address=127.0.0.1:0")...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), c.want) {
 			t.Errorf("%v: %v, want exit 1 and %q:\n%s", c.args, err, c.want, out)
+		}
+	}
+}
+
+// TestServeOTLP: serve --otlp.endpoint pushes the scrape's families to an
+// OTLP/HTTP receiver, under the node's resource attributes.
+func TestServeOTLP(t *testing.T) {
+	got := make(chan *colmetricpb.ExportMetricsServiceRequest, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req colmetricpb.ExportMetricsServiceRequest
+		if r.URL.Path != "/v1/metrics" || proto.Unmarshal(body, &req) != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		got <- &req
+	}))
+	defer srv.Close()
+	start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.uarch=skx",
+		"--otlp.endpoint="+srv.URL, "--otlp.interval=200ms", "--kubernetes.node-name=node-7")
+	// Pushes before the first interval was played hold no pmu_events yet.
+	want := []string{"pmu_info", "pmu_events", "pmu_topdown_slots", "pmu_cgroup_topdown_slots", "pmu_build_info"}
+	deadline := time.After(10 * time.Second)
+	for {
+		var req *colmetricpb.ExportMetricsServiceRequest
+		select {
+		case req = <-got:
+		case <-deadline:
+			t.Fatalf("no OTLP push with %v in 10 s", want)
+		}
+		rm := req.ResourceMetrics[0]
+		res := map[string]string{}
+		for _, kv := range rm.Resource.Attributes {
+			res[kv.Key] = kv.Value.GetStringValue()
+		}
+		host, _ := os.Hostname()
+		if res["k8s.node.name"] != "node-7" || res["host.name"] != host || res["service.name"] != "pmu_exporter" {
+			t.Fatalf("resource %v", res)
+		}
+		names := map[string]bool{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				names[m.Name] = true
+			}
+		}
+		all := true
+		for _, n := range want {
+			all = all && names[n]
+		}
+		if all {
+			return
 		}
 	}
 }

@@ -21,11 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
+	"go.opentelemetry.io/otel"
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/exporter/otlp"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/metric"
 	"github.com/pmu-exporter/pmu_exporter/podmeta"
@@ -242,6 +244,25 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	if f.otlp.endpoint != "" {
+		host, _ := os.Hostname()
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("OTLP push failed", "err", err) }))
+		pusher, err := otlp.Start(ctx, reg, otlp.Options{Endpoint: f.otlp.endpoint, Protocol: f.otlp.protocol,
+			Interval: f.otlp.interval, HostName: host, NodeName: f.k8sNode, Version: version.Version})
+		if err != nil {
+			stop()
+			<-done
+			return err
+		}
+		logger.Info("pushing metrics over OTLP", "endpoint", f.otlp.endpoint, "protocol", f.otlp.protocol, "interval", f.otlp.interval)
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := pusher.Shutdown(ctx); err != nil {
+				logger.Warn("OTLP: last push failed", "err", err)
+			}
+		}()
+	}
 	return serveHTTP(ctx, stop, done, f, reg, p.ready, logger)
 }
 
