@@ -237,3 +237,24 @@ func FuzzLoad(f *testing.F) {
 		p.Topdown().Totals()
 	})
 }
+
+// cgroup.json is perf 6.1's -j -G output: JSON lines replay as CSV does.
+func TestRecordedJSON(t *testing.T) {
+	rec := load(t, "../perfstat/testdata/cgroup.json")
+	if rec.PerCPU || !rec.Cgroups || len(rec.Intervals) != 2 {
+		t.Fatalf("%+v", rec)
+	}
+	p := NewPlayer(rec, nil, nil)
+	p.Step()
+	p.Step()
+	c := p.Cgroups().Snapshot().Cgroups
+	if len(c) != 1 || c[0].Path != "/replaytest" || len(c[0].Events) != 2 {
+		t.Fatalf("%+v", c)
+	}
+	if v := c[0].Events[0].Value; c[0].Events[0].Event != "task-clock" || math.Abs(v-(303.861701+98.088459)*1e6) > 1 {
+		t.Errorf("task-clock %v ns", v)
+	}
+	if e := c[0].Events[1]; e.Event != "software/config=3/" || e.Value != 3 {
+		t.Errorf("context switches (software/config=3/) %+v, want 1+2", e)
+	}
+}
