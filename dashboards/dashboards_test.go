@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -196,16 +195,6 @@ func TestQueriesParse(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startProcess runs argv until the test ends.
 func startProcess(t *testing.T, log string, argv ...string) {
 	t.Helper()
@@ -243,7 +232,7 @@ func TestQueriesReturnData(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pmu_exporter").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	replayAddr, liveAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	replayAddr, liveAddr, promAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx")
 	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.interval=500ms")

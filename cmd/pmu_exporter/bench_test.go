@@ -88,8 +88,8 @@ func BenchmarkVsNodeExporterPerf(b *testing.B) {
 
 	cfg := filepath.Join(b.TempDir(), "pmu.yml")
 	os.WriteFile(cfg, []byte("default_profile: false\ngroups:\n  - name: software\n    events: [page-faults, context-switches, cpu-migrations, minor-faults, major-faults]\n"), 0o644)
-	ours := freeAddr(b)
-	theirs := freeAddr(b)
+	ours := testenv.FreeAddr(b)
+	theirs := testenv.FreeAddr(b)
 	pe := startInCgroup(b, "pmu_exporter", "http://"+ours+"/metrics", binary, "--web.listen-address="+ours,
 		"--collector.interval=1s", "--config.file="+cfg, "--log.level=warn")
 	ne := startInCgroup(b, "node_exporter", "http://"+theirs+"/metrics", nodeExporter, "--web.listen-address="+theirs,

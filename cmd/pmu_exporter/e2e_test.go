@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -47,16 +46,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 type exporterProc struct {
 	addr string
 	cmd  *exec.Cmd
@@ -73,7 +62,7 @@ func start(t *testing.T, cred *syscall.Credential, args ...string) *exporterProc
 // startWrapped is start with the binary run by a wrapper command (setpriv ...).
 func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args ...string) *exporterProc {
 	t.Helper()
-	p := &exporterProc{addr: freeAddr(t), log: &bytes.Buffer{}}
+	p := &exporterProc{addr: testenv.FreeAddr(t), log: &bytes.Buffer{}}
 	argv := append(append(wrapper, binary, "--web.listen-address="+p.addr, "--collector.interval=100ms"), args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
@@ -294,7 +283,7 @@ func TestServeBasicAuth(t *testing.T) {
 	hash, _ := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
 	web := filepath.Join(t.TempDir(), "web.yml")
 	os.WriteFile(web, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o644)
-	p := &exporterProc{addr: freeAddr(t), log: &bytes.Buffer{}}
+	p := &exporterProc{addr: testenv.FreeAddr(t), log: &bytes.Buffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cmd = exec.CommandContext(ctx, binary, "--web.listen-address="+p.addr, "--web.config.file="+web)
 	p.cmd.Stderr = p.log

@@ -72,6 +72,12 @@ type objects struct {
 	rules           []monitoringv1.PrometheusRule
 }
 
+// appendNew appends a zero T to s and returns it, to decode into.
+func appendNew[T any](s *[]T) *T {
+	*s = append(*s, *new(T))
+	return &(*s)[len(*s)-1]
+}
+
 func strict(doc []byte, into any) error {
 	js, err := sigsyaml.YAMLToJSON(doc)
 	if err != nil {
@@ -109,29 +115,21 @@ func decode(t *testing.T, rendered string) objects {
 			o.daemonSet = &appsv1.DaemonSet{}
 			into = o.daemonSet
 		case "v1 Service":
-			o.services = append(o.services, corev1.Service{})
-			into = &o.services[len(o.services)-1]
+			into = appendNew(&o.services)
 		case "v1 ConfigMap":
-			o.configMaps = append(o.configMaps, corev1.ConfigMap{})
-			into = &o.configMaps[len(o.configMaps)-1]
+			into = appendNew(&o.configMaps)
 		case "v1 ServiceAccount":
-			o.serviceAccounts = append(o.serviceAccounts, corev1.ServiceAccount{})
-			into = &o.serviceAccounts[len(o.serviceAccounts)-1]
+			into = appendNew(&o.serviceAccounts)
 		case "rbac.authorization.k8s.io/v1 ClusterRole":
-			o.clusterRoles = append(o.clusterRoles, rbacv1.ClusterRole{})
-			into = &o.clusterRoles[len(o.clusterRoles)-1]
+			into = appendNew(&o.clusterRoles)
 		case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
-			o.bindings = append(o.bindings, rbacv1.ClusterRoleBinding{})
-			into = &o.bindings[len(o.bindings)-1]
+			into = appendNew(&o.bindings)
 		case "monitoring.coreos.com/v1 ServiceMonitor":
-			o.serviceMonitors = append(o.serviceMonitors, monitoringv1.ServiceMonitor{})
-			into = &o.serviceMonitors[len(o.serviceMonitors)-1]
+			into = appendNew(&o.serviceMonitors)
 		case "monitoring.coreos.com/v1 PodMonitor":
-			o.podMonitors = append(o.podMonitors, monitoringv1.PodMonitor{})
-			into = &o.podMonitors[len(o.podMonitors)-1]
+			into = appendNew(&o.podMonitors)
 		case "monitoring.coreos.com/v1 PrometheusRule":
-			o.rules = append(o.rules, monitoringv1.PrometheusRule{})
-			into = &o.rules[len(o.rules)-1]
+			into = appendNew(&o.rules)
 		default:
 			t.Fatalf("unexpected object %s %s", meta.APIVersion, meta.Kind)
 		}

@@ -6,6 +6,7 @@ package testenv
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,4 +246,16 @@ func PerfEventV1(t testing.TB, rels ...string) (mnt string, dirs []string) {
 // execs, so only the shell's start runs outside the cgroup.
 func InCgroupV1(dir, name string, args ...string) *exec.Cmd {
 	return exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, dir, name}, args...)...)
+}
+
+// FreeAddr returns a loopback address with a port no one listens on now, for
+// a server the test starts.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
