@@ -1,0 +1,167 @@
+// Package perfring reads a perf event's mmap'd ring buffer: the kernel
+// appends records at data_head, the reader consumes them up to it and
+// releases the space by advancing data_tail. data_head is loaded atomically
+// before any record is read, and data_tail is stored atomically after the
+// last one is done with, which is the ordering the kernel's protocol needs
+// (perf_event_open(2), "mmap layout"). A record that wraps around the end
+// of the buffer is copied into a scratch buffer, the only copy made; every
+// other record is handed out as a view into the mapping, so reading
+// allocates nothing per record. Poller waits on many rings with epoll, woken
+// by the events' wakeup watermark.
+package perfring
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+)
+
+// Ring is one event's mapped buffer.
+type Ring struct {
+	fd      int
+	mem     []byte
+	meta    *unix.PerfEventMmapPage
+	data    []byte
+	mask    uint64
+	scratch []byte
+}
+
+// Open maps pages data pages (a power of two) plus the metadata page of the
+// sampling event fd. The fd stays the caller's.
+func Open(fd, pages int) (*Ring, error) {
+	if pages <= 0 || pages&(pages-1) != 0 {
+		return nil, fmt.Errorf("ring of %d data pages: want a power of two", pages)
+	}
+	page := os.Getpagesize()
+	mem, err := unix.Mmap(fd, 0, (pages+1)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap of %d pages on perf fd %d: %w", pages+1, fd, err)
+	}
+	meta := (*unix.PerfEventMmapPage)(unsafe.Pointer(&mem[0]))
+	off, size := meta.Data_offset, meta.Data_size
+	if size == 0 { // kernels before 4.1 leave them zero
+		off, size = uint64(page), uint64(pages*page)
+	}
+	return &Ring{fd: fd, mem: mem, meta: meta, data: mem[off : off+size], mask: size - 1}, nil
+}
+
+// Size is the data area's size in bytes.
+func (r *Ring) Size() int { return len(r.data) }
+
+// Read hands every complete record written since the last Read to fn, in
+// order, then releases their space. rec is valid only during the call.
+// fn returning false stops early; the records after it stay for the next
+// Read. A record whose header is corrupt stops the read with an error, the
+// records before it delivered and released.
+func (r *Ring) Read(fn func(rec []byte) bool) (int, error) {
+	head := atomic.LoadUint64(&r.meta.Data_head)
+	tail := r.meta.Data_tail // only this reader writes it
+	n := 0
+	var err error
+	for tail < head {
+		avail := head - tail
+		if avail < perfrecord.HeaderSize {
+			err = fmt.Errorf("ring: %d bytes left before data_head, less than a record header", avail)
+			break
+		}
+		start := tail & r.mask
+		var hb [perfrecord.HeaderSize]byte
+		r.copyOut(hb[:], start)
+		h, herr := perfrecord.ParseHeader(hb[:])
+		if herr != nil || uint64(h.Size) > avail {
+			err = fmt.Errorf("ring: corrupt record at offset %d: %v (size %d, %d bytes available)", start, herr, h.Size, avail)
+			break
+		}
+		size := uint64(h.Size)
+		var rec []byte
+		if start+size <= uint64(len(r.data)) {
+			rec = r.data[start : start+size]
+		} else { // wraps
+			if cap(r.scratch) < int(size) {
+				r.scratch = make([]byte, 0, 65536)
+			}
+			rec = r.scratch[:size]
+			r.copyOut(rec, start)
+		}
+		if !fn(rec) {
+			tail += size
+			n++
+			break
+		}
+		tail += size
+		n++
+	}
+	atomic.StoreUint64(&r.meta.Data_tail, tail)
+	return n, err
+}
+
+// copyOut copies len(dst) bytes starting at data offset start, wrapping.
+func (r *Ring) copyOut(dst []byte, start uint64) {
+	k := copy(dst, r.data[start:])
+	copy(dst[k:], r.data)
+}
+
+// Close unmaps the buffer.
+func (r *Ring) Close() error {
+	if r.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(r.mem)
+	r.mem, r.data, r.meta = nil, nil, nil
+	return err
+}
+
+// Poller waits until any of its rings has reached its wakeup watermark.
+type Poller struct {
+	epfd   int
+	rings  map[int32]*Ring
+	events []unix.EpollEvent
+}
+
+// NewPoller makes an epoll instance.
+func NewPoller() (*Poller, error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	return &Poller{epfd: fd, rings: map[int32]*Ring{}}, nil
+}
+
+// Add watches r.
+func (p *Poller) Add(r *Ring) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(r.fd)}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, r.fd, &ev); err != nil {
+		return fmt.Errorf("epoll_ctl add perf fd %d: %w", r.fd, err)
+	}
+	p.rings[int32(r.fd)] = r
+	p.events = make([]unix.EpollEvent, len(p.rings))
+	return nil
+}
+
+// Wait blocks up to timeoutMS (-1: forever) and returns the rings that are
+// ready to read (none on timeout). EINTR is a timeout, not an error.
+func (p *Poller) Wait(timeoutMS int) ([]*Ring, error) {
+	n, err := unix.EpollWait(p.epfd, p.events, timeoutMS)
+	if errors.Is(err, unix.EINTR) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("epoll_wait: %w", err)
+	}
+	out := make([]*Ring, 0, n)
+	for _, ev := range p.events[:n] {
+		if r := p.rings[ev.Fd]; r != nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Close closes the epoll instance (not the rings).
+func (p *Poller) Close() error { return unix.Close(p.epfd) }

@@ -1,0 +1,217 @@
+package perfring
+
+import (
+	"encoding/binary"
+	"os"
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+)
+
+const sampleType = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME |
+	unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD
+
+// openFaults samples every page fault of the calling thread, with the
+// faulting address; the caller has locked its goroutine to the thread.
+func openFaults(t *testing.T) int {
+	t.Helper()
+	testenv.RequireRoot(t)
+	attr := unix.PerfEventAttr{
+		Type:        unix.PERF_TYPE_SOFTWARE,
+		Config:      unix.PERF_COUNT_SW_PAGE_FAULTS,
+		Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Sample:      1,
+		Sample_type: sampleType,
+		Bits:        unix.PerfBitDisabled,
+		Wakeup:      1,
+	}
+	fd, err := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		t.Fatalf("perf_event_open(page-faults, sample every fault): %v", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// touch writes one byte at offset 8 of each of n fresh pages and returns the
+// addresses written, each a first touch and so one page fault.
+func touch(t *testing.T, n int) ([]byte, []uint64) {
+	t.Helper()
+	page := os.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, n*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	addrs := make([]uint64, n)
+	for i := range n {
+		mem[i*page+8] = 1
+		addrs[i] = uint64(uintptr(unsafe.Pointer(&mem[i*page+8])))
+	}
+	return mem, addrs
+}
+
+func count(t *testing.T, fd int) uint64 {
+	t.Helper()
+	var b [8]byte
+	if _, err := unix.Read(fd, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// TestPageFaultAddresses: every page the test touches comes back as a sample
+// with that exact address, this thread's ids and period 1.
+func TestPageFaultAddresses(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fd := openFaults(t)
+	r, err := Open(fd, 64) // 256 KiB: room for every sample
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Add(r); err != nil {
+		t.Fatal(err)
+	}
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
+	_, addrs := touch(t, 200)
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	ready, err := p.Wait(1000)
+	if err != nil || len(ready) != 1 {
+		t.Fatalf("poll: %v ready, %v (wakeup after every sample)", len(ready), err)
+	}
+	seen := map[uint64]bool{}
+	var s perfrecord.Sample
+	samples := 0
+	layout := perfrecord.Layout{SampleType: sampleType}
+	if _, err := r.Read(func(rec []byte) bool {
+		h, _ := perfrecord.ParseHeader(rec)
+		if h.Type != perfrecord.TypeSample {
+			return true
+		}
+		if err := perfrecord.DecodeSample(rec, layout, &s); err != nil {
+			t.Fatal(err)
+		}
+		samples++
+		if s.PID != uint32(os.Getpid()) || s.TID != uint32(unix.Gettid()) || s.Period != 1 || s.Time == 0 {
+			t.Errorf("sample %+v: want pid %d tid %d period 1", s, os.Getpid(), unix.Gettid())
+		}
+		seen[s.Addr] = true
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if !seen[a] {
+			t.Errorf("no sample at %#x, a page the test touched", a)
+		}
+	}
+	if got := count(t, fd); uint64(samples) != got {
+		t.Errorf("%d samples read, the kernel counted %d faults", samples, got)
+	}
+}
+
+// TestLostRecords: a one-page buffer that is not read while 1000 pages fault
+// overflows; every fault the kernel counted is then either a sample read or
+// in a LOST record.
+func TestLostRecords(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fd := openFaults(t)
+	r, err := Open(fd, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var samples, lost uint64
+	drain := func() {
+		t.Helper()
+		var s perfrecord.Sample
+		if _, err := r.Read(func(rec []byte) bool {
+			h, _ := perfrecord.ParseHeader(rec)
+			switch h.Type {
+			case perfrecord.TypeSample:
+				if err := perfrecord.DecodeSample(rec, perfrecord.Layout{SampleType: sampleType}, &s); err != nil {
+					t.Fatal(err)
+				}
+				samples++
+			case perfrecord.TypeLost:
+				l, err := perfrecord.DecodeLost(rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lost += l.Lost
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
+	touch(t, 1000)
+	drain()
+	// The kernel writes the LOST record when the next record finds room.
+	touch(t, 1)
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	drain()
+	if lost == 0 {
+		t.Fatalf("no LOST record from a %d-byte buffer and 1000 faults (%d samples)", r.Size(), samples)
+	}
+	if got := count(t, fd); samples+lost != got {
+		t.Errorf("%d samples + %d lost = %d, the kernel counted %d faults", samples, lost, samples+lost, got)
+	}
+}
+
+// TestWrappedRecords: records that straddle the end of a small buffer come
+// out whole (through the scratch copy) across many laps.
+func TestWrappedRecords(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fd := openFaults(t)
+	r, err := Open(fd, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
+	want := map[uint64]bool{}
+	got := map[uint64]bool{}
+	var s perfrecord.Sample
+	for range 40 { // 40 × 20 samples of 64 bytes: 12 laps of 4 KiB
+		_, addrs := touch(t, 20)
+		for _, a := range addrs {
+			want[a] = true
+		}
+		if _, err := r.Read(func(rec []byte) bool {
+			if h, _ := perfrecord.ParseHeader(rec); h.Type == perfrecord.TypeSample {
+				if err := perfrecord.DecodeSample(rec, perfrecord.Layout{SampleType: sampleType}, &s); err != nil {
+					t.Fatal(err)
+				}
+				got[s.Addr] = true
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	if cap(r.scratch) == 0 {
+		t.Error("no record wrapped: the test did not exercise the scratch copy")
+	}
+	for a := range want {
+		if !got[a] {
+			t.Errorf("sample at %#x lost or misread", a)
+		}
+	}
+}

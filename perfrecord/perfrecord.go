@@ -1,0 +1,392 @@
+// Package perfrecord decodes the records the kernel writes into a perf ring
+// buffer, and perf.data files carry: PERF_RECORD_SAMPLE laid out by each
+// event's sample_type and read_format, and the bookkeeping records (LOST,
+// LOST_SAMPLES, THROTTLE, UNTHROTTLE, SWITCH_CPU_WIDE). It is pure: bytes in,
+// typed values out, into caller-owned structs so the hot path allocates
+// nothing, and every malformed record is an error naming what is wrong.
+package perfrecord
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"golang.org/x/sys/unix"
+)
+
+// Record types (perf_event_header.type).
+const (
+	TypeLost          = unix.PERF_RECORD_LOST
+	TypeThrottle      = unix.PERF_RECORD_THROTTLE
+	TypeUnthrottle    = unix.PERF_RECORD_UNTHROTTLE
+	TypeSample        = unix.PERF_RECORD_SAMPLE
+	TypeLostSamples   = unix.PERF_RECORD_LOST_SAMPLES
+	TypeSwitchCPUWide = unix.PERF_RECORD_SWITCH_CPU_WIDE
+)
+
+// HeaderSize is the size of struct perf_event_header.
+const HeaderSize = 8
+
+// Header is struct perf_event_header.
+type Header struct {
+	Type uint32
+	Misc uint16
+	Size uint16
+}
+
+// ParseHeader reads the header at the start of b.
+func ParseHeader(b []byte) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, fmt.Errorf("record header: %d bytes, want %d", len(b), HeaderSize)
+	}
+	h := Header{Type: le.Uint32(b), Misc: le.Uint16(b[4:]), Size: le.Uint16(b[6:])}
+	if h.Size < HeaderSize || h.Size%8 != 0 {
+		return h, fmt.Errorf("record type %d: size %d is not a multiple of 8 of at least %d", h.Type, h.Size, HeaderSize)
+	}
+	return h, nil
+}
+
+var le = binary.LittleEndian
+
+// supported are the sample_type bits this decoder lays out. Register dumps,
+// user stacks, branch stacks and AUX need more of the attr than
+// sample_type; they are refused up front rather than misread.
+const supported = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID |
+	unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_ID | unix.PERF_SAMPLE_STREAM_ID |
+	unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD | unix.PERF_SAMPLE_READ | unix.PERF_SAMPLE_CALLCHAIN |
+	unix.PERF_SAMPLE_RAW | unix.PERF_SAMPLE_WEIGHT | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_TRANSACTION |
+	unix.PERF_SAMPLE_PHYS_ADDR | unix.PERF_SAMPLE_CGROUP | unix.PERF_SAMPLE_DATA_PAGE_SIZE |
+	unix.PERF_SAMPLE_CODE_PAGE_SIZE | unix.PERF_SAMPLE_WEIGHT_STRUCT
+
+// Layout is what decides a sample's layout: the event's sample_type and
+// read_format, and whether other records carry a sample_id trailer.
+type Layout struct {
+	SampleType, ReadFormat uint64
+	SampleIDAll            bool
+}
+
+// Check refuses layouts the decoder cannot read.
+func (l Layout) Check() error {
+	if extra := l.SampleType &^ supported; extra != 0 {
+		return fmt.Errorf("sample_type bits %#x (register, stack, branch or AUX dumps) are not supported", extra)
+	}
+	if l.SampleType&unix.PERF_SAMPLE_WEIGHT != 0 && l.SampleType&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
+		return errors.New("sample_type has both WEIGHT and WEIGHT_STRUCT, which the kernel refuses")
+	}
+	return nil
+}
+
+// Sample is a decoded PERF_RECORD_SAMPLE. Fields the layout lacks are zero;
+// Has says which are present (the sample_type bits).
+type Sample struct {
+	Has                     uint64
+	Misc                    uint16
+	ID, StreamID            uint64
+	IP                      uint64
+	PID, TID                uint32
+	Time                    uint64
+	Addr                    uint64
+	CPU                     uint32
+	Period                  uint64
+	Weight                  uint64 // WEIGHT, or WEIGHT_STRUCT's var1_dw (access latency)
+	InsnLatency, Var3Weight uint16 // WEIGHT_STRUCT's var2_w and var3_w
+	DataSrc                 uint64
+	Transaction             uint64
+	PhysAddr                uint64
+	Cgroup                  uint64
+	DataPageSize            uint64
+	CodePageSize            uint64
+	// Read holds the READ values (group members in order) with their ids,
+	// and the times; it keeps its capacity between decodes.
+	Read                 []ReadValue
+	Enabled, Running     uint64
+	Callchain, Raw       []byte // views into the record, valid until it is reused
+	CallchainLen, RawLen int
+}
+
+// ReadValue is one value of PERF_SAMPLE_READ.
+type ReadValue struct {
+	Value, ID, Lost uint64
+}
+
+// DecodeSample decodes the record rec (header included) laid out by l into s.
+func DecodeSample(rec []byte, l Layout, s *Sample) error {
+	h, err := ParseHeader(rec)
+	if err != nil {
+		return err
+	}
+	if h.Type != TypeSample {
+		return fmt.Errorf("record type %d is not a sample", h.Type)
+	}
+	if int(h.Size) > len(rec) {
+		return fmt.Errorf("sample: header says %d bytes, have %d", h.Size, len(rec))
+	}
+	r := reader{b: rec[HeaderSize:h.Size]}
+	read := s.Read[:0]
+	*s = Sample{Has: l.SampleType, Misc: h.Misc}
+	st := l.SampleType
+	if st&unix.PERF_SAMPLE_IDENTIFIER != 0 {
+		s.ID = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_IP != 0 {
+		s.IP = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_TID != 0 {
+		s.PID, s.TID = r.u32(), r.u32()
+	}
+	if st&unix.PERF_SAMPLE_TIME != 0 {
+		s.Time = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_ADDR != 0 {
+		s.Addr = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_ID != 0 {
+		s.ID = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_STREAM_ID != 0 {
+		s.StreamID = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_CPU != 0 {
+		s.CPU = r.u32()
+		r.u32() // reserved
+	}
+	if st&unix.PERF_SAMPLE_PERIOD != 0 {
+		s.Period = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_READ != 0 {
+		read = r.readFormat(l.ReadFormat, read, &s.Enabled, &s.Running)
+	}
+	s.Read = read
+	if st&unix.PERF_SAMPLE_CALLCHAIN != 0 {
+		n := r.u64()
+		if n > uint64(len(r.b))/8 {
+			r.fail("callchain of %d entries", n)
+		} else {
+			s.CallchainLen = int(n)
+			s.Callchain = r.bytes(int(n) * 8)
+		}
+	}
+	if st&unix.PERF_SAMPLE_RAW != 0 {
+		n := r.u32()
+		s.RawLen = int(n)
+		s.Raw = r.bytes(int(n))
+		r.align8(4 + int(n))
+	}
+	if st&unix.PERF_SAMPLE_WEIGHT != 0 {
+		s.Weight = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
+		s.Weight = uint64(r.u32())
+		s.InsnLatency, s.Var3Weight = r.u16(), r.u16()
+	}
+	if st&unix.PERF_SAMPLE_DATA_SRC != 0 {
+		s.DataSrc = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_TRANSACTION != 0 {
+		s.Transaction = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_PHYS_ADDR != 0 {
+		s.PhysAddr = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_CGROUP != 0 {
+		s.Cgroup = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_DATA_PAGE_SIZE != 0 {
+		s.DataPageSize = r.u64()
+	}
+	if st&unix.PERF_SAMPLE_CODE_PAGE_SIZE != 0 {
+		s.CodePageSize = r.u64()
+	}
+	if r.err != nil {
+		return fmt.Errorf("sample (sample_type %#x, %d bytes): %w", st, h.Size, r.err)
+	}
+	return nil
+}
+
+// Lost is PERF_RECORD_LOST (records the kernel dropped for a full buffer)
+// or PERF_RECORD_LOST_SAMPLES (samples the PMU lost, ID zero).
+type Lost struct {
+	ID, Lost uint64
+}
+
+// DecodeLost decodes either lost record.
+func DecodeLost(rec []byte) (Lost, error) {
+	h, err := ParseHeader(rec)
+	if err != nil {
+		return Lost{}, err
+	}
+	r := reader{b: rec[HeaderSize:min(int(h.Size), len(rec))]}
+	var l Lost
+	switch h.Type {
+	case TypeLost:
+		l.ID, l.Lost = r.u64(), r.u64()
+	case TypeLostSamples:
+		l.Lost = r.u64()
+	default:
+		return l, fmt.Errorf("record type %d is not a lost record", h.Type)
+	}
+	if r.err != nil {
+		return l, fmt.Errorf("lost record: %w", r.err)
+	}
+	return l, nil
+}
+
+// Throttle is PERF_RECORD_THROTTLE or UNTHROTTLE: the kernel stopped (or
+// resumed) an event that sampled faster than perf_event_max_sample_rate.
+type Throttle struct {
+	Time, ID, StreamID uint64
+	Throttled          bool
+}
+
+// DecodeThrottle decodes either throttle record.
+func DecodeThrottle(rec []byte) (Throttle, error) {
+	h, err := ParseHeader(rec)
+	if err != nil {
+		return Throttle{}, err
+	}
+	if h.Type != TypeThrottle && h.Type != TypeUnthrottle {
+		return Throttle{}, fmt.Errorf("record type %d is not a throttle record", h.Type)
+	}
+	r := reader{b: rec[HeaderSize:min(int(h.Size), len(rec))]}
+	t := Throttle{Time: r.u64(), ID: r.u64(), StreamID: r.u64(), Throttled: h.Type == TypeThrottle}
+	if r.err != nil {
+		return t, fmt.Errorf("throttle record: %w", r.err)
+	}
+	return t, nil
+}
+
+// Switch is PERF_RECORD_SWITCH_CPU_WIDE: a context switch on the CPU, out
+// of (Out) or into the task; PID and TID are the other side's.
+type Switch struct {
+	PID, TID uint32
+	Out      bool
+}
+
+// DecodeSwitch decodes a CPU-wide switch record.
+func DecodeSwitch(rec []byte) (Switch, error) {
+	h, err := ParseHeader(rec)
+	if err != nil {
+		return Switch{}, err
+	}
+	if h.Type != TypeSwitchCPUWide {
+		return Switch{}, fmt.Errorf("record type %d is not a CPU-wide switch", h.Type)
+	}
+	r := reader{b: rec[HeaderSize:min(int(h.Size), len(rec))]}
+	s := Switch{PID: r.u32(), TID: r.u32(), Out: h.Misc&unix.PERF_RECORD_MISC_SWITCH_OUT != 0}
+	if r.err != nil {
+		return s, fmt.Errorf("switch record: %w", r.err)
+	}
+	return s, nil
+}
+
+// reader walks a record's body; the first overrun sets err and every later
+// read returns zero.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf(format+" overruns the record", args...)
+	}
+	r.b = nil
+}
+
+func (r *reader) need(n int, what string) bool {
+	if r.err != nil {
+		return false
+	}
+	if len(r.b) < n {
+		r.fail("%s (%d bytes, %d left)", what, n, len(r.b))
+		return false
+	}
+	return true
+}
+
+func (r *reader) u64() uint64 {
+	if !r.need(8, "a u64") {
+		return 0
+	}
+	v := le.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) u32() uint32 {
+	if !r.need(4, "a u32") {
+		return 0
+	}
+	v := le.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *reader) u16() uint16 {
+	if !r.need(2, "a u16") {
+		return 0
+	}
+	v := le.Uint16(r.b)
+	r.b = r.b[2:]
+	return v
+}
+
+func (r *reader) bytes(n int) []byte {
+	if n < 0 || !r.need(n, "a block") {
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// align8 skips the padding after a block of n bytes that started 8-aligned.
+func (r *reader) align8(n int) {
+	if pad := (8 - n%8) % 8; pad > 0 {
+		r.bytes(pad)
+	}
+}
+
+// readFormat decodes struct read_format into out (reused).
+func (r *reader) readFormat(rf uint64, out []ReadValue, enabled, running *uint64) []ReadValue {
+	group := rf&unix.PERF_FORMAT_GROUP != 0
+	n := uint64(1)
+	if group {
+		n = r.u64()
+		per := 1 + bits.OnesCount64(rf&(unix.PERF_FORMAT_ID|formatLost))
+		if n > uint64(len(r.b))/uint64(8*per) {
+			r.fail("a read group of %d values", n)
+			return out
+		}
+	}
+	if rf&unix.PERF_FORMAT_TOTAL_TIME_ENABLED != 0 && group {
+		*enabled = r.u64()
+	}
+	if rf&unix.PERF_FORMAT_TOTAL_TIME_RUNNING != 0 && group {
+		*running = r.u64()
+	}
+	for i := uint64(0); i < n; i++ {
+		var v ReadValue
+		v.Value = r.u64()
+		if !group {
+			if rf&unix.PERF_FORMAT_TOTAL_TIME_ENABLED != 0 {
+				*enabled = r.u64()
+			}
+			if rf&unix.PERF_FORMAT_TOTAL_TIME_RUNNING != 0 {
+				*running = r.u64()
+			}
+		}
+		if rf&unix.PERF_FORMAT_ID != 0 {
+			v.ID = r.u64()
+		}
+		if rf&formatLost != 0 {
+			v.Lost = r.u64()
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// formatLost is PERF_FORMAT_LOST (Linux 6.0).
+const formatLost = 1 << 4

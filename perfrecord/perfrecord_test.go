@@ -1,0 +1,180 @@
+package perfrecord
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// record builds a record as the kernel lays it out: header, then body words.
+type record struct{ b []byte }
+
+func (r *record) u64(v uint64) { r.b = binary.LittleEndian.AppendUint64(r.b, v) }
+func (r *record) u32(v uint32) { r.b = binary.LittleEndian.AppendUint32(r.b, v) }
+func (r *record) u16(v uint16) { r.b = binary.LittleEndian.AppendUint16(r.b, v) }
+func (r *record) bytes(typ uint32, misc uint16) []byte {
+	h := make([]byte, 8)
+	binary.LittleEndian.PutUint32(h, typ)
+	binary.LittleEndian.PutUint16(h[4:], misc)
+	binary.LittleEndian.PutUint16(h[6:], uint16(8+len(r.b)))
+	return append(h, r.b...)
+}
+
+// A PEBS load-latency sample as Sapphire Rapids' perf mem writes it: the
+// fields in perf_event.h's order, a group read of the auxiliary leader and
+// mem-loads, WEIGHT_STRUCT with the load and instruction latencies.
+const pebsType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME |
+	unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_ID | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD | unix.PERF_SAMPLE_READ |
+	unix.PERF_SAMPLE_WEIGHT_STRUCT | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_PHYS_ADDR | unix.PERF_SAMPLE_CGROUP |
+	unix.PERF_SAMPLE_DATA_PAGE_SIZE
+
+const groupRead = unix.PERF_FORMAT_GROUP | unix.PERF_FORMAT_ID | unix.PERF_FORMAT_TOTAL_TIME_ENABLED | unix.PERF_FORMAT_TOTAL_TIME_RUNNING
+
+func pebsRecord() []byte {
+	var r record
+	r.u64(77)             // identifier
+	r.u64(0x401a2b)       // ip
+	r.u32(1234)           // pid
+	r.u32(1240)           // tid
+	r.u64(987654321)      // time
+	r.u64(0x7ffd12345678) // addr
+	r.u64(77)             // id
+	r.u32(5)              // cpu
+	r.u32(0)              // res
+	r.u64(10007)          // period
+	r.u64(2)              // read: nr
+	r.u64(5000)           // time_enabled
+	r.u64(4000)           // time_running
+	r.u64(111)            // value 0
+	r.u64(76)             // id 0
+	r.u64(222)            // value 1
+	r.u64(77)             // id 1
+	r.u32(312)            // weight.var1_dw: load latency
+	r.u16(9)              // var2_w: instruction latency
+	r.u16(0)              // var3_w
+	r.u64(0x68100142)     // data_src
+	r.u64(0x1234567000)   // phys_addr
+	r.u64(4242)           // cgroup id
+	r.u64(4096)           // data_page_size
+	return r.bytes(TypeSample, unix.PERF_RECORD_MISC_USER|unix.PERF_RECORD_MISC_EXACT_IP)
+}
+
+func TestDecodePEBSLayout(t *testing.T) {
+	l := Layout{SampleType: pebsType, ReadFormat: groupRead}
+	if err := l.Check(); err != nil {
+		t.Fatal(err)
+	}
+	var s Sample
+	if err := DecodeSample(pebsRecord(), l, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.ID != 77 || s.IP != 0x401a2b || s.PID != 1234 || s.TID != 1240 || s.Time != 987654321 ||
+		s.Addr != 0x7ffd12345678 || s.CPU != 5 || s.Period != 10007 || s.Weight != 312 || s.InsnLatency != 9 ||
+		s.DataSrc != 0x68100142 || s.PhysAddr != 0x1234567000 || s.Cgroup != 4242 || s.DataPageSize != 4096 {
+		t.Errorf("%+v", s)
+	}
+	if len(s.Read) != 2 || s.Read[1] != (ReadValue{Value: 222, ID: 77}) || s.Enabled != 5000 || s.Running != 4000 {
+		t.Errorf("read %+v enabled %d running %d", s.Read, s.Enabled, s.Running)
+	}
+	if s.Misc&unix.PERF_RECORD_MISC_EXACT_IP == 0 {
+		t.Error("misc lost")
+	}
+	// Decoding again reuses Read's storage: no allocation per record.
+	rec := pebsRecord()
+	if n := testing.AllocsPerRun(100, func() { DecodeSample(rec, l, &s) }); n != 0 {
+		t.Errorf("%v allocations per decode", n)
+	}
+}
+
+// An IBS op sample (AMD): IP, TID, TIME, ADDR, CPU, PERIOD, DATA_SRC and
+// RAW holding the IBS registers; RAW's u32 size and padding to 8 bytes.
+func TestDecodeRawAndCallchain(t *testing.T) {
+	st := uint64(unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_CALLCHAIN | unix.PERF_SAMPLE_RAW | unix.PERF_SAMPLE_DATA_SRC)
+	var r record
+	r.u64(0xffffffff81000000)
+	r.u64(2)
+	r.u64(0xaaaa)
+	r.u64(0xbbbb)
+	r.u32(12) // raw size: 12 bytes, then 4 of padding (4+12 = 16)
+	r.u32(0x01020304)
+	r.u32(0x05060708)
+	r.u32(0x090a0b0c)
+	r.u64(0x42)
+	var s Sample
+	if err := DecodeSample(r.bytes(TypeSample, 0), Layout{SampleType: st}, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.IP != 0xffffffff81000000 || s.CallchainLen != 2 || s.RawLen != 12 || s.Raw[0] != 4 || s.DataSrc != 0x42 {
+		t.Errorf("%+v", s)
+	}
+}
+
+func TestTruncatedAndRefused(t *testing.T) {
+	rec := pebsRecord()
+	l := Layout{SampleType: pebsType, ReadFormat: groupRead}
+	var s Sample
+	// Shorten the body and the header's size together: fields run out.
+	short := append([]byte(nil), rec[:len(rec)-16]...)
+	binary.LittleEndian.PutUint16(short[6:], uint16(len(short)))
+	if err := DecodeSample(short, l, &s); err == nil || !strings.Contains(err.Error(), "overruns the record") {
+		t.Errorf("truncated: %v", err)
+	}
+	if err := DecodeSample(rec[:40], l, &s); err == nil || !strings.Contains(err.Error(), "header says") {
+		t.Errorf("cut: %v", err)
+	}
+	if err := (Layout{SampleType: unix.PERF_SAMPLE_REGS_USER}).Check(); err == nil {
+		t.Error("register dumps accepted")
+	}
+	if _, err := ParseHeader([]byte{1, 0, 0, 0, 0, 0, 7, 0}); err == nil {
+		t.Error("record size 7 accepted")
+	}
+}
+
+func TestBookkeepingRecords(t *testing.T) {
+	var r record
+	r.u64(9)
+	r.u64(31)
+	l, err := DecodeLost(r.bytes(TypeLost, 0))
+	if err != nil || l.ID != 9 || l.Lost != 31 {
+		t.Errorf("lost %+v %v", l, err)
+	}
+	r = record{}
+	r.u64(5)
+	l, err = DecodeLost(r.bytes(TypeLostSamples, 0))
+	if err != nil || l.Lost != 5 {
+		t.Errorf("lost samples %+v %v", l, err)
+	}
+	r = record{}
+	r.u64(100)
+	r.u64(7)
+	r.u64(8)
+	th, err := DecodeThrottle(r.bytes(TypeThrottle, 0))
+	if err != nil || !th.Throttled || th.Time != 100 || th.ID != 7 {
+		t.Errorf("throttle %+v %v", th, err)
+	}
+	r = record{}
+	r.u32(300)
+	r.u32(301)
+	sw, err := DecodeSwitch(r.bytes(TypeSwitchCPUWide, unix.PERF_RECORD_MISC_SWITCH_OUT))
+	if err != nil || !sw.Out || sw.PID != 300 || sw.TID != 301 {
+		t.Errorf("switch %+v %v", sw, err)
+	}
+}
+
+func FuzzDecodeSample(f *testing.F) {
+	f.Add(pebsRecord(), uint64(pebsType), uint64(groupRead))
+	f.Add([]byte{9, 0, 0, 0, 0, 0, 16, 0, 1, 2, 3, 4, 5, 6, 7, 8}, uint64(unix.PERF_SAMPLE_RAW|unix.PERF_SAMPLE_CALLCHAIN), uint64(0))
+	f.Fuzz(func(t *testing.T, rec []byte, st, rf uint64) {
+		l := Layout{SampleType: st, ReadFormat: rf}
+		if l.Check() != nil {
+			return
+		}
+		var s Sample
+		DecodeSample(rec, l, &s)
+		DecodeLost(rec)
+		DecodeThrottle(rec)
+		DecodeSwitch(rec)
+	})
+}
