@@ -56,6 +56,46 @@ func touch(t *testing.T, n int) ([]byte, []uint64) {
 	return mem, addrs
 }
 
+// openRing locks the test to its thread, samples its page faults and maps
+// a ring of pages data pages.
+func openRing(t *testing.T, pages int) (int, *Ring) {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	fd := openFaults(t)
+	r, err := Open(fd, pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return fd, r
+}
+
+// drain reads every record, handing samples and LOST counts on.
+func drain(t *testing.T, r *Ring, sample func(perfrecord.Sample), lost func(uint64)) {
+	t.Helper()
+	var s perfrecord.Sample
+	if _, err := r.Read(func(rec []byte) bool {
+		h, _ := perfrecord.ParseHeader(rec)
+		switch h.Type {
+		case perfrecord.TypeSample:
+			if err := perfrecord.DecodeSample(rec, perfrecord.Layout{SampleType: sampleType}, &s); err != nil {
+				t.Fatal(err)
+			}
+			sample(s)
+		case perfrecord.TypeLost:
+			l, err := perfrecord.DecodeLost(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost(l.Lost)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func count(t *testing.T, fd int) uint64 {
 	t.Helper()
 	var b [8]byte
@@ -68,14 +108,7 @@ func count(t *testing.T, fd int) uint64 {
 // TestPageFaultAddresses: every page the test touches comes back as a sample
 // with that exact address, this thread's ids and period 1.
 func TestPageFaultAddresses(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	fd := openFaults(t)
-	r, err := Open(fd, 64) // 256 KiB: room for every sample
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	fd, r := openRing(t, 64) // 256 KiB: room for every sample
 	p, err := NewPoller()
 	if err != nil {
 		t.Fatal(err)
@@ -92,26 +125,14 @@ func TestPageFaultAddresses(t *testing.T) {
 		t.Fatalf("poll: %v ready, %v (wakeup after every sample)", len(ready), err)
 	}
 	seen := map[uint64]bool{}
-	var s perfrecord.Sample
 	samples := 0
-	layout := perfrecord.Layout{SampleType: sampleType}
-	if _, err := r.Read(func(rec []byte) bool {
-		h, _ := perfrecord.ParseHeader(rec)
-		if h.Type != perfrecord.TypeSample {
-			return true
-		}
-		if err := perfrecord.DecodeSample(rec, layout, &s); err != nil {
-			t.Fatal(err)
-		}
+	drain(t, r, func(s perfrecord.Sample) {
 		samples++
 		if s.PID != uint32(os.Getpid()) || s.TID != uint32(unix.Gettid()) || s.Period != 1 || s.Time == 0 {
 			t.Errorf("sample %+v: want pid %d tid %d period 1", s, os.Getpid(), unix.Gettid())
 		}
 		seen[s.Addr] = true
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}, func(uint64) { t.Error("LOST record from a buffer with room") })
 	for _, a := range addrs {
 		if !seen[a] {
 			t.Errorf("no sample at %#x, a page the test touched", a)
@@ -126,45 +147,16 @@ func TestPageFaultAddresses(t *testing.T) {
 // overflows; every fault the kernel counted is then either a sample read or
 // in a LOST record.
 func TestLostRecords(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	fd := openFaults(t)
-	r, err := Open(fd, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	fd, r := openRing(t, 1)
 	var samples, lost uint64
-	drain := func() {
-		t.Helper()
-		var s perfrecord.Sample
-		if _, err := r.Read(func(rec []byte) bool {
-			h, _ := perfrecord.ParseHeader(rec)
-			switch h.Type {
-			case perfrecord.TypeSample:
-				if err := perfrecord.DecodeSample(rec, perfrecord.Layout{SampleType: sampleType}, &s); err != nil {
-					t.Fatal(err)
-				}
-				samples++
-			case perfrecord.TypeLost:
-				l, err := perfrecord.DecodeLost(rec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				lost += l.Lost
-			}
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	onSample, onLost := func(perfrecord.Sample) { samples++ }, func(n uint64) { lost += n }
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
 	touch(t, 1000)
-	drain()
+	drain(t, r, onSample, onLost)
 	// The kernel writes the LOST record when the next record finds room.
 	touch(t, 1)
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
-	drain()
+	drain(t, r, onSample, onLost)
 	if lost == 0 {
 		t.Fatalf("no LOST record from a %d-byte buffer and 1000 faults (%d samples)", r.Size(), samples)
 	}
@@ -176,34 +168,16 @@ func TestLostRecords(t *testing.T) {
 // TestWrappedRecords: records that straddle the end of a small buffer come
 // out whole (through the scratch copy) across many laps.
 func TestWrappedRecords(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	fd := openFaults(t)
-	r, err := Open(fd, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	fd, r := openRing(t, 1)
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
 	want := map[uint64]bool{}
 	got := map[uint64]bool{}
-	var s perfrecord.Sample
-	for range 40 { // 40 × 20 samples of 64 bytes: 12 laps of 4 KiB
+	for range 40 { // 40 × 20 samples of 56 bytes: 5 laps of 4 KiB
 		_, addrs := touch(t, 20)
 		for _, a := range addrs {
 			want[a] = true
 		}
-		if _, err := r.Read(func(rec []byte) bool {
-			if h, _ := perfrecord.ParseHeader(rec); h.Type == perfrecord.TypeSample {
-				if err := perfrecord.DecodeSample(rec, perfrecord.Layout{SampleType: sampleType}, &s); err != nil {
-					t.Fatal(err)
-				}
-				got[s.Addr] = true
-			}
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
+		drain(t, r, func(s perfrecord.Sample) { got[s.Addr] = true }, func(uint64) { t.Error("LOST record: read too late") })
 	}
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 	if cap(r.scratch) == 0 {
