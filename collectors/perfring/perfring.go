@@ -89,13 +89,12 @@ func (r *Ring) Read(fn func(rec []byte) bool) (int, error) {
 			rec = r.scratch[:size]
 			r.copyOut(rec, start)
 		}
-		if !fn(rec) {
-			tail += size
-			n++
-			break
-		}
+		more := fn(rec)
 		tail += size
 		n++
+		if !more {
+			break
+		}
 	}
 	atomic.StoreUint64(&r.meta.Data_tail, tail)
 	return n, err
