@@ -290,21 +290,7 @@ func (v *TopdownView) TotalsPerCPU() (slots map[int]float64, nodes map[int][]top
 // Totals is TotalsPerCPU summed over CPUs.
 func (v *TopdownView) Totals() (slots float64, nodes []topdown.Node, violations map[string]uint64) {
 	perCPU, byCPU, violations := v.TotalsPerCPU()
-	cpus := make([]int, 0, len(perCPU))
-	for cpu := range perCPU {
-		cpus = append(cpus, cpu)
-	}
-	slices.Sort(cpus)
-	for _, cpu := range cpus {
-		slots += perCPU[cpu]
-		if nodes == nil {
-			nodes = slices.Clone(byCPU[cpu])
-			continue
-		}
-		for i, n := range byCPU[cpu] {
-			nodes[i].Slots += n.Slots
-		}
-	}
+	slots, nodes = topdown.SumCPUs(perCPU, byCPU)
 	return slots, nodes, violations
 }
 

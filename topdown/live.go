@@ -190,19 +190,31 @@ type Node struct {
 // CPUs, and the containment violations per parent.
 func (l *Live) Totals() (slots float64, nodes []Node, violations map[string]uint64) {
 	perCPU, byCPU, violations := l.TotalsPerCPU()
-	sums := map[string]float64{}
-	for cpu, s := range perCPU {
-		slots += s
-		for _, n := range byCPU[cpu] {
-			sums[n.Name] += n.Slots
-		}
-	}
-	for _, m := range l.tree.Metrics() {
-		if m.Level >= 1 {
-			nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, Slots: sums[m.Name]})
+	slots, nodes = SumCPUs(perCPU, byCPU)
+	if nodes == nil { // no CPU yet: every node at zero
+		for _, m := range l.tree.Metrics() {
+			if m.Level >= 1 {
+				nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level})
+			}
 		}
 	}
 	return slots, nodes, violations
+}
+
+// SumCPUs adds per-CPU slot counters up; every CPU's nodes are in the same
+// (tree) order.
+func SumCPUs(perCPU map[int]float64, byCPU map[int][]Node) (slots float64, nodes []Node) {
+	for cpu, s := range perCPU {
+		slots += s
+		if nodes == nil {
+			nodes = slices.Clone(byCPU[cpu])
+			continue
+		}
+		for i, n := range byCPU[cpu] {
+			nodes[i].Slots += n.Slots
+		}
+	}
+	return slots, nodes
 }
 
 // TotalsPerCPU is Totals for each CPU.
