@@ -1,0 +1,246 @@
+package datasrc
+
+// Source is where an access was served from: the source label.
+type Source uint8
+
+// The sources, in label order.
+const (
+	SourceNA Source = iota
+	SourceL1
+	SourceLFB
+	SourceL2
+	SourceL3
+	SourceL4
+	SourceMSC
+	SourceAnyCache
+	SourcePeerCache
+	SourceRemoteCache
+	SourceLocalDRAM
+	SourceRemoteDRAM
+	SourcePMEM
+	SourceCXL
+	SourceIO
+	SourceUncached
+	SourceMiss
+	NumSources
+)
+
+var sourceNames = [NumSources]string{"na", "l1", "lfb", "l2", "l3", "l4", "msc", "any_cache", "peer_cache",
+	"remote_cache", "local_dram", "remote_dram", "pmem", "cxl", "io", "uncached", "miss"}
+
+func (s Source) String() string {
+	if s < NumSources {
+		return sourceNames[s]
+	}
+	return "na"
+}
+
+// Remote is whether the source is beyond this node.
+func (s Source) Remote() bool { return s == SourceRemoteCache || s == SourceRemoteDRAM }
+
+// remote is perf c2c's "mrem": a remote cache level, or the remote bit.
+func (d DataSrc) remote() bool { return d.Remote || d.Lvl&(LvlRemCCE1|LvlRemCCE2) != 0 }
+
+// Source classifies the access. A peer-cache transfer (snoopx peer) is a
+// peer or remote cache by locality; mem_lvl_num decides where set, with
+// mem_remote and mem_hops for its locality; otherwise the mem_lvl bits,
+// remote levels first. An access that says only which level it missed is
+// SourceMiss; one with nothing usable SourceNA.
+func (d DataSrc) Source() Source {
+	if d.SnoopX&SnoopXPeer != 0 {
+		if d.remote() || d.Hops >= Hops1 {
+			return SourceRemoteCache
+		}
+		return SourcePeerCache
+	}
+	missOnly := d.Lvl&LvlMiss != 0 && d.Lvl&LvlHit == 0
+	if n := d.LvlNum; n != 0 && n != LvlNumNA {
+		if missOnly {
+			return SourceMiss
+		}
+		cache := func(s Source) Source {
+			if d.remote() {
+				return SourceRemoteCache
+			}
+			return s
+		}
+		switch n {
+		case LvlNumL1, LvlNumL0: // L0, a cache in front of L1, is the first level too
+			return cache(SourceL1)
+		case LvlNumLFB:
+			return cache(SourceLFB)
+		case LvlNumL2, LvlNumL2MHB:
+			return cache(SourceL2)
+		case LvlNumL3:
+			return cache(SourceL3)
+		case LvlNumL4:
+			return cache(SourceL4)
+		case LvlNumMSC:
+			return cache(SourceMSC)
+		case LvlNumAnyCache:
+			switch {
+			case d.remote() || d.Hops >= Hops1:
+				return SourceRemoteCache
+			case d.Hops == Hops0:
+				return SourcePeerCache
+			}
+			return SourceAnyCache
+		case LvlNumRAM:
+			if d.Remote || d.Hops >= Hops1 || d.Lvl&(LvlRemRAM1|LvlRemRAM2) != 0 {
+				return SourceRemoteDRAM
+			}
+			return SourceLocalDRAM
+		case LvlNumPMEM:
+			return SourcePMEM
+		case LvlNumCXL:
+			return SourceCXL
+		case LvlNumIO:
+			return SourceIO
+		case LvlNumUnc:
+			return SourceUncached
+		}
+	}
+	l := d.Lvl
+	switch {
+	case l == 0 || l&LvlNA != 0:
+		return SourceNA
+	case missOnly:
+		return SourceMiss
+	case l&(LvlRemCCE1|LvlRemCCE2) != 0:
+		return SourceRemoteCache
+	case l&(LvlRemRAM1|LvlRemRAM2) != 0:
+		return SourceRemoteDRAM
+	case l&LvlLocRAM != 0:
+		if d.Remote {
+			return SourceRemoteDRAM
+		}
+		return SourceLocalDRAM
+	case l&LvlL3 != 0:
+		if d.Remote {
+			return SourceRemoteCache
+		}
+		return SourceL3
+	case l&LvlL2 != 0:
+		return SourceL2
+	case l&LvlLFB != 0:
+		return SourceLFB
+	case l&LvlL1 != 0:
+		return SourceL1
+	case l&LvlIO != 0:
+		return SourceIO
+	case l&LvlUnc != 0:
+		return SourceUncached
+	}
+	return SourceNA
+}
+
+// OpName is the op label: load, store, prefetch, exec or na.
+func (d DataSrc) OpName() string {
+	switch {
+	case d.Op&OpLoad != 0:
+		return "load"
+	case d.Op&OpStore != 0:
+		return "store"
+	case d.Op&OpPfetch != 0:
+		return "prefetch"
+	case d.Op&OpExec != 0:
+		return "exec"
+	}
+	return "na"
+}
+
+// IsLoad and IsStore say the op.
+func (d DataSrc) IsLoad() bool  { return d.Op&OpLoad != 0 }
+func (d DataSrc) IsStore() bool { return d.Op&OpLoad == 0 && d.Op&OpStore != 0 }
+
+// SnoopName is the snoop label: the most telling snoop result, hitm, hit,
+// miss, none or na.
+func (d DataSrc) SnoopName() string {
+	switch {
+	case d.Snoop&SnoopHITM != 0:
+		return "hitm"
+	case d.Snoop&SnoopHit != 0:
+		return "hit"
+	case d.Snoop&SnoopMiss != 0:
+		return "miss"
+	case d.Snoop&SnoopNone != 0:
+		return "none"
+	}
+	return "na"
+}
+
+// HITM is a load that hit a line modified in another core's cache: the
+// cost false sharing causes.
+type HITM uint8
+
+// HITM kinds.
+const (
+	NoHITM HITM = iota
+	LocalHITM
+	RemoteHITM
+)
+
+func (h HITM) String() string { return [...]string{"none", "local", "remote"}[h] }
+
+// HITM says whether a load hit a modified line, and where: perf c2c's
+// lcl_hitm (an L3 or local hit) and rmt_hitm (a remote cache level).
+func (d DataSrc) HITM() HITM {
+	if d.Op&OpLoad == 0 || d.Snoop&SnoopHITM == 0 {
+		return NoHITM
+	}
+	if d.remote() {
+		return RemoteHITM
+	}
+	return LocalHITM
+}
+
+// Names are the decoded fields as the kernel's constant names (perf
+// script's words), for people and JSON.
+type Names struct {
+	Op     []string `json:"op"`
+	Lvl    []string `json:"lvl"`
+	LvlNum string   `json:"lvl_num"`
+	Remote bool     `json:"remote"`
+	Snoop  []string `json:"snoop"`
+	SnoopX []string `json:"snoopx"`
+	Lock   []string `json:"lock"`
+	TLB    []string `json:"tlb"`
+	Blk    []string `json:"blk"`
+	Hops   uint8    `json:"hops"`
+}
+
+// Names names every bit set.
+func (d DataSrc) Names() Names {
+	return Names{
+		Op:     bitNames(uint64(d.Op), []string{"na", "load", "store", "pfetch", "exec"}),
+		Lvl:    bitNames(uint64(d.Lvl), []string{"na", "hit", "miss", "l1", "lfb", "l2", "l3", "loc_ram", "rem_ram1", "rem_ram2", "rem_cce1", "rem_cce2", "io", "unc"}),
+		LvlNum: lvlNumName(d.LvlNum),
+		Remote: d.Remote,
+		Snoop:  bitNames(uint64(d.Snoop), []string{"na", "none", "hit", "miss", "hitm"}),
+		SnoopX: bitNames(uint64(d.SnoopX), []string{"fwd", "peer"}),
+		Lock:   bitNames(uint64(d.Lock), []string{"na", "locked"}),
+		TLB:    bitNames(uint64(d.DTLB), []string{"na", "hit", "miss", "l1", "l2", "walker", "os"}),
+		Blk:    bitNames(uint64(d.Blk), []string{"na", "data", "addr"}),
+		Hops:   d.Hops,
+	}
+}
+
+func bitNames(v uint64, names []string) []string {
+	out := []string{}
+	for i, n := range names {
+		if v&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func lvlNumName(n uint8) string {
+	names := map[uint8]string{0: "", LvlNumL1: "l1", LvlNumL2: "l2", LvlNumL3: "l3", LvlNumL4: "l4",
+		LvlNumL2MHB: "l2_mhb", LvlNumMSC: "msc", LvlNumL0: "l0", LvlNumUnc: "unc", LvlNumCXL: "cxl", LvlNumIO: "io",
+		LvlNumAnyCache: "any_cache", LvlNumLFB: "lfb", LvlNumRAM: "ram", LvlNumPMEM: "pmem", LvlNumNA: "na"}
+	if s, ok := names[n]; ok {
+		return s
+	}
+	return "reserved"
+}
