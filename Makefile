@@ -18,6 +18,6 @@ bench:
 
 # A short fuzzing pass over every parser and decoder; new crashers land in testdata/fuzz.
 fuzz:
-	for t in cpuset:FuzzParse eventspec:FuzzResolve config:FuzzParse counting:FuzzScale collectors/perf:FuzzDecodeGroupRead perfstat:FuzzParse replay:FuzzLoad perfrecord:FuzzDecodeSample; do \
+	for t in cpuset:FuzzParse eventspec:FuzzResolve config:FuzzParse counting:FuzzScale collectors/perf:FuzzDecodeGroupRead perfstat:FuzzParse replay:FuzzLoad perfrecord:FuzzDecodeSample perfdata:FuzzOpen; do \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime 30s ./$${t%%:*}/ || exit 1; \
 	done

@@ -138,6 +138,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
 	tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
 
+	var sf samplesFlags
+	smpCmd := app.Command("samples", "Print the samples of a perf.data file (perf record, perf mem record, perf c2c record; - reads a pipe-mode stream), one JSON object per line, in perf script's order, with data_src decoded.")
+	smpCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream (perf record -o -) from standard input.").Short('i').Default("perf.data").StringVar(&sf.input)
+	smpCmd.Flag("format", "Output format: jsonl.").Default("jsonl").EnumVar(&sf.format, "jsonl")
+
 	cmd, err := app.Parse(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "pmu_exporter: %v (try --help)\n", err)
@@ -153,6 +158,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(f, stdout, stderr)
 	case tdCmd.FullCommand():
 		return runTopdown(f, td, os.Stdin, stdout, stderr)
+	case smpCmd.FullCommand():
+		return runSamples(sf, os.Stdin, stdout, stderr)
 	default:
 		if f.interval <= 0 {
 			fmt.Fprintf(stderr, "pmu_exporter: --collector.interval must be positive, got %v\n", f.interval)

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/perfdata"
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+)
+
+// samplesFlags are the options of `pmu_exporter samples`.
+type samplesFlags struct {
+	input, format string
+}
+
+// sampleJSON is one line of `samples --format jsonl`. Fields the event did
+// not record are left out, as perf script refuses to print them;
+// addresses are hex strings, as JSON numbers lose 64-bit precision.
+type sampleJSON struct {
+	Event    string       `json:"event"`
+	PID      *uint32      `json:"pid,omitempty"`
+	TID      *uint32      `json:"tid,omitempty"`
+	CPU      *uint32      `json:"cpu,omitempty"`
+	Time     *uint64      `json:"time,omitempty"`
+	IP       string       `json:"ip,omitempty"`
+	Addr     string       `json:"addr,omitempty"`
+	Period   *uint64      `json:"period,omitempty"`
+	Weight   *uint64      `json:"weight,omitempty"`
+	PhysAddr string       `json:"phys_addr,omitempty"`
+	DataSrc  *dataSrcJSON `json:"data_src,omitempty"`
+}
+
+// dataSrcJSON is the decoded data_src: the raw word, every field by the
+// kernel's names, and the exporter's classification.
+type dataSrcJSON struct {
+	Raw string `json:"raw"`
+	datasrc.Names
+	Source string `json:"source"`
+	Snoop  string `json:"snoop_class"`
+	HITM   string `json:"hitm"`
+}
+
+func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
+
+// runSamples prints every sample of a perf.data file, in perf script's
+// order, one JSON object per line.
+func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "pmu_exporter samples: %s: %v\n", sf.input, err)
+		return 1
+	}
+	var in io.Reader = stdin
+	if sf.input != "-" {
+		f, err := os.Open(sf.input)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		in = f
+	}
+	file, err := perfdata.Open(in)
+	if err != nil {
+		return fail(err)
+	}
+	w := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(w)
+	var s perfrecord.Sample
+	var samples, lost, bad uint64
+	err = file.Ordered(func(rec []byte) error {
+		h, _ := perfrecord.ParseHeader(rec)
+		switch h.Type {
+		case perfrecord.TypeLost, perfrecord.TypeLostSamples:
+			if l, err := perfrecord.DecodeLost(rec); err == nil {
+				lost += l.Lost
+			}
+			return nil
+		case perfrecord.TypeSample:
+		default:
+			return nil
+		}
+		i, err := file.Events.ForSample(rec)
+		if err == nil {
+			err = perfrecord.DecodeSample(rec, file.Events.Attrs[i].Layout(), &s)
+		}
+		if err != nil { // one bad sample does not hide the others
+			if bad == 0 {
+				fmt.Fprintf(stderr, "pmu_exporter samples: %s: sample %d: %v\n", sf.input, samples+bad+1, err)
+			}
+			bad++
+			return nil
+		}
+		samples++
+		return enc.Encode(sampleLine(file.Names[i], file.Events.Attrs[i], &s))
+	})
+	if ferr := w.Flush(); err == nil {
+		err = ferr
+	}
+	fmt.Fprintf(stderr, "%d samples, %d lost, %d malformed\n", samples, lost, bad)
+	if err != nil {
+		return fail(err)
+	}
+	if bad > 0 {
+		return 1
+	}
+	return 0
+}
+
+// sampleLine shapes a sample; an event with a fixed period that is not
+// sampled has that period, as perf script prints it.
+func sampleLine(event string, a perfrecord.Attr, s *perfrecord.Sample) sampleJSON {
+	j := sampleJSON{Event: event}
+	if s.Has&unix.PERF_SAMPLE_PERIOD == 0 && !a.Freq {
+		s.Period = a.Period
+	}
+	has := func(bit uint64) bool { return s.Has&bit != 0 }
+	if has(unix.PERF_SAMPLE_TID) {
+		j.PID, j.TID = &s.PID, &s.TID
+	}
+	if has(unix.PERF_SAMPLE_CPU) {
+		j.CPU = &s.CPU
+	}
+	if has(unix.PERF_SAMPLE_TIME) {
+		j.Time = &s.Time
+	}
+	if has(unix.PERF_SAMPLE_IP) {
+		j.IP = hex(s.IP)
+	}
+	if has(unix.PERF_SAMPLE_ADDR) {
+		j.Addr = hex(s.Addr)
+	}
+	if has(unix.PERF_SAMPLE_PERIOD) || !a.Freq {
+		j.Period = &s.Period
+	}
+	if has(unix.PERF_SAMPLE_WEIGHT | unix.PERF_SAMPLE_WEIGHT_STRUCT) {
+		j.Weight = &s.Weight
+	}
+	if has(unix.PERF_SAMPLE_PHYS_ADDR) {
+		j.PhysAddr = hex(s.PhysAddr)
+	}
+	if has(unix.PERF_SAMPLE_DATA_SRC) {
+		d := datasrc.Decode(s.DataSrc)
+		j.DataSrc = &dataSrcJSON{Raw: hex(s.DataSrc), Names: d.Names(), Source: d.Source().String(), Snoop: d.SnoopName(), HITM: d.HITM().String()}
+	}
+	return j
+}

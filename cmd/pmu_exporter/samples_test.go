@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// perfScriptFields are what perf script and samples both print, in perf
+// script's column order.
+const perfScriptFields = "pid,tid,cpu,time,period,addr,data_src,weight,ip,phys_addr"
+
+// recordFaults records every page fault on this machine while a few
+// processes run, with addresses, data sources, weights, physical addresses
+// and page sizes: perf record -e page-faults -d as the issue names it.
+func recordFaults(t *testing.T, pipe bool) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	perf := testenv.RequireTool(t, "perf")
+	out := filepath.Join(t.TempDir(), "perf.data")
+	args := []string{"record", "-q", "-a", "-e", "page-faults", "-c", "1", "-d", "--phys-data", "-W", "--data-page-size", "-o", out}
+	if pipe {
+		args[len(args)-1] = "-"
+	}
+	args = append(args, "--", "sh", "-c", "for i in 1 2 3 4; do cat /proc/self/maps >/dev/null & done; wait")
+	cmd := exec.Command(perf, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if pipe {
+		f, err := os.Create(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd.Stdout = f
+	}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("perf %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out
+}
+
+// perfScript is perf script's view of the file: one line per sample, the
+// fields normalised to "pid tid cpu time_ns period addr data_src weight ip
+// phys" in hex where perf prints hex.
+func perfScript(t *testing.T, file string) []string {
+	t.Helper()
+	out, err := exec.Command("perf", "script", "-i", file, "--ns", "-F", perfScriptFields).Output()
+	if err != nil {
+		t.Fatalf("perf script: %v", err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		// "pid/tid [cpu] sec.nsec: period addr datasrc |OP ...|BLK  N/A weight ip phys"
+		bar, last := strings.IndexByte(line, '|'), strings.LastIndexByte(line, '|')
+		if bar < 0 {
+			t.Fatalf("perf script line without data_src: %q", line)
+		}
+		head, tail := strings.Fields(strings.NewReplacer("/", " ", "[", "", "]", "", ":", "").Replace(line[:bar])), strings.Fields(line[last+1:])
+		if len(head) != 7 || len(tail) < 3 {
+			t.Fatalf("perf script line %q: %d fields before data_src, %d after", line, len(head), len(tail))
+		}
+		sec, nsec, _ := strings.Cut(head[3], ".")
+		s, _ := strconv.ParseUint(sec, 10, 64)
+		ns, _ := strconv.ParseUint(nsec, 10, 64)
+		tail = tail[len(tail)-3:]
+		cpu, _ := strconv.Atoi(head[2])
+		lines = append(lines, fmt.Sprintf("%s %s %d %d %s 0x%s 0x%s %s 0x%s 0x%s", head[0], head[1], cpu, s*1e9+ns,
+			head[4], head[5], head[6], tail[0], tail[1], tail[2]))
+	}
+	return lines
+}
+
+// ourSamples runs `pmu_exporter samples` and normalises its lines the same way.
+func ourSamples(t *testing.T, file string) []string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"samples", "--input", file}, &stdout, &stderr); code != 0 {
+		t.Fatalf("samples exited %d: %s", code, stderr.String())
+	}
+	var lines []string
+	dec := json.NewDecoder(&stdout)
+	for dec.More() {
+		var s sampleJSON
+		if err := dec.Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		if s.PID == nil || s.CPU == nil || s.Time == nil || s.Period == nil || s.Weight == nil || s.DataSrc == nil {
+			t.Fatalf("sample without a recorded field: %+v", s)
+		}
+		lines = append(lines, fmt.Sprintf("%d %d %d %d %d %s %s %d %s %s", *s.PID, *s.TID, *s.CPU, *s.Time, *s.Period,
+			s.Addr, s.DataSrc.Raw, *s.Weight, s.IP, s.PhysAddr))
+	}
+	return lines
+}
+
+// TestSamplesAgreeWithPerfScript: on files perf recorded here, in file and
+// pipe mode, samples prints exactly perf script's samples, in its order.
+func TestSamplesAgreeWithPerfScript(t *testing.T) {
+	for _, pipe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "file", true: "pipe"}[pipe], func(t *testing.T) {
+			file := recordFaults(t, pipe)
+			want, got := perfScript(t, file), ourSamples(t, file)
+			if len(want) < 50 {
+				t.Fatalf("perf recorded only %d page faults", len(want))
+			}
+			if len(got) != len(want) {
+				t.Errorf("%d samples, perf script has %d", len(got), len(want))
+			}
+			for i := range min(len(got), len(want)) {
+				if got[i] != want[i] {
+					t.Fatalf("sample %d:\n ours %s\n perf %s", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
