@@ -169,3 +169,17 @@ func TestBound(t *testing.T) {
 		t.Errorf("hottest line %+v", top[0])
 	}
 }
+
+func TestReport(t *testing.T) {
+	if got := Ranges(0xff0f | 1<<63); got != "0-3,8-15,63" {
+		t.Errorf("Ranges: %q", got)
+	}
+	tb := New(8)
+	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10})
+	tb.Add(Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10})
+	r := tb.Report(5, func(pid uint32, addr uint64) string { return "[heap]" })
+	if r.Totals.FalseSharing != 10 || len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].Symbol != "[heap]" ||
+		r.Lines[0].Threads[1].Written != "8-15" || r.Lines[0].Threads[1].CPUs[0] != 5 || r.Lines[0].Threads[0].Read != "0-7" {
+		t.Errorf("%+v", r)
+	}
+}

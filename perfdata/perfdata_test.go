@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 )
 
@@ -18,16 +19,8 @@ var put = binary.LittleEndian
 
 const st = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_ADDR
 
-// attr is a 128-byte perf_event_attr (VER7) as perf 6.1 writes it.
 func attr(config uint64) []byte {
-	b := make([]byte, 128)
-	put.PutUint32(b, unix.PERF_TYPE_SOFTWARE)
-	put.PutUint32(b[4:], 128)
-	put.PutUint64(b[8:], config)
-	put.PutUint64(b[16:], 1)
-	put.PutUint64(b[24:], st)
-	put.PutUint64(b[40:], 1<<18) // sample_id_all
-	return b
+	return perffile.Attr(unix.PERF_TYPE_SOFTWARE, config, 1, st, true, 0)
 }
 
 // sample is a sample of this layout: identifier, pid/tid, time, addr.
@@ -50,70 +43,12 @@ func userRecord(typ uint32, body []byte) []byte {
 	return append(b, body...)
 }
 
-func str(s string) []byte {
-	n := (len(s) + 1 + 7) / 8 * 8
-	b := put.AppendUint32(nil, uint32(n))
-	return append(b, append([]byte(s), make([]byte, n-len(s))...)...)
-}
-
-// buildFile lays out a perf.data file as perf record does: header, attrs
-// with their id arrays, the data section, then the feature index and the
-// HOSTNAME and EVENT_DESC sections.
+// buildFile is a file of page-faults (ids 10, 11) and dummy (id 20) events.
 func buildFile(records ...[]byte) []byte {
-	attrs := [][]byte{attr(unix.PERF_COUNT_SW_PAGE_FAULTS), attr(unix.PERF_COUNT_SW_DUMMY)}
-	ids := [][]uint64{{10, 11}, {20}}
-	var f bytes.Buffer
-	f.Write(make([]byte, headerSize))
-	idOff := make([]int, len(ids))
-	for i, l := range ids {
-		idOff[i] = f.Len()
-		for _, id := range l {
-			binary.Write(&f, binary.LittleEndian, id)
-		}
-	}
-	attrsOff := f.Len()
-	for i, a := range attrs {
-		f.Write(a)
-		binary.Write(&f, binary.LittleEndian, [2]uint64{uint64(idOff[i]), uint64(8 * len(ids[i]))})
-	}
-	dataOff := f.Len()
-	for _, r := range records {
-		f.Write(r)
-	}
-	dataSize := f.Len() - dataOff
-	var desc []byte
-	desc = put.AppendUint32(desc, 2)
-	desc = put.AppendUint32(desc, 128)
-	for i, name := range []string{"page-faults:u", "dummy:HG"} {
-		desc = append(desc, attrs[i]...)
-		desc = put.AppendUint32(desc, uint32(len(ids[i])))
-		desc = append(desc, str(name)...)
-		for _, id := range ids[i] {
-			desc = put.AppendUint64(desc, id)
-		}
-	}
-	host := str("node-7")
-	index := f.Len()
-	f.Write(make([]byte, 32)) // two entries: HOSTNAME, EVENT_DESC
-	hostOff := f.Len()
-	f.Write(host)
-	descOff := f.Len()
-	f.Write(desc)
-	b := f.Bytes()
-	put.PutUint64(b[index:], uint64(hostOff))
-	put.PutUint64(b[index+8:], uint64(len(host)))
-	put.PutUint64(b[index+16:], uint64(descOff))
-	put.PutUint64(b[index+24:], uint64(len(desc)))
-	put.PutUint64(b, magic)
-	put.PutUint64(b[8:], headerSize)
-	put.PutUint64(b[16:], 128+16)
-	put.PutUint64(b[24:], uint64(attrsOff))
-	put.PutUint64(b[32:], uint64(len(attrs)*(128+16)))
-	put.PutUint64(b[40:], uint64(dataOff))
-	put.PutUint64(b[48:], uint64(dataSize))
-	b[72+featHostname/8] |= 1 << (featHostname % 8)
-	b[72+featEventDesc/8] |= 1 << (featEventDesc % 8)
-	return b
+	return perffile.File([]perffile.Event{
+		{Attr: attr(unix.PERF_COUNT_SW_PAGE_FAULTS), IDs: []uint64{10, 11}, Name: "page-faults:u"},
+		{Attr: attr(unix.PERF_COUNT_SW_DUMMY), IDs: []uint64{20}, Name: "dummy:HG"},
+	}, "node-7", records...)
 }
 
 func finishedRound() []byte { return userRecord(TypeFinishedRound, nil) }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 )
 
 // perf mem on Sapphire Rapids: the auxiliary leader and mem-loads share a
@@ -20,17 +22,17 @@ func TestEventsByIdentifier(t *testing.T) {
 		t.Errorf("sample of id 77: event %d, %v", i, err)
 	}
 	// A LOST record with the trailer: pid/tid, time, id, cpu, identifier.
-	var r record
-	r.u64(76) // id
-	r.u64(12) // lost
-	r.u32(10)
-	r.u32(11)
-	r.u64(5555) // time
-	r.u64(76)   // id
-	r.u32(3)    // cpu
-	r.u32(0)
-	r.u64(76) // identifier
-	lost := r.bytes(TypeLost, 0)
+	var r perffile.Record
+	r.U64(76) // id
+	r.U64(12) // lost
+	r.U32(10)
+	r.U32(11)
+	r.U64(5555) // time
+	r.U64(76)   // id
+	r.U32(3)    // cpu
+	r.U32(0)
+	r.U64(76) // identifier
+	lost := r.Bytes(TypeLost, 0)
 	if i, err := ev.ForRecord(lost); err != nil || i != 0 {
 		t.Errorf("lost of id 76: event %d, %v", i, err)
 	}
@@ -58,26 +60,26 @@ func TestEventsByIDPosition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r record
-	r.u64(0x1000) // ip
-	r.u32(1)
-	r.u32(2)
-	r.u64(117) // id
-	r.u32(0)
-	r.u32(0)
-	if i, err := ev.ForSample(r.bytes(TypeSample, 0)); err != nil || i != 17 {
+	var r perffile.Record
+	r.U64(0x1000) // ip
+	r.U32(1)
+	r.U32(2)
+	r.U64(117) // id
+	r.U32(0)
+	r.U32(0)
+	if i, err := ev.ForSample(r.Bytes(TypeSample, 0)); err != nil || i != 17 {
 		t.Errorf("event %d, %v", i, err)
 	}
-	r = record{}
-	r.u64(0)
-	r.u64(0)
-	r.u64(0)   // throttle body: time, id, stream_id
-	r.u32(1)   // trailer pid
-	r.u32(2)   // tid
-	r.u64(105) // id
-	r.u32(1)   // cpu
-	r.u32(0)
-	if i, err := ev.ForRecord(r.bytes(TypeThrottle, 0)); err != nil || i != 5 {
+	r = perffile.Record{}
+	r.U64(0)
+	r.U64(0)
+	r.U64(0)   // throttle body: time, id, stream_id
+	r.U32(1)   // trailer pid
+	r.U32(2)   // tid
+	r.U64(105) // id
+	r.U32(1)   // cpu
+	r.U32(0)
+	if i, err := ev.ForRecord(r.Bytes(TypeThrottle, 0)); err != nil || i != 5 {
 		t.Errorf("throttle: event %d, %v", i, err)
 	}
 }

@@ -1,9 +1,10 @@
 // Package perfrecord decodes the records the kernel writes into a perf ring
 // buffer, and perf.data files carry: PERF_RECORD_SAMPLE laid out by each
 // event's sample_type and read_format, and the bookkeeping records (LOST,
-// LOST_SAMPLES, THROTTLE, UNTHROTTLE, SWITCH_CPU_WIDE). It is pure: bytes in,
-// typed values out, into caller-owned structs so the hot path allocates
-// nothing, and every malformed record is an error naming what is wrong.
+// LOST_SAMPLES, THROTTLE, UNTHROTTLE, SWITCH_CPU_WIDE, and MMAP/MMAP2 that
+// name addresses). It is pure: bytes in, typed values out, into
+// caller-owned structs so the hot path allocates nothing, and every
+// malformed record is an error naming what is wrong.
 package perfrecord
 
 import (
@@ -17,6 +18,8 @@ import (
 
 // Record types (perf_event_header.type).
 const (
+	TypeMmap          = unix.PERF_RECORD_MMAP
+	TypeMmap2         = unix.PERF_RECORD_MMAP2
 	TypeLost          = unix.PERF_RECORD_LOST
 	TypeThrottle      = unix.PERF_RECORD_THROTTLE
 	TypeUnthrottle    = unix.PERF_RECORD_UNTHROTTLE
@@ -390,3 +393,42 @@ func (r *reader) readFormat(rf uint64, out []ReadValue, enabled, running *uint64
 
 // formatLost is PERF_FORMAT_LOST (Linux 6.0).
 const formatLost = 1 << 4
+
+// Mmap is PERF_RECORD_MMAP or MMAP2: a mapping of a process, which names
+// the code and data addresses of its samples.
+type Mmap struct {
+	PID, TID         uint32
+	Addr, Len, PgOff uint64
+	Prot, Flags      uint32 // MMAP2 only
+	Filename         string
+}
+
+// DecodeMmap decodes either mmap record; the file name ends at its NUL,
+// before the padding and any sample_id trailer.
+func DecodeMmap(rec []byte) (Mmap, error) {
+	h, err := ParseHeader(rec)
+	if err != nil {
+		return Mmap{}, err
+	}
+	if h.Type != TypeMmap && h.Type != TypeMmap2 {
+		return Mmap{}, fmt.Errorf("record type %d is not an mmap record", h.Type)
+	}
+	r := reader{b: rec[HeaderSize:min(int(h.Size), len(rec))]}
+	m := Mmap{PID: r.u32(), TID: r.u32(), Addr: r.u64(), Len: r.u64(), PgOff: r.u64()}
+	if h.Type == TypeMmap2 {
+		r.bytes(24) // maj, min, ino, ino_generation, or the build id
+		m.Prot, m.Flags = r.u32(), r.u32()
+	}
+	if r.err != nil {
+		return m, fmt.Errorf("mmap record: %w", r.err)
+	}
+	name := r.b
+	for i, c := range name {
+		if c == 0 {
+			name = name[:i]
+			break
+		}
+	}
+	m.Filename = string(name)
+	return m, nil
+}

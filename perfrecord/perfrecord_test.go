@@ -6,21 +6,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 )
-
-// record builds a record as the kernel lays it out: header, then body words.
-type record struct{ b []byte }
-
-func (r *record) u64(v uint64) { r.b = binary.LittleEndian.AppendUint64(r.b, v) }
-func (r *record) u32(v uint32) { r.b = binary.LittleEndian.AppendUint32(r.b, v) }
-func (r *record) u16(v uint16) { r.b = binary.LittleEndian.AppendUint16(r.b, v) }
-func (r *record) bytes(typ uint32, misc uint16) []byte {
-	h := make([]byte, 8)
-	binary.LittleEndian.PutUint32(h, typ)
-	binary.LittleEndian.PutUint16(h[4:], misc)
-	binary.LittleEndian.PutUint16(h[6:], uint16(8+len(r.b)))
-	return append(h, r.b...)
-}
 
 // A PEBS load-latency sample as Sapphire Rapids' perf mem writes it: the
 // fields in perf_event.h's order, a group read of the auxiliary leader and
@@ -33,32 +21,32 @@ const pebsType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_S
 const groupRead = unix.PERF_FORMAT_GROUP | unix.PERF_FORMAT_ID | unix.PERF_FORMAT_TOTAL_TIME_ENABLED | unix.PERF_FORMAT_TOTAL_TIME_RUNNING
 
 func pebsRecord() []byte {
-	var r record
-	r.u64(77)             // identifier
-	r.u64(0x401a2b)       // ip
-	r.u32(1234)           // pid
-	r.u32(1240)           // tid
-	r.u64(987654321)      // time
-	r.u64(0x7ffd12345678) // addr
-	r.u64(77)             // id
-	r.u32(5)              // cpu
-	r.u32(0)              // res
-	r.u64(10007)          // period
-	r.u64(2)              // read: nr
-	r.u64(5000)           // time_enabled
-	r.u64(4000)           // time_running
-	r.u64(111)            // value 0
-	r.u64(76)             // id 0
-	r.u64(222)            // value 1
-	r.u64(77)             // id 1
-	r.u32(312)            // weight.var1_dw: load latency
-	r.u16(9)              // var2_w: instruction latency
-	r.u16(0)              // var3_w
-	r.u64(0x68100142)     // data_src
-	r.u64(0x1234567000)   // phys_addr
-	r.u64(4242)           // cgroup id
-	r.u64(4096)           // data_page_size
-	return r.bytes(TypeSample, unix.PERF_RECORD_MISC_USER|unix.PERF_RECORD_MISC_EXACT_IP)
+	var r perffile.Record
+	r.U64(77)             // identifier
+	r.U64(0x401a2b)       // ip
+	r.U32(1234)           // pid
+	r.U32(1240)           // tid
+	r.U64(987654321)      // time
+	r.U64(0x7ffd12345678) // addr
+	r.U64(77)             // id
+	r.U32(5)              // cpu
+	r.U32(0)              // res
+	r.U64(10007)          // period
+	r.U64(2)              // read: nr
+	r.U64(5000)           // time_enabled
+	r.U64(4000)           // time_running
+	r.U64(111)            // value 0
+	r.U64(76)             // id 0
+	r.U64(222)            // value 1
+	r.U64(77)             // id 1
+	r.U32(312)            // weight.var1_dw: load latency
+	r.U16(9)              // var2_w: instruction latency
+	r.U16(0)              // var3_w
+	r.U64(0x68100142)     // data_src
+	r.U64(0x1234567000)   // phys_addr
+	r.U64(4242)           // cgroup id
+	r.U64(4096)           // data_page_size
+	return r.Bytes(TypeSample, unix.PERF_RECORD_MISC_USER|unix.PERF_RECORD_MISC_EXACT_IP)
 }
 
 func TestDecodePEBSLayout(t *testing.T) {
@@ -92,18 +80,18 @@ func TestDecodePEBSLayout(t *testing.T) {
 // RAW holding the IBS registers; RAW's u32 size and padding to 8 bytes.
 func TestDecodeRawAndCallchain(t *testing.T) {
 	st := uint64(unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_CALLCHAIN | unix.PERF_SAMPLE_RAW | unix.PERF_SAMPLE_DATA_SRC)
-	var r record
-	r.u64(0xffffffff81000000)
-	r.u64(2)
-	r.u64(0xaaaa)
-	r.u64(0xbbbb)
-	r.u32(12) // raw size: 12 bytes, then 4 of padding (4+12 = 16)
-	r.u32(0x01020304)
-	r.u32(0x05060708)
-	r.u32(0x090a0b0c)
-	r.u64(0x42)
+	var r perffile.Record
+	r.U64(0xffffffff81000000)
+	r.U64(2)
+	r.U64(0xaaaa)
+	r.U64(0xbbbb)
+	r.U32(12) // raw size: 12 bytes, then 4 of padding (4+12 = 16)
+	r.U32(0x01020304)
+	r.U32(0x05060708)
+	r.U32(0x090a0b0c)
+	r.U64(0x42)
 	var s Sample
-	if err := DecodeSample(r.bytes(TypeSample, 0), Layout{SampleType: st}, &s); err != nil {
+	if err := DecodeSample(r.Bytes(TypeSample, 0), Layout{SampleType: st}, &s); err != nil {
 		t.Fatal(err)
 	}
 	if s.IP != 0xffffffff81000000 || s.CallchainLen != 2 || s.RawLen != 12 || s.Raw[0] != 4 || s.DataSrc != 0x42 {
@@ -133,31 +121,31 @@ func TestTruncatedAndRefused(t *testing.T) {
 }
 
 func TestBookkeepingRecords(t *testing.T) {
-	var r record
-	r.u64(9)
-	r.u64(31)
-	l, err := DecodeLost(r.bytes(TypeLost, 0))
+	var r perffile.Record
+	r.U64(9)
+	r.U64(31)
+	l, err := DecodeLost(r.Bytes(TypeLost, 0))
 	if err != nil || l.ID != 9 || l.Lost != 31 {
 		t.Errorf("lost %+v %v", l, err)
 	}
-	r = record{}
-	r.u64(5)
-	l, err = DecodeLost(r.bytes(TypeLostSamples, 0))
+	r = perffile.Record{}
+	r.U64(5)
+	l, err = DecodeLost(r.Bytes(TypeLostSamples, 0))
 	if err != nil || l.Lost != 5 {
 		t.Errorf("lost samples %+v %v", l, err)
 	}
-	r = record{}
-	r.u64(100)
-	r.u64(7)
-	r.u64(8)
-	th, err := DecodeThrottle(r.bytes(TypeThrottle, 0))
+	r = perffile.Record{}
+	r.U64(100)
+	r.U64(7)
+	r.U64(8)
+	th, err := DecodeThrottle(r.Bytes(TypeThrottle, 0))
 	if err != nil || !th.Throttled || th.Time != 100 || th.ID != 7 {
 		t.Errorf("throttle %+v %v", th, err)
 	}
-	r = record{}
-	r.u32(300)
-	r.u32(301)
-	sw, err := DecodeSwitch(r.bytes(TypeSwitchCPUWide, unix.PERF_RECORD_MISC_SWITCH_OUT))
+	r = perffile.Record{}
+	r.U32(300)
+	r.U32(301)
+	sw, err := DecodeSwitch(r.Bytes(TypeSwitchCPUWide, unix.PERF_RECORD_MISC_SWITCH_OUT))
 	if err != nil || !sw.Out || sw.PID != 300 || sw.TID != 301 {
 		t.Errorf("switch %+v %v", sw, err)
 	}

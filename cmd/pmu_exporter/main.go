@@ -143,6 +143,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	smpCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream (perf record -o -) from standard input.").Short('i').Default("perf.data").StringVar(&sf.input)
 	smpCmd.Flag("format", "Output format: jsonl.").Default("jsonl").EnumVar(&sf.format, "jsonl")
 
+	var cf c2cFlags
+	c2cCmd := app.Command("c2c", "Report the cache lines threads share, true and false sharing, from the memory samples of a perf.data file (perf c2c record, perf mem record), as /debug/cachelines does live.")
+	c2cCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream from standard input.").Short('i').Default("perf.data").StringVar(&cf.input)
+	c2cCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&cf.format, "text", "json")
+	c2cCmd.Flag("lines", "How many of the hottest lines to show.").Default("20").IntVar(&cf.lines)
+	c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full.").Default("4096").IntVar(&cf.max)
+
 	cmd, err := app.Parse(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "pmu_exporter: %v (try --help)\n", err)
@@ -160,6 +167,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runTopdown(f, td, os.Stdin, stdout, stderr)
 	case smpCmd.FullCommand():
 		return runSamples(sf, os.Stdin, stdout, stderr)
+	case c2cCmd.FullCommand():
+		return runC2C(cf, os.Stdin, stdout, stderr)
 	default:
 		if f.interval <= 0 {
 			fmt.Fprintf(stderr, "pmu_exporter: --collector.interval must be positive, got %v\n", f.interval)

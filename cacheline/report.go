@@ -1,0 +1,105 @@
+package cacheline
+
+import (
+	"math/bits"
+	"strconv"
+	"strings"
+)
+
+// Report is the table as /debug/cachelines and `pmu_exporter c2c` show it.
+type Report struct {
+	Totals ReportTotals `json:"totals"`
+	Lines  []LineReport `json:"lines"`
+}
+
+// ReportTotals are the table's totals.
+type ReportTotals struct {
+	Loads        uint64 `json:"load_samples"`
+	Stores       uint64 `json:"store_samples"`
+	LocalHITM    uint64 `json:"local_hitm_samples"`
+	RemoteHITM   uint64 `json:"remote_hitm_samples"`
+	NoAddr       uint64 `json:"samples_without_address"`
+	TrueSharing  uint64 `json:"true_sharing_events_estimated"`
+	FalseSharing uint64 `json:"false_sharing_events_estimated"`
+	Evicted      uint64 `json:"lines_evicted"`
+}
+
+// LineReport is one line: where it is, how hot, and who touched which bytes.
+type LineReport struct {
+	Address      string         `json:"address"`
+	PID          uint32         `json:"pid"`
+	Symbol       string         `json:"symbol,omitempty"`
+	Loads        uint64         `json:"load_samples"`
+	Stores       uint64         `json:"store_samples"`
+	LocalHITM    uint64         `json:"local_hitm_samples"`
+	RemoteHITM   uint64         `json:"remote_hitm_samples"`
+	TrueSharing  uint64         `json:"true_sharing_events_estimated"`
+	FalseSharing uint64         `json:"false_sharing_events_estimated"`
+	Threads      []ThreadReport `json:"threads"`
+	OtherThreads uint64         `json:"samples_of_untracked_threads,omitempty"`
+}
+
+// ThreadReport is one thread's bytes of a line, as offset ranges ("0-7,12").
+type ThreadReport struct {
+	TID     uint32 `json:"tid"`
+	CPUs    []int  `json:"cpus"`
+	Samples uint64 `json:"samples"`
+	Read    string `json:"read_offsets"`
+	Written string `json:"written_offsets"`
+}
+
+// Report describes the n hottest lines; symbol, when not nil, names the
+// mapping an address lies in.
+func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Report {
+	tt := t.Totals
+	r := Report{Totals: ReportTotals{Loads: tt.Loads, Stores: tt.Stores, LocalHITM: tt.LocalHITM, RemoteHITM: tt.RemoteHITM,
+		NoAddr: tt.NoAddr, TrueSharing: tt.Events[TrueSharing], FalseSharing: tt.Events[FalseSharing], Evicted: tt.Evicted}}
+	r.Lines = []LineReport{}
+	for _, l := range t.Top(n) {
+		lr := LineReport{Address: "0x" + strconv.FormatUint(l.Addr, 16), PID: l.PID, Loads: l.Loads, Stores: l.Stores,
+			LocalHITM: l.LocalHITM, RemoteHITM: l.RemoteHITM, TrueSharing: l.Events[TrueSharing],
+			FalseSharing: l.Events[FalseSharing], OtherThreads: l.overflow}
+		if symbol != nil {
+			lr.Symbol = symbol(l.PID, l.Addr)
+		}
+		for _, th := range l.Threads {
+			lr.Threads = append(lr.Threads, ThreadReport{TID: th.TID, CPUs: setBits(th.CPUs), Samples: th.Samples,
+				Read: Ranges(th.Read), Written: Ranges(th.Written)})
+		}
+		r.Lines = append(r.Lines, lr)
+	}
+	return r
+}
+
+func setBits(m uint64) []int {
+	out := []int{}
+	for ; m != 0; m &= m - 1 {
+		out = append(out, bits.TrailingZeros64(m))
+	}
+	return out
+}
+
+// Ranges writes a byte mask as offset ranges: 0xff0f is "0-3,8-15".
+func Ranges(m uint64) string {
+	var b strings.Builder
+	for i := 0; i < 64; {
+		if m&(1<<i) == 0 {
+			i++
+			continue
+		}
+		j := i
+		for j+1 < 64 && m&(1<<(j+1)) != 0 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(i))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(j))
+		}
+		i = j + 1
+	}
+	return b.String()
+}

@@ -1,0 +1,127 @@
+// Package perffile builds perf.data files and kernel records byte for byte
+// as perf and the kernel lay them out, for tests of the readers: the
+// exact-ABI fixtures of what only real hardware would record (PEBS, IBS).
+package perffile
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+var le = binary.LittleEndian
+
+// Record accumulates a record's body.
+type Record struct{ b []byte }
+
+// U64, U32 and U16 append a field.
+func (r *Record) U64(v uint64) *Record { r.b = le.AppendUint64(r.b, v); return r }
+func (r *Record) U32(v uint32) *Record { r.b = le.AppendUint32(r.b, v); return r }
+func (r *Record) U16(v uint16) *Record { r.b = le.AppendUint16(r.b, v); return r }
+
+// Str appends a NUL-terminated string padded to 8 bytes.
+func (r *Record) Str(s string) *Record {
+	n := (len(s) + 1 + 7) / 8 * 8
+	r.b = append(r.b, append([]byte(s), make([]byte, n-len(s))...)...)
+	return r
+}
+
+// Bytes is the record with its header.
+func (r *Record) Bytes(typ uint32, misc uint16) []byte {
+	h := make([]byte, 8, 8+len(r.b))
+	le.PutUint32(h, typ)
+	le.PutUint16(h[4:], misc)
+	le.PutUint16(h[6:], uint16(8+len(r.b)))
+	return append(h, r.b...)
+}
+
+// Attr is a 128-byte perf_event_attr (VER7, as perf 6.1 writes it).
+func Attr(typ uint32, config, period, sampleType uint64, sampleIDAll bool, config1 uint64) []byte {
+	b := make([]byte, 128)
+	le.PutUint32(b, typ)
+	le.PutUint32(b[4:], 128)
+	le.PutUint64(b[8:], config)
+	le.PutUint64(b[16:], period)
+	le.PutUint64(b[24:], sampleType)
+	if sampleIDAll {
+		le.PutUint64(b[40:], 1<<18)
+	}
+	le.PutUint64(b[56:], config1)
+	return b
+}
+
+// Event is an attr with its ids and the name EVENT_DESC gives it.
+type Event struct {
+	Attr []byte
+	IDs  []uint64
+	Name string
+}
+
+// Feature bits the files carry.
+const (
+	featHostname  = 3
+	featEventDesc = 12
+	headerSize    = 104
+	magic         = 0x32454c4946524550
+)
+
+func str(s string) []byte {
+	n := (len(s) + 1 + 7) / 8 * 8
+	b := le.AppendUint32(nil, uint32(n))
+	return append(b, append([]byte(s), make([]byte, n-len(s))...)...)
+}
+
+// File lays out a perf.data file as perf record does: header, the id
+// arrays and attrs, the data section, then the feature index and the
+// HOSTNAME and EVENT_DESC sections.
+func File(events []Event, hostname string, records ...[]byte) []byte {
+	var f bytes.Buffer
+	f.Write(make([]byte, headerSize))
+	idOff := make([]int, len(events))
+	for i, e := range events {
+		idOff[i] = f.Len()
+		for _, id := range e.IDs {
+			f.Write(le.AppendUint64(nil, id))
+		}
+	}
+	attrsOff := f.Len()
+	for i, e := range events {
+		f.Write(e.Attr)
+		f.Write(le.AppendUint64(le.AppendUint64(nil, uint64(idOff[i])), uint64(8*len(e.IDs))))
+	}
+	dataOff := f.Len()
+	for _, r := range records {
+		f.Write(r)
+	}
+	dataSize := f.Len() - dataOff
+	desc := le.AppendUint32(le.AppendUint32(nil, uint32(len(events))), 128)
+	for _, e := range events {
+		desc = append(desc, e.Attr...)
+		desc = le.AppendUint32(desc, uint32(len(e.IDs)))
+		desc = append(desc, str(e.Name)...)
+		for _, id := range e.IDs {
+			desc = le.AppendUint64(desc, id)
+		}
+	}
+	host := str(hostname)
+	index := f.Len()
+	f.Write(make([]byte, 32))
+	hostOff := f.Len()
+	f.Write(host)
+	descOff := f.Len()
+	f.Write(desc)
+	b := f.Bytes()
+	le.PutUint64(b[index:], uint64(hostOff))
+	le.PutUint64(b[index+8:], uint64(len(host)))
+	le.PutUint64(b[index+16:], uint64(descOff))
+	le.PutUint64(b[index+24:], uint64(len(desc)))
+	le.PutUint64(b, magic)
+	le.PutUint64(b[8:], headerSize)
+	le.PutUint64(b[16:], 128+16)
+	le.PutUint64(b[24:], uint64(attrsOff))
+	le.PutUint64(b[32:], uint64(len(events)*(128+16)))
+	le.PutUint64(b[40:], uint64(dataOff))
+	le.PutUint64(b[48:], uint64(dataSize))
+	b[72+featHostname/8] |= 1 << (featHostname % 8)
+	b[72+featEventDesc/8] |= 1 << (featEventDesc % 8)
+	return b
+}
