@@ -1,0 +1,167 @@
+// Package sampling decides what the exporter samples and how often: which
+// precise memory events this host's PMUs offer (Intel PEBS load latency and
+// stores, AMD IBS op; Arm SPE is detected and reported), their perf_event
+// attributes, and the governor that raises sampling periods when samples
+// cost more than a budget. It is pure: PMU descriptions in, attributes and
+// periods out; collectors/perfsample opens and reads them.
+package sampling
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
+)
+
+// SampleType is what every sampling event records: the event's id first so
+// events can share a CPU's buffer, who and where, the data address, the
+// period the governor set, and the memory fields (absent ones are zero).
+const SampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID |
+	unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD |
+	unix.PERF_SAMPLE_DATA_SRC
+
+// Memory says what a memory event's samples carry beyond SampleType.
+const (
+	// WeightStruct carries PEBS' load latency (and, since Alder Lake, the
+	// instruction latency); Linux 5.12.
+	WeightStruct = unix.PERF_SAMPLE_WEIGHT_STRUCT
+	// Cgroup carries the sampled task's cgroup id, for per-cgroup series;
+	// Linux 5.7.
+	Cgroup = unix.PERF_SAMPLE_CGROUP
+)
+
+// Config is one event to sample on every CPU it lists.
+type Config struct {
+	Name string // label: mem-loads, mem-stores, ibs_op, or the user's spec
+	PMU  string
+	Attr eventspec.Attr
+	// Leader, when set, must be opened first, counting, as the sampling
+	// event's group leader (Sapphire Rapids' mem-loads-aux).
+	Leader     *eventspec.Attr
+	SampleType uint64
+	Period     uint64
+	CPUs       []int // nil: every online CPU
+	// AddrOnly keeps only samples with a data address: IBS op samples every
+	// kind of op, and only loads and stores have one.
+	AddrOnly bool
+	// Memory is whether the samples describe loads and stores (data_src).
+	Memory bool
+}
+
+// Options are the user's choices.
+type Options struct {
+	Period uint64 // initial sampling period of memory events
+	LdLat  uint64 // load latency threshold in cycles (Intel)
+	Cgroup bool   // record cgroup ids
+	Events []string
+}
+
+// Missing is a memory sampling facility this host lacks or this exporter
+// cannot use, and why.
+type Missing struct {
+	What, Why string
+}
+
+// Plan chooses the memory events of this host's PMUs, plus the events the
+// user asked for by spec (sampled with the same record layout).
+func Plan(pmus []*pmu.PMU, o Options) ([]Config, []Missing, error) {
+	var out []Config
+	var missing []Missing
+	memType := uint64(SampleType | WeightStruct)
+	if o.Cgroup {
+		memType |= Cgroup
+	}
+	for _, p := range pmus {
+		switch {
+		case p.IsCore() && p.Aliases["mem-loads"].Terms != "":
+			cs, err := intel(p, o, memType)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, cs...)
+		case p.Name == "ibs_op":
+			c, err := ibsOp(p, o, memType)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, c)
+		case strings.HasPrefix(p.Name, "arm_spe"):
+			missing = append(missing, Missing{What: p.Name,
+				Why: "Arm SPE writes its records into an AUX area buffer, which this exporter does not read yet (planned: map the AUX area beside the ring and decode SPE packets into the same samples)"})
+		}
+	}
+	if len(out) == 0 && len(missing) == 0 {
+		missing = append(missing, Missing{What: "precise memory sampling",
+			Why: "no PMU here offers it (Intel PEBS mem-loads, AMD IBS op, Arm SPE); virtual machines rarely expose one"})
+	}
+	for _, spec := range o.Events {
+		evs, err := eventspec.Resolve(spec, pmus)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sampling.event: %w", err)
+		}
+		for _, e := range evs {
+			st := uint64(SampleType)
+			if o.Cgroup {
+				st |= Cgroup
+			}
+			out = append(out, Config{Name: e.Name, PMU: e.PMU, Attr: e.Attr, SampleType: st, Period: o.Period, CPUs: e.CPUs})
+		}
+	}
+	return out, missing, nil
+}
+
+// intel samples PEBS load latency above the threshold and stores, at the
+// PMU's best precise_ip; on Sapphire Rapids and later mem-loads needs the
+// mem-loads-aux event as its group leader, or the kernel refuses it.
+func intel(p *pmu.PMU, o Options, st uint64) ([]Config, error) {
+	precise := uint8(3)
+	if v, err := strconv.Atoi(p.Caps["max_precise"]); err == nil && v < 3 {
+		precise = uint8(v)
+	}
+	var out []Config
+	loads, err := eventspec.Resolve(fmt.Sprintf("%s/mem-loads,ldlat=%d/", p.Name, o.LdLat), []*pmu.PMU{p})
+	if err != nil {
+		return nil, fmt.Errorf("PEBS mem-loads on %s: %w", p.Name, err)
+	}
+	l := Config{Name: "mem-loads", PMU: p.Name, Attr: loads[0].Attr, SampleType: st, Period: o.Period, CPUs: p.CPUs, Memory: true}
+	l.Attr.PreciseIP = precise
+	if p.Aliases["mem-loads-aux"].Terms != "" {
+		aux, err := eventspec.Resolve(p.Name+"/mem-loads-aux/", []*pmu.PMU{p})
+		if err != nil {
+			return nil, fmt.Errorf("PEBS mem-loads-aux on %s: %w", p.Name, err)
+		}
+		l.Leader = &aux[0].Attr
+	}
+	out = append(out, l)
+	if p.Aliases["mem-stores"].Terms != "" {
+		stores, err := eventspec.Resolve(p.Name+"/mem-stores/", []*pmu.PMU{p})
+		if err != nil {
+			return nil, fmt.Errorf("PEBS mem-stores on %s: %w", p.Name, err)
+		}
+		s := Config{Name: "mem-stores", PMU: p.Name, Attr: stores[0].Attr, SampleType: st &^ WeightStruct, Period: o.Period, CPUs: p.CPUs, Memory: true}
+		s.Attr.PreciseIP = precise
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// ibsOp samples AMD's IBS op by dispatched ops (cnt_ctl=1), so the period
+// counts instructions' ops rather than cycles; the kernel decodes the IBS
+// registers into data_src and, for loads that missed, weight (Linux 6.1).
+func ibsOp(p *pmu.PMU, o Options, st uint64) (Config, error) {
+	terms := p.Name + "//"
+	if _, ok := p.Formats["cnt_ctl"]; ok {
+		terms = p.Name + "/cnt_ctl=1/"
+	}
+	evs, err := eventspec.Resolve(terms, []*pmu.PMU{p})
+	if err != nil {
+		return Config{}, fmt.Errorf("IBS op: %w", err)
+	}
+	// IBS periods are multiples of 16 with the low four bits dropped.
+	period := max(o.Period&^0xf, 0x10)
+	return Config{Name: "ibs_op", PMU: p.Name, Attr: evs[0].Attr, SampleType: st, Period: period, AddrOnly: true, Memory: true}, nil
+}
