@@ -1,0 +1,138 @@
+package samplestat
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+)
+
+// The latency buckets are client_golang's own native histogram buckets
+// under schema 3 (bucket factor 2^(1/8)).
+func TestLatencyBucketsMatchClientGolang(t *testing.T) {
+	ref := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x", NativeHistogramBucketFactor: 1.0905077326652577,
+		NativeHistogramZeroThreshold: prometheus.NativeHistogramZeroThresholdZero})
+	var l Latency
+	l.Buckets = map[int]int64{}
+	r := rand.New(rand.NewPCG(1, 1))
+	for range 20000 {
+		w := uint64(r.ExpFloat64()*300) + 1
+		if r.IntN(100) == 0 {
+			w = r.Uint64N(1 << 20) // beyond the cached range
+		}
+		ref.Observe(float64(w))
+		l.observe(w)
+	}
+	var m dto.Metric
+	if err := ref.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.GetHistogram()
+	if h.GetSchema() != Schema {
+		t.Fatalf("client_golang chose schema %d", h.GetSchema())
+	}
+	want := map[int]int64{}
+	idx, count := int32(0), int64(0)
+	deltas := h.GetPositiveDelta()
+	for _, sp := range h.GetPositiveSpan() {
+		idx += sp.GetOffset()
+		for range sp.GetLength() {
+			count += deltas[0]
+			deltas = deltas[1:]
+			if count != 0 {
+				want[int(idx)] = count
+			}
+			idx++
+		}
+	}
+	if len(want) != len(l.Buckets) {
+		t.Errorf("%d buckets, client_golang %d", len(l.Buckets), len(want))
+	}
+	for k, v := range want {
+		if l.Buckets[k] != v {
+			t.Errorf("bucket %d: %d, client_golang %d", k, l.Buckets[k], v)
+		}
+	}
+	if float64(l.Count) != float64(h.GetSampleCount()) || l.Sum != h.GetSampleSum() {
+		t.Errorf("count %d sum %v, client_golang %d %v", l.Count, l.Sum, h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// Hand-counted samples: classes, estimated accesses, latency, the
+// cache line table, lost and throttled records, and IBS' address filter.
+func TestAggregate(t *testing.T) {
+	s := New(3, 64)
+	l3hitm := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL3, LvlNum: datasrc.LvlNumL3, Snoop: datasrc.SnoopHITM}.Encode()
+	dram := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlLocRAM, LvlNum: datasrc.LvlNumRAM, Snoop: datasrc.SnoopMiss}.Encode()
+	store := datasrc.DataSrc{Op: datasrc.OpStore, Lvl: datasrc.LvlHit | datasrc.LvlL1, LvlNum: datasrc.LvlNumL1, Snoop: datasrc.SnoopNA}.Encode()
+	const mem = unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_PERIOD | unix.PERF_SAMPLE_TID
+	b := s.Lock()
+	for i, smp := range []perfrecord.Sample{
+		{Has: mem, Addr: 0x1000, TID: 1, Period: 100, DataSrc: l3hitm, Weight: 250},
+		{Has: mem, Addr: 0x1008, TID: 2, Period: 100, DataSrc: store},
+		{Has: mem, Addr: 0x1000, TID: 1, Period: 100, DataSrc: l3hitm, Weight: 260},
+		{Has: mem, Addr: 0x9000, TID: 3, Period: 200, DataSrc: dram, Weight: 0},
+	} {
+		b.Sample([]int{0, 1, 0, 0}[i], &smp, true, false)
+	}
+	b.Sample(2, &perfrecord.Sample{Has: mem, Addr: 0}, true, true) // an IBS op without an address
+	b.Sample(2, &perfrecord.Sample{Has: mem, Addr: 0x42, Period: 7, DataSrc: 0x1e05080021}, false, true)
+	b.Lost(1, 5)
+	b.Lost(-1, 2)
+	b.Throttled(0)
+	b.Unlock()
+	snap := s.Snapshot()
+	if snap.Events[0] != (Event{Samples: 3, Throttled: 1}) || snap.Events[1] != (Event{Samples: 1, Lost: 5}) ||
+		snap.Events[2] != (Event{Samples: 1, Filtered: 1}) || snap.Lost != 2 {
+		t.Errorf("events %+v lost %d", snap.Events, snap.Lost)
+	}
+	if c := snap.Classes[0][datasrc.SourceL3][0]; c != (Class{Samples: 2, Accesses: 200}) {
+		t.Errorf("load/l3/hitm %+v", c)
+	}
+	if c := snap.Classes[0][datasrc.SourceLocalDRAM][2]; c != (Class{Samples: 1, Accesses: 200}) {
+		t.Errorf("load/local_dram/miss %+v", c)
+	}
+	if c := snap.Classes[1][datasrc.SourceL1][4]; c != (Class{Samples: 1, Accesses: 100}) {
+		t.Errorf("store/l1/na %+v", c)
+	}
+	// 250 and 260 lie in (2^(63/8), 2^(64/8)] = (235, 256] and (256, 279].
+	if snap.Latency.Count != 2 || snap.Latency.Sum != 510 || snap.Latency.Buckets[64] != 1 || snap.Latency.Buckets[65] != 1 {
+		t.Errorf("latency %+v", snap.Latency)
+	}
+	// T2's store next to T1's load: false sharing; T1's second load: the
+	// store was on other bytes, false again.
+	if snap.Sharing[2] != 200 || snap.Sharing[1] != 0 {
+		t.Errorf("sharing %v", snap.Sharing)
+	}
+	if r := s.Cachelines(1, nil); len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].LocalHITM != 2 {
+		t.Errorf("cachelines %+v", r)
+	}
+}
+
+// The hot path allocates nothing per sample once the classes it meets exist.
+func TestNoAllocation(t *testing.T) {
+	s := New(1, 64)
+	smp := perfrecord.Sample{Has: unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_PERIOD, Addr: 0x1000, Period: 1,
+		DataSrc: datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL1}.Encode(), Weight: 7}
+	b := s.Lock()
+	defer b.Unlock()
+	b.Sample(0, &smp, true, false)
+	if n := testing.AllocsPerRun(1000, func() { b.Sample(0, &smp, true, false) }); n != 0 {
+		t.Errorf("%v allocations per sample", n)
+	}
+}
+
+// The label tables agree with datasrc's names.
+func TestLabelIndexes(t *testing.T) {
+	for v := range uint64(1 << 10) {
+		d := datasrc.DataSrc{Op: uint8(v & 0x1f), Snoop: uint8(v >> 5)}
+		if Ops[opIndex(d)] != d.OpName() || Snoops[snoopIndex(d)] != d.SnoopName() {
+			t.Fatalf("%+v: %s/%s, datasrc says %s/%s", d, Ops[opIndex(d)], Snoops[snoopIndex(d)], d.OpName(), d.SnoopName())
+		}
+	}
+}
