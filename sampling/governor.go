@@ -20,6 +20,10 @@ type Governor struct {
 	Max      uint64 // largest period ever set
 }
 
+// MaxStep bounds one interval's increase, so a period the kernel did not
+// take, or a burst, cannot run it away.
+const MaxStep = 16
+
 // NewGovernor is a governor with a budget in CPUs and the kernel's
 // perf_event_max_sample_rate.
 func NewGovernor(budget float64, maxSampleRate int) Governor {
@@ -27,7 +31,7 @@ func NewGovernor(budget float64, maxSampleRate int) Governor {
 	if rate <= 0 {
 		rate = 100000 // the kernel's default
 	}
-	return Governor{Budget: budget, MaxRate: rate, Headroom: 0.5, Max: 1 << 40}
+	return Governor{Budget: budget, MaxRate: rate, Headroom: 0.5, Max: 1 << 32}
 }
 
 // Interval is what one event did over the last interval.
@@ -61,7 +65,7 @@ func (g Governor) Next(iv Interval) uint64 {
 	p := float64(iv.Period)
 	switch {
 	case factor > 1:
-		p *= factor
+		p *= math.Min(factor, MaxStep)
 	case rate < g.MaxRate*g.Headroom/4 && (g.Budget <= 0 || cpu < g.Budget/4):
 		p /= 2 // well within both: sample more again
 	}

@@ -108,6 +108,12 @@ func Plan(pmus []*pmu.PMU, o Options) ([]Config, []Missing, error) {
 			if o.Cgroup {
 				st |= Cgroup
 			}
+			if e.Attr.Type == unix.PERF_TYPE_SOFTWARE {
+				// With PERF_SAMPLE_PERIOD the kernel samples every software
+				// event, whatever the period (perf_swevent_event); without
+				// it the period holds, and the sampler knows it.
+				st &^= unix.PERF_SAMPLE_PERIOD
+			}
 			out = append(out, Config{Name: e.Name, PMU: e.PMU, Attr: e.Attr, SampleType: st, Period: o.Period, CPUs: e.CPUs})
 		}
 	}

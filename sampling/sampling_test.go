@@ -96,7 +96,8 @@ func TestPlanAMDArmNone(t *testing.T) {
 		t.Errorf("SPE: %+v", missing)
 	}
 	cfgs, missing, err = Plan(fixture.PMUs(t, fixture.NoPMU()), Options{Period: 1, Events: []string{"page-faults"}})
-	if err != nil || len(missing) != 1 || len(cfgs) != 1 || cfgs[0].Memory || cfgs[0].Attr.Type != unix.PERF_TYPE_SOFTWARE {
+	if err != nil || len(missing) != 1 || len(cfgs) != 1 || cfgs[0].Memory || cfgs[0].Attr.Type != unix.PERF_TYPE_SOFTWARE ||
+		cfgs[0].SampleType&unix.PERF_SAMPLE_PERIOD != 0 {
 		t.Errorf("no PMU: %+v %+v %v", cfgs, missing, err)
 	}
 	if _, _, err := Plan(fixture.PMUs(t, fixture.NoPMU()), Options{Events: []string{"page-fualts"}}); err == nil || !strings.Contains(err.Error(), "--sampling.event") {

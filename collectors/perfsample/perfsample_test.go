@@ -1,0 +1,164 @@
+package perfsample
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/sampling"
+)
+
+func software(name string, config, period uint64) sampling.Config {
+	return sampling.Config{Name: name, PMU: "software", Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: config},
+		SampleType: sampling.SampleType &^ unix.PERF_SAMPLE_PERIOD, Period: period}
+}
+
+func open(t *testing.T, cfgs []sampling.Config, pages int, g sampling.Governor) (*Sampler, *samplestat.Stats) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	stats := samplestat.New(len(cfgs), 256)
+	s, failures, err := Open(cfgs, testenv.OnlineCPUs(t), stats, Options{Pages: pages, Poll: 10 * time.Millisecond, Govern: 50 * time.Millisecond, Governor: g})
+	if err != nil || len(failures) != 0 {
+		t.Fatalf("open: %v %+v", err, failures)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, stats
+}
+
+// kernelCount is what the kernel counted on every CPU of event i.
+func kernelCount(t *testing.T, s *Sampler, i int) uint64 {
+	var sum uint64
+	for _, fd := range s.fds[i] {
+		var b [8]byte
+		if _, err := unix.Read(fd, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		sum += binary.LittleEndian.Uint64(b[:])
+	}
+	return sum
+}
+
+// faults touches n fresh pages.
+func faults(t *testing.T, n int) {
+	page := os.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, n*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		mem[i*page] = 1
+	}
+	unix.Munmap(mem)
+}
+
+func disable(s *Sampler) {
+	for _, fds := range s.fds {
+		for _, fd := range fds {
+			unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+		}
+	}
+}
+
+// Every page fault on the machine, sampled on each CPU into the CPU's
+// ring (page-faults and minor-faults sharing it): each event's samples
+// equal the kernel's count of it over all CPUs.
+func TestSystemWideFaults(t *testing.T) {
+	s, stats := open(t, []sampling.Config{
+		software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1),
+		software("minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN, 1),
+	}, 64, sampling.Governor{})
+	for range 10 {
+		faults(t, 100)
+		if err := s.ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	disable(s)
+	if err := s.ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	snap := stats.Snapshot()
+	for i := range 2 {
+		e := snap.Events[i]
+		if want := kernelCount(t, s, i); e.Samples+e.Lost != want || e.Samples < 1000 {
+			t.Errorf("%s: %d samples + %d lost, the kernel counted %d (the test faulted 1000 pages)", s.cfgs[i].Name, e.Samples, e.Lost, want)
+		}
+	}
+	if len(s.rings) != len(testenv.OnlineCPUs(t)) {
+		t.Errorf("%d rings for %d CPUs: events do not share their CPU's ring", len(s.rings), len(testenv.OnlineCPUs(t)))
+	}
+}
+
+// A one-page ring that is not read overflows: the LOST records are
+// counted, and samples + lost still equal the kernel's count.
+func TestLostCounted(t *testing.T) {
+	s, stats := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, 1, sampling.Governor{})
+	faults(t, 3000)
+	s.ReadAll()
+	faults(t, 1) // the LOST record is written when a record next fits
+	disable(s)
+	s.ReadAll()
+	e := stats.Snapshot().Events[0]
+	if e.Lost == 0 {
+		t.Fatalf("no LOST record from 3000 faults into a 4 KiB ring (%d samples)", e.Samples)
+	}
+	if want := kernelCount(t, s, 0); e.Samples+e.Lost != want {
+		t.Errorf("%d samples + %d lost, the kernel counted %d", e.Samples, e.Lost, want)
+	}
+}
+
+// The governor: sampling every page fault while a thread faults as fast
+// as it can asks for far more than a 1000/s limit; Run raises the period
+// with PERF_EVENT_IOC_PERIOD, and the kernel's samples then carry the new
+// one.
+func TestGovernorRaisesPeriod(t *testing.T) {
+	const base = 1
+	g := sampling.Governor{MaxRate: 2000, Headroom: 0.5, Max: 1 << 32}
+	s, _ := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, base)}, 64, g)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		faults(t, 200)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	p := s.Period(0)
+	if p <= base {
+		t.Fatalf("period still %d after a second of faulting", p)
+	}
+	disable(s)
+	s.ReadAll() // what was sampled at earlier periods
+	before := kernelCount(t, s, 0)
+	for _, fd := range s.fds[0] {
+		unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
+	}
+	faults(t, int(min(50*p, 100000)))
+	disable(s)
+	counted := kernelCount(t, s, 0) - before
+	samples := 0
+	for _, r := range s.rings {
+		r.Read(func(rec []byte) bool {
+			if h, _ := perfrecord.ParseHeader(rec); h.Type == perfrecord.TypeSample {
+				samples++
+			}
+			return true
+		})
+	}
+	// One sample per p faults on each CPU, give or take each CPU's
+	// partial period.
+	cpus := len(s.fds[0])
+	if want := int(counted / p); samples < want-cpus || samples > want+cpus {
+		t.Errorf("%d samples of %d faults at period %d, want %d ± %d", samples, counted, p, want, cpus)
+	}
+}
