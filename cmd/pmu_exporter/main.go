@@ -59,6 +59,7 @@ type flags struct {
 	source        string
 	replay        replayFlags
 	otlp          otlpFlags
+	sampling      samplingFlags
 }
 
 // otlpFlags are serve's --otlp.* options.
@@ -119,6 +120,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serve.Flag("kubernetes.node-name", "This node's name: with it, pod and container names come from the Kubernetes API (pods of this node only; in a DaemonSet from the downward API, spec.nodeName). Without it, cgroup series carry pod UIDs and container IDs.").
 		Envar("NODE_NAME").StringVar(&f.k8sNode)
 	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&f.kubeconfig)
+	serve.Flag("collector.sampling", "Sample memory accesses with the host's precise PMU (Intel PEBS mem-loads and mem-stores, AMD IBS op) and any --sampling.event: data sources, load latency, lost samples and shared cache lines.").
+		Default("true").BoolVar(&f.sampling.enabled)
+	serve.Flag("sampling.event", "Also sample this event (perf syntax; repeatable), e.g. page-faults: its samples are counted in pmu_sampling_samples_total.").StringsVar(&f.sampling.events)
+	serve.Flag("sampling.period", "Initial sampling period of every sampling event (events per sample); the governor raises it when samples cost too much, and never sets it lower.").
+		Default("10007").Uint64Var(&f.sampling.period)
+	serve.Flag("sampling.ldlat", "Intel PEBS load latency threshold in core cycles: loads faster than it are not sampled.").Default("30").Uint64Var(&f.sampling.ldlat)
+	serve.Flag("sampling.cpu-budget", "CPU the exporter may spend on sampling, in CPUs (0.01: 1% of one CPU); periods rise beyond it, as they do beyond half of perf_event_max_sample_rate.").
+		Default("0.01").Float64Var(&f.sampling.budget)
+	serve.Flag("sampling.ring-pages", "Data pages of each CPU's sampling ring buffer (a power of two).").Default("16").IntVar(&f.sampling.pages)
+	serve.Flag("sampling.max-lines", "Cache lines the shared-line table holds (/debug/cachelines); the coldest half is dropped when full.").
+		Default("1024").IntVar(&f.sampling.maxLines)
 	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
 		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
 	f.web = webflag.AddFlags(serve, defaultAddress)

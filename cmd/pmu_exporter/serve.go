@@ -203,6 +203,8 @@ type pipeline struct {
 	closers    []func()
 	// startPods starts the pod-name informer (nil without the API).
 	startPods func(ctx context.Context)
+	// handlers are extra endpoints (/debug/cachelines).
+	handlers []handler
 }
 
 func (p *pipeline) close() {
@@ -263,7 +265,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 			}
 		}()
 	}
-	return serveHTTP(ctx, stop, done, f, reg, p.ready, logger)
+	return serveHTTP(ctx, stop, done, f, reg, p, logger)
 }
 
 // livePipeline counts with perf_event_open on this host: the groups, Top-Down
@@ -390,13 +392,14 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 	if pods != nil {
 		p.collectors = append(p.collectors, exporter.NewPodMeta(pods))
 	}
+	setupSampling(p, f, s, logger)
 	return p
 }
 
 // serveHTTP serves the registry with the exporter-toolkit's web
 // configuration (TLS, basic auth) until ctx ends or the listener fails; done
 // closes once the pipeline's loop has returned.
-func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, reg *prometheus.Registry, ready func() (bool, string), logger *slog.Logger) error {
+func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, reg *prometheus.Registry, p *pipeline, logger *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle(f.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
@@ -409,7 +412,7 @@ func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, 
 		io.WriteString(w, "Healthy\n")
 	})
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := ready(); !ok {
+		if ok, why := p.ready(); !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, "Not ready: "+why+"\n")
 			return
@@ -417,16 +420,21 @@ func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, 
 		w.WriteHeader(http.StatusOK)
 		io.WriteString(w, "Ready\n")
 	})
+	links := []web.LandingLinks{
+		{Address: f.telemetryPath, Text: "Metrics"},
+		{Address: "/-/healthy", Text: "Health"},
+		{Address: "/-/ready", Text: "Readiness"},
+	}
+	for _, h := range p.handlers {
+		mux.Handle(h.path, h.h)
+		links = append(links, web.LandingLinks{Address: h.path, Text: h.title})
+	}
 	if f.telemetryPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        "PMU Exporter",
 			Description: "CPU performance-monitoring counters from perf_event_open, for Prometheus",
 			Version:     version.Info(),
-			Links: []web.LandingLinks{
-				{Address: f.telemetryPath, Text: "Metrics"},
-				{Address: "/-/healthy", Text: "Health"},
-				{Address: "/-/ready", Text: "Readiness"},
-			},
+			Links:       links,
 		})
 		if err != nil {
 			return fmt.Errorf("landing page: %w", err)

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// TestServeSampling: with page faults sampled at every fault, the samples
+// the exporter reports grow by at least the faults this test makes; the
+// output passes promtool, and /debug/cachelines answers (with no memory
+// PMU here its table stays empty) and refuses a bad n.
+func TestServeSampling(t *testing.T) {
+	testenv.RequireRoot(t)
+	promtool := testenv.RequireTool(t, "promtool")
+	p := start(t, nil, "--sampling.event=page-faults", "--sampling.period=1", "--sampling.cpu-budget=1")
+	ev := map[string]string{"event": "page-faults", "pmu": "software"}
+	_, before := p.scrape(t)
+	b0 := mustValue(t, before, "pmu_sampling_samples_total", ev)
+	const pages = 2000
+	mem, err := unix.Mmap(-1, 0, pages*os.Getpagesize(), unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pages {
+		mem[i*os.Getpagesize()] = 1
+	}
+	unix.Munmap(mem)
+	time.Sleep(600 * time.Millisecond) // two of the reader's poll periods
+	body, after := p.scrape(t)
+	grew := mustValue(t, after, "pmu_sampling_samples_total", ev) + mustValue(t, after, "pmu_sampling_lost_total", ev) - b0
+	if grew < pages {
+		t.Errorf("samples grew by %.0f, the test faulted %d pages", grew, pages)
+	}
+	if got := mustValue(t, after, "pmu_sampling_period", ev); got != 1 {
+		t.Errorf("period %v with a budget of a whole CPU", got)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	resp, err := http.Get("http://" + p.addr + "/debug/cachelines?n=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r cacheline.Report
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != 200 || r.Lines == nil {
+		t.Errorf("/debug/cachelines: %s, %v", resp.Status, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get("http://" + p.addr + "/debug/cachelines?n=-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(msg), "n:") {
+		t.Errorf("bad n: %s %q", resp.Status, msg)
+	}
+}

@@ -1,0 +1,81 @@
+package exporter
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/sampling"
+)
+
+// plan is a fixed sampling plan: what the collector would read from a
+// sampler (the sampler's syscalls are tested in collectors/perfsample).
+type plan []sampling.Config
+
+func (p plan) Configs() []sampling.Config { return p }
+func (p plan) Period(i int) uint64        { return p[i].Period * 2 }
+
+func TestSamplingMetrics(t *testing.T) {
+	cfgs := plan{{Name: "mem-loads", PMU: "cpu", Period: 1000, Memory: true}, {Name: "ibs_op", PMU: "ibs_op", Period: 4096, Memory: true, AddrOnly: true}}
+	stats := samplestat.New(2, 64)
+	hit := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL3, LvlNum: datasrc.LvlNumL3, Snoop: datasrc.SnoopHITM}.Encode()
+	b := stats.Lock()
+	for range 3 {
+		b.Sample(0, &perfrecord.Sample{Has: unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_DATA_SRC, Addr: 0x1000, TID: 1, Period: 2000, DataSrc: hit, Weight: 100}, true, false)
+	}
+	b.Sample(1, &perfrecord.Sample{}, true, true)
+	b.Lost(0, 4)
+	b.Throttled(1)
+	b.Unlock()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewSampling(cfgs, stats))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf
+	}
+	one := func(name string, labels map[string]string) *dto.Metric {
+		t.Helper()
+		for _, m := range got[name].GetMetric() {
+			match := true
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					match = false
+				}
+			}
+			if match {
+				return m
+			}
+		}
+		t.Fatalf("no %s%v", name, labels)
+		return nil
+	}
+	loads := map[string]string{"event": "mem-loads"}
+	if one("pmu_sampling_samples_total", loads).GetCounter().GetValue() != 3 || one("pmu_sampling_lost_total", loads).GetCounter().GetValue() != 4 ||
+		one("pmu_sampling_period", loads).GetGauge().GetValue() != 2000 || one("pmu_sampling_throttled_total", map[string]string{"event": "ibs_op"}).GetCounter().GetValue() != 1 ||
+		one("pmu_sampling_filtered_total", map[string]string{"event": "ibs_op"}).GetCounter().GetValue() != 1 {
+		t.Errorf("sampling families wrong: %v", got)
+	}
+	class := map[string]string{"op": "load", "source": "l3", "snoop": "hitm"}
+	if one("pmu_mem_samples_total", class).GetCounter().GetValue() != 3 || one("pmu_mem_accesses_estimated_total", class).GetCounter().GetValue() != 6000 {
+		t.Error("memory class counts wrong")
+	}
+	if n := len(got["pmu_mem_samples_total"].GetMetric()); n != 1 {
+		t.Errorf("%d classes exported, only one was sampled", n)
+	}
+	h := one("pmu_mem_load_latency_cycles", nil).GetHistogram()
+	if h.GetSchema() != samplestat.Schema || h.GetSampleCount() != 3 || h.GetSampleSum() != 300 || len(h.GetPositiveSpan()) != 1 {
+		t.Errorf("latency histogram %v", h)
+	}
+	if one("pmu_cacheline_sharing_events_estimated_total", map[string]string{"kind": "false_sharing"}).GetCounter().GetValue() != 0 {
+		t.Error("one thread cannot share")
+	}
+}
