@@ -106,6 +106,10 @@ type Sample struct {
 	Enabled, Running     uint64
 	Callchain, Raw       []byte // views into the record, valid until it is reused
 	CallchainLen, RawLen int
+	// last is the layout of the previous decode into this Sample, fixed
+	// whether it took the fixed path.
+	last  Layout
+	fixed bool
 }
 
 // ReadValue is one value of PERF_SAMPLE_READ.
@@ -125,10 +129,30 @@ func DecodeSample(rec []byte, l Layout, s *Sample) error {
 	if int(h.Size) > len(rec) {
 		return fmt.Errorf("sample: header says %d bytes, have %d", h.Size, len(rec))
 	}
-	r := reader{b: rec[HeaderSize:h.Size]}
+	body := rec[HeaderSize:h.Size]
 	read := s.Read[:0]
-	*s = Sample{Has: l.SampleType, Misc: h.Misc}
+	if n, ok := fixedSize(l); ok && len(body) >= n {
+		// A fixed layout writes every field it has: after a sample of the
+		// same layout, nothing stale is left to clear.
+		if s.Has != l.SampleType || s.last != l || !s.fixed {
+			*s = Sample{Has: l.SampleType, last: l, fixed: true}
+		}
+		s.Misc = h.Misc
+		decodeFixed(body, l, s, read)
+		return nil
+	}
+	*s = Sample{Has: l.SampleType, Misc: h.Misc, last: l}
+	if err := decodeChecked(body, l, s, read); err != nil {
+		return fmt.Errorf("sample (sample_type %#x, %d bytes): %w", l.SampleType, h.Size, err)
+	}
+	return nil
+}
+
+// decodeChecked decodes any layout, checking every field against the
+// bytes left.
+func decodeChecked(body []byte, l Layout, s *Sample, read []ReadValue) error {
 	st := l.SampleType
+	r := reader{b: body}
 	if st&unix.PERF_SAMPLE_IDENTIFIER != 0 {
 		s.ID = r.u64()
 	}
@@ -201,10 +225,110 @@ func DecodeSample(rec []byte, l Layout, s *Sample) error {
 	if st&unix.PERF_SAMPLE_CODE_PAGE_SIZE != 0 {
 		s.CodePageSize = r.u64()
 	}
-	if r.err != nil {
-		return fmt.Errorf("sample (sample_type %#x, %d bytes): %w", st, h.Size, r.err)
+	return r.err
+}
+
+// variable are the fields whose size a record gives: a group read, the
+// callchain, raw data.
+const variable = unix.PERF_SAMPLE_CALLCHAIN | unix.PERF_SAMPLE_RAW
+
+// fixedSize is the body size of a layout without variable fields.
+func fixedSize(l Layout) (int, bool) {
+	st := l.SampleType
+	if st&variable != 0 || (st&unix.PERF_SAMPLE_READ != 0 && l.ReadFormat&unix.PERF_FORMAT_GROUP != 0) {
+		return 0, false
 	}
-	return nil
+	n := 8 * bits.OnesCount64(st&(unix.PERF_SAMPLE_IDENTIFIER|unix.PERF_SAMPLE_IP|unix.PERF_SAMPLE_TID|
+		unix.PERF_SAMPLE_TIME|unix.PERF_SAMPLE_ADDR|unix.PERF_SAMPLE_ID|unix.PERF_SAMPLE_STREAM_ID|
+		unix.PERF_SAMPLE_CPU|unix.PERF_SAMPLE_PERIOD|unix.PERF_SAMPLE_WEIGHT|unix.PERF_SAMPLE_WEIGHT_STRUCT|
+		unix.PERF_SAMPLE_DATA_SRC|unix.PERF_SAMPLE_TRANSACTION|unix.PERF_SAMPLE_PHYS_ADDR|unix.PERF_SAMPLE_CGROUP|
+		unix.PERF_SAMPLE_DATA_PAGE_SIZE|unix.PERF_SAMPLE_CODE_PAGE_SIZE))
+	if st&unix.PERF_SAMPLE_READ != 0 {
+		n += 8 * (1 + bits.OnesCount64(l.ReadFormat&(unix.PERF_FORMAT_TOTAL_TIME_ENABLED|
+			unix.PERF_FORMAT_TOTAL_TIME_RUNNING|unix.PERF_FORMAT_ID|formatLost)))
+	}
+	return n, true
+}
+
+// decodeFixed decodes a body whose size was checked against fixedSize:
+// the common PEBS/IBS layouts, read without a check per field.
+func decodeFixed(b []byte, l Layout, s *Sample, read []ReadValue) {
+	st := l.SampleType
+	o := 0
+	u64 := func() uint64 { v := le.Uint64(b[o:]); o += 8; return v }
+	if st&unix.PERF_SAMPLE_IDENTIFIER != 0 {
+		s.ID = u64()
+	}
+	if st&unix.PERF_SAMPLE_IP != 0 {
+		s.IP = u64()
+	}
+	if st&unix.PERF_SAMPLE_TID != 0 {
+		s.PID, s.TID = le.Uint32(b[o:]), le.Uint32(b[o+4:])
+		o += 8
+	}
+	if st&unix.PERF_SAMPLE_TIME != 0 {
+		s.Time = u64()
+	}
+	if st&unix.PERF_SAMPLE_ADDR != 0 {
+		s.Addr = u64()
+	}
+	if st&unix.PERF_SAMPLE_ID != 0 {
+		s.ID = u64()
+	}
+	if st&unix.PERF_SAMPLE_STREAM_ID != 0 {
+		s.StreamID = u64()
+	}
+	if st&unix.PERF_SAMPLE_CPU != 0 {
+		s.CPU = le.Uint32(b[o:])
+		o += 8
+	}
+	if st&unix.PERF_SAMPLE_PERIOD != 0 {
+		s.Period = u64()
+	}
+	if st&unix.PERF_SAMPLE_READ != 0 {
+		rf := l.ReadFormat
+		v := ReadValue{Value: u64()}
+		if rf&unix.PERF_FORMAT_TOTAL_TIME_ENABLED != 0 {
+			s.Enabled = u64()
+		}
+		if rf&unix.PERF_FORMAT_TOTAL_TIME_RUNNING != 0 {
+			s.Running = u64()
+		}
+		if rf&unix.PERF_FORMAT_ID != 0 {
+			v.ID = u64()
+		}
+		if rf&formatLost != 0 {
+			v.Lost = u64()
+		}
+		read = append(read, v)
+	}
+	s.Read = read
+	if st&unix.PERF_SAMPLE_WEIGHT != 0 {
+		s.Weight = u64()
+	}
+	if st&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
+		s.Weight = uint64(le.Uint32(b[o:]))
+		s.InsnLatency, s.Var3Weight = le.Uint16(b[o+4:]), le.Uint16(b[o+6:])
+		o += 8
+	}
+	if st&unix.PERF_SAMPLE_DATA_SRC != 0 {
+		s.DataSrc = u64()
+	}
+	if st&unix.PERF_SAMPLE_TRANSACTION != 0 {
+		s.Transaction = u64()
+	}
+	if st&unix.PERF_SAMPLE_PHYS_ADDR != 0 {
+		s.PhysAddr = u64()
+	}
+	if st&unix.PERF_SAMPLE_CGROUP != 0 {
+		s.Cgroup = u64()
+	}
+	if st&unix.PERF_SAMPLE_DATA_PAGE_SIZE != 0 {
+		s.DataPageSize = u64()
+	}
+	if st&unix.PERF_SAMPLE_CODE_PAGE_SIZE != 0 {
+		s.CodePageSize = u64()
+	}
 }
 
 // Lost is PERF_RECORD_LOST (records the kernel dropped for a full buffer)

@@ -49,19 +49,30 @@ type Latency struct {
 	Buckets map[int]int64 // index under Schema → count
 }
 
+// latencyBuckets holds the buckets of latencies from 1 to 2^32 cycles
+// (index 0 to 256 under Schema) in an array: no map on the hot path.
+type latencyBuckets struct {
+	count uint64
+	sum   float64
+	n     [32<<Schema + 1]uint64
+}
+
 // Stats is everything aggregated so far.
 type Stats struct {
 	mu      sync.Mutex
 	events  []Event
-	classes [numOps][datasrc.NumSources][numSnoops]Class
-	latency Latency
+	classes [numClasses]Class // by (op × sources + source) × snoops + snoop
+	latency latencyBuckets
 	lines   *cacheline.Table
-	lost    uint64 // LOST records not attributable to an event
+	// seen caches the class of recent data_src values: a PMU reports few
+	// distinct ones, and classifying one takes a dozen branches.
+	seen [256]classEntry
+	lost uint64 // LOST records not attributable to an event
 }
 
 // New makes the stats of n events, with a cache line table of maxLines.
 func New(n, maxLines int) *Stats {
-	return &Stats{events: make([]Event, n), latency: Latency{Buckets: map[int]int64{}}, lines: cacheline.New(maxLines)}
+	return &Stats{events: make([]Event, n), lines: cacheline.New(maxLines)}
 }
 
 // Batch is a locked view for adding many records at once.
@@ -88,16 +99,41 @@ func (b Batch) Sample(ev int, s *perfrecord.Sample, memory, addrOnly bool) {
 	if !memory {
 		return
 	}
-	d := datasrc.Decode(s.DataSrc)
-	op := opIndex(d)
-	c := &st.classes[op][d.Source()][snoopIndex(d)]
-	c.Samples++
-	c.Accesses += s.Period
-	if op == 0 && s.Weight > 0 {
-		st.latency.observe(s.Weight)
-	}
+	b.classify(ev, s)
 	if a, ok := cacheline.AccessOf(s, s.Period); ok {
 		st.lines.Add(a)
+	}
+}
+
+// classEntry is a cached classification: the data_src word, and its
+// class as one index into Stats.classes (op, source, snoop), +1 so that
+// zero means empty.
+type classEntry struct {
+	src   uint64
+	class uint32
+}
+
+const numClasses = numOps * int(datasrc.NumSources) * numSnoops
+
+// classOf is data_src v's class index, through the cache.
+func (st *Stats) classOf(v uint64) int {
+	e := &st.seen[(v^v>>19^v>>33)&255]
+	if e.class == 0 || e.src != v {
+		d := datasrc.Decode(v)
+		e.src = v
+		e.class = uint32((opIndex(d)*int(datasrc.NumSources)+int(d.Source()))*numSnoops+snoopIndex(d)) + 1
+	}
+	return int(e.class - 1)
+}
+
+// classify counts a memory sample by class and latency.
+func (b Batch) classify(_ int, s *perfrecord.Sample) {
+	k := b.s.classOf(s.DataSrc)
+	c := &b.s.classes[k%numClasses]
+	c.Samples++
+	c.Accesses += s.Period
+	if k < int(datasrc.NumSources)*numSnoops && s.Weight > 0 { // op load
+		b.s.latency.observe(s.Weight)
 	}
 }
 
@@ -178,14 +214,27 @@ var smallBuckets = func() [4096]int32 {
 	return t
 }()
 
-func (l *Latency) observe(w uint64) {
-	l.Count++
-	l.Sum += float64(w)
+func (l *latencyBuckets) observe(w uint64) {
+	l.count++
+	l.sum += float64(w)
+	k := 0
 	if w < uint64(len(smallBuckets)) {
-		l.Buckets[int(smallBuckets[w])]++
-		return
+		k = int(smallBuckets[w])
+	} else {
+		k = bucketOf(float64(w))
 	}
-	l.Buckets[bucketOf(float64(w))]++
+	l.n[min(k, len(l.n)-1)]++ // beyond 2^32 cycles: the last bucket
+}
+
+// export turns the array into the sparse form client_golang takes.
+func (l *latencyBuckets) export() Latency {
+	out := Latency{Count: l.count, Sum: l.sum, Buckets: map[int]int64{}}
+	for k, n := range l.n {
+		if n > 0 {
+			out.Buckets[k] = int64(n)
+		}
+	}
+	return out
 }
 
 // Snapshot is a copy of the stats for one scrape.
@@ -201,13 +250,11 @@ type Snapshot struct {
 func (s *Stats) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := Snapshot{Events: append([]Event(nil), s.events...), Classes: s.classes, Lost: s.lost,
-		Sharing: s.lines.Totals.Events}
-	snap.Latency = s.latency
-	snap.Latency.Buckets = make(map[int]int64, len(s.latency.Buckets))
-	for k, v := range s.latency.Buckets {
-		snap.Latency.Buckets[k] = v
+	snap := Snapshot{Events: append([]Event(nil), s.events...), Lost: s.lost, Sharing: s.lines.Totals.Events}
+	for k, c := range s.classes {
+		snap.Classes[k/(int(datasrc.NumSources)*numSnoops)][k/numSnoops%int(datasrc.NumSources)][k%numSnoops] = c
 	}
+	snap.Latency = s.latency.export()
 	return snap
 }
 

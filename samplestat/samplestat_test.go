@@ -17,8 +17,7 @@ import (
 func TestLatencyBucketsMatchClientGolang(t *testing.T) {
 	ref := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x", NativeHistogramBucketFactor: 1.0905077326652577,
 		NativeHistogramZeroThreshold: prometheus.NativeHistogramZeroThresholdZero})
-	var l Latency
-	l.Buckets = map[int]int64{}
+	var lb latencyBuckets
 	r := rand.New(rand.NewPCG(1, 1))
 	for range 20000 {
 		w := uint64(r.ExpFloat64()*300) + 1
@@ -26,8 +25,9 @@ func TestLatencyBucketsMatchClientGolang(t *testing.T) {
 			w = r.Uint64N(1 << 20) // beyond the cached range
 		}
 		ref.Observe(float64(w))
-		l.observe(w)
+		lb.observe(w)
 	}
+	l := lb.export()
 	var m dto.Metric
 	if err := ref.Write(&m); err != nil {
 		t.Fatal(err)
