@@ -61,16 +61,67 @@ type Thread struct {
 // Pair is two threads whose accesses met on a line (A < B).
 type Pair struct{ A, B uint32 }
 
-// Line is one cache line's record.
+// MaxPairs is how many thread pairs a line counts; the events of further
+// pairs are summed in OtherPairs.
+const MaxPairs = 8
+
+type pairCount struct {
+	p Pair
+	n uint64
+}
+
+// Line is one cache line's record, stored inline so that the table's hot
+// path allocates nothing.
 type Line struct {
-	PID     uint32
-	Addr    uint64 // line address
-	Threads []Thread
+	PID  uint32
+	Addr uint64 // line address
 	// Sample counts, and estimated events by sharing kind.
 	Loads, Stores, LocalHITM, RemoteHITM uint64
 	Events                               [3]uint64 // by Kind
-	Pairs                                map[Pair]uint64
-	overflow                             uint64 // accesses of threads beyond MaxThreads
+	OtherPairs                           uint64
+	// The threads, in parallel arrays so that classify's scan touches only
+	// ids and masks: pid<<32|tid, the bytes each read and wrote.
+	ids, reads, writes [MaxThreads]uint64
+	cpus, samples      [MaxThreads]uint64
+	nThreads           uint8
+	pairs              [MaxPairs]pairCount
+	nPairs             uint8
+	overflow           uint64 // accesses of threads beyond MaxThreads
+}
+
+// Threads are the threads that touched the line, in order of first touch.
+func (l *Line) Threads() []Thread {
+	out := make([]Thread, l.nThreads)
+	for i := range out {
+		out[i] = Thread{PID: uint32(l.ids[i] >> 32), TID: uint32(l.ids[i]), CPUs: l.cpus[i],
+			Read: l.reads[i], Written: l.writes[i], Samples: l.samples[i]}
+	}
+	return out
+}
+
+// Pairs are the thread pairs whose accesses met on the line, by
+// estimated events.
+func (l *Line) Pairs() map[Pair]uint64 {
+	out := make(map[Pair]uint64, l.nPairs)
+	for _, pc := range l.pairs[:l.nPairs] {
+		out[pc.p] = pc.n
+	}
+	return out
+}
+
+func (l *Line) addPair(p Pair, n uint64) {
+	for i := range l.pairs[:l.nPairs] {
+		if l.pairs[i].p == p {
+			l.pairs[i].n += n
+			return
+		}
+	}
+	if int(l.nPairs) < MaxPairs {
+		l.pairs[l.nPairs] = pairCount{p, n}
+		l.nPairs++
+		return
+	}
+	l.OtherPairs += n
 }
 
 // Score ranks lines as perf c2c does: HITM loads first, then stores.
@@ -83,10 +134,13 @@ type key struct {
 	addr uint64
 }
 
-// Table holds up to a bound of lines and the totals of every access.
+// Table holds up to a bound of lines and the totals of every access. The
+// lines live in one slab; an evicted line's slot is reused.
 type Table struct {
 	max   int
-	lines map[key]*Line
+	slab  []Line
+	free  []int32
+	lines map[key]int32 // → slab index
 	// Totals over every access, including those of evicted lines.
 	Totals Totals
 }
@@ -101,7 +155,8 @@ type Totals struct {
 
 // New makes a table of at most maxLines lines.
 func New(maxLines int) *Table {
-	return &Table{max: max(maxLines, 2), lines: make(map[key]*Line)}
+	n := max(maxLines, 2)
+	return &Table{max: n, slab: make([]Line, 0, n), lines: make(map[key]int32, n)}
 }
 
 // Add classifies a and records it; it returns the access's kind.
@@ -111,13 +166,11 @@ func (t *Table) Add(a Access) Kind {
 		return NotShared
 	}
 	k := key{a.PID, a.Addr &^ (LineSize - 1)}
-	l := t.lines[k]
-	if l == nil {
-		if len(t.lines) >= t.max {
-			t.evict()
-		}
-		l = &Line{PID: a.PID, Addr: k.addr}
-		t.lines[k] = l
+	var l *Line
+	if i, ok := t.lines[k]; ok {
+		l = &t.slab[i]
+	} else {
+		l = t.newLine(k)
 	}
 	if a.Store {
 		l.Stores++
@@ -138,13 +191,33 @@ func (t *Table) Add(a Access) Kind {
 	l.Events[kind] += a.Period
 	t.Totals.Events[kind] += a.Period
 	if kind != NotShared {
-		if l.Pairs == nil {
-			l.Pairs = map[Pair]uint64{}
-		}
-		p := Pair{min(a.TID, partner), max(a.TID, partner)}
-		l.Pairs[p] += a.Period
+		l.addPair(Pair{min(a.TID, partner), max(a.TID, partner)}, a.Period)
 	}
 	return kind
+}
+
+// newLine takes a slot for line k, evicting the colder half when full.
+func (t *Table) newLine(k key) *Line {
+	if len(t.lines) >= t.max {
+		t.evict()
+	}
+	var i int32
+	if n := len(t.free); n > 0 {
+		i = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		t.slab = append(t.slab, Line{})
+		i = int32(len(t.slab) - 1)
+	}
+	l := &t.slab[i]
+	// Reset what a line counts; the thread and pair arrays are written
+	// before they are read again, so the ~1 KiB of them is not cleared.
+	l.PID, l.Addr = k.pid, k.addr
+	l.Loads, l.Stores, l.LocalHITM, l.RemoteHITM, l.OtherPairs, l.overflow = 0, 0, 0, 0, 0, 0
+	l.Events = [3]uint64{}
+	l.nThreads, l.nPairs = 0, 0
+	t.lines[k] = i
+	return l
 }
 
 // bytes is the mask of the bytes an access touches within its line.
@@ -164,40 +237,42 @@ func bytes(a Access) uint64 {
 // to its own thread's. partner is the thread it met.
 func (l *Line) classify(a Access) (Kind, uint32) {
 	m := bytes(a)
+	me := uint64(a.PID)<<32 | uint64(a.TID)
+	var readMask uint64 // others' reads matter to a write
+	if a.Store {
+		readMask = ^uint64(0)
+	}
 	kind, partner := NotShared, uint32(0)
 	self := -1
-	for i := range l.Threads {
-		o := &l.Threads[i]
-		if o.TID == a.TID && o.PID == a.PID {
+	n := int(l.nThreads)
+	for i := 0; i < n; i++ {
+		if l.ids[i] == me {
 			self = i
 			continue
 		}
-		conflict := o.Written // what another thread wrote matters to any access
-		if a.Store {
-			conflict |= o.Read // a write matters to what others read
-		}
+		conflict := l.writes[i] | l.reads[i]&readMask
 		switch {
 		case conflict&m != 0:
-			kind, partner = TrueSharing, o.TID
+			kind, partner = TrueSharing, uint32(l.ids[i])
 		case conflict != 0 && kind == NotShared:
-			kind, partner = FalseSharing, o.TID
+			kind, partner = FalseSharing, uint32(l.ids[i])
 		}
 	}
 	if self < 0 {
-		if len(l.Threads) >= MaxThreads {
+		if n >= MaxThreads {
 			l.overflow++
 			return kind, partner
 		}
-		l.Threads = append(l.Threads, Thread{PID: a.PID, TID: a.TID})
-		self = len(l.Threads) - 1
+		self = n
+		l.ids[n], l.reads[n], l.writes[n], l.cpus[n], l.samples[n] = me, 0, 0, 0, 0
+		l.nThreads++
 	}
-	t := &l.Threads[self]
-	t.Samples++
-	t.CPUs |= 1 << (a.CPU % 64)
+	l.samples[self]++
+	l.cpus[self] |= 1 << (a.CPU % 64)
 	if a.Store {
-		t.Written |= m
+		l.writes[self] |= m
 	} else {
-		t.Read |= m
+		l.reads[self] |= m
 	}
 	return kind, partner
 }
@@ -205,13 +280,15 @@ func (l *Line) classify(a Access) (Kind, uint32) {
 // evict drops the colder half of the lines in one pass, so that a full
 // table costs O(log n) per new line rather than a scan each time.
 func (t *Table) evict() {
-	all := make([]key, 0, len(t.lines))
-	for k := range t.lines {
-		all = append(all, k)
+	all := make([]int32, 0, len(t.lines))
+	for _, i := range t.lines {
+		all = append(all, i)
 	}
-	slices.SortFunc(all, func(a, b key) int { return cmp.Compare(t.lines[a].Score(), t.lines[b].Score()) })
-	for _, k := range all[:len(all)/2] {
-		delete(t.lines, k)
+	slices.SortFunc(all, func(a, b int32) int { return cmp.Compare(t.slab[a].Score(), t.slab[b].Score()) })
+	for _, i := range all[:len(all)/2] {
+		l := &t.slab[i]
+		delete(t.lines, key{l.PID, l.Addr})
+		t.free = append(t.free, i)
 		t.Totals.Evicted++
 	}
 }
@@ -219,8 +296,8 @@ func (t *Table) evict() {
 // Top returns the n hottest lines, hottest first (ties by address).
 func (t *Table) Top(n int) []*Line {
 	out := make([]*Line, 0, len(t.lines))
-	for _, l := range t.lines {
-		out = append(out, l)
+	for _, i := range t.lines {
+		out = append(out, &t.slab[i])
 	}
 	slices.SortFunc(out, func(a, b *Line) int {
 		if c := cmp.Compare(b.Score(), a.Score()); c != 0 {

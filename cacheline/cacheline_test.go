@@ -98,7 +98,7 @@ func TestPointToPoint(t *testing.T) {
 	}
 	pairs := map[Pair]uint64{}
 	for _, l := range s.t.Top(100) {
-		for p, n := range l.Pairs {
+		for p, n := range l.Pairs() {
 			pairs[p] += n
 		}
 	}
@@ -142,11 +142,11 @@ func TestClassifyByHand(t *testing.T) {
 		t.Fatalf("top %+v", top)
 	}
 	l := top[0]
-	if l.Threads[0].Read != 0xff|0xf000 || l.Threads[1].Read != 0xff || l.Threads[1].Written != 0xff00 || l.Threads[2].Read != 3<<48 {
-		t.Errorf("byte maps %+v", l.Threads)
+	if th := l.Threads(); th[0].Read != 0xff|0xf000 || th[1].Read != 0xff || th[1].Written != 0xff00 || th[2].Read != 3<<48 {
+		t.Errorf("byte maps %+v", l.Threads())
 	}
-	if l.Pairs[Pair{1, 2}] != 2 || l.Pairs[Pair{2, 3}] != 1 || tb.Totals.NoAddr != 1 || tb.Totals.Stores != 2 {
-		t.Errorf("pairs %v totals %+v", l.Pairs, tb.Totals)
+	if l.Pairs()[Pair{1, 2}] != 2 || l.Pairs()[Pair{2, 3}] != 1 || tb.Totals.NoAddr != 1 || tb.Totals.Stores != 2 {
+		t.Errorf("pairs %v totals %+v", l.Pairs(), tb.Totals)
 	}
 }
 

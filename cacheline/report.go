@@ -62,7 +62,7 @@ func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Repor
 		if symbol != nil {
 			lr.Symbol = symbol(l.PID, l.Addr)
 		}
-		for _, th := range l.Threads {
+		for _, th := range l.Threads() {
 			lr.Threads = append(lr.Threads, ThreadReport{TID: th.TID, CPUs: setBits(th.CPUs), Samples: th.Samples,
 				Read: Ranges(th.Read), Written: Ranges(th.Written)})
 		}
