@@ -115,3 +115,41 @@ func BenchmarkVsNodeExporterPerf(b *testing.B) {
 	b.ReportMetric(float64(neCPU.Microseconds())/float64(b.N), "node_exporter-cpu-µs/scrape")
 	b.ReportMetric(float64(peCPU)/float64(neCPU), "cpu-ratio")
 }
+
+// BenchmarkSamplesVsPerfScript decodes the same perf.data, recorded here
+// (every page fault of a few processes, system-wide), with `pmu_exporter
+// samples` and with `perf script` printing the same fields, each to
+// /dev/null: the offline path against the tool it must agree with.
+func BenchmarkSamplesVsPerfScript(b *testing.B) {
+	testenv.RequireRoot(b)
+	perf := testenv.RequireTool(b, "perf")
+	file := filepath.Join(b.TempDir(), "perf.data")
+	rec := exec.Command(perf, "record", "-q", "-a", "-e", "page-faults", "-c", "1", "-d", "-W", "--phys-data", "-o", file,
+		"--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do find /usr/share -type f -name '*.gz' | head -2000 | xargs cat >/dev/null & done; wait")
+	if out, err := rec.CombinedOutput(); err != nil {
+		b.Fatalf("perf record: %v\n%s", err, out)
+	}
+	lines, err := exec.Command(perf, "script", "-i", file, "-F", "pid").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	samples := strings.Count(string(lines), "\n")
+	for _, c := range []struct {
+		name string
+		argv []string
+	}{
+		{"pmu_exporter_samples", []string{binary, "samples", "-i", file}},
+		{"perf_script", []string{perf, "script", "-i", file, "--ns", "-F", perfScriptFields}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				cmd := exec.Command(c.argv[0], c.argv[1:]...)
+				if err := cmd.Run(); err != nil { // stdout and stderr: /dev/null
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(samples)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+			b.ReportMetric(float64(samples), "samples/file")
+		})
+	}
+}

@@ -20,7 +20,8 @@ type samplesFlags struct {
 	input, format string
 }
 
-// sampleJSON is one line of `samples --format jsonl`. Fields the event did
+// sampleJSON is one line of `samples --format jsonl`, for readers of it
+// (the tests); lines are written by appendSample. Fields the event did
 // not record are left out, as perf script refuses to print them;
 // addresses are hex strings, as JSON numbers lose 64-bit precision.
 type sampleJSON struct {
@@ -69,8 +70,8 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(err)
 	}
-	w := bufio.NewWriter(stdout)
-	enc := json.NewEncoder(w)
+	w := bufio.NewWriterSize(stdout, 1<<16)
+	lw := lineWriter{srcs: map[uint64][]byte{}}
 	var s perfrecord.Sample
 	var samples, lost, bad uint64
 	err = file.Ordered(func(rec []byte) error {
@@ -97,7 +98,8 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 			return nil
 		}
 		samples++
-		return enc.Encode(sampleLine(file.Names[i], file.Events.Attrs[i], &s))
+		_, err = w.Write(lw.line(i, file.Names, file.Events.Attrs[i], &s))
+		return err
 	})
 	if ferr := w.Flush(); err == nil {
 		err = ferr
@@ -112,41 +114,78 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// sampleLine shapes a sample; an event with a fixed period that is not
-// sampled has that period, as perf script prints it.
-func sampleLine(event string, a perfrecord.Attr, s *perfrecord.Sample) sampleJSON {
-	j := sampleJSON{Event: event}
-	if s.Has&unix.PERF_SAMPLE_PERIOD == 0 && !a.Freq {
-		s.Period = a.Period
-	}
+// lineWriter writes sample lines by appending to one buffer: the
+// encoding/json path cost more than perf script's whole run
+// (BenchmarkSamplesVsPerfScript). Event names and data_src objects are
+// encoded once each.
+type lineWriter struct {
+	buf   []byte
+	names [][]byte
+	srcs  map[uint64][]byte
+}
+
+// line is the JSON line of sample s of event i; an event with a fixed
+// period that is not sampled has that period, as perf script prints it.
+func (w *lineWriter) line(i int, names []string, a perfrecord.Attr, s *perfrecord.Sample) []byte {
 	has := func(bit uint64) bool { return s.Has&bit != 0 }
+	for len(w.names) < len(names) { // pipe-mode files name their events as they go
+		n, _ := json.Marshal(names[len(w.names)])
+		w.names = append(w.names, n)
+	}
+	b := append(w.buf[:0], `{"event":`...)
+	b = append(b, w.names[i]...)
+	num := func(key string, v uint64) {
+		b = append(b, `,"`...)
+		b = append(b, key...)
+		b = append(b, `":`...)
+		b = strconv.AppendUint(b, v, 10)
+	}
+	hexField := func(key string, v uint64) {
+		b = append(b, `,"`...)
+		b = append(b, key...)
+		b = append(b, `":"0x`...)
+		b = strconv.AppendUint(b, v, 16)
+		b = append(b, '"')
+	}
 	if has(unix.PERF_SAMPLE_TID) {
-		j.PID, j.TID = &s.PID, &s.TID
+		num("pid", uint64(s.PID))
+		num("tid", uint64(s.TID))
 	}
 	if has(unix.PERF_SAMPLE_CPU) {
-		j.CPU = &s.CPU
+		num("cpu", uint64(s.CPU))
 	}
 	if has(unix.PERF_SAMPLE_TIME) {
-		j.Time = &s.Time
+		num("time", s.Time)
 	}
 	if has(unix.PERF_SAMPLE_IP) {
-		j.IP = hex(s.IP)
+		hexField("ip", s.IP)
 	}
 	if has(unix.PERF_SAMPLE_ADDR) {
-		j.Addr = hex(s.Addr)
+		hexField("addr", s.Addr)
 	}
-	if has(unix.PERF_SAMPLE_PERIOD) || !a.Freq {
-		j.Period = &s.Period
+	switch {
+	case has(unix.PERF_SAMPLE_PERIOD):
+		num("period", s.Period)
+	case !a.Freq:
+		num("period", a.Period)
 	}
 	if has(unix.PERF_SAMPLE_WEIGHT | unix.PERF_SAMPLE_WEIGHT_STRUCT) {
-		j.Weight = &s.Weight
+		num("weight", s.Weight)
 	}
 	if has(unix.PERF_SAMPLE_PHYS_ADDR) {
-		j.PhysAddr = hex(s.PhysAddr)
+		hexField("phys_addr", s.PhysAddr)
 	}
 	if has(unix.PERF_SAMPLE_DATA_SRC) {
-		d := datasrc.Decode(s.DataSrc)
-		j.DataSrc = &dataSrcJSON{Raw: hex(s.DataSrc), Names: d.Names(), Source: d.Source().String(), Snoop: d.SnoopName(), HITM: d.HITM().String()}
+		src, ok := w.srcs[s.DataSrc]
+		if !ok {
+			d := datasrc.Decode(s.DataSrc)
+			src, _ = json.Marshal(dataSrcJSON{Raw: hex(s.DataSrc), Names: d.Names(), Source: d.Source().String(), Snoop: d.SnoopName(), HITM: d.HITM().String()})
+			w.srcs[s.DataSrc] = src
+		}
+		b = append(b, `,"data_src":`...)
+		b = append(b, src...)
 	}
-	return j
+	b = append(b, "}\n"...)
+	w.buf = b
+	return b
 }
