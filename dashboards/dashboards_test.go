@@ -57,7 +57,7 @@ type panel struct {
 func load(t *testing.T) map[string]dashboard {
 	t.Helper()
 	files, _ := filepath.Glob("*.json")
-	if len(files) != 3 {
+	if len(files) != 4 {
 		t.Fatalf("dashboards: %v", files)
 	}
 	out := map[string]dashboard{}
@@ -234,8 +234,10 @@ func TestQueriesReturnData(t *testing.T) {
 	}
 	replayAddr, liveAddr, promAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
-		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx")
-	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.interval=500ms")
+		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
+		"--replay.samples=../examples/replay/skx-c2c.data")
+	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.interval=500ms",
+		"--sampling.event=page-faults", "--sampling.period=100")
 	rules, err := filepath.Abs("../deploy/prometheus/pmu_exporter.rules.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +254,7 @@ scrape_configs:
 `, rules, replayAddr, liveAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgFile, []byte(cfg), 0o644)
-	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile,
+	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--enable-feature=native-histograms",
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
 
 	var all []query

@@ -24,19 +24,21 @@ func TestExampleRecordings(t *testing.T) {
 	}
 }
 
-// The synthetic recording is what its generator writes.
-func TestSyntheticRecordingIsGenerated(t *testing.T) {
-	cmd := exec.Command("go", "run", "gen_skx.go")
-	cmd.Dir = "../examples/replay"
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go run gen_skx.go: %v", err)
-	}
-	have, err := os.ReadFile("../examples/replay/skx-synthetic.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(out, have) {
-		t.Error("examples/replay/skx-synthetic.csv differs from gen_skx.go's output: regenerate it (go run gen_skx.go > skx-synthetic.csv)")
+// The synthetic examples are what their generators write.
+func TestSyntheticExamplesAreGenerated(t *testing.T) {
+	for gen, file := range map[string]string{"gen_skx.go": "skx-synthetic.csv", "gen_c2c.go": "skx-c2c.data"} {
+		cmd := exec.Command("go", "run", gen)
+		cmd.Dir = "../examples/replay"
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go run %s: %v", gen, err)
+		}
+		have, err := os.ReadFile("../examples/replay/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out, have) {
+			t.Errorf("examples/replay/%s differs from %s's output: regenerate it (go run %s > %s)", file, gen, gen, file)
+		}
 	}
 }

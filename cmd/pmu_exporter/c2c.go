@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/pmu-exporter/pmu_exporter/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 )
 
@@ -29,56 +27,29 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: %v\n", cf.input, err)
 		return 1
 	}
-	var in io.Reader = stdin
-	if cf.input != "-" {
-		f, err := os.Open(cf.input)
-		if err != nil {
-			return fail(err)
-		}
-		defer f.Close()
-		in = f
-	}
-	file, err := perfdata.Open(in)
+	file, closeFile, err := openPerfData(cf.input, stdin)
 	if err != nil {
 		return fail(err)
 	}
+	defer closeFile()
 	table := cacheline.New(cf.max)
 	maps := addrmap.New()
-	var s perfrecord.Sample
-	var samples, memSamples, bad uint64
-	readErr := file.Ordered(func(rec []byte) error {
-		h, _ := perfrecord.ParseHeader(rec)
-		switch h.Type {
-		case perfrecord.TypeMmap, perfrecord.TypeMmap2:
-			if m, err := perfrecord.DecodeMmap(rec); err == nil {
-				maps.Add(m.PID, addrmap.Mapping{Start: m.Addr, End: m.Addr + m.Len, PgOff: m.PgOff, Name: m.Filename})
+	var memSamples uint64
+	samples, bad, readErr := eachSample(file, cf.input, stderr, perfDataVisitor{
+		record: func(rec []byte, h perfrecord.Header) {
+			if h.Type == perfrecord.TypeMmap || h.Type == perfrecord.TypeMmap2 {
+				if m, err := perfrecord.DecodeMmap(rec); err == nil {
+					maps.Add(m.PID, addrmap.Mapping{Start: m.Addr, End: m.Addr + m.Len, PgOff: m.PgOff, Name: m.Filename})
+				}
+			}
+		},
+		sample: func(i int, s *perfrecord.Sample) error {
+			if a, ok := cacheline.AccessOf(s, samplePeriod(file.Events.Attrs[i])); ok {
+				memSamples++
+				table.Add(a)
 			}
 			return nil
-		case perfrecord.TypeSample:
-		default:
-			return nil
-		}
-		samples++
-		i, err := file.Events.ForSample(rec)
-		if err == nil {
-			err = perfrecord.DecodeSample(rec, file.Events.Attrs[i].Layout(), &s)
-		}
-		if err != nil {
-			if bad == 0 {
-				fmt.Fprintf(stderr, "pmu_exporter c2c: %s: sample %d: %v\n", cf.input, samples, err)
-			}
-			bad++
-			return nil
-		}
-		period := file.Events.Attrs[i].Period
-		if file.Events.Attrs[i].Freq {
-			period = 1
-		}
-		if a, ok := cacheline.AccessOf(&s, period); ok {
-			memSamples++
-			table.Add(a)
-		}
-		return nil
+		},
 	})
 	if memSamples == 0 && readErr == nil {
 		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: none of its %d samples is a load or store with a data source: record with perf c2c record or perf mem record\n", cf.input, samples)
@@ -102,6 +73,15 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// samplePeriod is what a sample of an event stands for when it does not
+// carry PERIOD: the fixed period, or 1 for a frequency.
+func samplePeriod(a perfrecord.Attr) uint64 {
+	if a.Freq {
+		return 1
+	}
+	return a.Period
 }
 
 func writeC2CText(w io.Writer, r cacheline.Report) {

@@ -5,70 +5,28 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 )
 
-// memSampleType is what perf c2c record asks of Intel's mem-loads and
-// mem-stores.
-const memSampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME |
-	unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_ID | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD |
-	unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_WEIGHT_STRUCT
-
-// c2cRecording is a perf c2c record file of the thesis' False-Sharing
-// benchmark on a Skylake server: 4 threads atomically add (a PEBS load
-// that hits a modified line in L3, then a store) to their own slot of one
-// heap line with probability f, else to a shared counter on the next line.
-// Every 50th access is sampled, with period 50.
+// c2cRecording is the False-Sharing benchmark as perf c2c records it,
+// with loads hitting modified lines in L3 and stores hitting L1.
 func c2cRecording(t *testing.T, f float64) (path string, loads, stores int) {
-	const heap, pid = 0x5555_0000_0000, 1000
-	ldlat := perffile.Attr(4, 0x1cd, 50, memSampleType, true, 30)
-	st := perffile.Attr(4, 0x2cd, 50, memSampleType, true, 0)
-	var recs [][]byte
-	var m perffile.Record
-	m.U32(pid).U32(pid).U64(heap).U64(0x21000).U64(0).U64(0).U64(0).U64(0).U32(3).U32(2).Str("[heap]")
-	recs = append(recs, m.Bytes(unix.PERF_RECORD_MMAP2, 0))
-	load := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL3, LvlNum: datasrc.LvlNumL3, Snoop: datasrc.SnoopHITM}.Encode()
-	store := datasrc.DataSrc{Op: datasrc.OpStore, Lvl: datasrc.LvlHit | datasrc.LvlL1, LvlNum: datasrc.LvlNumL1, Snoop: datasrc.SnoopNA}.Encode()
-	r := rand.New(rand.NewPCG(3, math.Float64bits(f)))
-	time := uint64(1e9)
-	for range 100000 {
-		tid := uint32(r.IntN(4))
-		addr := uint64(heap + 0x100 + cacheline.LineSize) // the shared counter
-		if r.Float64() < f {
-			addr = heap + 0x100 + 8*uint64(tid)
-		}
-		for k, id := range []uint64{1, 2} {
-			time += 100
-			if r.IntN(50) != 0 {
-				continue
-			}
-			src := []uint64{load, store}[k]
-			var s perffile.Record
-			s.U64(id).U64(0x401000).U32(pid).U32(pid + 1 + tid).U64(time).U64(addr).U64(id).U32(tid).U32(0).U64(50).U32(120).U16(0).U16(0).U64(src) // weight comes before data_src
-			recs = append(recs, s.Bytes(unix.PERF_RECORD_SAMPLE, 0))
-			if k == 0 {
-				loads++
-			} else {
-				stores++
-			}
-		}
-	}
-	b := perffile.File([]perffile.Event{{Attr: ldlat, IDs: []uint64{1}, Name: "cpu/mem-loads,ldlat=30/P"}, {Attr: st, IDs: []uint64{2}, Name: "cpu/mem-stores/P"}}, "skx", recs...)
+	c := perffile.C2C{F: f, Threads: 4, Iters: 100000, Period: 50, PID: 1000, Heap: 0x5555_0000_0000, Seed: 3,
+		LoadSrc:  datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL3, LvlNum: datasrc.LvlNumL3, Snoop: datasrc.SnoopHITM}.Encode(),
+		StoreSrc: datasrc.DataSrc{Op: datasrc.OpStore, Lvl: datasrc.LvlHit | datasrc.LvlL1, LvlNum: datasrc.LvlNumL1, Snoop: datasrc.SnoopNA}.Encode()}
+	b := c.File()
 	path = filepath.Join(t.TempDir(), "perf.data")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return path, loads, stores
+	return path, c.Loads, c.Stores
 }
 
 // TestC2C: the report finds the falsely shared line at the top, its

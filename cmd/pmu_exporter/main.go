@@ -95,6 +95,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serve.Flag("replay.uarch", "Top-Down tree of the recording host for --source=replay: "+strings.Join(topdown.Names(), ", ")+" (default: none, counts only).").StringVar(&f.replay.uarch)
 	serve.Flag("replay.smt", "Whether the recording host ran two threads per core (on or off).").Default("off").EnumVar(&f.replay.smt, "on", "off")
 	serve.Flag("replay.slots", "Slots per cycle of the recording host's cores, for trees that need it (Arm: the PMU's caps/slots).").Float64Var(&f.replay.slots)
+	serve.Flag("replay.samples", "perf.data file (perf mem record, perf c2c record) whose samples --source=replay serves as the sampling metrics and /debug/cachelines, read once at start.").StringVar(&f.replay.samples)
 	serve.Flag("otlp.endpoint", "Also push every metric over OTLP to this receiver URL (http://collector:4318; with --otlp.protocol=grpc, http://collector:4317), with OpenTelemetry's resource and k8s attribute names.").StringVar(&f.otlp.endpoint)
 	serve.Flag("otlp.protocol", "OTLP transport: http/protobuf or grpc.").Default("http/protobuf").EnumVar(&f.otlp.protocol, "http/protobuf", "grpc")
 	serve.Flag("otlp.interval", "How often metrics are pushed over OTLP.").Default("30s").DurationVar(&f.otlp.interval)

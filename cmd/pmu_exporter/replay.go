@@ -17,6 +17,7 @@ import (
 type replayFlags struct {
 	file, uarch, smt string
 	slots            float64
+	samples          string
 }
 
 // replayPipeline plays a perf stat recording through the exporter's
@@ -81,5 +82,10 @@ func replayPipeline(f flags, logger *slog.Logger) (*pipeline, error) {
 	p.collectors = append(p.collectors, readDuration)
 	p.run = func(ctx context.Context) { player.Run(ctx, readDuration.Observe) }
 	p.ready = func() (bool, string) { return player.Cycles() >= 1, "no recorded interval has been played yet" }
+	if f.replay.samples != "" {
+		if err := replaySamples(p, f.replay.samples, f.sampling.maxLines, os.Stderr, logger); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }

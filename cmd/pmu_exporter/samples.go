@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/datasrc"
-	"github.com/pmu-exporter/pmu_exporter/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 )
 
@@ -57,49 +55,26 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "pmu_exporter samples: %s: %v\n", sf.input, err)
 		return 1
 	}
-	var in io.Reader = stdin
-	if sf.input != "-" {
-		f, err := os.Open(sf.input)
-		if err != nil {
-			return fail(err)
-		}
-		defer f.Close()
-		in = f
-	}
-	file, err := perfdata.Open(in)
+	file, closeFile, err := openPerfData(sf.input, stdin)
 	if err != nil {
 		return fail(err)
 	}
+	defer closeFile()
 	w := bufio.NewWriterSize(stdout, 1<<16)
 	lw := lineWriter{srcs: map[uint64][]byte{}}
-	var s perfrecord.Sample
-	var samples, lost, bad uint64
-	err = file.Ordered(func(rec []byte) error {
-		h, _ := perfrecord.ParseHeader(rec)
-		switch h.Type {
-		case perfrecord.TypeLost, perfrecord.TypeLostSamples:
-			if l, err := perfrecord.DecodeLost(rec); err == nil {
-				lost += l.Lost
+	var lost uint64
+	samples, bad, err := eachSample(file, sf.input, stderr, perfDataVisitor{
+		record: func(rec []byte, h perfrecord.Header) {
+			if h.Type == perfrecord.TypeLost || h.Type == perfrecord.TypeLostSamples {
+				if l, err := perfrecord.DecodeLost(rec); err == nil {
+					lost += l.Lost
+				}
 			}
-			return nil
-		case perfrecord.TypeSample:
-		default:
-			return nil
-		}
-		i, err := file.Events.ForSample(rec)
-		if err == nil {
-			err = perfrecord.DecodeSample(rec, file.Events.Attrs[i].Layout(), &s)
-		}
-		if err != nil { // one bad sample does not hide the others
-			if bad == 0 {
-				fmt.Fprintf(stderr, "pmu_exporter samples: %s: sample %d: %v\n", sf.input, samples+bad+1, err)
-			}
-			bad++
-			return nil
-		}
-		samples++
-		_, err = w.Write(lw.line(i, file.Names, file.Events.Attrs[i], &s))
-		return err
+		},
+		sample: func(i int, s *perfrecord.Sample) error {
+			_, err := w.Write(lw.line(i, file.Names, file.Events.Attrs[i], s))
+			return err
+		},
 	})
 	if ferr := w.Flush(); err == nil {
 		err = ferr

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -10,10 +12,14 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/addrmap"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
@@ -77,11 +83,13 @@ func setupSampling(p *pipeline, f flags, s setup, logger *slog.Logger) {
 		inner(ctx)
 		wg.Wait() // the rings are unmapped only once their reader is done
 	}
-	fs, err := procfs.NewFS(f.procfs)
-	if err != nil {
+	namer := func() func(uint32, uint64) string { return nil }
+	if fs, err := procfs.NewFS(f.procfs); err != nil {
 		logger.Warn("/debug/cachelines will not name mappings", "err", err)
+	} else {
+		namer = func() func(uint32, uint64) string { return procmaps.Namer(fs) }
 	}
-	p.handlers = append(p.handlers, handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, fs, err == nil)})
+	p.handlers = append(p.handlers, handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, namer)})
 }
 
 // handler is an extra HTTP endpoint of a pipeline.
@@ -91,9 +99,10 @@ type handler struct {
 }
 
 // cachelinesHandler serves the hottest shared cache lines as JSON, ?n=
-// of them (default 20, at most 1000), their mappings named from
-// /proc/<pid>/maps.
-func cachelinesHandler(stats *samplestat.Stats, fs procfs.FS, named bool) http.Handler {
+// of them (default 20, at most 1000), their mappings named by namer's
+// function for the request (live: /proc/<pid>/maps; replay: the file's
+// MMAP records).
+func cachelinesHandler(stats *samplestat.Stats, namer func() func(uint32, uint64) string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := 20
 		if v := r.URL.Query().Get("n"); v != "" {
@@ -104,13 +113,78 @@ func cachelinesHandler(stats *samplestat.Stats, fs procfs.FS, named bool) http.H
 			}
 			n = k
 		}
-		var name func(uint32, uint64) string
-		if named {
-			name = procmaps.Namer(fs)
-		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(stats.Cachelines(n, name))
+		enc.Encode(stats.Cachelines(n, namer()))
 	})
+}
+
+// replayedSamples is a perf.data file's events as a sampling source: their
+// periods are the recorded ones.
+type replayedSamples []sampling.Config
+
+func (r replayedSamples) Configs() []sampling.Config { return r }
+func (r replayedSamples) Period(i int) uint64        { return r[i].Period }
+
+// replaySamples reads every sample of a perf.data file into the sampling
+// collector and /debug/cachelines (named from the file's MMAP records), so
+// that a `perf mem record` or `perf c2c record` taken anywhere can be
+// looked at on dashboards. The counters hold the file's totals.
+func replaySamples(p *pipeline, path string, maxLines int, stderr io.Writer, logger *slog.Logger) error {
+	file, closeFile, err := openPerfData(path, nil)
+	if err != nil {
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	defer closeFile()
+	var stats *samplestat.Stats
+	var cfgs replayedSamples
+	maps := addrmap.New()
+	var batch samplestat.Batch
+	samples, bad, err := eachSample(file, path, stderr, perfDataVisitor{
+		record: func(rec []byte, h perfrecord.Header) {
+			switch h.Type {
+			case perfrecord.TypeMmap, perfrecord.TypeMmap2:
+				if m, err := perfrecord.DecodeMmap(rec); err == nil {
+					maps.Add(m.PID, addrmap.Mapping{Start: m.Addr, End: m.Addr + m.Len, PgOff: m.PgOff, Name: m.Filename})
+				}
+			case perfrecord.TypeLost:
+				if l, err := perfrecord.DecodeLost(rec); err == nil && stats != nil {
+					i, _ := file.Events.ForRecord(rec)
+					batch.Lost(i, l.Lost)
+				}
+			}
+		},
+		sample: func(i int, s *perfrecord.Sample) error {
+			if stats == nil { // the events are known once records come (pipe mode)
+				for k, a := range file.Events.Attrs {
+					cfgs = append(cfgs, sampling.Config{Name: file.Names[k], PMU: "replay", Period: samplePeriod(a),
+						SampleType: a.SampleType, Memory: a.SampleType&unix.PERF_SAMPLE_DATA_SRC != 0})
+				}
+				stats = samplestat.New(len(cfgs), maxLines)
+				batch = stats.Lock()
+			}
+			if i >= len(cfgs) {
+				return nil // an event whose attr came after the first sample
+			}
+			if s.Has&unix.PERF_SAMPLE_PERIOD == 0 {
+				s.Period = cfgs[i].Period
+			}
+			batch.Sample(i, s, cfgs[i].Memory, false)
+			return nil
+		},
+	})
+	if stats != nil {
+		batch.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	if stats == nil {
+		return fmt.Errorf("--replay.samples: %s has no samples", path)
+	}
+	logger.Warn("serving the samples of a perf.data file, not this host's", "file", path, "samples", samples, "malformed", bad, "events", len(cfgs))
+	p.collectors = append(p.collectors, exporter.NewSampling(cfgs, stats))
+	p.handlers = append(p.handlers, handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return maps.Name })})
+	return nil
 }

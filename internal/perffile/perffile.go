@@ -6,6 +6,8 @@ package perffile
 import (
 	"bytes"
 	"encoding/binary"
+
+	"golang.org/x/sys/unix"
 )
 
 var le = binary.LittleEndian
@@ -125,3 +127,81 @@ func File(events []Event, hostname string, records ...[]byte) []byte {
 	b[72+featEventDesc/8] |= 1 << (featEventDesc % 8)
 	return b
 }
+
+// C2CSampleType is what perf c2c record asks of Intel's mem-loads and
+// mem-stores.
+const C2CSampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME |
+	unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_ID | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD |
+	unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_WEIGHT_STRUCT
+
+// C2C is the shape of a perf c2c record of the thesis' False-Sharing
+// benchmark on a Skylake server: Threads threads atomically add (a PEBS
+// load that hits a modified line in L3, then a store) to their own 8-byte
+// slot of one heap line with probability F, else to a shared counter on
+// the next line; every Period-th access is sampled.
+type C2C struct {
+	F                  float64
+	Threads, Iters     int
+	Period             uint64
+	PID                uint32
+	Heap               uint64 // the [heap] mapping's start
+	Seed               uint64
+	LoadSrc, StoreSrc  uint64 // data_src of the loads and the stores
+	Loads, Stores      int    // filled in: the samples written
+	SlotLine, SharedLn uint64 // filled in: the two lines' addresses
+}
+
+// File writes the perf.data file: an MMAP2 of the heap, then the samples.
+func (c *C2C) File() []byte {
+	ldlat := Attr(4, 0x1cd, c.Period, C2CSampleType, true, 30)
+	st := Attr(4, 0x2cd, c.Period, C2CSampleType, true, 0)
+	var recs [][]byte
+	var m Record
+	m.U32(c.PID).U32(c.PID).U64(c.Heap).U64(0x21000).U64(0).U64(0).U64(0).U64(0).U32(3).U32(2).Str("[heap]")
+	recs = append(recs, m.Bytes(unix.PERF_RECORD_MMAP2, 0))
+	r := newRand(c.Seed)
+	c.SlotLine, c.SharedLn = c.Heap+0x100, c.Heap+0x140
+	time := uint64(1e9)
+	for range c.Iters {
+		tid := uint32(r.intn(c.Threads))
+		addr := c.SharedLn
+		if r.float() < c.F {
+			addr = c.SlotLine + 8*uint64(tid)
+		}
+		for k, id := range []uint64{1, 2} {
+			time += 100
+			if r.intn(int(c.Period)) != 0 {
+				continue
+			}
+			src := []uint64{c.LoadSrc, c.StoreSrc}[k]
+			var s Record
+			s.U64(id).U64(0x401000).U32(c.PID).U32(c.PID + 1 + tid).U64(time).U64(addr).U64(id).U32(tid).U32(0).U64(c.Period).
+				U32(120).U16(0).U16(0).U64(src) // weight comes before data_src
+			recs = append(recs, s.Bytes(unix.PERF_RECORD_SAMPLE, 0))
+			if k == 0 {
+				c.Loads++
+			} else {
+				c.Stores++
+			}
+		}
+	}
+	return File([]Event{{Attr: ldlat, IDs: []uint64{1}, Name: "cpu/mem-loads,ldlat=30/P"}, {Attr: st, IDs: []uint64{2}, Name: "cpu/mem-stores/P"}}, "skx", recs...)
+}
+
+// rng is a small PCG-style generator, so that generated files do not
+// depend on math/rand's algorithms staying the same.
+type rng struct{ s uint64 }
+
+func newRand(seed uint64) *rng { return &rng{s: seed*2 + 1} }
+
+func (r *rng) next() uint64 {
+	r.s = r.s*6364136223846793005 + 1442695040888963407
+	x := r.s
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x
+}
+
+func (r *rng) intn(n int) int { return int(r.next() % uint64(n)) }
+func (r *rng) float() float64 { return float64(r.next()>>11) / (1 << 53) }

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/pmu-exporter/pmu_exporter/perfdata"
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+)
+
+// openPerfData opens a perf.data file, or a pipe-mode stream on stdin for
+// "-"; close releases it.
+func openPerfData(path string, stdin io.Reader) (file *perfdata.File, close func(), err error) {
+	var in io.Reader = stdin
+	close = func() {}
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, close, err
+		}
+		in, close = f, func() { f.Close() }
+	}
+	file, err = perfdata.Open(in)
+	if err != nil {
+		close()
+		return nil, func() {}, err
+	}
+	return file, close, nil
+}
+
+// perfDataVisitor is what eachSample hands records to.
+type perfDataVisitor struct {
+	record func(rec []byte, h perfrecord.Header) // every record but samples (may be nil)
+	sample func(event int, s *perfrecord.Sample) error
+}
+
+// eachSample walks a perf.data file in perf's order, decoding its samples.
+// A sample that cannot be decoded is counted in bad and the first one
+// reported on warn, so that one bad record does not hide the others.
+func eachSample(file *perfdata.File, name string, warn io.Writer, v perfDataVisitor) (samples, bad uint64, err error) {
+	var s perfrecord.Sample
+	err = file.Ordered(func(rec []byte) error {
+		h, _ := perfrecord.ParseHeader(rec)
+		if h.Type != perfrecord.TypeSample {
+			if v.record != nil {
+				v.record(rec, h)
+			}
+			return nil
+		}
+		i, err := file.Events.ForSample(rec)
+		if err == nil {
+			err = perfrecord.DecodeSample(rec, file.Events.Attrs[i].Layout(), &s)
+		}
+		if err != nil {
+			if bad == 0 {
+				fmt.Fprintf(warn, "pmu_exporter: %s: sample %d: %v\n", name, samples+bad+1, err)
+			}
+			bad++
+			return nil
+		}
+		samples++
+		return v.sample(i, &s)
+	})
+	return samples, bad, err
+}
