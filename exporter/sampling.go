@@ -1,12 +1,14 @@
 package exporter
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pmu-exporter/pmu_exporter/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
@@ -29,6 +31,15 @@ type Sampling struct {
 
 	samples, lost, throttled, filtered, period *prometheus.Desc
 	memSamples, memAccesses, latency, sharing  *prometheus.Desc
+
+	cgroups                                 CgroupIDs
+	names                                   PodNames
+	cgSamples, cgMem, cgAccesses, cgSharing *prometheus.Desc
+}
+
+// CgroupIDs names the cgroup ids samples carry (PERF_SAMPLE_CGROUP).
+type CgroupIDs interface {
+	Cgroup(id uint64) (path string, identity podcgroup.Identity, ok bool)
 }
 
 // NewSampling builds the collector.
@@ -54,10 +65,45 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 	return s
 }
 
+// PerCgroup adds the per-cgroup families, the ids named by ids and their
+// pods by names (may be nil).
+func (s *Sampling) PerCgroup(ids CgroupIDs, names PodNames) *Sampling {
+	id := []string{"cgroup", "namespace", "pod", "container"}
+	with := func(l ...string) []string { return append(append([]string(nil), id...), l...) }
+	s.cgroups, s.names = ids, names
+	s.cgSamples = prometheus.NewDesc(namespace+"_cgroup_sampling_samples_total", "Samples of the event taken while a task of the cgroup ran (PERF_SAMPLE_CGROUP: the perf_event hierarchy's cgroup). cgroup=\"other\" holds the cgroups beyond the bound.", with("event", "pmu"), nil)
+	s.cgMem = prometheus.NewDesc(namespace+"_cgroup_mem_samples_total", "Memory access samples of the cgroup's tasks by operation and the level that served them.", with("op", "source"), nil)
+	s.cgAccesses = prometheus.NewDesc(namespace+"_cgroup_mem_accesses_estimated_total", "Memory accesses of the cgroup's tasks estimated from the samples (samples × period).", with("op", "source"), nil)
+	s.cgSharing = prometheus.NewDesc(namespace+"_cgroup_cacheline_sharing_events_estimated_total", "The cgroup's sampled accesses to cache lines another thread wrote, estimated, by kind.", with("kind"), nil)
+	return s
+}
+
+// cgroupLabels are the cgroup, namespace, pod and container of an id.
+func (s *Sampling) cgroupLabels(id uint64) []string {
+	if id == samplestat.OtherCgroup {
+		return []string{"other", "", "", ""}
+	}
+	path, ident, ok := s.cgroups.Cgroup(id)
+	if !ok {
+		return []string{"id:" + strconv.FormatUint(id, 10), "", "", ""}
+	}
+	if s.names != nil && ident.PodUID != "" {
+		if ns, pod, ctr, ok := s.names.Names(ident); ok {
+			return []string{path, ns, pod, ctr}
+		}
+	}
+	return []string{path, "", ident.PodUID, ident.ContainerID}
+}
+
 // Describe sends the descriptors.
 func (s *Sampling) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{s.samples, s.lost, s.throttled, s.filtered, s.period, s.memSamples, s.memAccesses, s.latency, s.sharing} {
 		ch <- d
+	}
+	if s.cgroups != nil {
+		for _, d := range []*prometheus.Desc{s.cgSamples, s.cgMem, s.cgAccesses, s.cgSharing} {
+			ch <- d
+		}
 	}
 }
 
@@ -79,6 +125,9 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 	}
 	if snap.Lost > 0 {
 		counter(s.lost, snap.Lost, "", "")
+	}
+	if s.cgroups != nil {
+		s.collectCgroups(ch, snap)
 	}
 	if !s.memory {
 		return
@@ -103,4 +152,30 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(s.sharing, snap.Sharing[cacheline.TrueSharing], "true_sharing")
 	counter(s.sharing, snap.Sharing[cacheline.FalseSharing], "false_sharing")
+}
+
+func (s *Sampling) collectCgroups(ch chan<- prometheus.Metric, snap samplestat.Snapshot) {
+	cfgs := s.src.Configs()
+	for id, cg := range snap.Cgroups {
+		l := s.cgroupLabels(id)
+		with := func(v ...string) []string { return append(append([]string(nil), l...), v...) }
+		for i, n := range cg.Samples {
+			ch <- prometheus.MustNewConstMetric(s.cgSamples, prometheus.CounterValue, float64(n), with(cfgs[i].Name, cfgs[i].PMU)...)
+		}
+		if !s.memory {
+			continue
+		}
+		for op, sources := range cg.Classes {
+			for src, c := range sources {
+				if c.Samples == 0 {
+					continue
+				}
+				v := with(samplestat.Ops[op], datasrc.Source(src).String())
+				ch <- prometheus.MustNewConstMetric(s.cgMem, prometheus.CounterValue, float64(c.Samples), v...)
+				ch <- prometheus.MustNewConstMetric(s.cgAccesses, prometheus.CounterValue, float64(c.Accesses), v...)
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(s.cgSharing, prometheus.CounterValue, float64(cg.Sharing[cacheline.TrueSharing]), with("true_sharing")...)
+		ch <- prometheus.MustNewConstMetric(s.cgSharing, prometheus.CounterValue, float64(cg.Sharing[cacheline.FalseSharing]), with("false_sharing")...)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
@@ -77,5 +78,60 @@ func TestSamplingMetrics(t *testing.T) {
 	}
 	if one("pmu_cacheline_sharing_events_estimated_total", map[string]string{"kind": "false_sharing"}).GetCounter().GetValue() != 0 {
 		t.Error("one thread cannot share")
+	}
+}
+
+type cgroupTable map[uint64]string
+
+func (c cgroupTable) Cgroup(id uint64) (string, podcgroup.Identity, bool) {
+	p, ok := c[id]
+	ident, _ := podcgroup.Parse(p)
+	return p, ident, ok
+}
+
+type podNames struct{}
+
+func (podNames) Names(id podcgroup.Identity) (string, string, string, bool) {
+	return "shop", "cart-1", "app", id.PodUID == "0d2c7a6e-1c63-4d38-a8f4-5f2e0a1f3b11"
+}
+
+func TestSamplingPerCgroup(t *testing.T) {
+	cfgs := plan{{Name: "mem-loads", PMU: "cpu", Period: 1000, Memory: true}}
+	stats := samplestat.New(1, 64)
+	stats.TrackCgroups(2)
+	src := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlLocRAM, LvlNum: datasrc.LvlNumRAM}.Encode()
+	pod := "/kubepods.slice/kubepods-pod0d2c7a6e_1c63_4d38_a8f4_5f2e0a1f3b11.slice/cri-containerd-4f1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9.scope"
+	b := stats.Lock()
+	for _, id := range []uint64{7, 7, 8, 9} {
+		b.Sample(0, &perfrecord.Sample{Has: unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_CGROUP, Cgroup: id, Addr: 0x40, Period: 1000, DataSrc: src}, true, false)
+	}
+	b.Unlock()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewSampling(cfgs, stats).PerCgroup(cgroupTable{7: pod}, podNames{}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "pmu_cgroup_mem_accesses_estimated_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			got[l["cgroup"]+"|"+l["namespace"]+"|"+l["pod"]+"|"+l["container"]+"|"+l["source"]] = m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{pod + "|shop|cart-1|app|local_dram": 2000, "id:8||||local_dram": 1000, "other||||local_dram": 1000}
+	if len(got) != len(want) {
+		t.Errorf("series %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], v, got)
+		}
 	}
 }

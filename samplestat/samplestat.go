@@ -11,6 +11,8 @@ import (
 	"math"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmu-exporter/pmu_exporter/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
@@ -68,6 +70,42 @@ type Stats struct {
 	// distinct ones, and classifying one takes a dozen branches.
 	seen [256]classEntry
 	lost uint64 // LOST records not attributable to an event
+	// cgroups is the per-cgroup share (PERF_SAMPLE_CGROUP ids), bounded by
+	// maxCgroups; samples of cgroups beyond it go to OtherCgroup.
+	cgroups    map[uint64]*CgroupStats
+	maxCgroups int
+}
+
+// OtherCgroup is the id of the cgroups beyond the bound.
+const OtherCgroup = ^uint64(0)
+
+// CgroupStats is one cgroup's share of the samples: per event, by memory
+// access class (op and source: the snoop is left out to keep the series
+// per cgroup few), and its accesses to shared lines by kind.
+type CgroupStats struct {
+	Samples []uint64
+	Classes [numOps][datasrc.NumSources]Class
+	Sharing [3]uint64
+}
+
+// TrackCgroups keeps per-cgroup totals for up to max cgroups, from samples
+// that carry PERF_SAMPLE_CGROUP.
+func (s *Stats) TrackCgroups(max int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cgroups, s.maxCgroups = map[uint64]*CgroupStats{}, max
+}
+
+func (st *Stats) cgroupOf(id uint64) *CgroupStats {
+	c := st.cgroups[id]
+	if c == nil {
+		if len(st.cgroups) >= st.maxCgroups && id != OtherCgroup {
+			return st.cgroupOf(OtherCgroup)
+		}
+		c = &CgroupStats{Samples: make([]uint64, len(st.events))}
+		st.cgroups[id] = c
+	}
+	return c
 }
 
 // New makes the stats of n events, with a cache line table of maxLines.
@@ -96,12 +134,25 @@ func (b Batch) Sample(ev int, s *perfrecord.Sample, memory, addrOnly bool) {
 		return
 	}
 	e.Samples++
+	var cg *CgroupStats
+	if st.cgroups != nil && s.Has&unix.PERF_SAMPLE_CGROUP != 0 {
+		cg = st.cgroupOf(s.Cgroup)
+		cg.Samples[ev]++
+	}
 	if !memory {
 		return
 	}
-	b.classify(ev, s)
+	k := b.classify(ev, s)
+	if cg != nil {
+		c := &cg.Classes[k/(int(datasrc.NumSources)*numSnoops)][k/numSnoops%int(datasrc.NumSources)]
+		c.Samples++
+		c.Accesses += s.Period
+	}
 	if a, ok := cacheline.AccessOf(s, s.Period); ok {
-		st.lines.Add(a)
+		kind := st.lines.Add(a)
+		if cg != nil {
+			cg.Sharing[kind] += a.Period
+		}
 	}
 }
 
@@ -126,8 +177,8 @@ func (st *Stats) classOf(v uint64) int {
 	return int(e.class - 1)
 }
 
-// classify counts a memory sample by class and latency.
-func (b Batch) classify(_ int, s *perfrecord.Sample) {
+// classify counts a memory sample by class and latency, and returns the class.
+func (b Batch) classify(_ int, s *perfrecord.Sample) int {
 	k := b.s.classOf(s.DataSrc)
 	c := &b.s.classes[k%numClasses]
 	c.Samples++
@@ -135,6 +186,7 @@ func (b Batch) classify(_ int, s *perfrecord.Sample) {
 	if k < int(datasrc.NumSources)*numSnoops && s.Weight > 0 { // op load
 		b.s.latency.observe(s.Weight)
 	}
+	return k
 }
 
 // Lost adds n records lost by event ev (-1: not attributable).
@@ -244,6 +296,7 @@ type Snapshot struct {
 	Latency Latency
 	Sharing [3]uint64 // estimated events by cacheline.Kind
 	Lost    uint64    // not attributable to an event
+	Cgroups map[uint64]CgroupStats
 }
 
 // Snapshot copies the totals.
@@ -255,6 +308,14 @@ func (s *Stats) Snapshot() Snapshot {
 		snap.Classes[k/(int(datasrc.NumSources)*numSnoops)][k/numSnoops%int(datasrc.NumSources)][k%numSnoops] = c
 	}
 	snap.Latency = s.latency.export()
+	if s.cgroups != nil {
+		snap.Cgroups = make(map[uint64]CgroupStats, len(s.cgroups))
+		for id, c := range s.cgroups {
+			cc := *c
+			cc.Samples = append([]uint64(nil), c.Samples...)
+			snap.Cgroups[id] = cc
+		}
+	}
 	return snap
 }
 

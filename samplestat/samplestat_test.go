@@ -136,3 +136,31 @@ func TestLabelIndexes(t *testing.T) {
 		}
 	}
 }
+
+// Per-cgroup shares: each cgroup's samples by event and class, its sharing
+// events, and the cgroups beyond the bound summed in OtherCgroup.
+func TestCgroups(t *testing.T) {
+	s := New(2, 64)
+	s.TrackCgroups(2)
+	load := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL2, LvlNum: datasrc.LvlNumL2, Snoop: datasrc.SnoopNone}.Encode()
+	store := datasrc.DataSrc{Op: datasrc.OpStore, Lvl: datasrc.LvlHit | datasrc.LvlL1}.Encode()
+	const has = unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_CGROUP | unix.PERF_SAMPLE_TID
+	b := s.Lock()
+	b.Sample(0, &perfrecord.Sample{Has: has, Cgroup: 10, Addr: 0x40, TID: 1, Period: 5, DataSrc: load}, true, false)
+	b.Sample(1, &perfrecord.Sample{Has: has, Cgroup: 10, Addr: 0x48, TID: 2, Period: 5, DataSrc: store}, true, false) // false sharing with TID 1
+	b.Sample(0, &perfrecord.Sample{Has: has, Cgroup: 20, Addr: 0x4000, TID: 3, Period: 5, DataSrc: load}, true, false)
+	b.Sample(0, &perfrecord.Sample{Has: has, Cgroup: 30, Addr: 0x8000, TID: 4, Period: 5, DataSrc: load}, true, false)
+	b.Sample(0, &perfrecord.Sample{Has: has, Cgroup: 40, Addr: 0x9000, TID: 5, Period: 5, DataSrc: load}, true, false)
+	b.Sample(1, &perfrecord.Sample{Has: unix.PERF_SAMPLE_ADDR, Addr: 0x1}, false, false) // no cgroup id
+	b.Unlock()
+	cg := s.Snapshot().Cgroups
+	if len(cg) != 3 || cg[10].Samples[0] != 1 || cg[10].Samples[1] != 1 || cg[20].Samples[0] != 1 || cg[OtherCgroup].Samples[0] != 2 {
+		t.Fatalf("cgroups %+v", cg)
+	}
+	if c := cg[10].Classes[0][datasrc.SourceL2]; c != (Class{Samples: 1, Accesses: 5}) {
+		t.Errorf("cgroup 10 load/l2 %+v", c)
+	}
+	if cg[10].Sharing[2] != 5 || cg[20].Sharing[2] != 0 {
+		t.Errorf("sharing %v %v", cg[10].Sharing, cg[20].Sharing)
+	}
+}

@@ -15,34 +15,42 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 
 // samplingFlags are serve's --sampling.* options.
 type samplingFlags struct {
-	enabled  bool
-	events   []string
-	period   uint64
-	ldlat    uint64
-	budget   float64
-	pages    int
-	maxLines int
+	enabled   bool
+	perCgroup bool
+	events    []string
+	period    uint64
+	ldlat     uint64
+	budget    float64
+	pages     int
+	maxLines  int
 }
 
 // setupSampling opens the host's memory sampling events and the user's,
 // and adds their collector and /debug/cachelines to p; where nothing can
 // be sampled it says why and leaves p alone.
-func setupSampling(p *pipeline, f flags, s setup, logger *slog.Logger) {
+func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logger *slog.Logger) {
 	if !f.sampling.enabled {
 		return
 	}
-	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: f.sampling.period, LdLat: f.sampling.ldlat, Events: f.sampling.events})
+	root, _ := cgroupRoot(f, s)
+	perCgroup := f.sampling.perCgroup && root != ""
+	if f.sampling.perCgroup && root == "" {
+		logger.Warn("sampling: no per-cgroup series", "reason", "no cgroup hierarchy holds the perf_event controller")
+	}
+	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: f.sampling.period, LdLat: f.sampling.ldlat, Events: f.sampling.events, Cgroup: perCgroup})
 	if err != nil {
 		logger.Error("sampling not running", "err", err)
 		return
@@ -54,6 +62,9 @@ func setupSampling(p *pipeline, f flags, s setup, logger *slog.Logger) {
 		return
 	}
 	stats := samplestat.New(len(cfgs), f.sampling.maxLines)
+	if perCgroup {
+		stats.TrackCgroups(f.cgroupSeries)
+	}
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
 		Pages: f.sampling.pages, Poll: 250 * time.Millisecond, Govern: time.Second,
 		Governor: sampling.NewGovernor(f.sampling.budget, s.facts.MaxSampleRate),
@@ -68,7 +79,11 @@ func setupSampling(p *pipeline, f flags, s setup, logger *slog.Logger) {
 	for _, c := range smp.Configs() {
 		logger.Info("sampling", "event", c.Name, "pmu", c.PMU, "period", c.Period, "memory", c.Memory)
 	}
-	p.collectors = append(p.collectors, exporter.NewSampling(smp, stats))
+	coll := exporter.NewSampling(smp, stats)
+	if perCgroup {
+		coll.PerCgroup(&cgroupNames{r: cgroupid.New(root)}, names)
+	}
+	p.collectors = append(p.collectors, coll)
 	p.closers = append(p.closers, func() { smp.Close() })
 	inner := p.run
 	p.run = func(ctx context.Context) {
@@ -90,6 +105,31 @@ func setupSampling(p *pipeline, f flags, s setup, logger *slog.Logger) {
 		namer = func() func(uint32, uint64) string { return procmaps.Namer(fs) }
 	}
 	p.handlers = append(p.handlers, handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, namer)})
+}
+
+// cgroupNames resolves the cgroup ids of samples by walking the hierarchy,
+// again when an id is unknown but at most every ten seconds, so that a
+// stream of samples from a cgroup that is gone does not walk each scrape.
+type cgroupNames struct {
+	mu   sync.Mutex
+	r    *cgroupid.Resolver
+	last time.Time
+}
+
+func (c *cgroupNames) Cgroup(id uint64) (string, podcgroup.Identity, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	path, ok := c.r.Path(id)
+	if !ok && time.Since(c.last) > 10*time.Second {
+		c.last = time.Now()
+		c.r.Walk() // an unreadable hierarchy leaves ids unresolved, labelled id:N
+		path, ok = c.r.Path(id)
+	}
+	if !ok {
+		return "", podcgroup.Identity{}, false
+	}
+	ident, _ := podcgroup.Parse(path)
+	return path, ident, true
 }
 
 // handler is an extra HTTP endpoint of a pipeline.

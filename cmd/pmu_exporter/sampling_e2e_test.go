@@ -1,14 +1,17 @@
 package main
 
 import (
+	bin "encoding/binary"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -67,5 +70,51 @@ func TestServeSampling(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 || !strings.Contains(string(msg), "n:") {
 		t.Errorf("bad n: %s %q", resp.Status, msg)
+	}
+}
+
+// TestServeSamplingPerCgroup: a process started inside a test cgroup
+// faults its pages; the page-fault samples the exporter attributes to that
+// cgroup (PERF_SAMPLE_CGROUP) equal the kernel's own count of page faults
+// in that cgroup (a page-faults counter in perf's cgroup mode on every CPU).
+func TestServeSamplingPerCgroup(t *testing.T) {
+	testenv.RequireRoot(t)
+	top, dirs := testenv.Cgroups(t, "job")
+	p := start(t, nil, "--sampling.event=page-faults", "--sampling.period=1", "--sampling.cpu-budget=1", "--sampling.ring-pages=256")
+	f, err := os.Open(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var counters []int
+	for _, cpu := range testenv.OnlineCPUs(t) {
+		attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS, Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{}))}
+		fd, err := unix.PerfEventOpen(&attr, int(f.Fd()), cpu, -1, unix.PERF_FLAG_PID_CGROUP|unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			t.Fatalf("page-faults of the cgroup on CPU %d: %v", cpu, err)
+		}
+		defer unix.Close(fd)
+		counters = append(counters, fd)
+	}
+	cmd := exec.Command("sh", "-c", "head -c 20000000 /dev/zero | cat > /dev/null")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	var counted float64
+	for _, fd := range counters {
+		var b [8]byte
+		if _, err := unix.Read(fd, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		counted += float64(bin.LittleEndian.Uint64(b[:]))
+	}
+	time.Sleep(600 * time.Millisecond) // two of the reader's poll periods
+	_, mfs := p.scrape(t)
+	lbl := map[string]string{"cgroup": top + "/job", "event": "page-faults"}
+	got := mustValue(t, mfs, "pmu_cgroup_sampling_samples_total", lbl)
+	lost := mustValue(t, mfs, "pmu_sampling_lost_total", map[string]string{"event": "page-faults"})
+	if got != counted || lost != 0 || counted < 100 {
+		t.Errorf("%.0f page-fault samples in %s (%.0f lost), the kernel counted %.0f page faults there", got, lbl["cgroup"], lost, counted)
 	}
 }

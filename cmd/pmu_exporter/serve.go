@@ -392,7 +392,7 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 	if pods != nil {
 		p.collectors = append(p.collectors, exporter.NewPodMeta(pods))
 	}
-	setupSampling(p, f, s, logger)
+	setupSampling(p, f, s, names, logger)
 	return p
 }
 
