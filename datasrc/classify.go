@@ -41,14 +41,28 @@ func (s Source) Remote() bool { return s == SourceRemoteCache || s == SourceRemo
 // remote is perf c2c's "mrem": a remote cache level, or the remote bit.
 func (d DataSrc) remote() bool { return d.Remote || d.Lvl&(LvlRemCCE1|LvlRemCCE2) != 0 }
 
+// locality says where a cache that served the access was, mem_hops first
+// where the driver sets it (AMD sets the remote bit with HOPS_0 for another
+// CCX of the same node: a peer, not a remote node).
+func (d DataSrc) locality() (remote, peer bool) {
+	switch {
+	case d.Hops >= Hops1:
+		return true, false
+	case d.Hops == Hops0:
+		return false, true
+	}
+	return d.remote(), false
+}
+
 // Source classifies the access. A peer-cache transfer (snoopx peer) is a
 // peer or remote cache by locality; mem_lvl_num decides where set, with
 // mem_remote and mem_hops for its locality; otherwise the mem_lvl bits,
 // remote levels first. An access that says only which level it missed is
 // SourceMiss; one with nothing usable SourceNA.
 func (d DataSrc) Source() Source {
+	remote, peer := d.locality()
 	if d.SnoopX&SnoopXPeer != 0 {
-		if d.remote() || d.Hops >= Hops1 {
+		if remote {
 			return SourceRemoteCache
 		}
 		return SourcePeerCache
@@ -59,8 +73,11 @@ func (d DataSrc) Source() Source {
 			return SourceMiss
 		}
 		cache := func(s Source) Source {
-			if d.remote() {
+			switch {
+			case remote:
 				return SourceRemoteCache
+			case peer:
+				return SourcePeerCache
 			}
 			return s
 		}
@@ -78,13 +95,7 @@ func (d DataSrc) Source() Source {
 		case LvlNumMSC:
 			return cache(SourceMSC)
 		case LvlNumAnyCache:
-			switch {
-			case d.remote() || d.Hops >= Hops1:
-				return SourceRemoteCache
-			case d.Hops == Hops0:
-				return SourcePeerCache
-			}
-			return SourceAnyCache
+			return cache(SourceAnyCache)
 		case LvlNumRAM:
 			if d.Remote || d.Hops >= Hops1 || d.Lvl&(LvlRemRAM1|LvlRemRAM2) != 0 {
 				return SourceRemoteDRAM

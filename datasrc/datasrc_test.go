@@ -107,6 +107,8 @@ func TestOtherSources(t *testing.T) {
 		want Source
 	}{
 		"zen4 peer CCX":       {DataSrc{Op: OpLoad, Lvl: LvlHit, LvlNum: LvlNumAnyCache, Hops: Hops0}, SourcePeerCache},
+		"zen4 near CCX":       {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlRemCCE1, LvlNum: LvlNumAnyCache, Remote: true, Hops: Hops0}, SourcePeerCache},
+		"any cache":           {DataSrc{Op: OpLoad, Lvl: LvlHit, LvlNum: LvlNumAnyCache}, SourceAnyCache},
 		"zen4 other node":     {DataSrc{Op: OpLoad, Lvl: LvlHit, LvlNum: LvlNumAnyCache, Hops: Hops1, Remote: true}, SourceRemoteCache},
 		"zen4 far dram":       {DataSrc{Op: OpLoad, Lvl: LvlHit, LvlNum: LvlNumRAM, Hops: Hops2, Remote: true}, SourceRemoteDRAM},
 		"cxl":                 {DataSrc{Op: OpLoad, LvlNum: LvlNumCXL}, SourceCXL},

@@ -166,6 +166,12 @@ func FuzzDecodeSample(f *testing.F) {
 		DecodeLost(rec)
 		DecodeThrottle(rec)
 		DecodeSwitch(rec)
+		DecodeMmap(rec)
+		DecodeSampleID(rec, Layout{SampleType: st, SampleIDAll: true})
+		if ev, err := NewEvents([]Attr{{SampleType: st, SampleIDAll: true}, {SampleType: st, SampleIDAll: true}}, [][]uint64{{1}, {2}}); err == nil {
+			ev.ForSample(rec)
+			ev.ForRecord(rec)
+		}
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 )
 
@@ -162,5 +163,46 @@ func TestCgroups(t *testing.T) {
 	}
 	if cg[10].Sharing[2] != 5 || cg[20].Sharing[2] != 0 {
 		t.Errorf("sharing %v %v", cg[10].Sharing, cg[20].Sharing)
+	}
+}
+
+// IBS op samples as the kernel writes them for the exporter's ibs_op event
+// (identifier, ip, tid, time, addr, cpu, period, weight_struct, data_src):
+// a load served by another CCX of the node (Zen 4's data source extension,
+// which the kernel reports as any-cache, remote bit, HOPS_0), a store, and
+// an op that is neither, without a data address, which IBS samples too.
+func TestIBSOpSamples(t *testing.T) {
+	const st = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME |
+		unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD | unix.PERF_SAMPLE_WEIGHT_STRUCT | unix.PERF_SAMPLE_DATA_SRC
+	nearCCX := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlRemCCE1, LvlNum: datasrc.LvlNumAnyCache, Remote: true, Hops: datasrc.Hops0, Snoop: datasrc.SnoopHit}.Encode()
+	store := datasrc.DataSrc{Op: datasrc.OpStore, Lvl: datasrc.LvlHit | datasrc.LvlL1, LvlNum: datasrc.LvlNumL1, Snoop: datasrc.SnoopNA}.Encode()
+	notMem := datasrc.DataSrc{Op: datasrc.OpNA, Lvl: datasrc.LvlNA, Snoop: datasrc.SnoopNA, LvlNum: datasrc.LvlNumNA}.Encode()
+	record := func(addr, weight, src uint64) []byte {
+		var r perffile.Record
+		r.U64(11).U64(0x401000).U32(7).U32(8).U64(100).U64(addr).U32(3).U32(0).U64(0x10000).U32(uint32(weight)).U16(0).U16(0).U64(src)
+		return r.Bytes(unix.PERF_RECORD_SAMPLE, 0)
+	}
+	s := New(1, 64)
+	b := s.Lock()
+	var smp perfrecord.Sample
+	for _, rec := range [][]byte{record(0x7f0000001000, 180, nearCCX), record(0x7f0000002000, 0, store), record(0, 0, notMem)} {
+		if err := perfrecord.DecodeSample(rec, perfrecord.Layout{SampleType: st}, &smp); err != nil {
+			t.Fatal(err)
+		}
+		b.Sample(0, &smp, true, true)
+	}
+	b.Unlock()
+	snap := s.Snapshot()
+	if snap.Events[0] != (Event{Samples: 2, Filtered: 1}) {
+		t.Errorf("events %+v", snap.Events[0])
+	}
+	if c := snap.Classes[0][datasrc.SourcePeerCache][1]; c != (Class{Samples: 1, Accesses: 0x10000}) {
+		t.Errorf("load/peer_cache/hit %+v", c)
+	}
+	if c := snap.Classes[1][datasrc.SourceL1][4]; c.Samples != 1 {
+		t.Errorf("store/l1/na %+v", c)
+	}
+	if snap.Latency.Count != 1 || snap.Latency.Sum != 180 {
+		t.Errorf("latency %+v", snap.Latency)
 	}
 }
