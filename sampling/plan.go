@@ -63,7 +63,8 @@ type Options struct {
 // Missing is a memory sampling facility this host lacks or this exporter
 // cannot use, and why.
 type Missing struct {
-	What, Why string
+	What string `json:"what"`
+	Why  string `json:"why"`
 }
 
 // Plan chooses the memory events of this host's PMUs, plus the events the

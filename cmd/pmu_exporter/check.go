@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 
 // topdownStatus says which Top-Down trees serve would compute (one per core
@@ -14,6 +16,27 @@ type topdownStatus struct {
 	Trees    []treeStatus `json:"trees,omitempty"`
 	Reason   string       `json:"reason,omitempty"`
 	Warnings []string     `json:"warnings,omitempty"`
+}
+
+// samplingStatus says which memory events serve would sample, and what
+// this host lacks.
+type samplingStatus struct {
+	Events  []string           `json:"events"`
+	Missing []sampling.Missing `json:"missing"`
+	Error   string             `json:"error,omitempty"`
+}
+
+func checkSampling(s setup) samplingStatus {
+	st := samplingStatus{Events: []string{}, Missing: []sampling.Missing{}}
+	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: 10007, LdLat: 30})
+	if err != nil {
+		st.Error = err.Error()
+	}
+	for _, c := range cfgs {
+		st.Events = append(st.Events, c.PMU+"/"+c.Name)
+	}
+	st.Missing = append(st.Missing, missing...)
+	return st
 }
 
 type treeStatus struct {
@@ -48,10 +71,11 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 	if f.checkFormat == "json" {
 		out := struct {
 			capability.Report
-			Topdown      topdownStatus `json:"topdown"`
-			ConfigErrors []string      `json:"config_errors"`
-			Groups       []string      `json:"groups"`
-		}{Report: s.report, Topdown: tds, ConfigErrors: []string{}, Groups: []string{}}
+			Topdown      topdownStatus  `json:"topdown"`
+			Sampling     samplingStatus `json:"memory_sampling"`
+			ConfigErrors []string       `json:"config_errors"`
+			Groups       []string       `json:"groups"`
+		}{Report: s.report, Topdown: tds, Sampling: checkSampling(s), ConfigErrors: []string{}, Groups: []string{}}
 		for _, e := range s.configErrors {
 			out.ConfigErrors = append(out.ConfigErrors, e.Error())
 		}
@@ -73,6 +97,16 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 			}
 		} else {
 			fmt.Fprintf(stdout, "\nTop-Down: not computed: %s\n", tds.Reason)
+		}
+		ms := checkSampling(s)
+		if len(ms.Events) > 0 {
+			fmt.Fprintf(stdout, "\nMemory sampling: %s\n", strings.Join(ms.Events, ", "))
+		}
+		for _, m := range ms.Missing {
+			fmt.Fprintf(stdout, "\nMemory sampling: no %s: %s\n", m.What, m.Why)
+		}
+		if ms.Error != "" {
+			fmt.Fprintf(stdout, "\nMemory sampling: %s\n", ms.Error)
 		}
 		if len(s.configErrors) > 0 {
 			fmt.Fprintf(stdout, "\nConfiguration problems (these groups will not be counted):\n")

@@ -339,6 +339,10 @@ func TestCheck(t *testing.T) {
 			Trees  []struct{ Tree, Source string }
 			Reason string
 		}
+		MemorySampling struct {
+			Events  []string
+			Missing []struct{ What, Why string }
+		} `json:"memory_sampling"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -349,6 +353,10 @@ func TestCheck(t *testing.T) {
 	// Either a tree or the reason there is none, never both nor neither.
 	if (len(r.Topdown.Trees) == 0) == (r.Topdown.Reason == "") {
 		t.Errorf("topdown status = %+v", r.Topdown)
+	}
+	// Memory sampling: events to sample, or what is missing and why.
+	if ms := r.MemorySampling; len(ms.Events) == 0 && (len(ms.Missing) == 0 || ms.Missing[0].Why == "") {
+		t.Errorf("memory sampling status = %+v", ms)
 	}
 	pmus := map[string]bool{}
 	for _, p := range r.PMUs {
@@ -367,7 +375,7 @@ func TestCheck(t *testing.T) {
 	}
 	text, err := exec.Command(binary, "check").Output()
 	if err != nil || !strings.Contains(string(text), "Features:") || !strings.Contains(string(text), "The exporter can run here") ||
-		!strings.Contains(string(text), "Top-Down: ") {
+		!strings.Contains(string(text), "Top-Down: ") || !strings.Contains(string(text), "Memory sampling: ") {
 		t.Errorf("check text: %v\n%s", err, text)
 	}
 	// Unprivileged: the report says why and exits non-zero.
