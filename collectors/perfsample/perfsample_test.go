@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
@@ -61,7 +64,7 @@ func faults(t *testing.T, n int) {
 }
 
 // onEachCPU runs fn on every online CPU in turn, pinning this thread.
-func onEachCPU(t *testing.T, fn func()) {
+func onEachCPU(t *testing.T, fn func(cpu int)) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var old unix.CPUSet
@@ -75,7 +78,7 @@ func onEachCPU(t *testing.T, fn func()) {
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
 			t.Fatal(err)
 		}
-		fn()
+		fn(cpu)
 	}
 }
 
@@ -125,7 +128,7 @@ func TestLostCounted(t *testing.T) {
 	s.ReadAll()
 	// A ring writes its LOST record when a record next fits: fault once
 	// on every CPU, as the ring of each may have overflowed.
-	onEachCPU(t, func() { faults(t, 1) })
+	onEachCPU(t, func(int) { faults(t, 1) })
 	disable(s)
 	s.ReadAll()
 	e := stats.Snapshot().Events[0]
@@ -184,3 +187,70 @@ func TestGovernorRaisesPeriod(t *testing.T) {
 		t.Errorf("%d samples of %d faults at period %d, want %d ± %d", samples, counted, p, want, cpus)
 	}
 }
+
+// cpu-clock sampled on every CPU while this thread spins on each in turn:
+// every sample comes from its ring's CPU and says so in its CPU field, the
+// times of a CPU's samples rise, and the spinning thread has one sample per
+// millisecond it spun on the CPU it was pinned to (±15%), with an IP in
+// this test binary (or the vDSO it reads the clock through).
+func TestCPUClock(t *testing.T) {
+	const period = 1000000 // ns
+	s, _ := open(t, []sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, period)}, 256, sampling.Governor{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := procfs.NewFS("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid := uint32(0)
+	spun := map[int]time.Duration{}
+	onEachCPU(t, func(cpu int) {
+		tid = uint32(unix.Gettid())
+		start := time.Now()
+		for time.Since(start) < 150*time.Millisecond {
+			for i := 0; i < 100000; i++ {
+				sink += i
+			}
+		}
+		spun[cpu] = time.Since(start)
+	})
+	disable(s)
+	name := procmaps.Namer(fs)
+	for r, ring := range s.rings {
+		var mine uint64
+		var last uint64
+		var cpu uint32 = ^uint32(0)
+		var smp perfrecord.Sample
+		ring.Read(func(rec []byte) bool {
+			if h, _ := perfrecord.ParseHeader(rec); h.Type != perfrecord.TypeSample {
+				return true
+			}
+			if err := perfrecord.DecodeSample(rec, s.events.Attrs[0].Layout(), &smp); err != nil {
+				t.Fatal(err)
+			}
+			if cpu == ^uint32(0) {
+				cpu = smp.CPU
+			}
+			if smp.CPU != cpu || smp.Time < last {
+				t.Errorf("ring %d: sample on CPU %d after CPU %d, time %d after %d", r, smp.CPU, cpu, smp.Time, last)
+			}
+			last = smp.Time
+			if smp.TID == tid && smp.IP < 1<<47 { // user space
+				mine++
+				if got := name(smp.PID, smp.IP); !strings.HasPrefix(got, exe+"+") && !strings.HasPrefix(got, "[vdso]+") {
+					t.Errorf("the spinning thread's IP %#x lies in %q, not %s", smp.IP, got, exe)
+				}
+			}
+			return true
+		})
+		want := float64(spun[int(cpu)]) / period
+		if float64(mine) < 0.85*want || float64(mine) > 1.15*want {
+			t.Errorf("CPU %d: %d samples of the thread that spun there for %v, want %.0f ± 15%%", cpu, mine, spun[int(cpu)], want)
+		}
+	}
+}
+
+// sink keeps the spinning loop from being optimised away.
+var sink int
