@@ -284,6 +284,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		"source=ebpf":              "/source",
 		"collector.interval=often": "/collector/interval",
 		"nosuchkey=1":              "nosuchkey",
+		"sampling.ringPages=3":     "/sampling/ringPages",
+		"sampling.cpuBudget=lots":  "/sampling/cpuBudget",
 	} {
 		_, err := helm(t, "template", "pmu", chart, "--kube-version", "1.31.0", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
