@@ -271,7 +271,7 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 			smp.Period = s.periods[i].Load() // the record stands for the period in force
 		}
 		b.Sample(i, smp, c.Memory, c.AddrOnly)
-	case perfrecord.TypeLost:
+	case perfrecord.TypeLost, perfrecord.TypeLostSamples: // the ring's losses, and the PMU's (PEBS, SPE)
 		l, err := perfrecord.DecodeLost(rec)
 		if err != nil {
 			return err
