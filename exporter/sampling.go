@@ -30,6 +30,7 @@ type Sampling struct {
 	memory  bool
 
 	samples, lost, throttled, filtered, period *prometheus.Desc
+	errors                                     *prometheus.Desc
 	memSamples, memAccesses, latency, sharing  *prometheus.Desc
 
 	cgroups                                 CgroupIDs
@@ -51,6 +52,7 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 		lost:       prometheus.NewDesc(namespace+"_sampling_lost_total", "Samples lost because a CPU's ring buffer was full when the kernel wrote (PERF_RECORD_LOST); event=\"\" when a lost record named no event.", ev, nil),
 		throttled:  prometheus.NewDesc(namespace+"_sampling_throttled_total", "Times the kernel throttled the event for exceeding perf_event_max_sample_rate (PERF_RECORD_THROTTLE).", ev, nil),
 		filtered:   prometheus.NewDesc(namespace+"_sampling_filtered_total", "Samples dropped because they had no data address (IBS op samples every op; only loads and stores have one).", ev, nil),
+		errors:     prometheus.NewDesc(namespace+"_sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped).", []string{"reason"}, nil),
 		period:     prometheus.NewDesc(namespace+"_sampling_period", "The event's sampling period now in force, as the governor set it (events, or ns for cpu-clock).", ev, nil),
 		memSamples: prometheus.NewDesc(namespace+"_mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class, nil),
 		memAccesses: prometheus.NewDesc(namespace+"_mem_accesses_estimated_total",
@@ -97,7 +99,7 @@ func (s *Sampling) cgroupLabels(id uint64) []string {
 
 // Describe sends the descriptors.
 func (s *Sampling) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.samples, s.lost, s.throttled, s.filtered, s.period, s.memSamples, s.memAccesses, s.latency, s.sharing} {
+	for _, d := range []*prometheus.Desc{s.samples, s.lost, s.throttled, s.filtered, s.period, s.errors, s.memSamples, s.memAccesses, s.latency, s.sharing} {
 		ch <- d
 	}
 	if s.cgroups != nil {
@@ -125,6 +127,9 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 	}
 	if snap.Lost > 0 {
 		counter(s.lost, snap.Lost, "", "")
+	}
+	for _, reason := range []string{"decode", "ring"} {
+		counter(s.errors, snap.Errors[reason], reason)
 	}
 	if s.cgroups != nil {
 		s.collectCgroups(ch, snap)

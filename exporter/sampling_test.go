@@ -32,6 +32,7 @@ func TestSamplingMetrics(t *testing.T) {
 	b.Sample(1, &perfrecord.Sample{}, true, true)
 	b.Lost(0, 4)
 	b.Throttled(1)
+	b.Error("decode")
 	b.Unlock()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewSampling(cfgs, stats))
@@ -64,6 +65,10 @@ func TestSamplingMetrics(t *testing.T) {
 		one("pmu_sampling_period", loads).GetGauge().GetValue() != 2000 || one("pmu_sampling_throttled_total", map[string]string{"event": "ibs_op"}).GetCounter().GetValue() != 1 ||
 		one("pmu_sampling_filtered_total", map[string]string{"event": "ibs_op"}).GetCounter().GetValue() != 1 {
 		t.Errorf("sampling families wrong: %v", got)
+	}
+	if one("pmu_sampling_errors_total", map[string]string{"reason": "decode"}).GetCounter().GetValue() != 1 ||
+		one("pmu_sampling_errors_total", map[string]string{"reason": "ring"}).GetCounter().GetValue() != 0 {
+		t.Error("sampling errors wrong")
 	}
 	class := map[string]string{"op": "load", "source": "l3", "snoop": "hitm"}
 	if one("pmu_mem_samples_total", class).GetCounter().GetValue() != 3 || one("pmu_mem_accesses_estimated_total", class).GetCounter().GetValue() != 6000 {

@@ -70,6 +70,8 @@ type Stats struct {
 	// distinct ones, and classifying one takes a dozen branches.
 	seen [256]classEntry
 	lost uint64 // LOST records not attributable to an event
+	// errors counts records that could not be read, by reason.
+	errors map[string]uint64
 	// cgroups is the per-cgroup share (PERF_SAMPLE_CGROUP ids), bounded by
 	// maxCgroups; samples of cgroups beyond it go to OtherCgroup.
 	cgroups    map[uint64]*CgroupStats
@@ -198,6 +200,14 @@ func (b Batch) Lost(ev int, n uint64) {
 	b.s.events[ev].Lost += n
 }
 
+// Error counts a record that could not be read, by reason.
+func (b Batch) Error(reason string) {
+	if b.s.errors == nil {
+		b.s.errors = map[string]uint64{}
+	}
+	b.s.errors[reason]++
+}
+
 // Throttled counts a THROTTLE record of event ev.
 func (b Batch) Throttled(ev int) {
 	if ev >= 0 && ev < len(b.s.events) {
@@ -297,6 +307,7 @@ type Snapshot struct {
 	Sharing [3]uint64 // estimated events by cacheline.Kind
 	Lost    uint64    // not attributable to an event
 	Cgroups map[uint64]CgroupStats
+	Errors  map[string]uint64 // records not read, by reason
 }
 
 // Snapshot copies the totals.
@@ -308,6 +319,10 @@ func (s *Stats) Snapshot() Snapshot {
 		snap.Classes[k/(int(datasrc.NumSources)*numSnoops)][k/numSnoops%int(datasrc.NumSources)][k%numSnoops] = c
 	}
 	snap.Latency = s.latency.export()
+	snap.Errors = make(map[string]uint64, len(s.errors))
+	for k, v := range s.errors {
+		snap.Errors[k] = v
+	}
 	if s.cgroups != nil {
 		snap.Cgroups = make(map[uint64]CgroupStats, len(s.cgroups))
 		for id, c := range s.cgroups {
@@ -317,6 +332,14 @@ func (s *Stats) Snapshot() Snapshot {
 		}
 	}
 	return snap
+}
+
+// Events copies the per-event totals alone, for the governor: a Snapshot
+// also copies the classes, histogram and cgroups.
+func (s *Stats) Events() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Event(nil), s.events...)
 }
 
 // Cachelines reports the table's n hottest lines.

@@ -66,7 +66,7 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 		stats.TrackCgroups(f.cgroupSeries)
 	}
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
-		Pages: f.sampling.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
+		Logger: logger, Pages: f.sampling.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
 		Governor: sampling.NewGovernor(f.sampling.budget, s.facts.MaxSampleRate),
 	})
 	for _, fl := range failures {

@@ -57,8 +57,12 @@ func (r *Ring) Size() int { return len(r.data) }
 // Read hands every complete record written since the last Read to fn, in
 // order, then releases their space. rec is valid only during the call.
 // fn returning false stops early; the records after it stay for the next
-// Read. A record whose header is corrupt stops the read with an error, the
-// records before it delivered and released.
+// Read. A record whose header is corrupt (the kernel never writes one, and
+// the data pages cannot be written from user space: only a kernel bug
+// could make one) stops the read with an error, the records before it
+// delivered; everything from it to data_head is dropped, as there is no
+// telling where the next record starts, so that the following reads go on
+// with what the kernel writes next rather than stalling on it.
 func (r *Ring) Read(fn func(rec []byte) bool) (int, error) {
 	head := atomic.LoadUint64(&r.meta.Data_head)
 	tail := r.meta.Data_tail // only this reader writes it
@@ -67,7 +71,8 @@ func (r *Ring) Read(fn func(rec []byte) bool) (int, error) {
 	for tail < head {
 		avail := head - tail
 		if avail < perfrecord.HeaderSize {
-			err = fmt.Errorf("ring: %d bytes left before data_head, less than a record header", avail)
+			err = fmt.Errorf("ring: %d bytes left before data_head, less than a record header; dropped", avail)
+			tail = head
 			break
 		}
 		start := tail & r.mask
@@ -75,7 +80,8 @@ func (r *Ring) Read(fn func(rec []byte) bool) (int, error) {
 		r.copyOut(hb[:], start)
 		h, herr := perfrecord.ParseHeader(hb[:])
 		if herr != nil || uint64(h.Size) > avail {
-			err = fmt.Errorf("ring: corrupt record at offset %d: %v (size %d, %d bytes available)", start, herr, h.Size, avail)
+			err = fmt.Errorf("ring: corrupt record at offset %d: %v (size %d, %d bytes available); %d bytes dropped", start, herr, h.Size, avail, avail)
+			tail = head
 			break
 		}
 		size := uint64(h.Size)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -187,5 +188,49 @@ func TestWrappedRecords(t *testing.T) {
 		if !got[a] {
 			t.Errorf("sample at %#x lost or misread", a)
 		}
+	}
+}
+
+// A corrupt record (which no kernel writes, so the test lays out a ring's
+// metadata page and data area in ordinary memory) ends that read with an
+// error after the records before it, the ring drops what follows it up to
+// data_head, and the records the "kernel" writes next are read as before.
+func TestCorruptRecordIsDropped(t *testing.T) {
+	page := os.Getpagesize()
+	mem := make([]byte, 2*page)
+	r := &Ring{mem: mem, meta: (*unix.PerfEventMmapPage)(unsafe.Pointer(&mem[0])), data: mem[page:], mask: uint64(page - 1)}
+	write := func(recs ...[]byte) {
+		head := r.meta.Data_head
+		for _, rec := range recs {
+			for i, c := range rec {
+				r.data[(head+uint64(i))&r.mask] = c
+			}
+			head += uint64(len(rec))
+		}
+		r.meta.Data_head = head
+	}
+	rec := func(v uint64) []byte { // a LOST record carrying v
+		b := make([]byte, 24)
+		binary.LittleEndian.PutUint32(b, perfrecord.TypeLost)
+		binary.LittleEndian.PutUint16(b[6:], 24)
+		binary.LittleEndian.PutUint64(b[16:], v)
+		return b
+	}
+	bad := rec(2)
+	binary.LittleEndian.PutUint16(bad[6:], 3) // size 3: no record is that small
+	write(rec(1), bad, rec(3))
+	var got []uint64
+	collect := func(b []byte) bool { l, _ := perfrecord.DecodeLost(b); got = append(got, l.Lost); return true }
+	n, err := r.Read(collect)
+	if err == nil || n != 1 || !strings.Contains(err.Error(), "corrupt record") || len(got) != 1 || got[0] != 1 {
+		t.Fatalf("read %d records %v, %v", n, got, err)
+	}
+	if r.meta.Data_tail != r.meta.Data_head {
+		t.Errorf("tail %d, head %d: the rest was not dropped", r.meta.Data_tail, r.meta.Data_head)
+	}
+	write(rec(4), rec(5))
+	got = nil
+	if n, err := r.Read(collect); err != nil || n != 2 || got[0] != 4 || got[1] != 5 {
+		t.Errorf("after the drop: %d records %v, %v", n, got, err)
 	}
 }

@@ -24,15 +24,12 @@ func newGoverning(s *Sampler) *governing {
 }
 
 // seen fills each event's samples, lost and filtered records so far.
-func (g *governing) seen(out []uint64) uint64 {
-	snap := g.s.stats.Snapshot()
-	var all uint64
-	for i := range out {
-		e := snap.Events[i]
-		out[i] = e.Samples + e.Lost + e.Filtered
-		all += out[i]
+func (g *governing) seen(out []uint64) {
+	for i, e := range g.s.stats.Events() {
+		if i < len(out) {
+			out[i] = e.Samples + e.Lost + e.Filtered
+		}
 	}
-	return all
 }
 
 func (g *governing) step() error {

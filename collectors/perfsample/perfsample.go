@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
+	"github.com/pmu-exporter/pmu_exporter/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
@@ -27,6 +29,7 @@ import (
 
 // Options size the buffers and pace the reader.
 type Options struct {
+	Logger   *slog.Logger  // where skipped records are reported (may be nil)
 	Pages    int           // data pages per CPU ring (a power of two)
 	Poll     time.Duration // longest wait between reads
 	Govern   time.Duration // how often the governor runs
@@ -54,9 +57,6 @@ type Sampler struct {
 	closeMu sync.Mutex
 }
 
-// attrSize is the perf_event_attr size this build passes.
-var attrSize = uint32(unsafe.Sizeof(unix.PerfEventAttr{}))
-
 const bitSampleIDAll = 1 << 18
 
 // Open opens every config on each of its CPUs (cpus: the online ones).
@@ -77,7 +77,7 @@ func Open(cfgs []sampling.Config, cpus []int, stats *samplestat.Stats, o Options
 		var fds []int
 		var cfgIDs []uint64
 		for _, cpu := range cpus {
-			if c.CPUs != nil && !contains(c.CPUs, cpu) {
+			if c.CPUs != nil && !cpuset.Contains(c.CPUs, cpu) {
 				continue
 			}
 			fd, leader, err := openOn(c, cpu)
@@ -132,15 +132,6 @@ func Open(cfgs []sampling.Config, cpus []int, stats *samplestat.Stats, o Options
 		}
 	}
 	return s, failures, nil
-}
-
-func contains(cpus []int, cpu int) bool {
-	for _, c := range cpus {
-		if c == cpu {
-			return true
-		}
-	}
-	return false
 }
 
 // openOn opens c on cpu, disabled, after its leader when it has one.
@@ -215,12 +206,18 @@ func (s *Sampler) Run(ctx context.Context) error {
 	govern := time.NewTicker(max(s.opts.Govern, 10*time.Millisecond))
 	defer govern.Stop()
 	g := newGoverning(s)
+	logged := map[string]bool{}
 	for ctx.Err() == nil {
 		if _, err := s.poller.Wait(int(poll / time.Millisecond)); err != nil {
 			return err
 		}
-		if err := s.ReadAll(); err != nil {
-			return err
+		// A bad record is counted (pmu_sampling_errors_total) and skipped;
+		// the first of each kind is logged.
+		for _, e := range s.ReadAll() {
+			if !logged[e.Reason] && s.opts.Logger != nil {
+				logged[e.Reason] = true
+				s.opts.Logger.Warn("sampling: record skipped; further ones are only counted in pmu_sampling_errors_total", "reason", e.Reason, "err", e.Err)
+			}
 		}
 		select {
 		case <-govern.C:
@@ -233,23 +230,42 @@ func (s *Sampler) Run(ctx context.Context) error {
 	return nil
 }
 
-// ReadAll drains every ring into the stats.
-func (s *Sampler) ReadAll() error {
+// ReadError is a record ReadAll skipped: Reason "decode" (a record its
+// event's layout does not fit) or "ring" (a corrupt header, the rest of
+// that ring's data dropped).
+type ReadError struct {
+	Reason string
+	Err    error
+}
+
+// ReadAll drains every ring into the stats. Records that cannot be read
+// are counted in the stats and skipped; it returns the first error of each
+// ring and reason.
+func (s *Sampler) ReadAll() []ReadError {
 	var smp perfrecord.Sample
-	var decodeErr error
+	var errs []ReadError
 	b := s.stats.Lock()
 	defer b.Unlock()
 	for _, r := range s.rings {
-		if _, err := r.Read(func(rec []byte) bool {
-			if err := s.record(b, rec, &smp); err != nil && decodeErr == nil {
-				decodeErr = err
+		var decodeErr error
+		_, err := r.Read(func(rec []byte) bool {
+			if err := s.record(b, rec, &smp); err != nil {
+				b.Error("decode")
+				if decodeErr == nil {
+					decodeErr = err
+				}
 			}
 			return true
-		}); err != nil {
-			return err
+		})
+		if decodeErr != nil {
+			errs = append(errs, ReadError{"decode", decodeErr})
+		}
+		if err != nil {
+			b.Error("ring")
+			errs = append(errs, ReadError{"ring", err})
 		}
 	}
-	return decodeErr
+	return errs
 }
 
 func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample) error {
