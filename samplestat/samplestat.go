@@ -98,10 +98,37 @@ func (s *Stats) TrackCgroups(max int) {
 	s.cgroups, s.maxCgroups = map[uint64]*CgroupStats{}, max
 }
 
+// CgroupIDs lists the cgroups with totals of their own.
+func (s *Stats) CgroupIDs() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]uint64, 0, len(s.cgroups))
+	for id := range s.cgroups {
+		if id != OtherCgroup {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// ForgetCgroups drops the totals of cgroups that are gone, so that their
+// series end and their places go to new cgroups.
+func (s *Stats) ForgetCgroups(ids []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		delete(s.cgroups, id)
+	}
+}
+
 func (st *Stats) cgroupOf(id uint64) *CgroupStats {
 	c := st.cgroups[id]
 	if c == nil {
-		if len(st.cgroups) >= st.maxCgroups && id != OtherCgroup {
+		own := len(st.cgroups) // cgroups with series of their own: "other" is not one
+		if _, ok := st.cgroups[OtherCgroup]; ok {
+			own--
+		}
+		if own >= st.maxCgroups && id != OtherCgroup {
 			return st.cgroupOf(OtherCgroup)
 		}
 		c = &CgroupStats{Samples: make([]uint64, len(st.events))}

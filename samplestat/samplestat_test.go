@@ -206,3 +206,24 @@ func TestIBSOpSamples(t *testing.T) {
 		t.Errorf("latency %+v", snap.Latency)
 	}
 }
+
+func TestForgetCgroups(t *testing.T) {
+	s := New(1, 8)
+	s.TrackCgroups(2)
+	b := s.Lock()
+	for _, id := range []uint64{1, 2, 3} { // 3 goes to OtherCgroup
+		b.Sample(0, &perfrecord.Sample{Has: unix.PERF_SAMPLE_CGROUP, Cgroup: id}, false, false)
+	}
+	b.Unlock()
+	if ids := s.CgroupIDs(); len(ids) != 2 {
+		t.Fatalf("ids %v", ids)
+	}
+	s.ForgetCgroups([]uint64{1})
+	b = s.Lock()
+	b.Sample(0, &perfrecord.Sample{Has: unix.PERF_SAMPLE_CGROUP, Cgroup: 4}, false, false) // takes 1's place
+	b.Unlock()
+	cg := s.Snapshot().Cgroups
+	if _, ok := cg[1]; ok || cg[4].Samples[0] != 1 || cg[OtherCgroup].Samples[0] != 1 {
+		t.Errorf("after forgetting 1: %+v", cg)
+	}
+}

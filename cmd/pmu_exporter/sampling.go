@@ -80,8 +80,10 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 		logger.Info("sampling", "event", c.Name, "pmu", c.PMU, "period", c.Period, "memory", c.Memory)
 	}
 	coll := exporter.NewSampling(smp, stats)
+	var cgNames *cgroupNames
 	if perCgroup {
-		coll.PerCgroup(&cgroupNames{r: cgroupid.New(root)}, names)
+		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
+		coll.PerCgroup(cgNames, names)
 	}
 	p.collectors = append(p.collectors, coll)
 	p.closers = append(p.closers, func() { smp.Close() })
@@ -95,6 +97,13 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 				logger.Error("sampling stopped", "err", err)
 			}
 		}()
+		if cgNames != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cgNames.sweepEvery(ctx, stats, f.cgroupGrace)
+			}()
+		}
 		inner(ctx)
 		wg.Wait() // the rings are unmapped only once their reader is done
 	}
@@ -114,6 +123,58 @@ type cgroupNames struct {
 	mu   sync.Mutex
 	r    *cgroupid.Resolver
 	last time.Time
+	gone map[uint64]time.Time // cgroups with totals not found by the last walks, since when
+}
+
+// sweepEvery walks the hierarchy every minute (or grace, if shorter) and
+// forgets the totals of cgroups gone for longer than grace, as the counting
+// side does with --cgroup.grace-period, so that pods that come and go do
+// not fill --cgroup.max-series for good.
+func (c *cgroupNames) sweepEvery(ctx context.Context, stats *samplestat.Stats, grace time.Duration) {
+	t := time.NewTicker(min(time.Minute, max(grace, time.Second)))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			stats.ForgetCgroups(c.sweep(stats.CgroupIDs(), now, grace))
+		}
+	}
+}
+
+// sweep walks the hierarchy and returns which of ids have been gone for
+// longer than grace at now.
+func (c *cgroupNames) sweep(ids []uint64, now time.Time, grace time.Duration) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.r.Walk(); err != nil {
+		return nil // an unreadable hierarchy says nothing about what is gone
+	}
+	c.last = now
+	var forget []uint64
+	missing := map[uint64]bool{}
+	for _, id := range ids {
+		if _, ok := c.r.Path(id); ok {
+			delete(c.gone, id)
+			continue
+		}
+		missing[id] = true
+		since, seen := c.gone[id]
+		switch {
+		case !seen:
+			c.gone[id] = now
+		case now.Sub(since) >= grace:
+			forget = append(forget, id)
+			delete(c.gone, id)
+		}
+	}
+	for id := range c.gone { // no longer among ids: nothing to forget
+		if !missing[id] {
+			delete(c.gone, id)
+		}
+	}
+	return forget
 }
 
 func (c *cgroupNames) Cgroup(id uint64) (string, podcgroup.Identity, bool) {
