@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,9 @@ import (
 func openPerfData(path string, stdin io.Reader) (file *perfdata.File, close func(), err error) {
 	var in io.Reader = stdin
 	close = func() {}
+	if path == "-" && stdin == nil {
+		return nil, close, errors.New("- (standard input) is not a file here: name the perf.data file")
+	}
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
