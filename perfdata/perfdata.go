@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 )
@@ -84,6 +85,11 @@ type File struct {
 func Open(r io.Reader) (*File, error) {
 	var h [pipeHeaderSize]byte
 	ra, seekable := r.(io.ReaderAt)
+	if f, ok := r.(interface{ Stat() (fs.FileInfo, error) }); ok && seekable {
+		// An *os.File on a pipe (standard input) is a ReaderAt that cannot seek.
+		st, err := f.Stat()
+		seekable = err == nil && st.Mode().IsRegular()
+	}
 	var err error
 	if seekable {
 		_, err = ra.ReadAt(h[:], 0)

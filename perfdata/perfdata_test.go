@@ -110,6 +110,7 @@ func TestPipeMode(t *testing.T) {
 	p.Write(userRecord(TypeHeaderAttr, put.AppendUint64(attr(unix.PERF_COUNT_SW_PAGE_FAULTS), 5)))
 	p.Write(userRecord(TypeHeaderAttr, put.AppendUint64(attr(unix.PERF_COUNT_SW_CPU_CLOCK), 6)))
 	p.Write(sample(6, 10, 0x1000))
+	stream := append([]byte(nil), p.Bytes()...)
 	f, err := Open(io.MultiReader(&p)) // a stream, not a file
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +124,21 @@ func TestPipeMode(t *testing.T) {
 	}
 	if _, err := f.Next(); err != io.EOF {
 		t.Errorf("end of stream: %v", err)
+	}
+	// An *os.File on a pipe (standard input) reads as a stream, though it
+	// has a ReadAt that cannot seek.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	go func() { pw.Write(stream); pw.Close() }()
+	f, err = Open(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := f.Next(); err != nil || len(rec) != 40 {
+		t.Errorf("from a pipe: %d bytes, %v", len(rec), err)
 	}
 }
 

@@ -157,6 +157,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	smpCmd := app.Command("samples", "Print the samples of a perf.data file (perf record, perf mem record, perf c2c record; - reads a pipe-mode stream), one JSON object per line, in perf script's order, with data_src decoded.")
 	smpCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream (perf record -o -) from standard input.").Short('i').Default("perf.data").StringVar(&sf.input)
 	smpCmd.Flag("format", "Output format: jsonl.").Default("jsonl").EnumVar(&sf.format, "jsonl")
+	smpCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&sf.input)
 
 	var cf c2cFlags
 	c2cCmd := app.Command("c2c", "Report the cache lines threads share, true and false sharing, from the memory samples of a perf.data file (perf c2c record, perf mem record), as /debug/cachelines does live.")
@@ -164,6 +165,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c2cCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&cf.format, "text", "json")
 	c2cCmd.Flag("lines", "How many of the hottest lines to show.").Default("20").IntVar(&cf.lines)
 	c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full.").Default("4096").IntVar(&cf.max)
+	c2cCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&cf.input)
 
 	cmd, err := app.Parse(args)
 	if err != nil {
@@ -172,6 +174,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if terminated >= 0 || cmd == "" { // --help or --version
 		return max(terminated, 0)
+	}
+	// kingpin hands a lone "-" (standard input) to a flag or argument as "".
+	for _, in := range []*string{&sf.input, &cf.input} {
+		if *in == "" {
+			*in = "-"
+		}
 	}
 	f.log.Writer = stderr
 	logger := promslog.New(f.log)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,6 +122,23 @@ func TestSamplesAgreeWithPerfScript(t *testing.T) {
 			for i := range min(len(got), len(want)) {
 				if got[i] != want[i] {
 					t.Fatalf("sample %d:\n ours %s\n perf %s", i, got[i], want[i])
+				}
+			}
+			if pipe { // as a stream on standard input, the same lines
+				fromFile, err := exec.Command(binary, "samples", "-i", file).Output()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmd := exec.Command(binary, "samples", "-i", "-")
+				f, err := os.Open(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				cmd.Stdin = struct{ io.Reader }{f} // a pipe-like reader, not a file
+				fromStdin, err := cmd.Output()
+				if err != nil || !bytes.Equal(fromStdin, fromFile) {
+					t.Errorf("samples -i - differs from samples -i FILE (%v)", err)
 				}
 			}
 		})
