@@ -50,6 +50,17 @@ type Config struct {
 	AddrOnly bool
 	// Memory is whether the samples describe loads and stores (data_src).
 	Memory bool
+	// PeriodAlign, when set, is what every period must be a multiple of
+	// (IBS: 16; the kernel refuses others).
+	PeriodAlign uint64
+}
+
+// Align rounds a period up to what the event accepts.
+func (c Config) Align(period uint64) uint64 {
+	if a := c.PeriodAlign; a > 1 {
+		return (period + a - 1) / a * a
+	}
+	return period
 }
 
 // Options are the user's choices.
@@ -168,7 +179,8 @@ func ibsOp(p *pmu.PMU, o Options, st uint64) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("IBS op: %w", err)
 	}
-	// IBS periods are multiples of 16 with the low four bits dropped.
-	period := max(o.Period&^0xf, 0x10)
-	return Config{Name: "ibs_op", PMU: p.Name, Attr: evs[0].Attr, SampleType: st, Period: period, AddrOnly: true, Memory: true}, nil
+	// IBS periods are multiples of 16 (the hardware drops the low four bits).
+	c := Config{Name: "ibs_op", PMU: p.Name, Attr: evs[0].Attr, SampleType: st, AddrOnly: true, Memory: true, PeriodAlign: 16}
+	c.Period = max(c.Align(o.Period), 16)
+	return c, nil
 }

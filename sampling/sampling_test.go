@@ -88,7 +88,7 @@ func TestPlanAMDArmNone(t *testing.T) {
 	if err != nil || len(cfgs) != 1 || len(missing) != 0 {
 		t.Fatalf("%+v %+v %v", cfgs, missing, err)
 	}
-	if c := cfgs[0]; c.Name != "ibs_op" || c.Attr.Type != 11 || c.Attr.Config != 1<<19 || !c.AddrOnly || c.Period != 10000 || c.SampleType&Cgroup == 0 {
+	if c := cfgs[0]; c.Name != "ibs_op" || c.Attr.Type != 11 || c.Attr.Config != 1<<19 || !c.AddrOnly || c.Period != 10016 || c.Align(10017) != 10032 || c.SampleType&Cgroup == 0 {
 		t.Errorf("ibs_op %+v", c)
 	}
 	_, missing, _ = Plan(fixture.PMUs(t, fixture.ArmNeoverseN1()), Options{Period: 1000})

@@ -47,8 +47,8 @@ func (g *governing) step() error {
 			share = float64(n) / float64(total)
 		}
 		period := g.s.Period(i)
-		next := g.s.opts.Governor.Next(sampling.Interval{Period: period, Base: c.Period, Samples: n, CPUs: len(g.s.fds[i]),
-			Elapsed: now.Sub(g.last), CPUTime: cpu - g.lastCPU, Share: share})
+		next := c.Align(g.s.opts.Governor.Next(sampling.Interval{Period: period, Base: c.Period, Samples: n, CPUs: len(g.s.fds[i]),
+			Elapsed: now.Sub(g.last), CPUTime: cpu - g.lastCPU, Share: share}))
 		if next != period {
 			if err := g.s.SetPeriod(i, next); err != nil {
 				return err
