@@ -12,15 +12,22 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promBridge "go.opentelemetry.io/contrib/bridges/prometheus"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	metricpb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/replay"
+	"github.com/pmu-exporter/pmu_exporter/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/sampling"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
@@ -208,4 +215,52 @@ func TestBadOptions(t *testing.T) {
 			t.Errorf("%+v: no error", o)
 		}
 	}
+}
+
+// The load latency, a native histogram, goes out as an OTLP exponential
+// histogram of the same scale, count and sum; the sampling counters lose
+// _total like the others.
+func TestNativeHistogramToExponential(t *testing.T) {
+	stats := samplestat.New(1, 16)
+	src := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL2, LvlNum: datasrc.LvlNumL2}.Encode()
+	b := stats.Lock()
+	for _, w := range []uint64{40, 41, 300} {
+		b.Sample(0, &perfrecord.Sample{Has: unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_DATA_SRC, Addr: 0x40, Period: 100, DataSrc: src, Weight: w}, true, false)
+	}
+	b.Unlock()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(exporter.NewSampling(samplingPlan{{Name: "mem-loads", PMU: "cpu", Period: 100, Memory: true}}, stats))
+	scopes, err := Producer{promBridge.NewMetricProducer(promBridge.WithGatherer(reg))}.Produce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]metricdata.Aggregation{}
+	for _, sc := range scopes {
+		for _, m := range sc.Metrics {
+			names[m.Name] = m.Data
+		}
+	}
+	h, ok := names["pmu_mem_load_latency_cycles"].(metricdata.ExponentialHistogram[float64])
+	if !ok || len(h.DataPoints) != 1 {
+		t.Fatalf("latency: %T %v (metrics %v)", names["pmu_mem_load_latency_cycles"], names["pmu_mem_load_latency_cycles"], keys(names))
+	}
+	if dp := h.DataPoints[0]; dp.Scale != samplestat.Schema || dp.Count != 3 || dp.Sum != 381 {
+		t.Errorf("latency data point: scale %d count %d sum %v", dp.Scale, dp.Count, dp.Sum)
+	}
+	if _, ok := names["pmu_mem_samples"]; !ok {
+		t.Errorf("pmu_mem_samples_total did not lose _total: %v", keys(names))
+	}
+}
+
+type samplingPlan []sampling.Config
+
+func (p samplingPlan) Configs() []sampling.Config { return p }
+func (p samplingPlan) Period(i int) uint64        { return p[i].Period }
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
