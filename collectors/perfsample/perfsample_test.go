@@ -191,8 +191,9 @@ func TestGovernorRaisesPeriod(t *testing.T) {
 // cpu-clock sampled on every CPU while this thread spins on each in turn:
 // every sample comes from its ring's CPU and says so in its CPU field, the
 // times of a CPU's samples rise, and the spinning thread has one sample per
-// millisecond it spun on the CPU it was pinned to (±15%), with an IP in
-// this test binary (or the vDSO it reads the clock through).
+// millisecond of CPU time it ran on the CPU it was pinned to (its own
+// RUSAGE_THREAD time, ±15%), with an IP in this test binary (or the vDSO
+// it reads the clock through).
 func TestCPUClock(t *testing.T) {
 	const period = 1000000 // ns
 	s, _ := open(t, []sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, period)}, 256, sampling.Governor{})
@@ -206,15 +207,22 @@ func TestCPUClock(t *testing.T) {
 	}
 	tid := uint32(0)
 	spun := map[int]time.Duration{}
+	threadCPU := func() time.Duration {
+		var ru unix.Rusage
+		if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	onEachCPU(t, func(cpu int) {
 		tid = uint32(unix.Gettid())
-		start := time.Now()
+		start, cpu0 := time.Now(), threadCPU()
 		for time.Since(start) < 150*time.Millisecond {
 			for i := 0; i < 100000; i++ {
 				sink += i
 			}
 		}
-		spun[cpu] = time.Since(start)
+		spun[cpu] = threadCPU() - cpu0
 	})
 	disable(s)
 	name := procmaps.Namer(fs)
