@@ -13,6 +13,7 @@ package cacheline
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/datasrc"
 )
@@ -33,6 +34,7 @@ type Access struct {
 	Store    bool
 	HITM     datasrc.HITM
 	Period   uint64 // events this sample stands for
+	Time     uint64 // ns, the sample's timestamp (for SetWindow)
 }
 
 // Kind is an access's sharing class.
@@ -83,6 +85,7 @@ type Line struct {
 	// ids and masks: pid<<32|tid, the bytes each read and wrote.
 	ids, reads, writes [MaxThreads]uint64
 	cpus, samples      [MaxThreads]uint64
+	last               [MaxThreads]uint64 // time of each thread's latest access
 	nThreads           uint8
 	pairs              [MaxPairs]pairCount
 	nPairs             uint8
@@ -137,10 +140,11 @@ type key struct {
 // Table holds up to a bound of lines and the totals of every access. The
 // lines live in one slab; an evicted line's slot is reused.
 type Table struct {
-	max   int
-	slab  []Line
-	free  []int32
-	lines map[key]int32 // → slab index
+	max    int
+	window uint64 // ns; 0: a thread's bytes count for as long as the line is held
+	slab   []Line
+	free   []int32
+	lines  map[key]int32 // → slab index
 	// Totals over every access, including those of evicted lines.
 	Totals Totals
 }
@@ -158,6 +162,13 @@ func New(maxLines int) *Table {
 	n := max(maxLines, 2)
 	return &Table{max: n, slab: make([]Line, 0, n), lines: make(map[key]int32, n)}
 }
+
+// SetWindow makes a thread's bytes on a line count only for window after
+// its latest access there (by the samples' timestamps): an always-on
+// exporter should not call an access sharing because another thread
+// touched the line minutes ago. perf c2c, reporting on one recording,
+// keeps them for the whole recording, as the table does by default.
+func (t *Table) SetWindow(window time.Duration) { t.window = uint64(max(window, 0)) }
 
 // Add classifies a and records it; it returns the access's kind.
 func (t *Table) Add(a Access) Kind {
@@ -187,7 +198,7 @@ func (t *Table) Add(a Access) Kind {
 		l.RemoteHITM++
 		t.Totals.RemoteHITM++
 	}
-	kind, partner := l.classify(a)
+	kind, partner := l.classify(a, t.window)
 	l.Events[kind] += a.Period
 	t.Totals.Events[kind] += a.Period
 	if kind != NotShared {
@@ -235,9 +246,10 @@ func bytes(a Access) uint64 {
 
 // classify compares a with the other threads' history on l, then adds it
 // to its own thread's. partner is the thread it met.
-func (l *Line) classify(a Access) (Kind, uint32) {
+func (l *Line) classify(a Access, window uint64) (Kind, uint32) {
 	m := bytes(a)
 	me := uint64(a.PID)<<32 | uint64(a.TID)
+	stale := func(i int) bool { return window > 0 && a.Time > l.last[i]+window }
 	var readMask uint64 // others' reads matter to a write
 	if a.Store {
 		readMask = ^uint64(0)
@@ -248,6 +260,9 @@ func (l *Line) classify(a Access) (Kind, uint32) {
 	for i := 0; i < n; i++ {
 		if l.ids[i] == me {
 			self = i
+			continue
+		}
+		if stale(i) {
 			continue
 		}
 		conflict := l.writes[i] | l.reads[i]&readMask
@@ -266,7 +281,10 @@ func (l *Line) classify(a Access) (Kind, uint32) {
 		self = n
 		l.ids[n], l.reads[n], l.writes[n], l.cpus[n], l.samples[n] = me, 0, 0, 0, 0
 		l.nThreads++
+	} else if stale(self) { // its old bytes are history: start over
+		l.reads[self], l.writes[self] = 0, 0
 	}
+	l.last[self] = max(l.last[self], a.Time)
 	l.samples[self]++
 	l.cpus[self] |= 1 << (a.CPU % 64)
 	if a.Store {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/datasrc"
 )
@@ -181,5 +182,31 @@ func TestReport(t *testing.T) {
 	if r.Totals.FalseSharing != 10 || len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].Symbol != "[heap]" ||
 		r.Lines[0].Threads[1].Written != "8-15" || r.Lines[0].Threads[1].CPUs[0] != 5 || r.Lines[0].Threads[0].Read != "0-7" {
 		t.Errorf("%+v", r)
+	}
+}
+
+// With a window, another thread's bytes count only while its latest access
+// to the line is recent; without one, for as long as the line is held.
+func TestWindow(t *testing.T) {
+	const s = uint64(time.Second)
+	steps := []struct {
+		a                   Access
+		windowed, unbounded Kind
+	}{
+		{Access{Addr: 0x1000, Size: 8, TID: 1, Store: true, Time: 0}, NotShared, NotShared},
+		{Access{Addr: 0x1008, Size: 8, TID: 2, Store: true, Time: 2 * s}, NotShared, FalseSharing}, // T1's write is 2 s old
+		{Access{Addr: 0x1000, Size: 8, TID: 1, Time: 2*s + s/2}, FalseSharing, FalseSharing},       // T2 wrote beside it just now; with the window T1's own old write is forgotten
+		{Access{Addr: 0x1000, Size: 8, TID: 2, Time: 2*s + s/2 + 1}, NotShared, TrueSharing},       // T1 wrote [0,8) 2.5 s ago and only read it since
+	}
+	windowed, unbounded := New(8), New(8)
+	windowed.SetWindow(time.Second)
+	for i, st := range steps {
+		st.a.Period = 1
+		if got := windowed.Add(st.a); got != st.windowed {
+			t.Errorf("step %d with a 1 s window: %v, want %v", i, got, st.windowed)
+		}
+		if got := unbounded.Add(st.a); got != st.unbounded {
+			t.Errorf("step %d without a window: %v, want %v", i, got, st.unbounded)
+		}
 	}
 }

@@ -10,6 +10,7 @@ package samplestat
 import (
 	"math"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -96,6 +97,13 @@ func (s *Stats) TrackCgroups(max int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cgroups, s.maxCgroups = map[uint64]*CgroupStats{}, max
+}
+
+// SetSharingWindow is cacheline.Table.SetWindow for the stats' table.
+func (s *Stats) SetSharingWindow(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines.SetWindow(d)
 }
 
 // CgroupIDs lists the cgroups with totals of their own.

@@ -123,6 +123,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&f.kubeconfig)
 	serve.Flag("collector.sampling", "Sample memory accesses with the host's precise PMU (Intel PEBS mem-loads and mem-stores, AMD IBS op) and any --sampling.event: data sources, load latency, lost samples and shared cache lines.").
 		Default("true").BoolVar(&f.sampling.enabled)
+	serve.Flag("sampling.sharing-window", "How long after a thread's latest sampled access to a cache line its bytes still make another thread's access to the line sharing (0: as long as the line is held, as perf c2c over a recording).").
+		Default("1s").DurationVar(&f.sampling.sharingWindow)
 	serve.Flag("sampling.per-cgroup", "Record each sample's cgroup (PERF_SAMPLE_CGROUP, Linux 5.7) and export pmu_cgroup_* sampling series, bounded by --cgroup.max-series.").
 		Default("true").BoolVar(&f.sampling.perCgroup)
 	serve.Flag("sampling.event", "Also sample this event (perf syntax; repeatable), e.g. page-faults: its samples are counted in pmu_sampling_samples_total.").StringsVar(&f.sampling.events)

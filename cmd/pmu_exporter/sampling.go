@@ -36,6 +36,8 @@ type samplingFlags struct {
 	budget    float64
 	pages     int
 	maxLines  int
+	// sharingWindow is how long a thread's bytes on a line count.
+	sharingWindow time.Duration
 }
 
 // setupSampling opens the host's memory sampling events and the user's,
@@ -62,6 +64,7 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 		return
 	}
 	stats := samplestat.New(len(cfgs), f.sampling.maxLines)
+	stats.SetSharingWindow(f.sampling.sharingWindow)
 	if perCgroup {
 		stats.TrackCgroups(f.cgroupSeries)
 	}
