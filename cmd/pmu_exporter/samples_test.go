@@ -144,3 +144,35 @@ func TestSamplesAgreeWithPerfScript(t *testing.T) {
 		})
 	}
 }
+
+// On a perf c2c recording of PEBS samples, each line carries the weight
+// and the decoded data source the recording was made with: the loads hit
+// modified lines in L3 (local HITM), the stores hit L1.
+func TestSamplesDecodeDataSource(t *testing.T) {
+	path, loads, stores := c2cRecording(t, 0.5)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"samples", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("samples exited %d: %s", code, stderr.String())
+	}
+	var hitm, l1 int
+	dec := json.NewDecoder(&stdout)
+	for dec.More() {
+		var s sampleJSON
+		if err := dec.Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		d := s.DataSrc
+		switch {
+		case s.Event == "cpu/mem-loads,ldlat=30/P" && d.Source == "l3" && d.HITM == "local" && d.Snoop == "hitm" &&
+			*s.Weight == 120 && d.Op[0] == "load" && d.LvlNum == "l3":
+			hitm++
+		case s.Event == "cpu/mem-stores/P" && d.Source == "l1" && d.HITM == "none" && d.Op[0] == "store":
+			l1++
+		default:
+			t.Fatalf("unexpected sample %+v %+v", s, *d)
+		}
+	}
+	if hitm != loads || l1 != stores {
+		t.Errorf("%d L3 HITM loads and %d L1 stores, the recording has %d and %d", hitm, l1, loads, stores)
+	}
+}
