@@ -392,6 +392,10 @@ func TestBadFlags(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--collector.interval must be positive") {
 		t.Errorf("negative interval: %v %s", err, out)
 	}
+	out, err = exec.Command(binary, "--sampling.ring-pages=3").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--sampling.ring-pages must be a power of two, got 3") {
+		t.Errorf("ring pages: %v %s", err, out)
+	}
 	out, err = exec.Command(binary, "--no-such-flag").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "unknown long flag '--no-such-flag'") {
 		t.Errorf("unknown flag: %v %s", err, out)

@@ -199,6 +199,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "pmu_exporter: --collector.interval must be positive, got %v\n", f.interval)
 			return 2
 		}
+		if p := f.sampling.pages; p <= 0 || p&(p-1) != 0 {
+			fmt.Fprintf(stderr, "pmu_exporter: --sampling.ring-pages must be a power of two, got %d\n", p)
+			return 2
+		}
+		if f.sampling.budget < 0 || f.sampling.period == 0 {
+			fmt.Fprintf(stderr, "pmu_exporter: --sampling.cpu-budget must not be negative and --sampling.period must be positive, got %v and %d\n", f.sampling.budget, f.sampling.period)
+			return 2
+		}
 		if err := serveMetrics(f, logger); err != nil {
 			logger.Error("exporter stopped", "err", err)
 			return 1
