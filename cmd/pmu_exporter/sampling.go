@@ -20,6 +20,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/samplestat"
@@ -68,8 +69,10 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 	if perCgroup {
 		stats.TrackCgroups(f.cgroupSeries)
 	}
+	online := host.NewOnlineCPUsReader(f.sysfs)
+	p.closers = append(p.closers, func() { online.Close() })
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
-		Logger: logger, Pages: f.sampling.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
+		Logger: logger, OnlineCPUs: online.Read, Pages: f.sampling.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
 		Governor: sampling.NewGovernor(f.sampling.budget, s.facts.MaxSampleRate),
 	})
 	for _, fl := range failures {

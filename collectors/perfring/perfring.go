@@ -51,6 +51,9 @@ func Open(fd, pages int) (*Ring, error) {
 	return &Ring{fd: fd, mem: mem, meta: meta, data: mem[off : off+size], mask: size - 1}, nil
 }
 
+// FD is the fd of the event whose ring this is (the one others SET_OUTPUT to).
+func (r *Ring) FD() int { return r.fd }
+
 // Size is the data area's size in bytes.
 func (r *Ring) Size() int { return len(r.data) }
 
@@ -146,6 +149,15 @@ func (p *Poller) Add(r *Ring) error {
 	}
 	p.rings[int32(r.fd)] = r
 	p.events = make([]unix.EpollEvent, len(p.rings))
+	return nil
+}
+
+// Remove stops watching r (before it is closed).
+func (p *Poller) Remove(r *Ring) error {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, r.fd, nil); err != nil {
+		return fmt.Errorf("epoll_ctl del perf fd %d: %w", r.fd, err)
+	}
+	delete(p.rings, int32(r.fd))
 	return nil
 }
 

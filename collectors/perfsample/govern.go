@@ -47,7 +47,7 @@ func (g *governing) step() error {
 			share = float64(n) / float64(total)
 		}
 		period := g.s.Period(i)
-		next := c.Align(g.s.opts.Governor.Next(sampling.Interval{Period: period, Base: c.Period, Samples: n, CPUs: len(g.s.fds[i]),
+		next := c.Align(g.s.opts.Governor.Next(sampling.Interval{Period: period, Base: c.Period, Samples: n, CPUs: len(g.s.fdsOf(i)),
 			Elapsed: now.Sub(g.last), CPUTime: cpu - g.lastCPU, Share: share}))
 		if next != period {
 			if err := g.s.SetPeriod(i, next); err != nil {

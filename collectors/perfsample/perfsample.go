@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,11 +30,14 @@ import (
 
 // Options size the buffers and pace the reader.
 type Options struct {
-	Logger   *slog.Logger  // where skipped records are reported (may be nil)
-	Pages    int           // data pages per CPU ring (a power of two)
-	Poll     time.Duration // longest wait between reads
-	Govern   time.Duration // how often the governor runs
-	Governor sampling.Governor
+	Logger *slog.Logger // where skipped records and hotplug failures are reported (may be nil)
+	// OnlineCPUs, when set, is polled with the governor to follow CPU
+	// hotplug (Sync).
+	OnlineCPUs func() ([]int, error)
+	Pages      int           // data pages per CPU ring (a power of two)
+	Poll       time.Duration // longest wait between reads
+	Govern     time.Duration // how often the governor runs
+	Governor   sampling.Governor
 }
 
 // Failure is a configured event that could not be opened on a CPU.
@@ -47,14 +51,21 @@ type Failure struct {
 type Sampler struct {
 	cfgs    []sampling.Config
 	opts    Options
-	fds     [][]int // per config, its fds (one per CPU)
-	leaders []int
-	rings   []*perfring.Ring
+	cpus    map[int]*cpuEvents
+	order   []int // the CPUs of cpus, ascending
 	poller  *perfring.Poller
 	events  *perfrecord.Events
 	stats   *samplestat.Stats
 	periods []atomic.Uint64
 	closeMu sync.Mutex
+}
+
+// cpuEvents are one CPU's events and the ring they share.
+type cpuEvents struct {
+	ring    *perfring.Ring
+	fds     []int    // per config; -1 where it is not open on this CPU
+	ids     []uint64 // the kernel's id of each fd
+	leaders []int
 }
 
 const bitSampleIDAll = 1 << 18
@@ -63,79 +74,213 @@ const bitSampleIDAll = 1 << 18
 // Configs that fail everywhere are reported and left out; Open fails only
 // when nothing could be opened.
 func Open(cfgs []sampling.Config, cpus []int, stats *samplestat.Stats, o Options) (*Sampler, []Failure, error) {
-	s := &Sampler{opts: o, stats: stats}
-	var failures []Failure
+	s := &Sampler{opts: o, stats: stats, cfgs: cfgs, cpus: map[int]*cpuEvents{}}
 	var err error
 	if s.poller, err = perfring.NewPoller(); err != nil {
 		return nil, nil, err
 	}
-	ringOf := map[int]int{} // cpu → leader fd of its ring
-	var attrs []perfrecord.Attr
-	var ids [][]uint64
-	var kept []sampling.Config
-	for _, c := range cfgs {
-		var fds []int
-		var cfgIDs []uint64
-		for _, cpu := range cpus {
-			if c.CPUs != nil && !cpuset.Contains(c.CPUs, cpu) {
-				continue
-			}
-			fd, leader, err := openOn(c, cpu)
-			if err != nil {
-				failures = append(failures, Failure{Event: c.Name, CPU: cpu, Err: err})
-				continue
-			}
-			if err := s.attach(fd, cpu, ringOf); err != nil {
-				unix.Close(fd)
-				if leader >= 0 {
-					unix.Close(leader)
-				}
-				failures = append(failures, Failure{Event: c.Name, CPU: cpu, Err: err})
-				continue
-			}
-			id, err := eventID(fd)
-			if err != nil {
-				return nil, failures, errors.Join(err, s.Close())
-			}
-			fds = append(fds, fd)
-			cfgIDs = append(cfgIDs, id)
-			if leader >= 0 {
-				s.leaders = append(s.leaders, leader)
-			}
-		}
-		if len(fds) == 0 {
-			continue
-		}
-		kept = append(kept, c)
-		s.fds = append(s.fds, fds)
-		ids = append(ids, cfgIDs)
-		attrs = append(attrs, perfrecord.Attr{Type: c.Attr.Type, Config: c.Attr.Config, Period: c.Period,
-			SampleType: c.SampleType, SampleIDAll: true})
+	s.periods = make([]atomic.Uint64, len(cfgs))
+	for i, c := range cfgs {
+		s.periods[i].Store(c.Period)
 	}
-	if len(kept) == 0 {
+	var failures []Failure
+	for _, cpu := range cpus {
+		failures = append(failures, s.addCPU(cpu)...)
+	}
+	s.keepOpened()
+	if len(s.cfgs) == 0 {
 		s.Close()
 		return nil, failures, fmt.Errorf("no sampling event could be opened on any CPU (%d failures)", len(failures))
 	}
-	s.cfgs = kept
-	if s.events, err = perfrecord.NewEvents(attrs, ids); err != nil {
+	if err := s.index(); err != nil {
 		return nil, failures, errors.Join(err, s.Close())
 	}
-	s.periods = make([]atomic.Uint64, len(kept))
-	for i, c := range kept {
-		s.periods[i].Store(c.Period)
-	}
-	for _, fds := range s.fds {
-		for _, fd := range fds {
-			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
-				return nil, failures, errors.Join(fmt.Errorf("enabling a sampling event: %w", err), s.Close())
-			}
+	for _, cpu := range s.order {
+		if err := s.enable(cpu); err != nil {
+			return nil, failures, errors.Join(err, s.Close())
 		}
 	}
 	return s, failures, nil
 }
 
-// openOn opens c on cpu, disabled, after its leader when it has one.
-func openOn(c sampling.Config, cpu int) (fd, leader int, err error) {
+// addCPU opens the configs on cpu, disabled, the first one's ring shared by
+// the others.
+func (s *Sampler) addCPU(cpu int) []Failure {
+	ce := &cpuEvents{fds: make([]int, len(s.cfgs)), ids: make([]uint64, len(s.cfgs))}
+	var failures []Failure
+	for i, c := range s.cfgs {
+		ce.fds[i] = -1
+		if c.CPUs != nil && !cpuset.Contains(c.CPUs, cpu) {
+			continue
+		}
+		fd, leader, err := openOn(c, cpu, s.periods[i].Load())
+		if err == nil {
+			err = s.attach(ce, fd)
+			if err == nil {
+				ce.ids[i], err = eventID(fd)
+			}
+			if err != nil {
+				unix.Close(fd)
+				if leader >= 0 {
+					unix.Close(leader)
+				}
+			}
+		}
+		if err != nil {
+			failures = append(failures, Failure{Event: c.Name, CPU: cpu, Err: err})
+			continue
+		}
+		ce.fds[i] = fd
+		if leader >= 0 {
+			ce.leaders = append(ce.leaders, leader)
+		}
+	}
+	if ce.ring != nil {
+		s.cpus[cpu] = ce
+		s.order = append(s.order, cpu)
+		slices.Sort(s.order)
+	}
+	return failures
+}
+
+// keepOpened leaves out the configs no CPU could open.
+func (s *Sampler) keepOpened() {
+	var keep []int
+	for i := range s.cfgs {
+		for _, ce := range s.cpus {
+			if ce.fds[i] >= 0 {
+				keep = append(keep, i)
+				break
+			}
+		}
+	}
+	if len(keep) == len(s.cfgs) {
+		return
+	}
+	cfgs := make([]sampling.Config, len(keep))
+	periods := make([]atomic.Uint64, len(keep))
+	for k, i := range keep {
+		cfgs[k] = s.cfgs[i]
+		periods[k].Store(s.periods[i].Load())
+	}
+	for _, ce := range s.cpus {
+		fds, ids := make([]int, len(keep)), make([]uint64, len(keep))
+		for k, i := range keep {
+			fds[k], ids[k] = ce.fds[i], ce.ids[i]
+		}
+		ce.fds, ce.ids = fds, ids
+	}
+	s.cfgs, s.periods = cfgs, periods
+}
+
+// index rebuilds the id → event mapping from the open fds.
+func (s *Sampler) index() error {
+	attrs := make([]perfrecord.Attr, len(s.cfgs))
+	ids := make([][]uint64, len(s.cfgs))
+	for i, c := range s.cfgs {
+		attrs[i] = perfrecord.Attr{Type: c.Attr.Type, Config: c.Attr.Config, Period: c.Period, SampleType: c.SampleType, SampleIDAll: true}
+		for _, cpu := range s.order {
+			if ce := s.cpus[cpu]; ce.fds[i] >= 0 {
+				ids[i] = append(ids[i], ce.ids[i])
+			}
+		}
+	}
+	ev, err := perfrecord.NewEvents(attrs, ids)
+	if err != nil {
+		return err
+	}
+	s.events = ev
+	return nil
+}
+
+func (s *Sampler) enable(cpu int) error {
+	for _, fd := range s.cpus[cpu].fds {
+		if fd >= 0 {
+			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+				return fmt.Errorf("enabling a sampling event on CPU %d: %w", cpu, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Sync follows CPU hotplug: the events of CPUs no longer online are read
+// one last time and closed, and CPUs that came online get the events, at
+// the periods now in force.
+func (s *Sampler) Sync(online []int) ([]Failure, error) {
+	changed := false
+	for _, cpu := range slices.Clone(s.order) {
+		if !slices.Contains(online, cpu) {
+			s.drain(s.cpus[cpu].ring)
+			s.closeCPU(cpu)
+			changed = true
+		}
+	}
+	var failures []Failure
+	for _, cpu := range online {
+		if _, ok := s.cpus[cpu]; !ok {
+			failures = append(failures, s.addCPU(cpu)...)
+			changed = changed || s.cpus[cpu] != nil
+		}
+	}
+	if !changed {
+		return failures, nil
+	}
+	if err := s.index(); err != nil {
+		return failures, err
+	}
+	for _, cpu := range online {
+		if ce := s.cpus[cpu]; ce != nil {
+			if err := s.enable(cpu); err != nil {
+				return failures, err
+			}
+		}
+	}
+	return failures, nil
+}
+
+// follow syncs with the online CPUs, where Options say how to list them.
+func (s *Sampler) follow() error {
+	if s.opts.OnlineCPUs == nil {
+		return nil
+	}
+	online, err := s.opts.OnlineCPUs()
+	if err != nil {
+		return nil // the list is unreadable now: keep what is open
+	}
+	failures, err := s.Sync(online)
+	for _, f := range failures {
+		if s.opts.Logger != nil {
+			s.opts.Logger.Warn("sampling event not opened on a CPU that came online", "event", f.Event, "cpu", f.CPU, "err", f.Err)
+		}
+	}
+	return err
+}
+
+// closeCPU closes a CPU's events and ring.
+func (s *Sampler) closeCPU(cpu int) error {
+	ce := s.cpus[cpu]
+	var errs []error
+	if s.poller != nil {
+		errs = append(errs, s.poller.Remove(ce.ring))
+	}
+	errs = append(errs, ce.ring.Close())
+	for _, fd := range ce.fds {
+		if fd >= 0 {
+			errs = append(errs, unix.Close(fd))
+		}
+	}
+	for _, fd := range ce.leaders {
+		errs = append(errs, unix.Close(fd))
+	}
+	delete(s.cpus, cpu)
+	s.order = slices.DeleteFunc(s.order, func(c int) bool { return c == cpu })
+	return errors.Join(errs...)
+}
+
+// openOn opens c on cpu at period, disabled, after its leader when it has
+// one.
+func openOn(c sampling.Config, cpu int, period uint64) (fd, leader int, err error) {
 	leader = -1
 	if c.Leader != nil {
 		la := perf.Attr(*c.Leader)
@@ -147,7 +292,7 @@ func openOn(c sampling.Config, cpu int) (fd, leader int, err error) {
 	}
 	a := perf.Attr(c.Attr)
 	a.Read_format = 0
-	a.Sample = c.Period
+	a.Sample = period
 	a.Sample_type = c.SampleType
 	a.Bits |= unix.PerfBitDisabled | bitSampleIDAll | unix.PerfBitWatermark
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
@@ -156,7 +301,7 @@ func openOn(c sampling.Config, cpu int) (fd, leader int, err error) {
 		if leader >= 0 {
 			unix.Close(leader)
 		}
-		return -1, -1, fmt.Errorf("perf_event_open(%s, sample every %d) on CPU %d: %w", c.Name, c.Period, cpu, err)
+		return -1, -1, fmt.Errorf("perf_event_open(%s, sample every %d) on CPU %d: %w", c.Name, period, cpu, err)
 	}
 	if leader >= 0 {
 		unix.IoctlSetInt(leader, unix.PERF_EVENT_IOC_ENABLE, 0)
@@ -166,10 +311,10 @@ func openOn(c sampling.Config, cpu int) (fd, leader int, err error) {
 
 // attach gives fd the CPU's ring: a new one for the CPU's first event,
 // else the first event's through SET_OUTPUT.
-func (s *Sampler) attach(fd, cpu int, ringOf map[int]int) error {
-	if owner, ok := ringOf[cpu]; ok {
-		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_OUTPUT, owner); err != nil {
-			return fmt.Errorf("PERF_EVENT_IOC_SET_OUTPUT on CPU %d: %w", cpu, err)
+func (s *Sampler) attach(ce *cpuEvents, fd int) error {
+	if ce.ring != nil {
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_OUTPUT, ce.ring.FD()); err != nil {
+			return fmt.Errorf("PERF_EVENT_IOC_SET_OUTPUT: %w", err)
 		}
 		return nil
 	}
@@ -181,8 +326,7 @@ func (s *Sampler) attach(fd, cpu int, ringOf map[int]int) error {
 		r.Close()
 		return err
 	}
-	s.rings = append(s.rings, r)
-	ringOf[cpu] = fd
+	ce.ring = r
 	return nil
 }
 
@@ -221,6 +365,9 @@ func (s *Sampler) Run(ctx context.Context) error {
 		}
 		select {
 		case <-govern.C:
+			if err := s.follow(); err != nil {
+				return err
+			}
 			if err := g.step(); err != nil {
 				return err
 			}
@@ -246,7 +393,8 @@ func (s *Sampler) ReadAll() []ReadError {
 	var errs []ReadError
 	b := s.stats.Lock()
 	defer b.Unlock()
-	for _, r := range s.rings {
+	for _, cpu := range s.order {
+		r := s.cpus[cpu].ring
 		var decodeErr error
 		_, err := r.Read(func(rec []byte) bool {
 			if err := s.record(b, rec, &smp); err != nil {
@@ -301,9 +449,35 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 	return nil
 }
 
+// drain reads one ring into the stats (a CPU about to be closed).
+func (s *Sampler) drain(r *perfring.Ring) {
+	var smp perfrecord.Sample
+	b := s.stats.Lock()
+	defer b.Unlock()
+	if _, err := r.Read(func(rec []byte) bool {
+		if s.record(b, rec, &smp) != nil {
+			b.Error("decode")
+		}
+		return true
+	}); err != nil {
+		b.Error("ring")
+	}
+}
+
+// fdsOf are event i's fds, one per CPU it is open on.
+func (s *Sampler) fdsOf(i int) []int {
+	var fds []int
+	for _, cpu := range s.order {
+		if fd := s.cpus[cpu].fds[i]; fd >= 0 {
+			fds = append(fds, fd)
+		}
+	}
+	return fds
+}
+
 // SetPeriod sets event i's period on every CPU.
 func (s *Sampler) SetPeriod(i int, period uint64) error {
-	for _, fd := range s.fds[i] {
+	for _, fd := range s.fdsOf(i) {
 		p := period
 		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_PERIOD, uintptr(unsafe.Pointer(&p))); e != 0 {
 			return fmt.Errorf("PERF_EVENT_IOC_PERIOD(%s, %d): %w", s.cfgs[i].Name, period, e)
@@ -318,20 +492,9 @@ func (s *Sampler) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	var errs []error
-	for _, r := range s.rings {
-		errs = append(errs, r.Close())
+	for _, cpu := range slices.Clone(s.order) {
+		errs = append(errs, s.closeCPU(cpu))
 	}
-	s.rings = nil
-	for _, fds := range s.fds {
-		for _, fd := range fds {
-			errs = append(errs, unix.Close(fd))
-		}
-	}
-	s.fds = nil
-	for _, fd := range s.leaders {
-		errs = append(errs, unix.Close(fd))
-	}
-	s.leaders = nil
 	if s.poller != nil {
 		errs = append(errs, s.poller.Close())
 		s.poller = nil

@@ -3,6 +3,7 @@ package perfsample
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
@@ -40,7 +42,7 @@ func open(t *testing.T, cfgs []sampling.Config, pages int, g sampling.Governor) 
 // kernelCount is what the kernel counted on every CPU of event i.
 func kernelCount(t *testing.T, s *Sampler, i int) uint64 {
 	var sum uint64
-	for _, fd := range s.fds[i] {
+	for _, fd := range s.fdsOf(i) {
 		var b [8]byte
 		if _, err := unix.Read(fd, b[:]); err != nil {
 			t.Fatal(err)
@@ -82,9 +84,18 @@ func onEachCPU(t *testing.T, fn func(cpu int)) {
 	}
 }
 
+// rings are the sampler's rings, one per CPU.
+func (s *Sampler) rings() []*perfring.Ring {
+	var out []*perfring.Ring
+	for _, cpu := range s.order {
+		out = append(out, s.cpus[cpu].ring)
+	}
+	return out
+}
+
 func disable(s *Sampler) {
-	for _, fds := range s.fds {
-		for _, fd := range fds {
+	for i := range s.cfgs {
+		for _, fd := range s.fdsOf(i) {
 			unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 		}
 	}
@@ -97,13 +108,16 @@ func TestSystemWideFaults(t *testing.T) {
 	s, stats := open(t, []sampling.Config{
 		software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1),
 		software("minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN, 1),
-	}, 64, sampling.Governor{})
+	}, 256, sampling.Governor{})
 	for range 10 {
 		faults(t, 100)
 		if err := s.ReadAll(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Other processes fault too; should one have filled a ring, its LOST
+	// record is written when a record next fits: fault once on every CPU.
+	onEachCPU(t, func(int) { faults(t, 1) })
 	disable(s)
 	if err := s.ReadAll(); err != nil {
 		t.Fatal(err)
@@ -115,8 +129,8 @@ func TestSystemWideFaults(t *testing.T) {
 			t.Errorf("%s: %d samples + %d lost, the kernel counted %d (the test faulted 1000 pages)", s.cfgs[i].Name, e.Samples, e.Lost, want)
 		}
 	}
-	if len(s.rings) != len(testenv.OnlineCPUs(t)) {
-		t.Errorf("%d rings for %d CPUs: events do not share their CPU's ring", len(s.rings), len(testenv.OnlineCPUs(t)))
+	if rings := len(s.rings()); rings != len(testenv.OnlineCPUs(t)) {
+		t.Errorf("%d rings for %d CPUs: events do not share their CPU's ring", rings, len(testenv.OnlineCPUs(t)))
 	}
 }
 
@@ -165,14 +179,14 @@ func TestGovernorRaisesPeriod(t *testing.T) {
 	disable(s)
 	s.ReadAll() // what was sampled at earlier periods
 	before := kernelCount(t, s, 0)
-	for _, fd := range s.fds[0] {
+	for _, fd := range s.fdsOf(0) {
 		unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
 	}
 	faults(t, int(min(50*p, 100000)))
 	disable(s)
 	counted := kernelCount(t, s, 0) - before
 	samples := 0
-	for _, r := range s.rings {
+	for _, r := range s.rings() {
 		r.Read(func(rec []byte) bool {
 			if h, _ := perfrecord.ParseHeader(rec); h.Type == perfrecord.TypeSample {
 				samples++
@@ -182,7 +196,7 @@ func TestGovernorRaisesPeriod(t *testing.T) {
 	}
 	// One sample per p faults on each CPU, give or take each CPU's
 	// partial period.
-	cpus := len(s.fds[0])
+	cpus := len(s.fdsOf(0))
 	if want := int(counted / p); samples < want-cpus || samples > want+cpus {
 		t.Errorf("%d samples of %d faults at period %d, want %d ± %d", samples, counted, p, want, cpus)
 	}
@@ -226,7 +240,7 @@ func TestCPUClock(t *testing.T) {
 	})
 	disable(s)
 	name := procmaps.Namer(fs)
-	for r, ring := range s.rings {
+	for r, ring := range s.rings() {
 		var mine uint64
 		var last uint64
 		var cpu uint32 = ^uint32(0)
@@ -262,3 +276,80 @@ func TestCPUClock(t *testing.T) {
 
 // sink keeps the spinning loop from being optimised away.
 var sink int
+
+// Sync follows the online list: a CPU that leaves it has its events closed
+// (read one last time), and when it comes back its events open again at
+// the period now in force, and sample there.
+func TestSyncFollowsOnlineList(t *testing.T) {
+	online := testenv.OnlineCPUs(t)
+	testenv.Require(t, len(online) >= 2, "needs two CPUs")
+	last := online[len(online)-1]
+	s, stats := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, 64, sampling.Governor{})
+	if _, err := s.Sync(online[:len(online)-1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, open := s.cpus[last]; open || len(s.fdsOf(0)) != len(online)-1 {
+		t.Fatalf("CPU %d still open after it left the online list", last)
+	}
+	if err := s.SetPeriod(0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := s.Sync(online); err != nil || len(f) != 0 {
+		t.Fatalf("re-adding CPU %d: %v %v", last, f, err)
+	}
+	s.ReadAll()
+	before := stats.Snapshot().Events[0]
+	onCPU := func(cpu int, fn func()) {
+		onEachCPU(t, func(c int) {
+			if c == cpu {
+				fn()
+			}
+		})
+	}
+	onCPU(last, func() { faults(t, 400) })
+	disable(s)
+	var kernel uint64
+	var b [8]byte
+	if _, err := unix.Read(s.cpus[last].fds[0], b[:]); err != nil {
+		t.Fatal(err)
+	}
+	kernel = binary.LittleEndian.Uint64(b[:])
+	s.ReadAll()
+	after := stats.Snapshot().Events[0]
+	// At period 4, the re-added CPU's 400+ faults give a sample per 4.
+	if kernel < 400 || after.Samples-before.Samples < kernel/4-1 {
+		t.Errorf("CPU %d counted %d faults after coming back; %d samples, want at least %d", last, kernel, after.Samples-before.Samples, kernel/4-1)
+	}
+	if got := s.Period(0); got != 4 {
+		t.Errorf("period %d after the re-add, set 4", got)
+	}
+}
+
+// A real CPU hotplug through sysfs, as an operator would do it.
+func TestRealHotplug(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.LockMachine(t, true)
+	online := testenv.OnlineCPUs(t)
+	testenv.Require(t, len(online) >= 2, "needs two CPUs")
+	last := online[len(online)-1]
+	ctl := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", last)
+	_, err := os.Stat(ctl)
+	testenv.Require(t, err == nil, fmt.Sprintf("CPU %d cannot be hotplugged here", last))
+	s, _ := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, 16, sampling.Governor{})
+	if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
+		t.Fatalf("offlining CPU %d: %v", last, err)
+	}
+	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
+	if _, err := s.Sync(testenv.OnlineCPUs(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, open := s.cpus[last]; open {
+		t.Errorf("CPU %d offline but its events are open", last)
+	}
+	if err := os.WriteFile(ctl, []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := s.Sync(testenv.OnlineCPUs(t)); err != nil || len(f) != 0 || s.cpus[last] == nil {
+		t.Errorf("CPU %d back online: %v %v, open %v", last, f, err, s.cpus[last] != nil)
+	}
+}
