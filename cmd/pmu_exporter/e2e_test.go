@@ -238,9 +238,17 @@ func TestServeUnprivileged(t *testing.T) {
 	testenv.RequireRoot(t)
 	paranoid := strings.TrimSpace(readFile(t, "/proc/sys/kernel/perf_event_paranoid"))
 	testenv.Require(t, paranoid != "-1" && paranoid != "0", "perf_event_paranoid lets anyone count system-wide")
-	p := start(t, &syscall.Credential{Uid: 65534, Gid: 65534})
+	p := start(t, &syscall.Credential{Uid: 65534, Gid: 65534}, "--sampling.event=page-faults")
 	time.Sleep(200 * time.Millisecond)
 	_, mfs := p.scrape(t)
+	// Sampling cannot open either: said in the log with the fix, and no
+	// sampling series pretend otherwise.
+	if !strings.Contains(p.log.String(), `msg="sampling event not opened" event=page-faults`) || !strings.Contains(p.log.String(), "no sampling event could be opened") {
+		t.Errorf("log does not say sampling failed:\n%s", p.log)
+	}
+	if _, ok := value(t, mfs, "pmu_sampling_samples_total", map[string]string{"event": "page-faults"}); ok {
+		t.Error("page-faults sampling exported although it could not be opened")
+	}
 	if v := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": "system_wide"}); v != 0 {
 		t.Errorf("system_wide = %v for nobody", v)
 	}

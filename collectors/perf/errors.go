@@ -55,6 +55,11 @@ func (e *OpenError) Fix() string {
 	}
 }
 
+// NewOpenError classifies err from opening event on cpu.
+func NewOpenError(event string, cpu int, err error) *OpenError {
+	return &OpenError{Event: event, CPU: cpu, Err: err, Reason: classify(err)}
+}
+
 func classify(err error) Reason {
 	switch {
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):

@@ -41,7 +41,11 @@ func Open(fd, pages int) (*Ring, error) {
 	page := os.Getpagesize()
 	mem, err := unix.Mmap(fd, 0, (pages+1)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("mmap of %d pages on perf fd %d: %w", pages+1, fd, err)
+		err = fmt.Errorf("mmap of %d pages on perf fd %d: %w", pages+1, fd, err)
+		if errors.Is(err, unix.EPERM) {
+			err = fmt.Errorf("%w: the rings exceed kernel.perf_event_mlock_kb and RLIMIT_MEMLOCK; raise either, grant CAP_IPC_LOCK, or use fewer ring pages", err)
+		}
+		return nil, err
 	}
 	meta := (*unix.PerfEventMmapPage)(unsafe.Pointer(&mem[0]))
 	off, size := meta.Data_offset, meta.Data_size

@@ -287,7 +287,7 @@ func openOn(c sampling.Config, cpu int, period uint64) (fd, leader int, err erro
 		la.Read_format = 0
 		la.Bits |= unix.PerfBitDisabled
 		if leader, err = unix.PerfEventOpen(&la, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC); err != nil {
-			return -1, -1, fmt.Errorf("perf_event_open(%s leader) on CPU %d: %w", c.Name, cpu, err)
+			return -1, -1, perf.NewOpenError(c.Name+"'s leader", cpu, err)
 		}
 	}
 	a := perf.Attr(c.Attr)
@@ -301,7 +301,7 @@ func openOn(c sampling.Config, cpu int, period uint64) (fd, leader int, err erro
 		if leader >= 0 {
 			unix.Close(leader)
 		}
-		return -1, -1, fmt.Errorf("perf_event_open(%s, sample every %d) on CPU %d: %w", c.Name, period, cpu, err)
+		return -1, -1, fmt.Errorf("sampling every %d: %w", period, perf.NewOpenError(c.Name, cpu, err))
 	}
 	if leader >= 0 {
 		unix.IoctlSetInt(leader, unix.PERF_EVENT_IOC_ENABLE, 0)
