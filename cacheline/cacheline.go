@@ -35,6 +35,7 @@ type Access struct {
 	HITM     datasrc.HITM
 	Period   uint64 // events this sample stands for
 	Time     uint64 // ns, the sample's timestamp (for SetWindow)
+	IP       uint64 // the instruction that made the access (PEBS and IBS: exact)
 }
 
 // Kind is an access's sharing class.
@@ -72,6 +73,20 @@ type pairCount struct {
 	n uint64
 }
 
+// MaxCode is how many instructions (IP, offset, load or store) a line
+// remembers, as perf c2c lists the code behind a contended line; samples
+// of further ones are summed in OtherCode.
+const MaxCode = 8
+
+// Code is one instruction's accesses to a line.
+type Code struct {
+	IP      uint64
+	Offset  uint8 // byte offset in the line
+	Store   bool
+	Samples uint64
+	HITM    uint64 // of which loads that hit a modified line
+}
+
 // Line is one cache line's record, stored inline so that the table's hot
 // path allocates nothing.
 type Line struct {
@@ -89,7 +104,35 @@ type Line struct {
 	nThreads           uint8
 	pairs              [MaxPairs]pairCount
 	nPairs             uint8
+	code               [MaxCode]Code
+	nCode              uint8
+	OtherCode          uint64
 	overflow           uint64 // accesses of threads beyond MaxThreads
+}
+
+// Code are the instructions that accessed the line, in order of first
+// access.
+func (l *Line) Code() []Code { return append([]Code(nil), l.code[:l.nCode]...) }
+
+func (l *Line) addCode(a Access) {
+	off := uint8(a.Addr & (LineSize - 1))
+	hitm := uint64(0)
+	if a.HITM != datasrc.NoHITM {
+		hitm = 1
+	}
+	for i := range l.code[:l.nCode] {
+		if c := &l.code[i]; c.IP == a.IP && c.Offset == off && c.Store == a.Store {
+			c.Samples++
+			c.HITM += hitm
+			return
+		}
+	}
+	if int(l.nCode) < MaxCode {
+		l.code[l.nCode] = Code{IP: a.IP, Offset: off, Store: a.Store, Samples: 1, HITM: hitm}
+		l.nCode++
+		return
+	}
+	l.OtherCode++
 }
 
 // Threads are the threads that touched the line, in order of first touch.
@@ -199,6 +242,7 @@ func (t *Table) Add(a Access) Kind {
 		t.Totals.RemoteHITM++
 	}
 	kind, partner := l.classify(a, t.window)
+	l.addCode(a)
 	l.Events[kind] += a.Period
 	t.Totals.Events[kind] += a.Period
 	if kind != NotShared {
@@ -226,7 +270,7 @@ func (t *Table) newLine(k key) *Line {
 	l.PID, l.Addr = k.pid, k.addr
 	l.Loads, l.Stores, l.LocalHITM, l.RemoteHITM, l.OtherPairs, l.overflow = 0, 0, 0, 0, 0, 0
 	l.Events = [3]uint64{}
-	l.nThreads, l.nPairs = 0, 0
+	l.nThreads, l.nPairs, l.nCode, l.OtherCode = 0, 0, 0, 0
 	t.lines[k] = i
 	return l
 }

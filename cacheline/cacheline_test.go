@@ -176,10 +176,15 @@ func TestReport(t *testing.T) {
 		t.Errorf("Ranges: %q", got)
 	}
 	tb := New(8)
-	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10})
-	tb.Add(Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10})
+	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, HITM: datasrc.LocalHITM})
+	tb.Add(Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10, IP: 0x400200})
+	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100})
 	r := tb.Report(5, func(pid uint32, addr uint64) string { return "[heap]" })
-	if r.Totals.FalseSharing != 10 || len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].Symbol != "[heap]" ||
+	if c := r.Lines[0].Code; len(c) != 2 || c[0] != (CodeReport{IP: "0x400100", Symbol: "[heap]", Offset: 0, Op: "load", Samples: 2, HITM: 1}) ||
+		c[1] != (CodeReport{IP: "0x400200", Symbol: "[heap]", Offset: 8, Op: "store", Samples: 1}) {
+		t.Errorf("code %+v", c)
+	}
+	if r.Totals.FalseSharing != 20 || len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].Symbol != "[heap]" ||
 		r.Lines[0].Threads[1].Written != "8-15" || r.Lines[0].Threads[1].CPUs[0] != 5 || r.Lines[0].Threads[0].Read != "0-7" {
 		t.Errorf("%+v", r)
 	}

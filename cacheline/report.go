@@ -37,6 +37,18 @@ type LineReport struct {
 	FalseSharing uint64         `json:"false_sharing_events_estimated"`
 	Threads      []ThreadReport `json:"threads"`
 	OtherThreads uint64         `json:"samples_of_untracked_threads,omitempty"`
+	Code         []CodeReport   `json:"code"`
+	OtherCode    uint64         `json:"samples_of_untracked_code,omitempty"`
+}
+
+// CodeReport is one instruction's accesses to a line.
+type CodeReport struct {
+	IP      string `json:"ip"`
+	Symbol  string `json:"symbol,omitempty"`
+	Offset  int    `json:"offset"`
+	Op      string `json:"op"`
+	Samples uint64 `json:"samples"`
+	HITM    uint64 `json:"hitm_samples"`
 }
 
 // ThreadReport is one thread's bytes of a line, as offset ranges ("0-7,12").
@@ -65,6 +77,17 @@ func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Repor
 		for _, th := range l.Threads() {
 			lr.Threads = append(lr.Threads, ThreadReport{TID: th.TID, CPUs: setBits(th.CPUs), Samples: th.Samples,
 				Read: Ranges(th.Read), Written: Ranges(th.Written)})
+		}
+		lr.Code, lr.OtherCode = []CodeReport{}, l.OtherCode
+		for _, c := range l.Code() {
+			cr := CodeReport{IP: "0x" + strconv.FormatUint(c.IP, 16), Offset: int(c.Offset), Op: "load", Samples: c.Samples, HITM: c.HITM}
+			if c.Store {
+				cr.Op = "store"
+			}
+			if symbol != nil && c.IP != 0 {
+				cr.Symbol = symbol(l.PID, c.IP)
+			}
+			lr.Code = append(lr.Code, cr)
 		}
 		r.Lines = append(r.Lines, lr)
 	}

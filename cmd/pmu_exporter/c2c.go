@@ -106,6 +106,9 @@ func writeC2CText(w io.Writer, r cacheline.Report) {
 			fmt.Fprintf(tw, "\t  tid %d\tcpus %s\tread %s\twritten %s\t%d samples\t\t\t\n", th.TID, strings.Join(cpus, ","),
 				dash(th.Read), dash(th.Written), th.Samples)
 		}
+		for _, c := range l.Code {
+			fmt.Fprintf(tw, "\t  code %s\toffset %d\t%s\t%d samples\t%d HITM\t\t\t%s\n", c.IP, c.Offset, c.Op, c.Samples, c.HITM, c.Symbol)
+		}
 	}
 	tw.Flush()
 }

@@ -68,12 +68,33 @@ func TestC2C(t *testing.T) {
 	if r.Lines[1].FalseSharing != 0 || r.Lines[1].TrueSharing == 0 {
 		t.Errorf("shared counter line %+v", r.Lines[1])
 	}
+	// The code behind each line: on the slots' line the add's load and
+	// store at each thread's offset, named in the benchmark's binary; on
+	// the counter's line the other add, at offset 0.
+	var codeSamples uint64
+	for _, c := range top.Code {
+		want := map[string]string{"load": fmt.Sprintf("0x%x", perffile.LoadIP), "store": fmt.Sprintf("0x%x", perffile.StoreIP)}[c.Op]
+		if c.IP != want || c.Offset%8 != 0 || c.Symbol != fmt.Sprintf("/opt/fsbench/bench+0x%x", perffile.LoadIP-0x400000+map[string]int{"load": 0, "store": 4}[c.Op]) {
+			t.Errorf("slots' line code %+v", c)
+		}
+		if (c.Op == "load") != (c.HITM == c.Samples) {
+			t.Errorf("HITM samples of %+v", c)
+		}
+		codeSamples += c.Samples
+	}
+	if len(top.Code) != 8 || codeSamples != top.Loads+top.Stores {
+		t.Errorf("%d code entries with %d samples, want 8 with the line's %d", len(top.Code), codeSamples, top.Loads+top.Stores)
+	}
+	if c := r.Lines[1].Code; len(c) != 2 || c[0].IP != fmt.Sprintf("0x%x", perffile.LoadIP+0x100) || c[0].Offset != 0 {
+		t.Errorf("counter's line code %+v", c)
+	}
 	// The text report says the same.
 	out.Reset()
 	if code := run([]string{"c2c", "-i", path}, &out, &errb); code != 0 {
 		t.Fatalf("c2c text exited %d", code)
 	}
 	if !strings.Contains(out.String(), "0x555500000100") || !strings.Contains(out.String(), "[heap]+0x100") ||
+		!strings.Contains(out.String(), "/opt/fsbench/bench+0x1014") ||
 		!strings.Contains(out.String(), fmt.Sprintf("%d loads, %d stores", loads, stores)) {
 		t.Errorf("text report:\n%s", out.String())
 	}

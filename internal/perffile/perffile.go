@@ -151,12 +151,23 @@ type C2C struct {
 	SlotLine, SharedLn uint64 // filled in: the two lines' addresses
 }
 
-// File writes the perf.data file: an MMAP2 of the heap, then the samples.
+// The code addresses of the benchmark's two atomic adds (in
+// /opt/fsbench/bench, mapped at 0x400000): the slot's add at LoadIP and
+// StoreIP, the shared counter's 0x100 further.
+const (
+	LoadIP  = 0x401010
+	StoreIP = 0x401014
+)
+
+// File writes the perf.data file: MMAP2s of the binary and the heap, then
+// the samples.
 func (c *C2C) File() []byte {
 	ldlat := Attr(4, 0x1cd, c.Period, C2CSampleType, true, 30)
 	st := Attr(4, 0x2cd, c.Period, C2CSampleType, true, 0)
 	var recs [][]byte
-	var m Record
+	var exe, m Record
+	exe.U32(c.PID).U32(c.PID).U64(0x400000).U64(0x2000).U64(0).U64(0).U64(0).U64(0).U32(5).U32(2).Str("/opt/fsbench/bench")
+	recs = append(recs, exe.Bytes(unix.PERF_RECORD_MMAP2, 0))
 	m.U32(c.PID).U32(c.PID).U64(c.Heap).U64(0x21000).U64(0).U64(0).U64(0).U64(0).U32(3).U32(2).Str("[heap]")
 	recs = append(recs, m.Bytes(unix.PERF_RECORD_MMAP2, 0))
 	r := newRand(c.Seed)
@@ -174,8 +185,12 @@ func (c *C2C) File() []byte {
 				continue
 			}
 			src := []uint64{c.LoadSrc, c.StoreSrc}[k]
+			ip := []uint64{LoadIP, StoreIP}[k] // the atomic add's load and store
+			if addr == c.SharedLn {
+				ip += 0x100 // the shared counter's add is other code
+			}
 			var s Record
-			s.U64(id).U64(0x401000).U32(c.PID).U32(c.PID + 1 + tid).U64(time).U64(addr).U64(id).U32(tid).U32(0).U64(c.Period).
+			s.U64(id).U64(ip).U32(c.PID).U32(c.PID + 1 + tid).U64(time).U64(addr).U64(id).U32(tid).U32(0).U64(c.Period).
 				U32(120).U16(0).U16(0).U64(src) // weight comes before data_src
 			recs = append(recs, s.Bytes(unix.PERF_RECORD_SAMPLE, 0))
 			if k == 0 {
