@@ -180,6 +180,9 @@ func TestReport(t *testing.T) {
 	tb.Add(Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10, IP: 0x400200})
 	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100})
 	r := tb.Report(5, func(pid uint32, addr uint64) string { return "[heap]" })
+	if p := r.Lines[0].Pairs; len(p) != 1 || p[0] != (PairReport{A: 1, B: 2, Events: 20}) {
+		t.Errorf("pairs %+v", p)
+	}
 	if c := r.Lines[0].Code; len(c) != 2 || c[0] != (CodeReport{IP: "0x400100", Symbol: "[heap]", Offset: 0, Op: "load", Samples: 2, HITM: 1}) ||
 		c[1] != (CodeReport{IP: "0x400200", Symbol: "[heap]", Offset: 8, Op: "store", Samples: 1}) {
 		t.Errorf("code %+v", c)

@@ -39,6 +39,16 @@ type LineReport struct {
 	OtherThreads uint64         `json:"samples_of_untracked_threads,omitempty"`
 	Code         []CodeReport   `json:"code"`
 	OtherCode    uint64         `json:"samples_of_untracked_code,omitempty"`
+	Pairs        []PairReport   `json:"thread_pairs"`
+	OtherPairs   uint64         `json:"sharing_events_of_untracked_pairs,omitempty"`
+}
+
+// PairReport is two threads whose accesses met on the line, and the
+// sharing events (estimated) between them.
+type PairReport struct {
+	A      uint32 `json:"tid_a"`
+	B      uint32 `json:"tid_b"`
+	Events uint64 `json:"sharing_events_estimated"`
 }
 
 // CodeReport is one instruction's accesses to a line.
@@ -77,6 +87,10 @@ func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Repor
 		for _, th := range l.Threads() {
 			lr.Threads = append(lr.Threads, ThreadReport{TID: th.TID, CPUs: setBits(th.CPUs), Samples: th.Samples,
 				Read: Ranges(th.Read), Written: Ranges(th.Written)})
+		}
+		lr.Pairs, lr.OtherPairs = []PairReport{}, l.OtherPairs
+		for _, pc := range l.pairs[:l.nPairs] {
+			lr.Pairs = append(lr.Pairs, PairReport{A: pc.p.A, B: pc.p.B, Events: pc.n})
 		}
 		lr.Code, lr.OtherCode = []CodeReport{}, l.OtherCode
 		for _, c := range l.Code() {

@@ -367,9 +367,6 @@ func (f *File) Next() ([]byte, error) {
 	}
 }
 
-// Offset is the file offset just past the last record Next returned.
-func (f *File) Offset() int64 { return f.offset }
-
 func (f *File) next() ([]byte, error) {
 	if f.left == 0 {
 		return nil, io.EOF
