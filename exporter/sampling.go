@@ -38,6 +38,16 @@ type Sampling struct {
 	cgSamples, cgMem, cgAccesses, cgSharing *prometheus.Desc
 }
 
+// FixedPeriods is a SamplingSource whose periods never change: the events
+// of a recording (--replay.samples).
+type FixedPeriods []sampling.Config
+
+// Configs implements SamplingSource.
+func (f FixedPeriods) Configs() []sampling.Config { return f }
+
+// Period implements SamplingSource: the configured period.
+func (f FixedPeriods) Period(i int) uint64 { return f[i].Period }
+
 // CgroupIDs names the cgroup ids samples carry (PERF_SAMPLE_CGROUP).
 type CgroupIDs interface {
 	Cgroup(id uint64) (path string, identity podcgroup.Identity, ok bool)

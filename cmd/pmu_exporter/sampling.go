@@ -227,13 +227,6 @@ func cachelinesHandler(stats *samplestat.Stats, namer func() func(uint32, uint64
 	})
 }
 
-// replayedSamples is a perf.data file's events as a sampling source: their
-// periods are the recorded ones.
-type replayedSamples []sampling.Config
-
-func (r replayedSamples) Configs() []sampling.Config { return r }
-func (r replayedSamples) Period(i int) uint64        { return r[i].Period }
-
 // replaySamples reads every sample of a perf.data file into the sampling
 // collector and /debug/cachelines (named from the file's MMAP records), so
 // that a `perf mem record` or `perf c2c record` taken anywhere can be
@@ -245,7 +238,7 @@ func replaySamples(p *pipeline, path string, maxLines int, stderr io.Writer, log
 	}
 	defer closeFile()
 	var stats *samplestat.Stats
-	var cfgs replayedSamples
+	var cfgs exporter.FixedPeriods // the recorded periods
 	maps := addrmap.New()
 	var batch samplestat.Batch
 	samples, bad, err := eachSample(file, path, stderr, perfDataVisitor{

@@ -27,7 +27,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/replay"
 	"github.com/pmu-exporter/pmu_exporter/samplestat"
-	"github.com/pmu-exporter/pmu_exporter/sampling"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
@@ -229,7 +228,7 @@ func TestNativeHistogramToExponential(t *testing.T) {
 	}
 	b.Unlock()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(exporter.NewSampling(samplingPlan{{Name: "mem-loads", PMU: "cpu", Period: 100, Memory: true}}, stats))
+	reg.MustRegister(exporter.NewSampling(exporter.FixedPeriods{{Name: "mem-loads", PMU: "cpu", Period: 100, Memory: true}}, stats))
 	scopes, err := Producer{promBridge.NewMetricProducer(promBridge.WithGatherer(reg))}.Produce(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -251,11 +250,6 @@ func TestNativeHistogramToExponential(t *testing.T) {
 		t.Errorf("pmu_mem_samples_total did not lose _total: %v", keys(names))
 	}
 }
-
-type samplingPlan []sampling.Config
-
-func (p samplingPlan) Configs() []sampling.Config { return p }
-func (p samplingPlan) Period(i int) uint64        { return p[i].Period }
 
 func keys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
