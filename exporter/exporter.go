@@ -50,7 +50,7 @@ type Collector struct {
 	events, enabled, running, notRunning *prometheus.Desc
 	groupCPUs, openFailures              *prometheus.Desc
 	capability, info, readErrors         *prometheus.Desc
-	configErrors                         *prometheus.Desc
+	configErrors, reopened               *prometheus.Desc
 }
 
 // New builds the collector.
@@ -81,13 +81,15 @@ func New(src Source, report capability.Report, opts Options) *Collector {
 			"vendor", "family", "model", "stepping", "pmu_name", "hypervisor", "source"),
 		readErrors:   d("read_errors_total", "Failed reads in the counting loop, by reason.", "reason"),
 		configErrors: d("config_errors", "Number of problems in the event configuration at start; the affected groups are not counted.", nil...),
+		reopened: d("cpu_reopened_total", "Times the events of a CPU were found detached by the kernel (the CPU went offline and back between two reads) and reopened; counts of the lost span are not made up.",
+			"cpu"),
 	}
 }
 
 // Describe sends every descriptor.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.events, c.enabled, c.running, c.notRunning, c.groupCPUs,
-		c.openFailures, c.capability, c.info, c.readErrors, c.configErrors} {
+		c.openFailures, c.capability, c.info, c.readErrors, c.configErrors, c.reopened} {
 		ch <- d
 	}
 }
@@ -126,6 +128,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.CounterValue, float64(s.ReadErrors[reason]), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(c.configErrors, prometheus.GaugeValue, float64(c.opts.ConfigErrors))
+	for _, cpu := range perfcount.SortedCPUs(s.Reopened) {
+		ch <- prometheus.MustNewConstMetric(c.reopened, prometheus.CounterValue, float64(s.Reopened[cpu]), strconv.Itoa(cpu))
+	}
 }
 
 func (c *Collector) groupTimes(ch chan<- prometheus.Metric, d *prometheus.Desc, group string, ns map[int]uint64) {

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -194,5 +198,79 @@ func TestServeCgroupV1(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "v1 perf_event hierarchy at "+mnt) {
 		t.Errorf("the log does not say attribution runs on the v1 hierarchy:\n%s", p.log)
+	}
+}
+
+// TestServeQuickHotplug takes a CPU offline and back 20 times while the
+// exporter runs with --collector.per-cpu, each time faster than it polls
+// the online list. After every toggle the CPU's cpu-clock must count again
+// within two intervals; afterwards a task pinned to that CPU in a cgroup is
+// credited its cpu.stat time (the cgroup program was reattached there and
+// the counting fds placed anew), and pmu_cpu_reopened_total says what was
+// done. No CPU may total more cpu-clock than the wall time that passed.
+func TestServeQuickHotplug(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.LockMachine(t, true) // before any shared hold: testenv.Cgroups would deadlock
+	mnt := testenv.Cgroup2Mount()
+	testenv.Require(t, mnt != "", "needs a cgroup v2 hierarchy")
+	dir := filepath.Join(mnt, fmt.Sprintf("pmu_exporter_test_%d_hotplug", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	online := testenv.OnlineCPUs(t)
+	testenv.Require(t, len(online) >= 2, "needs two CPUs")
+	cpu := online[len(online)-1]
+	label := strconv.Itoa(cpu)
+	ctl := "/sys/devices/system/cpu/cpu" + label + "/online"
+	_, err := os.Stat(ctl)
+	testenv.Require(t, err == nil, "the CPU cannot be hotplugged here")
+	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
+
+	started := time.Now()
+	p := start(t, nil, "--collector.per-cpu")
+	clock := func() float64 {
+		_, mfs := p.scrape(t)
+		return mustValue(t, mfs, "pmu_events_total", map[string]string{"event": "cpu-clock", "pmu": "software", "cpu": label})
+	}
+	for i := range 20 {
+		for _, v := range []string{"0", "1"} {
+			if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(250 * time.Millisecond) // two 100 ms intervals and a margin
+		c0 := clock()
+		time.Sleep(200 * time.Millisecond)
+		if d := clock() - c0; d < 0.1e9 {
+			t.Fatalf("toggle %d: CPU %d counted %v of cpu-clock in 200ms, two intervals after coming back\n%s", i, cpu, time.Duration(d), p.log)
+		}
+	}
+	w := testenv.BurnIn(t, dir, 400*time.Millisecond)
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(w.Process.Pid, &set); err != nil {
+		t.Fatal(err)
+	}
+	w.Wait()
+	time.Sleep(350 * time.Millisecond)
+	_, mfs := p.scrape(t)
+	wall := float64(time.Since(started))
+	got := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": strings.TrimPrefix(dir, mnt), "event": "cpu-clock"})
+	usage := float64(testenv.CgroupUsage(t, dir))
+	unseen := mustValue(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"})
+	if got > 1.03*usage || got < 0.97*usage-unseen {
+		t.Errorf("a task pinned to CPU %d after the toggles: attributed %v, cpu.stat %v, unattributed %v", cpu, time.Duration(got), time.Duration(usage), time.Duration(unseen))
+	}
+	if v, _ := value(t, mfs, "pmu_cpu_reopened_total", map[string]string{"cpu": label}); v < 1 {
+		t.Errorf("pmu_cpu_reopened_total{cpu=%q} = %v after 20 quick toggles", label, v)
+	}
+	for _, c := range online {
+		if v := mustValue(t, mfs, "pmu_events_total", map[string]string{"event": "cpu-clock", "pmu": "software", "cpu": strconv.Itoa(c)}); v > wall {
+			t.Errorf("CPU %d counted %v of cpu-clock in %v", c, time.Duration(v), time.Duration(wall))
+		}
+	}
+	if !strings.Contains(p.log.String(), "the events of a CPU stopped counting; reopened every group there") || !strings.Contains(p.log.String(), "cpu="+label) {
+		t.Errorf("the log does not name the CPU and the cause:\n%s", p.log)
 	}
 }

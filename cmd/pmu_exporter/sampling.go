@@ -93,6 +93,7 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 	}
 	p.collectors = append(p.collectors, coll)
 	p.closers = append(p.closers, func() { smp.Close() })
+	p.cpuResets = append(p.cpuResets, smp.ResetCPU)
 	inner := p.run
 	p.run = func(ctx context.Context) {
 		var wg sync.WaitGroup

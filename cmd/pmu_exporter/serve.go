@@ -205,6 +205,8 @@ type pipeline struct {
 	startPods func(ctx context.Context)
 	// handlers are extra endpoints (/debug/cachelines).
 	handlers []handler
+	// cpuResets hear of CPUs whose events the counting engine reopened.
+	cpuResets []func(cpu int)
 }
 
 func (p *pipeline) close() {
@@ -355,6 +357,19 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 	}
 	if attributor != nil {
 		opts.OnOpen, opts.OnClose = attributor.OnOpen, attributor.OnClose
+	}
+	// A CPU whose events the engine found dead (offline and back within an
+	// interval) is reopened by every other user of per-CPU events too.
+	opts.OnCPUReset = func(cpu int, cause string) {
+		if perfMode != nil {
+			perfMode.ResetCPU(cpu, cause)
+		}
+		if attributor != nil {
+			attributor.ResetCPU(cpu)
+		}
+		for _, r := range p.cpuResets {
+			r(cpu)
+		}
 	}
 	engine = perfcount.New(opts)
 	p.run = func(ctx context.Context) { engine.Run(ctx, f.interval) }

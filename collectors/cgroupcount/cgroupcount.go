@@ -58,6 +58,7 @@ type Attributor struct {
 	prev     map[uint64][]float64 // series counts at the previous Top-Down step
 	lastWalk time.Time
 	errors   map[string]uint64
+	resets   []int // CPUs whose cgroup-switches event to reopen (ResetCPU)
 
 	mu   sync.Mutex
 	snap Snapshot
@@ -200,15 +201,23 @@ func (a *Attributor) OnClose(group string, events []string, cpu int, g *perf.Gro
 	})
 }
 
+// ResetCPU makes the next Cycle reopen cpu's cgroup-switches event: after a
+// quick offline and online the kernel has detached it, and the program would
+// never run there again. It is the engine's OnCPUReset, which also re-places
+// the counting fds through OnClose and OnOpen; call it on the engine's
+// goroutine.
+func (a *Attributor) ResetCPU(cpu int) { a.resets = append(a.resets, cpu) }
+
 // Cycle follows the online CPUs, credits and reads every cgroup, and updates
 // the series. Call it after the engine's cycle.
 func (a *Attributor) Cycle(online []int) {
 	now := a.opts.Now()
 	for _, cpu := range a.counter.Attached() {
-		if !slices.Contains(online, cpu) {
+		if !slices.Contains(online, cpu) || slices.Contains(a.resets, cpu) {
 			a.counter.Detach(cpu)
 		}
 	}
+	a.resets = a.resets[:0]
 	for _, cpu := range online {
 		if err := a.counter.Attach(cpu); err != nil {
 			if a.errors[ErrAttach]++; a.errors[ErrAttach] == 1 {

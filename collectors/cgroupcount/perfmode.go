@@ -51,6 +51,10 @@ func NewPerfMode(root string, paths []string, groups []perfcount.GroupSpec, opts
 // Cycle opens what is not open yet and reads every group.
 func (m *PerfMode) Cycle() { m.engine.Cycle() }
 
+// ResetCPU reopens cpu's groups at the next Cycle (the main engine's
+// OnCPUReset): cgroup-mode groups cannot find dead events themselves.
+func (m *PerfMode) ResetCPU(cpu int, cause string) { m.engine.ResetCPU(cpu, cause) }
+
 // Snapshot returns per-cgroup counts in the attributor's form.
 func (m *PerfMode) Snapshot() Snapshot {
 	s := m.engine.Snapshot()

@@ -9,12 +9,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/counting"
@@ -79,6 +82,11 @@ type Options struct {
 	// Open opens a group; defaults to perf.OpenGroup. Tests use it to emulate
 	// PMUs this machine does not have.
 	Open func(attrs []eventspec.Attr, names []string, t perf.Target) (*perf.Group, error)
+	// OnCPUReset, if set, hears of every CPU whose events the engine found
+	// dead and reopened, with the cause, after the cycle and outside the
+	// engine's lock: the other users of per-CPU events (sampling, the
+	// cgroup program, a perf cgroup mode engine) must reopen theirs too.
+	OnCPUReset func(cpu int, cause string)
 }
 
 // Engine owns the open groups. Cycle is called by one goroutine (Run); Snapshot
@@ -92,6 +100,9 @@ type Engine struct {
 
 	mu         sync.Mutex // guards everything below and the accumulators
 	readErrors map[string]uint64
+	reopened   map[int]uint64 // per CPU: times its events were found dead and reopened
+	resetReq   map[int]string // CPUs to reopen at the next cycle (ResetCPU), with the cause
+	verdicts   map[int]bool   // confirmed in this cycle: CPU -> its events are dead
 }
 
 type groupState struct {
@@ -122,6 +133,12 @@ type cpuGroup struct {
 	failure *perf.OpenError // last open failure, nil when open
 	retryAt time.Time
 	idle    int // consecutive intervals in which the open group did not run
+	// The previous read of the open group: when it was made (monotonic,
+	// just before the syscall) and the time_enabled it returned. A
+	// system-wide event's time_enabled advances with the clock for as long
+	// as it is attached to its CPU.
+	readAt  time.Time
+	enabled uint64
 }
 
 // starvedAfter is how many intervals in a row a group may go unscheduled before
@@ -144,7 +161,7 @@ func New(opts Options) *Engine {
 	if opts.Open == nil {
 		opts.Open = perf.OpenGroup
 	}
-	e := &Engine{opts: opts, readErrors: map[string]uint64{}}
+	e := &Engine{opts: opts, readErrors: map[string]uint64{}, reopened: map[int]uint64{}, resetReq: map[int]string{}, verdicts: map[int]bool{}}
 	for _, spec := range opts.Groups {
 		e.groups = append(e.groups, newGroupState(spec))
 	}
@@ -174,7 +191,27 @@ func (e *Engine) Run(ctx context.Context, interval time.Duration) {
 }
 
 // Cycle follows hotplug (opening and closing groups) and reads every open group once.
+//
+// A CPU that goes offline and comes back between two cycles leaves its old
+// events open but detached: they read without error and never count again,
+// and the online list looks unchanged. Cycle finds them by their
+// time_enabled, which stops advancing, and reopens every group on that CPU
+// (see OnCPUReset).
 func (e *Engine) Cycle() {
+	resets := e.cycle()
+	if e.opts.OnCPUReset != nil {
+		for _, r := range resets {
+			e.opts.OnCPUReset(r.cpu, r.cause)
+		}
+	}
+}
+
+type cpuReset struct {
+	cpu   int
+	cause string
+}
+
+func (e *Engine) cycle() []cpuReset {
 	start := time.Now()
 	online, err := e.opts.OnlineCPUs()
 	e.mu.Lock()
@@ -185,6 +222,9 @@ func (e *Engine) Cycle() {
 		online = e.online
 	}
 	now := e.opts.Now()
+	dead := e.resetReq
+	e.resetReq = map[int]string{}
+	clear(e.verdicts)
 	for i := 0; i < len(e.groups); i++ { // e.groups may grow when a group is split
 		gs := e.groups[i]
 		for cpu, cg := range gs.perCPU {
@@ -208,14 +248,50 @@ func (e *Engine) Cycle() {
 				e.open(gs, cpu, cg, now)
 				continue // a fresh group has nothing to read yet
 			}
-			e.read(gs, cg)
+			if cause := e.read(gs, cg); cause != "" && dead[cpu] == "" {
+				dead[cpu] = cause
+			}
 		}
+	}
+	var resets []cpuReset
+	for _, cpu := range slices.Sorted(maps.Keys(dead)) {
+		if !slices.Contains(online, cpu) {
+			continue
+		}
+		e.reopenCPU(cpu, now)
+		e.reopened[cpu]++
+		e.opts.Logger.Warn("the events of a CPU stopped counting; reopened every group there", "cpu", cpu, "cause", dead[cpu])
+		resets = append(resets, cpuReset{cpu, dead[cpu]})
 	}
 	e.online = online
 	e.cycles.Add(1)
 	if e.opts.ObserveRead != nil {
 		e.opts.ObserveRead(time.Since(start).Seconds())
 	}
+	return resets
+}
+
+// reopenCPU closes and reopens every group open on cpu. What the old events
+// counted up to their last read stays in the totals; the new ones start from
+// zero.
+func (e *Engine) reopenCPU(cpu int, now time.Time) {
+	for _, gs := range e.groups {
+		cg := gs.perCPU[cpu]
+		if cg == nil || cg.g == nil {
+			continue
+		}
+		e.closeGroup(gs, cpu, cg)
+		e.open(gs, cpu, cg, now)
+	}
+}
+
+// ResetCPU makes the next cycle reopen every group on cpu: for the users of
+// another engine's OnCPUReset, whose own groups (perf's cgroup mode) cannot
+// tell a dead event from a cgroup that did not run.
+func (e *Engine) ResetCPU(cpu int, cause string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.resetReq[cpu] = cause
 }
 
 func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
@@ -246,6 +322,7 @@ func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
 		e.opts.Logger.Info("opened event group", "group", gs.spec.Name, "cpu", cpu)
 	}
 	cg.g, cg.failure = g, nil
+	cg.readAt, cg.enabled = time.Time{}, 0
 	cg.acc.Rebase()
 	if e.opts.OnOpen != nil {
 		e.opts.OnOpen(gs.spec.Name, gs.names, cpu, g)
@@ -283,22 +360,65 @@ func transient(r perf.Reason) bool {
 // whichever CPU this goroutine is on, so the kernel fetches a remote CPU's counts
 // with an IPI; reading from threads pinned to each CPU was measured and cost more
 // CPU time in thread hand-offs than it saved (docs/benchmarks.md).
-func (e *Engine) read(gs *groupState, cg *cpuGroup) {
+//
+// It returns why the CPU's events look dead, or "". A system-wide group's
+// time_enabled advances with the clock while it is attached to its CPU;
+// when it fell behind the time since the previous read (by more than the
+// jitter of a read), the group is read again a millisecond later, and one
+// whose time_enabled did not move at all in between is dead: the kernel
+// detached it when the CPU went offline, which on this project's VMs comes
+// some 40 ms after the write to sysfs. The verdict holds for every group of
+// that CPU in this cycle. A cgroup-mode group's time only runs while its cgroup does, so
+// it cannot tell: ResetCPU reaches it.
+func (e *Engine) read(gs *groupState, cg *cpuGroup) (dead string) {
+	before := time.Now()
 	enabled, running, err := cg.g.Read(cg.values)
 	if err != nil {
 		e.readErrors["read"]++
 		e.opts.Logger.Debug("group read failed", "group", gs.spec.Name, "cpu", cg.g.CPU, "err", err)
-		return
+		return "read error: " + err.Error()
 	}
+	wall := before.Sub(cg.readAt)
+	suspect := gs.spec.Cgroup == nil && !cg.readAt.IsZero() && time.Duration(enabled-cg.enabled) < wall-wall/64-time.Millisecond
+	cg.readAt, cg.enabled = before, enabled
 	if cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: cg.values}) {
 		cg.idle = 0
-		return
-	}
-	if cg.idle++; cg.idle == starvedAfter {
+	} else if cg.idle++; cg.idle == starvedAfter {
 		e.opts.Logger.Warn("event group has not been scheduled on the PMU; it yields no values",
-			"group", gs.spec.Name, "cpu", cg.g.CPU, "intervals", cg.idle,
-			"fix", "free counters: sysctl kernel.nmi_watchdog=0, stop other perf users, or make the group smaller")
+			"group", gs.spec.Name, "cpu", cg.g.CPU, "intervals", cg.idle, "fix", starvedFix(gs))
 	}
+	if !suspect {
+		return ""
+	}
+	cpu := cg.g.CPU
+	stopped, known := e.verdicts[cpu]
+	if !known {
+		time.Sleep(time.Millisecond)
+		again, _, err := cg.g.Read(cg.values)
+		stopped = err != nil || again == enabled
+		e.verdicts[cpu] = stopped
+	}
+	if stopped {
+		return "time_enabled stopped advancing: the CPU went offline and back since the previous read, and the kernel detached its events"
+	}
+	return ""
+}
+
+// starvedFix says what to do about a group that never runs, by its kind:
+// software events are never multiplexed, and a cgroup-mode group only runs
+// while its cgroup has a task on the CPU.
+func starvedFix(gs *groupState) string {
+	if gs.spec.Cgroup != nil {
+		return "none if the cgroup ran no task on this CPU: perf's cgroup mode counts only while one does"
+	}
+	software := true
+	for _, a := range gs.attrs {
+		software = software && a.Type == unix.PERF_TYPE_SOFTWARE
+	}
+	if software {
+		return "software events are never multiplexed, so the group was disabled by another program or its CPU's events were detached; if it persists, restart the exporter and report it"
+	}
+	return "free counters: sysctl kernel.nmi_watchdog=0, stop other perf users, or make the group smaller"
 }
 
 // Cycles is the number of completed read cycles; it takes no lock.
@@ -322,7 +442,10 @@ type Snapshot struct {
 	Events     []EventTotals
 	Groups     []GroupTotals
 	ReadErrors map[string]uint64
-	Cycles     uint64
+	// Reopened counts, per CPU, the times its events were found dead
+	// (detached by a quick offline and online) and reopened.
+	Reopened map[int]uint64
+	Cycles   uint64
 }
 
 // EventTotals are one event's scaled counts, per CPU.
@@ -354,10 +477,7 @@ type GroupTotals struct {
 func (e *Engine) Snapshot() Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := Snapshot{ReadErrors: map[string]uint64{}, Cycles: e.cycles.Load()}
-	for k, v := range e.readErrors {
-		s.ReadErrors[k] = v
-	}
+	s := Snapshot{ReadErrors: maps.Clone(e.readErrors), Reopened: maps.Clone(e.reopened), Cycles: e.cycles.Load()}
 	for _, gs := range e.groups {
 		gt := GroupTotals{Name: gs.spec.Name, EnabledNS: map[int]uint64{}, RunningNS: map[int]uint64{},
 			Failures: map[perf.Reason]int{}, Failure: map[perf.Reason]*perf.OpenError{}}

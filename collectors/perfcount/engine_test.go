@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -292,6 +293,135 @@ func TestEngineOpenCloseHooks(t *testing.T) {
 	for _, fd := range closed {
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
 			t.Errorf("fd %d still open after Close", fd)
+		}
+	}
+}
+
+// hotplugCtl is the sysfs switch of the last online CPU, restored to online
+// when the test ends.
+func hotplugCtl(t *testing.T) (cpu int, toggle func()) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.LockMachine(t, true)
+	online := testenv.OnlineCPUs(t)
+	testenv.Require(t, len(online) >= 2, "needs two CPUs")
+	cpu = online[len(online)-1]
+	ctl := "/sys/devices/system/cpu/cpu" + strconv.Itoa(cpu) + "/online"
+	_, err := os.Stat(ctl)
+	testenv.Require(t, err == nil, "CPU "+strconv.Itoa(cpu)+" cannot be hotplugged here")
+	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
+	return cpu, func() {
+		t.Helper()
+		for _, v := range []string{"0", "1"} {
+			if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
+				t.Fatalf("CPU %d online=%s: %v", cpu, v, err)
+			}
+		}
+	}
+}
+
+// TestEngineQuickHotplug takes a CPU offline and back between two cycles,
+// 20 times, through sysfs: the online list is the same at every cycle, and
+// the kernel has detached the old events, which read fine but no longer
+// count. Each time the engine must notice, reopen the CPU's groups (once),
+// tell OnCPUReset, and count again within two cycles; and no CPU's clock
+// may total more than the wall time that passed (nothing invented).
+func TestEngineQuickHotplug(t *testing.T) {
+	cpu, toggle := hotplugCtl(t)
+	var resets []int
+	e := New(Options{
+		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}}},
+		OnlineCPUs: realOnline(t),
+		OnCPUReset: func(c int, cause string) {
+			if !strings.Contains(cause, "time_enabled stopped advancing") {
+				t.Errorf("CPU %d reset for %q", c, cause)
+			}
+			resets = append(resets, c)
+		},
+	})
+	defer e.Close()
+	start := time.Now()
+	e.Cycle()
+	time.Sleep(20 * time.Millisecond)
+	e.Cycle()
+	clock := func() uint64 { return find(t, e.Snapshot(), "cpu-clock").PerCPU[cpu] }
+	const toggles = 20
+	for i := range toggles {
+		toggle()
+		time.Sleep(20 * time.Millisecond)
+		e.Cycle() // finds the dead events and reopens them
+		before := clock()
+		time.Sleep(20 * time.Millisecond)
+		e.Cycle() // the new events' first interval
+		if got := clock() - before; got < uint64(10*time.Millisecond) {
+			g := group(t, e.Snapshot(), "clock")
+			t.Logf("enabled %v running %v", g.EnabledNS, g.RunningNS)
+			time.Sleep(20 * time.Millisecond)
+			e.Cycle()
+			g = group(t, e.Snapshot(), "clock")
+			t.Logf("later: clock %v enabled %v running %v reopened %v", clock()-before, g.EnabledNS, g.RunningNS, e.Snapshot().Reopened)
+			t.Fatalf("toggle %d: CPU %d counted %v in the 20ms after the next cycle; resets so far %v", i, cpu, time.Duration(got), resets)
+		}
+	}
+	s := e.Snapshot()
+	if n := s.Reopened[cpu]; n < toggles {
+		t.Errorf("CPU %d reopened %d times for %d toggles", cpu, n, toggles)
+	}
+	if n := len(resets); n != int(s.Reopened[cpu]) || slices.ContainsFunc(resets, func(c int) bool { return c != cpu }) {
+		t.Errorf("OnCPUReset heard %v; the snapshot says %v", resets, s.Reopened)
+	}
+	wall := uint64(time.Since(start))
+	for c, v := range find(t, s, "cpu-clock").PerCPU {
+		if v > wall {
+			t.Errorf("CPU %d counted %v of cpu-clock in %v", c, time.Duration(v), time.Duration(wall))
+		}
+	}
+	if g := group(t, s, "clock"); g.OpenCPUs != len(testenv.OnlineCPUs(t)) {
+		t.Errorf("group open on %d CPUs", g.OpenCPUs)
+	}
+}
+
+// A CPU that stays online is never reopened, however long a cycle takes to
+// come: time_enabled keeps up with the clock.
+func TestEngineNoFalseReopen(t *testing.T) {
+	testenv.RequireRoot(t)
+	e := New(Options{
+		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS)}}},
+		OnlineCPUs: realOnline(t),
+		OnCPUReset: func(c int, cause string) { t.Errorf("CPU %d reset: %s", c, cause) },
+	})
+	defer e.Close()
+	for _, d := range []time.Duration{0, time.Millisecond, 0, 30 * time.Millisecond, 0} {
+		e.Cycle()
+		time.Sleep(d)
+	}
+	if r := e.Snapshot().Reopened; len(r) != 0 {
+		t.Errorf("reopened %v", r)
+	}
+}
+
+// ResetCPU reopens cgroup-mode groups too, which cannot tell a dead event
+// from an idle cgroup by themselves.
+func TestEngineResetCPU(t *testing.T) {
+	testenv.RequireRoot(t)
+	online := testenv.OnlineCPUs(t)
+	opened := map[int]int{}
+	e := New(Options{
+		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}}},
+		OnlineCPUs: realOnline(t),
+		OnOpen:     func(_ string, _ []string, cpu int, _ *perf.Group) { opened[cpu]++ },
+	})
+	defer e.Close()
+	e.Cycle()
+	e.ResetCPU(online[0], "test")
+	e.Cycle()
+	e.Cycle()
+	if opened[online[0]] != 2 || e.Snapshot().Reopened[online[0]] != 1 {
+		t.Errorf("opened %v, reopened %v", opened, e.Snapshot().Reopened)
+	}
+	for _, c := range online[1:] {
+		if opened[c] != 1 {
+			t.Errorf("CPU %d opened %d times", c, opened[c])
 		}
 	}
 }

@@ -58,6 +58,9 @@ type Sampler struct {
 	stats   *samplestat.Stats
 	periods []atomic.Uint64
 	closeMu sync.Mutex
+
+	resetMu  sync.Mutex
+	resetReq []int // CPUs whose events to reopen at the next follow (ResetCPU)
 }
 
 // cpuEvents are one CPU's events and the ring they share.
@@ -239,6 +242,31 @@ func (s *Sampler) Sync(online []int) ([]Failure, error) {
 	return failures, nil
 }
 
+// ResetCPU makes the reader reopen cpu's events at its next hotplug check:
+// a CPU that went offline and back between two checks keeps its old events,
+// detached by the kernel, which never sample again. The counting engine
+// finds such CPUs (perfcount.Options.OnCPUReset). Safe from any goroutine.
+func (s *Sampler) ResetCPU(cpu int) {
+	s.resetMu.Lock()
+	defer s.resetMu.Unlock()
+	s.resetReq = append(s.resetReq, cpu)
+}
+
+// reset closes the CPUs ResetCPU named, after a last read, so that the
+// Sync that follows opens them afresh.
+func (s *Sampler) reset() {
+	s.resetMu.Lock()
+	cpus := s.resetReq
+	s.resetReq = nil
+	s.resetMu.Unlock()
+	for _, cpu := range cpus {
+		if ce := s.cpus[cpu]; ce != nil {
+			s.drain(ce.ring)
+			s.closeCPU(cpu)
+		}
+	}
+}
+
 // follow syncs with the online CPUs, where Options say how to list them.
 func (s *Sampler) follow() error {
 	if s.opts.OnlineCPUs == nil {
@@ -248,6 +276,7 @@ func (s *Sampler) follow() error {
 	if err != nil {
 		return nil // the list is unreadable now: keep what is open
 	}
+	s.reset()
 	failures, err := s.Sync(online)
 	for _, f := range failures {
 		if s.opts.Logger != nil {

@@ -353,3 +353,58 @@ func TestRealHotplug(t *testing.T) {
 		t.Errorf("CPU %d back online: %v %v, open %v", last, f, err, s.cpus[last] != nil)
 	}
 }
+
+// A CPU taken offline and back between two hotplug checks keeps its old
+// events, which the kernel has detached: they never count again and the
+// online list looks the same. ResetCPU (what the counting engine calls when
+// it finds such a CPU) makes the next check reopen them.
+func TestResetCPUAfterQuickHotplug(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.LockMachine(t, true)
+	online := testenv.OnlineCPUs(t)
+	testenv.Require(t, len(online) >= 2, "needs two CPUs")
+	cpu := online[len(online)-1]
+	ctl := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpu)
+	_, err := os.Stat(ctl)
+	testenv.Require(t, err == nil, "the CPU cannot be hotplugged here")
+	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
+
+	stats := samplestat.New(1, 256)
+	s, failures, err := Open([]sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, 1000000)}, online, stats,
+		Options{Pages: 16, OnlineCPUs: func() ([]int, error) { return testenv.OnlineCPUs(t), nil }})
+	if err != nil || len(failures) != 0 {
+		t.Fatalf("open: %v %+v", err, failures)
+	}
+	defer s.Close()
+	// count is what the CPU's cpu-clock event has counted: on a
+	// system-wide event, the CPU's time.
+	count := func() uint64 {
+		var b [8]byte
+		if _, err := unix.Read(s.cpus[cpu].fds[0], b[:]); err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint64(b[:])
+	}
+	for _, v := range []string{"0", "1"} {
+		if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.follow(); err != nil {
+		t.Fatal(err)
+	}
+	c0 := count()
+	time.Sleep(30 * time.Millisecond)
+	if c := count(); c != c0 {
+		t.Fatalf("the kernel kept the event of CPU %d counting after offline and online (%d then %d): this test no longer tests anything", cpu, c0, c)
+	}
+	s.ResetCPU(cpu)
+	if err := s.follow(); err != nil {
+		t.Fatal(err)
+	}
+	c0 = count()
+	time.Sleep(30 * time.Millisecond)
+	if c := count(); c-c0 < uint64(20*time.Millisecond) {
+		t.Errorf("after ResetCPU, CPU %d's event counted %v in 30ms", cpu, time.Duration(c-c0))
+	}
+}
