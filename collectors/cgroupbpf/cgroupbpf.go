@@ -70,6 +70,7 @@ type Counter struct {
 	arrays   []*ebpf.Map   // per event, indexed by CPU
 	switches map[int]int   // CPU -> cgroup-switches fd carrying the program
 	idleExit link.Link     // the credit at each idle exit (cpu_idle)
+	moves    link.Link     // the span of a task that moves itself between cgroups goes to Unattributed
 	values   []cgroupValue // scratch for reads, one per possible CPU
 }
 
@@ -119,6 +120,12 @@ func Load(opts Options) (*Counter, error) {
 	if err != nil {
 		c.objs.Close()
 		return nil, fmt.Errorf("attach the idle-exit credit to the cpu_idle tracepoint: %w", err)
+	}
+	c.moves, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "cgroup_attach_task", Program: c.objs.OnCgroupAttach})
+	if err != nil {
+		c.idleExit.Close()
+		c.objs.Close()
+		return nil, fmt.Errorf("attach the cgroup move credit to the cgroup_attach_task tracepoint: %w", err)
 	}
 	c.arrays = []*ebpf.Map{c.objs.Events0, c.objs.Events1, c.objs.Events2, c.objs.Events3, c.objs.Events4, c.objs.Events5, c.objs.Events6, c.objs.Events7, c.objs.Events8, c.objs.Events9, c.objs.Events10, c.objs.Events11, c.objs.Events12, c.objs.Events13, c.objs.Events14, c.objs.Events15, c.objs.Events16, c.objs.Events17, c.objs.Events18, c.objs.Events19, c.objs.Events20, c.objs.Events21, c.objs.Events22, c.objs.Events23, c.objs.Events24, c.objs.Events25, c.objs.Events26, c.objs.Events27, c.objs.Events28, c.objs.Events29, c.objs.Events30, c.objs.Events31}[:opts.Events]
 	return c, nil
@@ -338,6 +345,7 @@ func (c *Counter) Close() error {
 		c.Detach(cpu)
 	}
 	c.idleExit.Close()
+	c.moves.Close()
 	return c.objs.Close()
 }
 

@@ -69,6 +69,7 @@ const (
 	counterMapStats           = "stats"
 	counterMapSwitches        = "switches"
 	counterProgCreditNow      = "credit_now"
+	counterProgOnCgroupAttach = "on_cgroup_attach"
 	counterProgOnCgroupSwitch = "on_cgroup_switch"
 	counterProgOnIdleExit     = "on_idle_exit"
 	counterVarMaxDepth        = "max_depth"
@@ -119,6 +120,7 @@ type counterSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type counterProgramSpecs struct {
 	CreditNow      *ebpf.ProgramSpec `ebpf:"credit_now"`
+	OnCgroupAttach *ebpf.ProgramSpec `ebpf:"on_cgroup_attach"`
 	OnCgroupSwitch *ebpf.ProgramSpec `ebpf:"on_cgroup_switch"`
 	OnIdleExit     *ebpf.ProgramSpec `ebpf:"on_idle_exit"`
 }
@@ -293,6 +295,7 @@ type counterVariables struct {
 // It can be passed to loadCounterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type counterPrograms struct {
 	CreditNow      *ebpf.Program `ebpf:"credit_now"`
+	OnCgroupAttach *ebpf.Program `ebpf:"on_cgroup_attach"`
 	OnCgroupSwitch *ebpf.Program `ebpf:"on_cgroup_switch"`
 	OnIdleExit     *ebpf.Program `ebpf:"on_idle_exit"`
 }
@@ -300,6 +303,7 @@ type counterPrograms struct {
 func (p *counterPrograms) Close() error {
 	return _CounterClose(
 		p.CreditNow,
+		p.OnCgroupAttach,
 		p.OnCgroupSwitch,
 		p.OnIdleExit,
 	)

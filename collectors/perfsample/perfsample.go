@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,9 @@ type Options struct {
 	Poll       time.Duration // longest wait between reads
 	Govern     time.Duration // how often the governor runs
 	Governor   sampling.Governor
+	// Cgroup, if set, is a cgroup directory: the events then sample only its
+	// tasks (perf's cgroup mode, as perf record -G), still one ring per CPU.
+	Cgroup *os.File
 }
 
 // Failure is a configured event that could not be opened on a CPU.
@@ -116,7 +120,7 @@ func (s *Sampler) addCPU(cpu int) []Failure {
 		if c.CPUs != nil && !cpuset.Contains(c.CPUs, cpu) {
 			continue
 		}
-		fd, leader, err := openOn(c, cpu, s.periods[i].Load())
+		fd, leader, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup)
 		if err == nil {
 			err = s.attach(ce, fd)
 			if err == nil {
@@ -308,14 +312,18 @@ func (s *Sampler) closeCPU(cpu int) error {
 }
 
 // openOn opens c on cpu at period, disabled, after its leader when it has
-// one.
-func openOn(c sampling.Config, cpu int, period uint64) (fd, leader int, err error) {
+// one; for cgroup's tasks alone when cgroup is set.
+func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, leader int, err error) {
 	leader = -1
+	pid, flags := -1, unix.PERF_FLAG_FD_CLOEXEC
+	if cgroup != nil {
+		pid, flags = int(cgroup.Fd()), flags|unix.PERF_FLAG_PID_CGROUP
+	}
 	if c.Leader != nil {
 		la := perf.Attr(*c.Leader)
 		la.Read_format = 0
 		la.Bits |= unix.PerfBitDisabled
-		if leader, err = unix.PerfEventOpen(&la, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC); err != nil {
+		if leader, err = unix.PerfEventOpen(&la, pid, cpu, -1, flags); err != nil {
 			return -1, -1, perf.NewOpenError(c.Name+"'s leader", cpu, err)
 		}
 	}
@@ -325,7 +333,7 @@ func openOn(c sampling.Config, cpu int, period uint64) (fd, leader int, err erro
 	a.Sample_type = c.SampleType
 	a.Bits |= unix.PerfBitDisabled | bitSampleIDAll | unix.PerfBitWatermark
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
-	fd, err = unix.PerfEventOpen(&a, -1, cpu, leader, unix.PERF_FLAG_FD_CLOEXEC)
+	fd, err = unix.PerfEventOpen(&a, pid, cpu, leader, flags)
 	if err != nil {
 		if leader >= 0 {
 			unix.Close(leader)

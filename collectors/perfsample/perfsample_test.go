@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -135,23 +137,61 @@ func TestSystemWideFaults(t *testing.T) {
 }
 
 // A one-page ring that is not read overflows: the LOST records are
-// counted, and samples + lost still equal the kernel's count.
+// counted, and samples + lost equal the kernel's count exactly. Only this
+// test's own process is counted (perf's cgroup mode on a cgroup it moves
+// into), so other processes' faults cannot race the last flush.
 func TestLostCounted(t *testing.T) {
-	s, stats := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, 1, sampling.Governor{})
+	_, dirs := testenv.Cgroups(t, "lost")
+	dir, err := os.Open(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	stats := samplestat.New(1, 256)
+	s, failures, err := Open([]sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, testenv.OnlineCPUs(t), stats,
+		Options{Pages: 1, Cgroup: dir})
+	if err != nil || len(failures) != 0 {
+		t.Fatalf("open: %v %+v", err, failures)
+	}
+	defer s.Close()
+	// Into the cgroup and back out: cgroup v2 moves the whole process.
+	move := func(to string) {
+		if err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	origin := ownCgroup(t)
+	move(dirs[0])
 	faults(t, 3000)
 	s.ReadAll()
 	// A ring writes its LOST record when a record next fits: fault once
 	// on every CPU, as the ring of each may have overflowed.
 	onEachCPU(t, func(int) { faults(t, 1) })
 	disable(s)
+	move(origin)
 	s.ReadAll()
 	e := stats.Snapshot().Events[0]
 	if e.Lost == 0 {
 		t.Fatalf("no LOST record from 3000 faults into a 4 KiB ring (%d samples)", e.Samples)
 	}
-	if want := kernelCount(t, s, 0); e.Samples+e.Lost != want {
+	if want := kernelCount(t, s, 0); e.Samples+e.Lost != want || want < 3000 {
 		t.Errorf("%d samples + %d lost, the kernel counted %d", e.Samples, e.Lost, want)
 	}
+}
+
+// ownCgroup is the cgroup v2 directory this process is in.
+func ownCgroup(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(testenv.Cgroup2Mount(), rest)
+		}
+	}
+	t.Fatal("no cgroup v2 line in /proc/self/cgroup")
+	return ""
 }
 
 // The governor: sampling every page fault while a thread faults as fast
