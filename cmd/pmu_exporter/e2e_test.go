@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -59,10 +60,19 @@ func start(t *testing.T, cred *syscall.Credential, args ...string) *exporterProc
 	return startWrapped(t, cred, nil, args...)
 }
 
+// unready, as a wrapper word, makes startWrapped wait for /-/healthy only: for
+// an exporter that measures nothing and so is never ready.
+const unready = "<unready>"
+
 // startWrapped is start with the binary run by a wrapper command (setpriv ...).
 func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args ...string) *exporterProc {
 	t.Helper()
 	p := &exporterProc{addr: testenv.FreeAddr(t), log: &bytes.Buffer{}}
+	probe := "/-/ready"
+	if slices.Contains(wrapper, unready) {
+		probe = "/-/healthy"
+	}
+	wrapper = slices.DeleteFunc(slices.Clone(wrapper), func(w string) bool { return w == unready })
 	argv := append(append(wrapper, binary, "--web.listen-address="+p.addr, "--collector.interval=100ms"), args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
@@ -88,7 +98,7 @@ func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + p.addr + "/-/ready")
+		resp, err := http.Get("http://" + p.addr + probe)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -238,9 +248,19 @@ func TestServeUnprivileged(t *testing.T) {
 	testenv.RequireRoot(t)
 	paranoid := strings.TrimSpace(readFile(t, "/proc/sys/kernel/perf_event_paranoid"))
 	testenv.Require(t, paranoid != "-1" && paranoid != "0", "perf_event_paranoid lets anyone count system-wide")
-	p := start(t, &syscall.Credential{Uid: 65534, Gid: 65534}, "--sampling.event=page-faults")
-	time.Sleep(200 * time.Millisecond)
+	p := startWrapped(t, &syscall.Credential{Uid: 65534, Gid: 65534}, []string{unready}, "--sampling.event=page-faults")
+	time.Sleep(300 * time.Millisecond)
 	_, mfs := p.scrape(t)
+	// Alive, but measuring nothing: not ready, and it says why.
+	resp, err := http.Get("http://" + p.addr + "/-/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "no event group could be opened (permission on") {
+		t.Errorf("/-/ready of an exporter that may open nothing: %s %q", resp.Status, b)
+	}
 	// Sampling cannot open either: said in the log with the fix, and no
 	// sampling series pretend otherwise.
 	if !strings.Contains(p.log.String(), `msg="sampling event not opened" event=page-faults`) || !strings.Contains(p.log.String(), "no sampling event could be opened") {

@@ -41,6 +41,10 @@ type flags struct {
 	interval      time.Duration
 	telemetryPath string
 	web           *web.FlagConfig
+	maxRequests   int
+	idleTimeout   time.Duration
+	writeTimeout  time.Duration
+	debug         bool
 	log           *promslog.Config
 	checkFormat   string
 	gomaxprocs    int
@@ -102,6 +106,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serve.Flag("collector.per-cpu", "Add a cpu label to event and group series.").BoolVar(&f.perCPU)
 	serve.Flag("collector.interval", "How often every group is read.").Default("1s").DurationVar(&f.interval)
 	serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.telemetryPath)
+	serve.Flag("web.max-requests", "Maximum number of parallel scrape requests; further ones are answered 503 and counted in promhttp_metric_handler_requests_total{code=\"503\"} (0: no limit).").
+		Default("40").IntVar(&f.maxRequests)
+	serve.Flag("web.idle-timeout", "How long an idle keep-alive connection is kept before the exporter closes it (its file descriptors are needed for perf events).").
+		Default("30s").DurationVar(&f.idleTimeout)
+	serve.Flag("web.write-timeout", "Longest time to write one response, longer than the slowest scrape.").Default("2m").DurationVar(&f.writeTimeout)
+	serve.Flag("web.enable-debug", "Serve /debug/cachelines (pids, tids, addresses and binary paths) and Go's /debug/pprof/, under the same web configuration (TLS, basic auth) as the metrics. Off by default: anyone who reaches the port could read them.").
+		BoolVar(&f.debug)
 	serve.Flag("collector.topdown", "Compute Top-Down levels 1 and 2 where the CPU has a built-in tree (or --topdown.definitions gives one).").
 		Default("true").BoolVar(&f.topdown)
 	serve.Flag("topdown.uarch", "Top-Down trees to use instead of the detected ones, comma-separated, one per core type (hybrids: adl,grt): "+strings.Join(topdown.Names(), ", ")+"; none makes --topdown.definitions the whole tree.").StringVar(&f.tdUarch)

@@ -26,7 +26,7 @@ import (
 func TestServeSampling(t *testing.T) {
 	testenv.RequireRoot(t)
 	promtool := testenv.RequireTool(t, "promtool")
-	p := start(t, nil, "--sampling.event=page-faults", "--sampling.period=1", "--sampling.cpu-budget=1")
+	p := start(t, nil, "--sampling.event=page-faults", "--sampling.period=1", "--sampling.cpu-budget=1", "--web.enable-debug")
 	ev := map[string]string{"event": "page-faults", "pmu": "software"}
 	_, before := p.scrape(t)
 	b0 := mustValue(t, before, "pmu_sampling_samples_total", ev)

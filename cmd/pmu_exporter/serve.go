@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -375,7 +379,10 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 	p.run = func(ctx context.Context) { engine.Run(ctx, f.interval) }
 	p.ready = func() (bool, string) {
 		// The first cycle opens the groups, the second reads the first values.
-		return engine.Cycles() >= 2, "no counts have been read yet"
+		if engine.Cycles() < 2 {
+			return false, "no counts have been read yet"
+		}
+		return measuring(engine.Snapshot())
 	}
 	var pods *podmeta.Index
 	if (attributor != nil || perfMode != nil) && f.k8sNode != "" {
@@ -416,12 +423,7 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 // closes once the pipeline's loop has returned.
 func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, reg *prometheus.Registry, p *pipeline, logger *slog.Logger) error {
 	mux := http.NewServeMux()
-	mux.Handle(f.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 10,
-		Registry:            reg,
-	}))
+	mux.Handle(f.telemetryPath, metricsHandler(reg, f.maxRequests, logger))
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		io.WriteString(w, "Healthy\n")
@@ -440,9 +442,18 @@ func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, 
 		{Address: "/-/healthy", Text: "Health"},
 		{Address: "/-/ready", Text: "Readiness"},
 	}
-	for _, h := range p.handlers {
-		mux.Handle(h.path, h.h)
-		links = append(links, web.LandingLinks{Address: h.path, Text: h.title})
+	if f.debug {
+		for _, h := range p.handlers {
+			mux.Handle(h.path, h.h)
+			links = append(links, web.LandingLinks{Address: h.path, Text: h.title})
+		}
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	} else if len(p.handlers) > 0 {
+		logger.Info("debug endpoints are off; --web.enable-debug serves them", "paths", handlerPaths(p.handlers))
 	}
 	if f.telemetryPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
@@ -450,13 +461,16 @@ func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, 
 			Description: "CPU performance-monitoring counters from perf_event_open, for Prometheus",
 			Version:     version.Info(),
 			Links:       links,
+			Profiling:   strconv.FormatBool(f.debug),
 		})
 		if err != nil {
 			return fmt.Errorf("landing page: %w", err)
 		}
 		mux.Handle("/", landing)
 	}
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Idle keep-alive connections are closed: any pod may reach the port, and
+	// the exporter's file descriptors are for perf events.
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: f.idleTimeout, WriteTimeout: f.writeTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- web.ListenAndServe(server, f.web, logger) }()
 	select {
@@ -475,4 +489,44 @@ func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, 
 		}
 		return err
 	}
+}
+
+// metricsHandler serves reg with at most maxRequests scrapes at once (0: no
+// limit), instrumented as node_exporter's is:
+// promhttp_metric_handler_requests_in_flight, _requests_total{code} (503 for
+// the rejected) and _errors_total{cause}.
+func metricsHandler(reg *prometheus.Registry, maxRequests int, logger *slog.Logger) http.Handler {
+	return promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: maxRequests,
+		Registry:            reg,
+	}))
+}
+
+func handlerPaths(hs []handler) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.path)
+	}
+	return out
+}
+
+// measuring says whether any group is open on any CPU, or why none is: a
+// pod that measures nothing is alive (/-/healthy) but not ready.
+func measuring(s perfcount.Snapshot) (bool, string) {
+	reasons := map[string]int{}
+	for _, g := range s.Groups {
+		if g.OpenCPUs > 0 {
+			return true, ""
+		}
+		for r, n := range g.Failures {
+			reasons[string(r)] += n
+		}
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(reasons)) {
+		parts = append(parts, fmt.Sprintf("%s on %d group CPUs", r, reasons[r]))
+	}
+	return false, "no event group could be opened (" + cmp.Or(strings.Join(parts, ", "), "no group configured") + "); see pmu_group_open_failures and pmu_exporter check"
 }

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// blocking is a collector whose Collect waits until release is closed, so a
+// scrape stays in flight as long as the test wants.
+type blocking struct {
+	entered chan struct{}
+	release chan struct{}
+	desc    *prometheus.Desc
+}
+
+func (b *blocking) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
+func (b *blocking) Collect(ch chan<- prometheus.Metric) {
+	b.entered <- struct{}{}
+	<-b.release
+	ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, 1)
+}
+
+// With --web.max-requests=2, a third scrape while two are in flight is
+// answered 503, and the handler's own metrics say so, as node_exporter's do.
+func TestMetricsHandlerLimit(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	b := &blocking{entered: make(chan struct{}, 4), release: make(chan struct{}), desc: prometheus.NewDesc("slow", "A collector that waits.", nil, nil)}
+	reg.MustRegister(b)
+	srv := httptest.NewServer(metricsHandler(reg, 2, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	var wg sync.WaitGroup
+	codes := make(chan int, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Get(srv.URL)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	<-b.entered
+	<-b.entered // two scrapes are in Collect
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("third scrape: %s, want 503", resp.Status)
+	}
+	close(b.release)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != 200 {
+			t.Errorf("an admitted scrape got %d", c)
+		}
+	}
+	// The next scrape is admitted (it reads the counters' state before its
+	// own request is counted) and reports the rejection.
+	b.release = make(chan struct{})
+	close(b.release)
+	resp, err = http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`promhttp_metric_handler_requests_total{code="503"} 1`, `promhttp_metric_handler_requests_total{code="200"} 2`,
+		"promhttp_metric_handler_requests_in_flight 1", `promhttp_metric_handler_errors_total{cause="gathering"} 0`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("scrape lacks %s:\n%s", want, body)
+		}
+	}
+}
+
+// openFDs counts the file descriptors of pid.
+func openFDs(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// Idle keep-alive connections are closed after --web.idle-timeout, and the
+// exporter's file descriptors go back to what they were.
+func TestServeClosesIdleConnections(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := start(t, nil, "--web.idle-timeout=500ms")
+	time.Sleep(300 * time.Millisecond)
+	before := openFDs(t, p.cmd.Process.Pid)
+	var conns []net.Conn
+	for range 50 {
+		c, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		conns = append(conns, c)
+	}
+	if n := openFDs(t, p.cmd.Process.Pid); n < before+50 {
+		t.Fatalf("%d fds with 50 connections open, %d before", n, before)
+	}
+	time.Sleep(time.Second)
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("connection %d still open after the idle timeout: %d bytes, %v", i, n, err)
+		}
+	}
+	if n := openFDs(t, p.cmd.Process.Pid); n > before+2 {
+		t.Errorf("%d fds after the idle connections were closed, %d before", n, before)
+	}
+}
+
+// Debug endpoints (pids, addresses, paths; pprof) are off unless asked for,
+// and when on they sit behind the same basic auth as /metrics; the landing
+// page offers pprof only when it is served.
+func TestServeDebugEndpoints(t *testing.T) {
+	testenv.RequireRoot(t)
+	get := func(p *exporterProc, path string, auth bool) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+p.addr+path, nil)
+		if auth {
+			req.SetBasicAuth("prom", "s3cret")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	off := start(t, nil, "--sampling.event=page-faults")
+	for _, path := range []string{"/debug/cachelines", "/debug/pprof/"} {
+		if code, _ := get(off, path, false); code != http.StatusNotFound {
+			t.Errorf("%s without --web.enable-debug: %d", path, code)
+		}
+	}
+	if _, page := get(off, "/", false); strings.Contains(page, "debug/pprof") || strings.Contains(page, "/debug/cachelines") {
+		t.Errorf("the landing page links debug endpoints that are off:\n%s", page)
+	}
+	if !strings.Contains(off.log.String(), "debug endpoints are off") {
+		t.Errorf("the log does not say the debug endpoints are off:\n%s", off.log)
+	}
+
+	hash, _ := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	cfg := filepath.Join(t.TempDir(), "web.yml")
+	os.WriteFile(cfg, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o644)
+	on := startAuthed(t, testenv.FreeAddr(t), "--sampling.event=page-faults", "--web.enable-debug", "--web.config.file="+cfg)
+	for _, path := range []string{"/debug/cachelines", "/debug/pprof/", "/metrics"} {
+		if code, _ := get(on, path, false); code != http.StatusUnauthorized {
+			t.Errorf("%s without credentials: %d", path, code)
+		}
+		if code, _ := get(on, path, true); code != http.StatusOK {
+			t.Errorf("%s with credentials: %d", path, code)
+		}
+	}
+	if _, page := get(on, "/", true); !strings.Contains(page, "debug/pprof/heap") || !strings.Contains(page, "/debug/cachelines") {
+		t.Errorf("the landing page does not offer the debug endpoints it serves:\n%s", page)
+	}
+}
+
+// startAuthed runs the binary behind basic auth (user prom, password s3cret
+// in args' web config) and waits until it is ready.
+func startAuthed(t *testing.T, addr string, args ...string) *exporterProc {
+	t.Helper()
+	p := &exporterProc{addr: addr, log: &bytes.Buffer{}}
+	p.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + addr, "--collector.interval=100ms"}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.cmd.Process.Signal(syscall.SIGTERM); p.cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/-/ready", nil)
+		req.SetBasicAuth("prom", "s3cret")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+	}
+	t.Fatalf("not ready in 10s:\n%s", p.log)
+	return nil
+}
