@@ -1,13 +1,23 @@
 # The two commands a newcomer needs are `make run` and `make test` (see README.md).
-GO ?= go
+# sudo resets PATH to its secure_path, which lacks /usr/local/go/bin where Go's
+# installer puts go: look there too.
+GO ?= $(shell PATH="$$PATH:/usr/local/go/bin" command -v go || echo go)
+# git refuses a repository owned by another user (sudo make run) unless told.
+GIT = git -c safe.directory="$(CURDIR)"
+VERSION ?= $(shell $(GIT) describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell $(GIT) rev-parse HEAD 2>/dev/null || echo unknown)
+BRANCH ?= $(shell $(GIT) rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+VERSION_PKG = github.com/prometheus/common/version
+LDFLAGS = -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) -X $(VERSION_PKG).Branch=$(BRANCH)
 
 .PHONY: run test build bench fuzz
 
+# ARGS: extra flags for the exporter, e.g. make run ARGS=--collector.per-cpu
 run:
-	$(GO) run ./cmd/pmu_exporter
+	$(GO) run -buildvcs=false -ldflags "$(LDFLAGS)" ./cmd/pmu_exporter $(ARGS)
 
 test:
-	scripts/test
+	PATH="$$PATH:$(dir $(GO))" scripts/test
 
 build:
 	scripts/build pmu_exporter

@@ -2,12 +2,18 @@ package main
 
 import (
 	"debug/elf"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // TestStaticBuildStampsVersion builds with scripts/build, as the Dockerfile
@@ -73,4 +79,50 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMakeRunUnderSudo runs the README's `sudo make run` as sudo would: with
+// PATH reset to Debian's secure_path, which lacks /usr/local/go/bin where
+// Go's installer puts go. It must find go, serve, and show a version.
+func TestMakeRunUnderSudo(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "make")
+	addr := testenv.FreeAddr(t)
+	cmd := exec.Command("make", "run", "ARGS=--web.listen-address="+addr+" --no-collector.sampling --no-collector.cgroup")
+	cmd.Dir = "../.."
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME"),
+		"GOMODCACHE=" + goEnv(t, "GOMODCACHE"), "GOCACHE=" + goEnv(t, "GOCACHE")}
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			m := regexp.MustCompile(`version=([^,]*),`).FindStringSubmatch(string(b))
+			if m == nil || m[1] == "" {
+				t.Errorf("the landing page shows no version:\n%s", b)
+			}
+			return
+		}
+		if time.Now().After(deadline) || cmd.ProcessState != nil {
+			t.Fatalf("make run did not serve within 3 minutes:\n%s", log.String())
+		}
+	}
+}
+
+func goEnv(t *testing.T, name string) string {
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -31,7 +32,22 @@ import (
 const defaultAddress = ":9893"
 
 func main() {
+	stampVersion()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// stampVersion fills in the version where the build did not set it with
+// -ldflags -X (scripts/build and make run do): the module version Go
+// recorded, else "devel", so that pmu_build_info and the landing page never
+// show an empty one.
+func stampVersion() {
+	if version.Version != "" {
+		return
+	}
+	version.Version = "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		version.Version = bi.Main.Version
+	}
 }
 
 type flags struct {

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -70,6 +72,7 @@ type objects struct {
 	serviceMonitors []monitoringv1.ServiceMonitor
 	podMonitors     []monitoringv1.PodMonitor
 	rules           []monitoringv1.PrometheusRule
+	networkPolicies []networkingv1.NetworkPolicy
 }
 
 // appendNew appends a zero T to s and returns it, to decode into.
@@ -130,6 +133,8 @@ func decode(t *testing.T, rendered string) objects {
 			into = appendNew(&o.podMonitors)
 		case "monitoring.coreos.com/v1 PrometheusRule":
 			into = appendNew(&o.rules)
+		case "networking.k8s.io/v1 NetworkPolicy":
+			into = appendNew(&o.networkPolicies)
 		default:
 			t.Fatalf("unexpected object %s %s", meta.APIVersion, meta.Kind)
 		}
@@ -317,10 +322,30 @@ func TestChartCopiesAreCurrent(t *testing.T) {
 
 // TestMonitoringObjects: with every toggle on, the PrometheusRule holds the
 // shipped rule groups and each dashboard has a sidecar-labelled ConfigMap.
+// A plain helm template (no --kube-version: helm's default cluster version,
+// v1.20, which the chart's kubeVersion once refused) must render the chart.
+// helm install --dry-run makes the same check but needs a cluster to reach.
+func TestTemplateWithHelmDefaults(t *testing.T) {
+	if _, err := helm(t, "template", "pmu", chart); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestMonitoringObjects(t *testing.T) {
 	o := decode(t, render(t, filepath.Join(chart, "ci", "monitoring-values.yaml")))
 	if len(o.serviceMonitors) != 1 || len(o.podMonitors) != 1 || len(o.rules) != 1 {
 		t.Fatalf("monitors %d/%d, rules %d", len(o.serviceMonitors), len(o.podMonitors), len(o.rules))
+	}
+	// The NetworkPolicy admits the given peers to the metrics port of the
+	// DaemonSet's pods, and nothing else.
+	if len(o.networkPolicies) != 1 {
+		t.Fatalf("%d NetworkPolicies", len(o.networkPolicies))
+	}
+	np := o.networkPolicies[0].Spec
+	if !maps.Equal(np.PodSelector.MatchLabels, o.daemonSet.Spec.Selector.MatchLabels) || len(np.Ingress) != 1 ||
+		len(np.Ingress[0].From) != 1 || np.Ingress[0].From[0].PodSelector.MatchLabels["app.kubernetes.io/name"] != "prometheus" ||
+		len(np.Ingress[0].Ports) != 1 || np.Ingress[0].Ports[0].Port.IntValue() != 9893 {
+		t.Errorf("NetworkPolicy %+v", np)
 	}
 	var shipped struct {
 		Groups []struct {
