@@ -1,28 +1,38 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * Per-cgroup attribution of the counting core's events, the way perf's bperf
- * cgroup mode does it: a perf_event program on each CPU's cgroup-switches
- * software event (sample_period 1) runs when the CPU switches between tasks of
- * different cgroups, in the context of the outgoing task. It reads each counted
- * event on this CPU (counter, enabled, running) from PERF_EVENT_ARRAYs and
- * credits the change since the previous switch to the outgoing task's cgroup
- * and to its ancestors down from level 1, in a per-CPU hash keyed by cgroup id.
- * A raw_tp program doing the same is run by user space on each CPU before it
- * reads (BPF_F_TEST_RUN_ON_CPU), so a task that never switches out is credited
- * too. No sched_switch hook: programs run only on cgroup changes.
+ * cgroup mode does it: at every switch between tasks of different cgroups a
+ * program reads each counted event on this CPU (counter, enabled, running)
+ * from PERF_EVENT_ARRAYs and credits the change since the CPU's previous
+ * credit to the outgoing task's cgroup and to its ancestors down from level
+ * 1, in a per-CPU hash keyed by cgroup id. A raw_tp program doing the same is
+ * run by user space on each CPU before it reads (BPF_F_TEST_RUN_ON_CPU), so a
+ * task that never switches out is credited too.
  *
- * The kernel does not run the program on every cgroup switch it counts. On
- * Linux 6.18 it never overflows the event when the outgoing task is the idle
- * task of a secondary CPU (CPU 0's idle task is fine): the switch is counted,
- * but neither a BPF program nor a ring buffer sees it. A skipped switch would
- * hand the idle span and the next task's run to whoever switches out next, so
- * the program also credits at each idle exit (the cpu_idle tracepoint, which
- * fires far less often than sched_switch), in the idle task's context: the idle
- * span goes to the root, and the one switch that follows an idle exit is
- * allowed to go by unseen. Any other unseen switch is caught by comparing the
- * switch counter with the program's own count: the counts since the last credit
- * then span several cgroups and go to cgroup id 0, "unattributed", instead of
- * to anyone in particular.
+ * The switch credit runs on the sched_switch raw tracepoint, which returns at
+ * once when both tasks are in the same cgroup. It used to be a perf_event
+ * program on each CPU's cgroup-switches software event, but the kernel runs
+ * such a program for none of the switches it counts while bpf_prog_active is
+ * raised on that CPU, which a process preempted inside a BPF map syscall (this
+ * exporter reading its own map, every interval) leaves raised for as long as
+ * it waits. Raw tracepoint programs have a recursion guard of their own.
+ *
+ * Neither kind of program runs for a switch out of the idle task of a
+ * secondary CPU (Linux 6.18: sched_switch was seen 19,064 times into idle on
+ * CPU 1 and never out of it; CPU 0 is fine). So the switch into idle allows
+ * the switch out of it to go by unseen, and the exit from an idle state (the
+ * cpu_idle tracepoint) credits the idle span to the root: the task that runs
+ * next is credited from there. A CPU that gets work before it enters an idle
+ * state leaves idle without a cpu_idle exit, and its few microseconds of idle
+ * go to that task. Before the switch into idle was seen, a whole interval of
+ * the next task's run went unattributed then: up to a third of a 1.5 s busy
+ * loop, measured on an idle 2-CPU machine.
+ *
+ * The cgroup-switches event stays open on each CPU as a check: its count
+ * must advance by no more than the switches allowed for here; any other
+ * unseen switch makes the counts since the last credit span several cgroups,
+ * and they go to cgroup id 0, "unattributed", instead of to anyone in
+ * particular.
  *
  * Which cgroup a task is in depends on the hierarchy that holds the perf_event
  * controller, because that is the one cgroup-switches compares: cgroup v2, or
@@ -68,10 +78,26 @@ struct cgroup_subsys_state {
 } __attribute__((preserve_access_index));
 struct css_set {
 	struct cgroup_subsys_state *subsys[1];
+	struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+struct rq {
+	__u64 clock;
+} __attribute__((preserve_access_index));
+struct cfs_rq {
+	struct rq *rq;
+} __attribute__((preserve_access_index));
+struct sched_entity {
+	struct cfs_rq *cfs_rq;
+} __attribute__((preserve_access_index));
+struct sched_info {
+	unsigned long long last_arrival;
 } __attribute__((preserve_access_index));
 struct task_struct {
 	struct css_set *cgroups;
+	int pid;
 	int tgid;
+	struct sched_entity se;
+	struct sched_info sched_info;
 } __attribute__((preserve_access_index));
 enum cgroup_subsys_id {
 	perf_event_cgrp_id = 0, /* relocated to the kernel's value */
@@ -127,11 +153,13 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } switches SEC(".maps");
 
-/* This CPU's switch count at its previous credit, and whether that credit was
- * at an idle exit (then the switch out of the idle task may go by unseen). */
+/* This CPU's switch count at its previous credit, and how many cgroup
+ * switches that credit allowed for: the one about to be counted
+ * (sched_switch comes first) and an unseen one out of idle. */
 struct seen_state {
 	__u64 switches;
-	__u64 idle_exit;
+	__u64 pending;
+	__u64 clock; /* the run queue's clock at the previous credit */
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -181,11 +209,12 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-/* Index 0: a zeroed value to insert new cgroups with; 1: this credit's deltas.
- * Maps, because MAX_EVENTS readings do not fit the 512-byte BPF stack. */
+/* Index 0: a zeroed value to insert new cgroups with; 1: this credit's deltas;
+ * 2: the part of them nobody can be given. Maps, because MAX_EVENTS readings
+ * do not fit the 512-byte BPF stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, struct reading[MAX_EVENTS]);
 } scratch SEC(".maps");
@@ -223,23 +252,42 @@ static __always_inline void add(__u64 id, struct reading *delta)
 }
 
 /* attributable says whether the counts since this CPU's previous credit
- * belong to the current task's cgroup alone: no switch went by unseen but the
- * one allowed after an idle exit. It records this credit as the previous one. */
-static __always_inline int attributable(struct bpf_perf_event_value *sw, int at_switch, int idle_exit)
+ * belong to the current task's cgroup alone: no cgroup switch went by but the
+ * ones the previous credit allowed for. It records this credit as the
+ * previous one (pending switches allowed for, the run queue's clock now) and
+ * returns the clock of the previous one in *last_clock. */
+static __always_inline int attributable(struct bpf_perf_event_value *sw, int pending, __u64 now, __u64 *last_clock)
 {
 	__u32 k = 0;
 	struct seen_state *last = bpf_map_lookup_elem(&seen, &k);
 	if (!last)
 		return 1;
-	/* At a switch the counter already includes this one. */
-	__u64 expected = last->switches + (at_switch ? 1 : 0) + (last->idle_exit ? 1 : 0);
+	__u64 expected = last->switches + last->pending;
+	*last_clock = last->clock;
 	last->switches = sw->counter;
-	last->idle_exit = idle_exit;
+	last->pending = pending;
+	last->clock = now;
 	if (sw->counter > expected) {
 		count(STAT_SWITCHES_MISSED, sw->counter - expected);
 		return 0;
 	}
 	return 1;
+}
+
+/* rq_clock is this CPU's run queue clock (sched_clock, ns) as the scheduler
+ * last updated it, through the current task's CFS run queue; 0 where the
+ * kernel lacks the fields. */
+static __always_inline __u64 rq_clock(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(task->se.cfs_rq))
+		return 0;
+	return BPF_CORE_READ(task, se.cfs_rq, rq, clock);
+}
+
+/* share is v * f / 65536 without overflowing 64 bits (f <= 65536). */
+static __always_inline __u64 share(__u64 v, __u64 f)
+{
+	return (v >> 16) * f + (((v & 0xffff) * f) >> 16);
 }
 
 /* credit_v2 gives delta to the current task's cgroup v2 and its ancestors. */
@@ -281,7 +329,7 @@ static __always_inline void credit_v1(struct reading *delta)
 /* credit gives this CPU's counts since its previous credit to the current
  * task's cgroup and its ancestors, or to "unattributed" when a switch went by
  * unseen or moved says the current task changed cgroups during the span. */
-static __always_inline int credit(int at_switch, int idle_exit, int moved)
+static __always_inline int credit(int pending, int moved)
 {
 	struct bpf_perf_event_value sw;
 	/* A CPU without the program attached has nothing placed to credit. */
@@ -316,10 +364,37 @@ static __always_inline int credit(int at_switch, int idle_exit, int moved)
 		prev->enabled = v.enabled;
 		prev->running = v.running;
 	}
-	if (!attributable(&sw, at_switch, idle_exit) || moved) {
-		add(0, delta);
+	struct task_struct *task = (void *)bpf_get_current_task();
+	__u64 now = rq_clock(task), last_clock = 0;
+	if (moved || !attributable(&sw, pending, now, &last_clock)) {
+		/* A switch went by unseen. When the current task arrived on this
+		 * CPU after the previous credit (the unseen switch brought it in:
+		 * sched_info's last_arrival, in the run queue's clock), the span
+		 * from its arrival is its own; the part before it is nobody's in
+		 * particular. Time events split exactly; other counts in
+		 * proportion to time. */
+		__u64 arrival = bpf_core_field_exists(task->sched_info.last_arrival) ? BPF_CORE_READ(task, sched_info.last_arrival) : 0;
+		__u32 two = 2;
+		struct reading *rest = bpf_map_lookup_elem(&scratch, &two);
+		if (moved || !rest || !now || !last_clock || arrival <= last_clock || now <= arrival) {
+			add(0, delta);
+			count(STAT_UNATTRIBUTED, 1);
+			return 0;
+		}
+		__u64 f = ((now - arrival) << 16) / (now - last_clock);
+		for (__u32 i = 0; i < MAX_EVENTS; i++) {
+			if (i >= num_events)
+				break;
+			__u64 c = share(delta[i].counter, f), e = share(delta[i].enabled, f), r = share(delta[i].running, f);
+			rest[i].counter = delta[i].counter - c;
+			rest[i].enabled = delta[i].enabled - e;
+			rest[i].running = delta[i].running - r;
+			delta[i].counter = c;
+			delta[i].enabled = e;
+			delta[i].running = r;
+		}
+		add(0, rest);
 		count(STAT_UNATTRIBUTED, 1);
-		return 0;
 	}
 	if (perf_event_v1)
 		credit_v1(delta);
@@ -329,16 +404,10 @@ static __always_inline int credit(int at_switch, int idle_exit, int moved)
 	return 0;
 }
 
-SEC("perf_event")
-int on_cgroup_switch(void *ctx)
-{
-	return credit(1, 0, 0);
-}
-
 SEC("raw_tp")
 int credit_now(void *ctx)
 {
-	return credit(0, 0, 0);
+	return credit(0, 0);
 }
 
 /* A task that moves itself to another cgroup while it runs (a shell's
@@ -360,18 +429,47 @@ int on_cgroup_attach(struct bpf_raw_tracepoint_args *ctx)
 	int self = (__u64)task == bpf_get_current_task();
 	if (!self && ctx->args[3]) /* a whole thread group: is it ours? */
 		self = BPF_CORE_READ(task, tgid) == (__u32)(bpf_get_current_pid_tgid() >> 32);
-	return credit(0, 0, self);
+	return credit(0, self);
+}
+
+/* perf_cgroup is the cgroup whose change makes a cgroup switch: the task's
+ * cgroup v2, or its cgroup in v1's perf_event hierarchy. */
+static __always_inline void *perf_cgroup(struct task_struct *task)
+{
+	if (perf_event_v1) {
+		int subsys = bpf_core_enum_value(enum cgroup_subsys_id, perf_event_cgrp_id);
+		if (subsys < 0 || subsys >= 64)
+			return 0;
+		return BPF_CORE_READ(task, cgroups, subsys[subsys], cgroup);
+	}
+	return BPF_CORE_READ(task, cgroups, dfl_cgrp);
+}
+
+/* sched_switch(bool preempt, struct task_struct *prev, struct task_struct
+ * *next, unsigned int prev_state) fires before the switch, with prev current:
+ * the cgroup-switches counter does not include this switch yet. A switch into
+ * idle is credited even within the root: it allows for the unseen switch out. */
+SEC("raw_tp/sched_switch")
+int on_switch(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *prev = (void *)ctx->args[1], *next = (void *)ctx->args[2];
+	int differ = perf_cgroup(prev) != perf_cgroup(next);
+	int into_idle = BPF_CORE_READ(next, pid) == 0;
+	if (!differ && !into_idle)
+		return 0;
+	return credit(differ + into_idle, 0);
 }
 
 #define PWR_EVENT_EXIT ((__u32)-1) /* cpu_idle's state when the CPU leaves idle */
 
-/* cpu_idle(unsigned int state, unsigned int cpu_id): the idle task is current. */
+/* cpu_idle(unsigned int state, unsigned int cpu_id): the idle task is current.
+ * The idle span goes to the root; the switch out may still go by unseen. */
 SEC("raw_tp/cpu_idle")
 int on_idle_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	if ((__u32)ctx->args[0] != PWR_EVENT_EXIT)
 		return 0;
-	return credit(0, 1, 0);
+	return credit(1, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

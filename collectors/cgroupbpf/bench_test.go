@@ -95,20 +95,15 @@ func BenchmarkPingPong(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		before, _ := c.objs.OnCgroupSwitch.Stats()
-		idleBefore, _ := c.objs.OnIdleExit.Stats()
+		before, _ := c.objs.OnSwitch.Stats()
 		roundTrips(b)
-		after, _ := c.objs.OnCgroupSwitch.Stats()
-		idleAfter, _ := c.objs.OnIdleExit.Stats()
+		after, _ := c.objs.OnSwitch.Stats()
+		// The switch credit runs at every context switch and returns at once
+		// when both tasks are in one cgroup, so its cost per run averages
+		// both kinds.
 		if runs := after.RunCount - before.RunCount; runs > 0 {
 			b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(runs), "ns/program-run")
 			b.ReportMetric(float64(runs)/float64(b.N), "program-runs/op")
-		}
-		// The idle-exit credit runs at every cpu_idle event; it returns at
-		// once on idle entry, so its cost per run averages both.
-		if runs := idleAfter.RunCount - idleBefore.RunCount; runs > 0 {
-			b.ReportMetric(float64(idleAfter.Runtime-idleBefore.Runtime)/float64(runs), "ns/idle-run")
-			b.ReportMetric(float64(runs)/float64(b.N), "idle-runs/op")
 		}
 	})
 }

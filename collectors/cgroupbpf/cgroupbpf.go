@@ -69,7 +69,8 @@ type Counter struct {
 	cpus     int           // possible CPUs: the per-CPU value count
 	arrays   []*ebpf.Map   // per event, indexed by CPU
 	switches map[int]int   // CPU -> cgroup-switches fd carrying the program
-	idleExit link.Link     // the credit at each idle exit (cpu_idle)
+	switch_  link.Link     // the credit at each switch between cgroups and into idle (sched_switch)
+	idleExit link.Link     // the credit at each exit from an idle state (cpu_idle)
 	moves    link.Link     // the span of a task that moves itself between cgroups goes to Unattributed
 	values   []cgroupValue // scratch for reads, one per possible CPU
 }
@@ -114,15 +115,20 @@ func Load(opts Options) (*Counter, error) {
 		}
 		return nil, fmt.Errorf("load the cgroup program: %w", err)
 	}
-	// Switches out of a secondary CPU's idle task do not run the program
-	// (see the BPF source): crediting at each idle exit keeps them harmless.
+	c.switch_, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_switch", Program: c.objs.OnSwitch})
+	if err != nil {
+		c.objs.Close()
+		return nil, fmt.Errorf("attach the cgroup switch credit to the sched_switch tracepoint: %w", err)
+	}
 	c.idleExit, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "cpu_idle", Program: c.objs.OnIdleExit})
 	if err != nil {
+		c.switch_.Close()
 		c.objs.Close()
 		return nil, fmt.Errorf("attach the idle-exit credit to the cpu_idle tracepoint: %w", err)
 	}
 	c.moves, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "cgroup_attach_task", Program: c.objs.OnCgroupAttach})
 	if err != nil {
+		c.switch_.Close()
 		c.idleExit.Close()
 		c.objs.Close()
 		return nil, fmt.Errorf("attach the cgroup move credit to the cgroup_attach_task tracepoint: %w", err)
@@ -131,33 +137,29 @@ func Load(opts Options) (*Counter, error) {
 	return c, nil
 }
 
-// Attach opens cpu's cgroup-switches software event with the program on it.
+// Attach starts crediting on cpu: it opens the CPU's cgroup-switches
+// software event, which the program checks its own credits against (and
+// without which it credits nothing there).
 func (c *Counter) Attach(cpu int) error {
 	if _, ok := c.switches[cpu]; ok {
 		return nil
 	}
 	attr := unix.PerfEventAttr{
-		Type:        unix.PERF_TYPE_SOFTWARE,
-		Config:      swCgroupSwitches,
-		Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
-		Sample:      1, // every switch
-		Bits:        unix.PerfBitDisabled,
-		Sample_type: unix.PERF_SAMPLE_RAW,
+		Type:   unix.PERF_TYPE_SOFTWARE,
+		Config: swCgroupSwitches,
+		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Bits:   unix.PerfBitDisabled,
 	}
 	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("open cgroup-switches on CPU %d: %w", cpu, err)
 	}
-	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, c.objs.OnCgroupSwitch.FD()); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("attach the cgroup program on CPU %d: %w", cpu, err)
-	}
 	if err := c.objs.Switches.Put(uint32(cpu), uint32(fd)); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("place cgroup-switches of CPU %d: %w", cpu, err)
 	}
-	var zero [16]byte // a fresh event counts from 0 (struct seen_state)
-	per := make([][16]byte, c.cpus)
+	var zero [24]byte // a fresh event counts from 0 (struct seen_state)
+	per := make([][24]byte, c.cpus)
 	if err := c.objs.Seen.Lookup(uint32(0), per); err == nil {
 		per[cpu] = zero
 		c.objs.Seen.Put(uint32(0), per)
@@ -331,7 +333,7 @@ func (c *Counter) Stats() (Stats, error) {
 
 // ProgramID is the kernel's id of the switch program (for bpf_stats lookups).
 func (c *Counter) ProgramID() (uint32, error) {
-	info, err := c.objs.OnCgroupSwitch.Info()
+	info, err := c.objs.OnSwitch.Info()
 	if err != nil {
 		return 0, err
 	}
@@ -344,6 +346,7 @@ func (c *Counter) Close() error {
 	for cpu := range c.switches {
 		c.Detach(cpu)
 	}
+	c.switch_.Close()
 	c.idleExit.Close()
 	c.moves.Close()
 	return c.objs.Close()

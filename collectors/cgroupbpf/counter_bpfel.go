@@ -23,7 +23,8 @@ type counterReading struct {
 type counterSeenState struct {
 	_        structs.HostLayout
 	Switches uint64
-	IdleExit uint64
+	Pending  uint64
+	Clock    uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -70,8 +71,8 @@ const (
 	counterMapSwitches        = "switches"
 	counterProgCreditNow      = "credit_now"
 	counterProgOnCgroupAttach = "on_cgroup_attach"
-	counterProgOnCgroupSwitch = "on_cgroup_switch"
 	counterProgOnIdleExit     = "on_idle_exit"
+	counterProgOnSwitch       = "on_switch"
 	counterVarMaxDepth        = "max_depth"
 	counterVarNumEvents       = "num_events"
 	counterVarPerfEventV1     = "perf_event_v1"
@@ -121,8 +122,8 @@ type counterSpecs struct {
 type counterProgramSpecs struct {
 	CreditNow      *ebpf.ProgramSpec `ebpf:"credit_now"`
 	OnCgroupAttach *ebpf.ProgramSpec `ebpf:"on_cgroup_attach"`
-	OnCgroupSwitch *ebpf.ProgramSpec `ebpf:"on_cgroup_switch"`
 	OnIdleExit     *ebpf.ProgramSpec `ebpf:"on_idle_exit"`
+	OnSwitch       *ebpf.ProgramSpec `ebpf:"on_switch"`
 }
 
 // counterMapSpecs contains maps before they are loaded into the kernel.
@@ -296,16 +297,16 @@ type counterVariables struct {
 type counterPrograms struct {
 	CreditNow      *ebpf.Program `ebpf:"credit_now"`
 	OnCgroupAttach *ebpf.Program `ebpf:"on_cgroup_attach"`
-	OnCgroupSwitch *ebpf.Program `ebpf:"on_cgroup_switch"`
 	OnIdleExit     *ebpf.Program `ebpf:"on_idle_exit"`
+	OnSwitch       *ebpf.Program `ebpf:"on_switch"`
 }
 
 func (p *counterPrograms) Close() error {
 	return _CounterClose(
 		p.CreditNow,
 		p.OnCgroupAttach,
-		p.OnCgroupSwitch,
 		p.OnIdleExit,
+		p.OnSwitch,
 	)
 }
 
