@@ -36,6 +36,13 @@ type TopdownCollector struct {
 	trees                              []TopdownTree
 	perCPU                             bool
 	slots, nodeSlots, infoD, violation *prometheus.Desc
+	notComputed                        *prometheus.Desc
+}
+
+// notComputedSource is a TopdownSource that also says which values it left
+// out (topdown.Live does).
+type notComputedSource interface {
+	NotComputed() map[topdown.NotComputed]uint64
 }
 
 // NewTopdown builds the collector; perCPU adds a cpu label to the slot counters.
@@ -54,6 +61,8 @@ func NewTopdown(trees []TopdownTree, perCPU bool) *TopdownCollector {
 		nodeSlots: d("topdown_slots_total", "Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.", cpu("level", "category", "parent")...),
 		infoD:     d("topdown_info", "The Top-Down tree in use (one per core type on hybrid hosts), always 1.", "uarch", "source", "smt"),
 		violation: d("topdown_containment_violations_total", "Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.", "parent"),
+		notComputed: d("topdown_not_computed_intervals_total", "Intervals, summed over CPUs, whose value of a node was left out of its counter: negative (a counter never goes down) or a division by zero with every input counted.",
+			"category", "reason"),
 	}
 }
 
@@ -63,6 +72,7 @@ func (c *TopdownCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.nodeSlots
 	ch <- c.infoD
 	ch <- c.violation
+	ch <- c.notComputed
 }
 
 // nodeKey is one pmu_topdown_slots_total series; cpu is -1 when not per CPU.
@@ -115,6 +125,17 @@ func (c *TopdownCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, s := range nodes {
 		ch <- prometheus.MustNewConstMetric(c.nodeSlots, prometheus.CounterValue, s, cpuLabel(k.cpu, strconv.Itoa(k.level), k.name, k.parent)...)
+	}
+	skipped := map[topdown.NotComputed]uint64{}
+	for _, t := range c.trees {
+		if s, ok := t.Src.(notComputedSource); ok {
+			for k, n := range s.NotComputed() {
+				skipped[k] += n
+			}
+		}
+	}
+	for k, n := range skipped {
+		ch <- prometheus.MustNewConstMetric(c.notComputed, prometheus.CounterValue, float64(n), k.Node, k.Reason)
 	}
 	for p, n := range violations {
 		ch <- prometheus.MustNewConstMetric(c.violation, prometheus.CounterValue, float64(n), p)

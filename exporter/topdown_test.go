@@ -129,3 +129,23 @@ pmu_slots_total{cpu="5"} 500
 		t.Error(err)
 	}
 }
+
+// skippingTopdown also says which values it left out.
+type skippingTopdown struct{ fixedTopdown }
+
+func (skippingTopdown) NotComputed() map[topdown.NotComputed]uint64 {
+	return map[topdown.NotComputed]uint64{{Node: "frontend_bound", Reason: topdown.ReasonNegative}: 3, {Node: "slots", Reason: topdown.ReasonDivisionByZero}: 1}
+}
+
+func TestTopdownNotComputed(t *testing.T) {
+	c := NewTopdown([]TopdownTree{{skippingTopdown{}, TopdownInfo{Uarch: "user"}}}, false)
+	want := `
+# HELP pmu_topdown_not_computed_intervals_total Intervals, summed over CPUs, whose value of a node was left out of its counter: negative (a counter never goes down) or a division by zero with every input counted.
+# TYPE pmu_topdown_not_computed_intervals_total counter
+pmu_topdown_not_computed_intervals_total{category="frontend_bound",reason="negative"} 3
+pmu_topdown_not_computed_intervals_total{category="slots",reason="division_by_zero"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "pmu_topdown_not_computed_intervals_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -3,6 +3,7 @@ package topdown
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -81,13 +82,29 @@ type Live struct {
 	mu    sync.Mutex
 	slots map[int]float64            // per CPU
 	nodes map[int]map[string]float64 // per CPU, per metric
+	// skipped counts the CPU intervals whose value of a node (or of slots)
+	// was left out, by reason: see NotComputed.
+	skipped map[NotComputed]uint64
 }
+
+// NotComputed names a node ("slots" for the slots themselves) and why an
+// interval's value of it was left out: ReasonNegative (a slot counter must
+// never go down) or ReasonDivisionByZero (every input was counted, yet the
+// formula divided by zero).
+type NotComputed struct{ Node, Reason string }
+
+// The reasons of NotComputed.
+const (
+	ReasonNegative       = "negative"
+	ReasonDivisionByZero = "division_by_zero"
+)
 
 // NewLive follows groups (from LiveGroups) for tree t; params holds smt_on,
 // #slots and the like.
 func NewLive(t *metric.Tree, groups []perfcount.GroupSpec, params map[string]float64) *Live {
 	l := &Live{tree: t, params: params, source: map[string][2]string{}, evals: map[int]*metric.Evaluator{},
-		prev: map[string]uint64{}, prevOn: map[string]uint64{}, slots: map[int]float64{}, nodes: map[int]map[string]float64{}}
+		prev: map[string]uint64{}, prevOn: map[string]uint64{}, slots: map[int]float64{}, nodes: map[int]map[string]float64{},
+		skipped: map[NotComputed]uint64{}}
 	for _, g := range groups {
 		for _, ev := range g.Events {
 			if _, ok := l.source[ev.Name]; !ok {
@@ -142,12 +159,14 @@ func (l *Live) Update(s perfcount.Snapshot) {
 			l.evals[cpu] = ev
 		}
 		ev.Reset()
+		complete := true // every input of the tree was counted this interval
 		for input, src := range l.source {
 			key := src[0] + "|" + src[1] + "|" + strconv.Itoa(cpu)
 			runKey := src[0] + "|" + strconv.Itoa(cpu)
 			cur, ok := totals[src].PerCPU[cpu]
 			run := running[src[0]][cpu]
 			if !ok || run == l.prevOn[runKey] {
+				complete = false
 				continue // the group did not run this interval: the input is missing
 			}
 			ev.Set(l.tree.Input(input), float64(cur-l.prev[key]))
@@ -161,6 +180,9 @@ func (l *Live) Update(s perfcount.Snapshot) {
 		}
 		ev.Eval()
 		slots := ev.Value("slots")
+		if r := l.invalid(slots, complete); r != "" {
+			l.skipped[NotComputed{"slots", r}]++
+		}
 		if math.IsNaN(slots) || slots <= 0 {
 			continue
 		}
@@ -172,11 +194,37 @@ func (l *Live) Update(s perfcount.Snapshot) {
 			if m.Level < 1 {
 				continue
 			}
-			if v := ev.Value(m.Name); !math.IsNaN(v) {
+			v := ev.Value(m.Name)
+			if r := l.invalid(v, complete); r != "" {
+				l.skipped[NotComputed{m.Name, r}]++
+				continue
+			}
+			if !math.IsNaN(v) {
 				l.nodes[cpu][m.Name] += v * slots
 			}
 		}
 	}
+}
+
+// invalid says why v cannot be added to a counter: negative, or NaN although
+// every input was there (only a division by zero makes one then). A NaN
+// from a missing input is not counted: that group simply did not run.
+func (l *Live) invalid(v float64, complete bool) string {
+	switch {
+	case v < 0:
+		return ReasonNegative
+	case math.IsNaN(v) && complete:
+		return ReasonDivisionByZero
+	}
+	return ""
+}
+
+// NotComputed returns, per node and reason, the CPU intervals whose value
+// was left out of the counters.
+func (l *Live) NotComputed() map[NotComputed]uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.skipped)
 }
 
 // Node is one metric's accumulated slots.

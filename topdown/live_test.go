@@ -150,3 +150,37 @@ func TestLiveFollowsSplitGroups(t *testing.T) {
 		t.Errorf("slots = %v, want 1500 from the split group", slots)
 	}
 }
+
+// A user's formula that evaluates negative would make its slot counter go
+// down: the interval's value is left out and counted. A division by zero
+// with every input counted is not computed (counted too), never a silent 0.
+func TestLiveLeavesOutNegativeAndDivisionByZero(t *testing.T) {
+	d, err := metric.Parse("user.yaml", []byte(softwareTree+
+		"  - {name: negative, level: 1, formula: \"-5\"}\n"+
+		"  - {name: by_zero, level: 1, formula: FAULTS / (CLOCK - CLOCK)}\n"+
+		"  - {name: ratio_zero, level: 1, formula: \"d_ratio(FAULTS, CLOCK - CLOCK)\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := d.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := []perfcount.GroupSpec{{Name: "g", Events: []eventspec.Event{{Name: "CLOCK"}, {Name: "FAULTS"}}}}
+	live := NewLive(tr, groups, nil)
+	live.Update(snapshot(1000, 10, 500))
+	live.Update(snapshot(1000, 10, 500)) // did not run: a missing input, not a division by zero
+	live.Update(snapshot(3000, 110, 900))
+	_, nodes, _ := live.Totals()
+	got := map[string]float64{}
+	for _, n := range nodes {
+		got[n.Name] = n.Slots
+	}
+	if got["negative"] != 0 || got["by_zero"] != 0 || got["ratio_zero"] != 0 || got["frontend_bound"] != 750 {
+		t.Errorf("slot counters %v", got)
+	}
+	want := map[NotComputed]uint64{{"negative", ReasonNegative}: 2, {"by_zero", ReasonDivisionByZero}: 2}
+	if nc := live.NotComputed(); len(nc) != len(want) || nc[NotComputed{"negative", ReasonNegative}] != 2 || nc[NotComputed{"by_zero", ReasonDivisionByZero}] != 2 {
+		t.Errorf("not computed %v, want %v", nc, want)
+	}
+}

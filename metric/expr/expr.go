@@ -6,8 +6,8 @@
 // perf term in @…@ (cpu@event\,cmask\=0x6@).
 //
 // A formula is parsed once into a Program, a flat stack program evaluated without
-// allocation. Division by zero yields 0, as perf's d_ratio does, because an idle
-// interval has zero cycles and its fractions are zero, not infinite. A missing
+// allocation. a / 0 is NaN, not computed, as perf's own parser refuses it;
+// d_ratio(a, 0) is 0, for the formulas whose authors chose that. A missing
 // input is NaN and makes every result that depends on it NaN, so callers can
 // leave such a metric out instead of inventing a number; the branch not taken by
 // "if else" does not count as a dependency.
@@ -40,7 +40,8 @@ const (
 	opAdd
 	opSub
 	opMul
-	opDiv
+	opDiv   // a / b: NaN (not computed) when b is 0, as perf's parser refuses it
+	opRatio // d_ratio(a, b): 0 when b is 0
 	opLT
 	opGT
 	opLE
@@ -185,6 +186,11 @@ func binary(o op, a, b float64) float64 {
 	case opMul:
 		return a * b
 	case opDiv:
+		if b == 0 {
+			return math.NaN()
+		}
+		return a / b
+	case opRatio:
 		if b == 0 {
 			return 0
 		}
@@ -571,7 +577,7 @@ func (p *parser) parseCall(fn token) error {
 	case "max":
 		o = opMax
 	case "d_ratio":
-		o = opDiv
+		o = opRatio
 	default:
 		p.tok = fn
 		return p.errorf("unknown function %q (functions: min, max, d_ratio)", fn.text)
@@ -595,12 +601,12 @@ func (p *parser) parseCall(fn token) error {
 	if err := p.next(); err != nil {
 		return err
 	}
-	if o == opDiv {
+	if o == opRatio {
 		if n != 2 {
 			p.tok = fn
 			return p.errorf("d_ratio takes 2 arguments, got %d", n)
 		}
-		p.emit(opDiv, 0)
+		p.emit(opRatio, 0)
 		return nil
 	}
 	if n < 2 {

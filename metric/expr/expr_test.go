@@ -53,7 +53,6 @@ func TestEval(t *testing.T) {
 		{"-a + b", -6},                    // unary binds tighter
 		{"- -a", 10},                      // nested unary
 		{"a * -b", -40},                   // unary after operator
-		{"a / d", 0},                      // safe division
 		{"d_ratio(a, d)", 0},              // perf's d_ratio
 		{"d_ratio(a, b)", 2.5},            // ...and when defined
 		{"max(a, b, c)", 10},              // variadic
@@ -81,6 +80,21 @@ func TestEval(t *testing.T) {
 		if got := eval(t, c.f, v); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("%s = %v, want %v", c.f, got, c.want)
 		}
+	}
+}
+
+// a / 0 is not computed (NaN), as perf's parser refuses it; d_ratio is the
+// formula author's choice of 0 instead.
+func TestDivisionByZero(t *testing.T) {
+	v := map[byte]float64{'a': 10, 'd': 0}
+	if got := eval(t, "a / d", v); !math.IsNaN(got) {
+		t.Errorf("a / d = %v, want NaN (not computed)", got)
+	}
+	if got := eval(t, "a / d if d else 7", v); got != 7 {
+		t.Errorf("a / d in the branch not taken = %v, want 7", got)
+	}
+	if got := eval(t, "d_ratio(a, d)", v); got != 0 {
+		t.Errorf("d_ratio(a, d) = %v, want 0", got)
 	}
 }
 
