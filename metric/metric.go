@@ -451,3 +451,47 @@ func (e *Evaluator) Above(name string) bool {
 	v := e.t.nodes[i].threshold.Eval(e.values, e.stack)
 	return !math.IsNaN(v) && v != 0
 }
+
+// UserError is a problem of a user's definitions file: one that does not
+// read, parse or compile, or with which a built-in tree it extends no longer
+// compiles. Callers treat it as a configuration error.
+type UserError struct {
+	File string
+	Err  error
+}
+
+func (e *UserError) Error() string {
+	if strings.HasPrefix(e.Err.Error(), e.File+":") {
+		return e.Err.Error() // already says where
+	}
+	return e.File + ": " + e.Err.Error()
+}
+
+func (e *UserError) Unwrap() error { return e.Err }
+
+// Extend parses the user's definitions file (its name and contents) and
+// merges it over base (nil: the file is the whole tree), then compiles the
+// result. Every error is a
+// *UserError naming the user's file: where a built-in metric no longer
+// compiles because of the user's events, groups or metrics, it says so
+// rather than pointing at the built-in file alone.
+func Extend(base *Definition, userFile string, data []byte) (*Definition, *Tree, error) {
+	user, err := Parse(userFile, data)
+	if err != nil {
+		return nil, nil, &UserError{userFile, err}
+	}
+	def := user
+	if base != nil {
+		def = base.Override(user)
+	}
+	tree, err := def.Compile()
+	if err == nil {
+		return def, tree, nil
+	}
+	if base != nil {
+		if _, baseErr := base.Compile(); baseErr == nil && !strings.Contains(err.Error(), userFile+":") {
+			err = fmt.Errorf("with these definitions the built-in %s tree no longer compiles: %w", base.Name, err)
+		}
+	}
+	return nil, nil, &UserError{userFile, err}
+}

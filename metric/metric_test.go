@@ -1,6 +1,7 @@
 package metric
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -174,5 +175,41 @@ func TestOverrideErrorsNameTheUserFile(t *testing.T) {
 	_, err := base.Override(user).Compile()
 	if err == nil || !strings.Contains(err.Error(), `user.yaml:4: metric bad: formula: unknown name "NOPE"`) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// A user's file that breaks a built-in metric it does not define (here by
+// moving its parent a level down) is named as the cause; its own mistakes
+// keep their file and line; files that do not parse are UserErrors too.
+func TestExtendNamesTheUserFile(t *testing.T) {
+	base, err := Parse("base.yaml", []byte(`name: base
+events:
+  - {name: E, spec: cpu-clock}
+metrics:
+  - {name: slots, level: 0, formula: E}
+  - {name: top, level: 1, formula: "0.5"}
+  - {name: child, level: 2, parent: top, formula: "0.25"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ue *UserError
+	_, _, err = Extend(base, "user.yaml", []byte("metrics:\n  - {name: top, level: 0, formula: \"0.5\"}\n"))
+	if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "user.yaml: with these definitions the built-in base tree no longer compiles: ") ||
+		!strings.Contains(err.Error(), "base.yaml:7: metric child: level 2 under parent top of level 0") {
+		t.Errorf("broken built-in: %v", err)
+	}
+	_, _, err = Extend(base, "user.yaml", []byte("metrics:\n  - {name: extra, level: 1, formula: nonexistent}\n"))
+	if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "user.yaml:2: metric extra: formula: unknown name") {
+		t.Errorf("the user's own mistake: %v", err)
+	}
+	for _, bad := range []string{"", "\x00\xff\xfe", "metrics: 7\n", "metrics:\n  - {name: a, level: 1, formula: b}\n  - {name: b, level: 1, formula: a}\n"} {
+		if _, _, err := Extend(nil, "user.yaml", []byte(bad)); !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "user.yaml: ") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	def, tree, err := Extend(base, "user.yaml", []byte("metrics:\n  - {name: extra, level: 1, formula: \"0.1\"}\n"))
+	if err != nil || tree == nil || len(def.Metrics) != 4 {
+		t.Errorf("a good extension: %v", err)
 	}
 }

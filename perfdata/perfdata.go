@@ -212,6 +212,9 @@ func (f *File) readFeatures(ra io.ReaderAt, bitmap []byte, at int64) error {
 		}
 		var e [16]byte
 		if _, err := ra.ReadAt(e[:], at+int64(16*n)); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("perf.data is truncated: the file ends before entry %d of the feature index at byte %d, which follows the data section (copied or written incompletely?)", n, at+int64(16*n))
+			}
 			return fmt.Errorf("perf.data feature index entry %d at %d: %w", n, at+int64(16*n), err)
 		}
 		n++

@@ -260,3 +260,17 @@ func TestRecordedFile(t *testing.T) {
 		}
 	}
 }
+
+// A recording cut right after its data section (a copy that stopped short)
+// says it is truncated and where, instead of an EOF.
+func TestTruncatedAfterData(t *testing.T) {
+	b, err := os.ReadFile("testdata/page-faults.data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := int64(binary.LittleEndian.Uint64(b[40:])) + int64(binary.LittleEndian.Uint64(b[48:]))
+	_, err = Open(bytes.NewReader(b[:end]))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("perf.data is truncated: the file ends before entry 0 of the feature index at byte %d", end)) {
+		t.Errorf("cut at %d: %v", end, err)
+	}
+}

@@ -8,6 +8,7 @@ package perfstat
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -72,6 +73,9 @@ func Parse(r io.Reader) ([]Sample, error) {
 		out = append(out, s)
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return out, fmt.Errorf("line %d: longer than 1 MiB, which no line of perf stat output is", n+1)
+		}
 		return out, fmt.Errorf("line %d: %w", n+1, err)
 	}
 	return out, nil

@@ -184,3 +184,13 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A line too long for any perf output is an error naming it, after the
+// samples before it.
+func TestLongLine(t *testing.T) {
+	in := "1.0,1,,cycles,100,100.00,,\n" + strings.Repeat("x", 2<<20) + "\n"
+	s, err := Parse(strings.NewReader(in))
+	if err == nil || err.Error() != "line 2: longer than 1 MiB, which no line of perf stat output is" || len(s) != 1 {
+		t.Errorf("%d samples, %v", len(s), err)
+	}
+}

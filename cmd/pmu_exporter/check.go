@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/metric"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 
@@ -60,6 +62,9 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 		a.Close()
 	}
 	s.report.Features = append(s.report.Features, feat)
+	if userErr := (*metric.UserError)(nil); errors.As(err, &userErr) {
+		s.configErrors = append(s.configErrors, err)
+	}
 	if err != nil {
 		tds.Reason = err.Error()
 	} else {

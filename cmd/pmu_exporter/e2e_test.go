@@ -554,3 +554,24 @@ func TestRecordingRules(t *testing.T) {
 		}
 	}
 }
+
+// TestServeBadTopdownDefinitions: a --topdown.definitions file that does not
+// parse is a configuration error like a bad --config.file: logged at ERROR
+// with its name once, counted in pmu_config_errors; counting goes on.
+func TestServeBadTopdownDefinitions(t *testing.T) {
+	testenv.RequireRoot(t)
+	def := filepath.Join(t.TempDir(), "defs.yaml")
+	os.WriteFile(def, []byte("metrics:\n  - {name: a, level: 1, formula: b}\n  - {name: b, level: 1, formula: a}\n"), 0o644)
+	p := start(t, nil, "--topdown.uarch=none", "--topdown.definitions="+def)
+	_, mfs := p.scrape(t)
+	if v := mustValue(t, mfs, "pmu_config_errors", nil); v != 1 {
+		t.Errorf("pmu_config_errors = %v", v)
+	}
+	if _, ok := value(t, mfs, "pmu_events_total", sw("cpu-clock")); !ok {
+		t.Error("counting stopped over a bad definitions file")
+	}
+	log := p.log.String()
+	if !strings.Contains(log, `level=ERROR`) || !strings.Contains(log, "metrics form a cycle") || strings.Count(log, def) != 1 {
+		t.Errorf("the log does not say, once and at ERROR, what is wrong with %s:\n%s", def, log)
+	}
+}

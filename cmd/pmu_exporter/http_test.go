@@ -219,3 +219,14 @@ func startAuthed(t *testing.T, addr string, args ...string) *exporterProc {
 	t.Fatalf("not ready in 10s:\n%s", p.log)
 	return nil
 }
+
+// A truncated --web.config.file stops the exporter with an error that names
+// the file.
+func TestServeBadWebConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "web.yml")
+	os.WriteFile(cfg, []byte("tls_server_config:\n  cert_file: \"x"), 0o644)
+	out, err := exec.Command(binary, "--web.config.file="+cfg, "--web.listen-address="+testenv.FreeAddr(t)).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "--web.config.file "+cfg+": yaml: line 2") {
+		t.Errorf("truncated web config: %v\n%s", err, out)
+	}
+}

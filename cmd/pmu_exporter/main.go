@@ -171,6 +171,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	check := app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
 	check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
+	check.Flag("topdown.uarch", "As serve's: the Top-Down trees to check instead of the detected ones.").StringVar(&f.tdUarch)
+	check.Flag("topdown.definitions", "As serve's: the YAML metric file to check with the tree it extends.").StringVar(&f.tdDef)
 
 	var td topdownFlags
 	tdCmd := app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")

@@ -91,7 +91,10 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 		}
 		tree, err := setupTree(f, s, t, user)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", cmp.Or(t.Uarch, f.tdDef), err)
+			if t.Uarch == "" { // the definitions file alone: its errors say where
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %w", t.Uarch, err)
 		}
 		td.trees = append(td.trees, exporter.TopdownTree{Src: tree.live, Info: tree.info})
 		td.lives = append(td.lives, tree.live)
@@ -134,23 +137,17 @@ func setupTree(f flags, s setup, t topdown.Target, userFile string) (*oneTree, e
 		}
 		def = d
 	}
+	var tree *metric.Tree
+	var err error
 	if userFile != "" {
-		b, err := os.ReadFile(userFile)
-		if err != nil {
-			return nil, fmt.Errorf("--topdown.definitions: %w", err)
+		b, rerr := os.ReadFile(userFile)
+		if rerr != nil {
+			return nil, &metric.UserError{File: userFile, Err: rerr}
 		}
-		user, err := metric.Parse(userFile, b)
-		if err != nil {
+		if def, tree, err = metric.Extend(def, userFile, b); err != nil {
 			return nil, err
 		}
-		if def == nil {
-			def = user
-		} else {
-			def = def.Override(user)
-		}
-	}
-	tree, err := def.Compile()
-	if err != nil {
+	} else if tree, err = def.Compile(); err != nil {
 		return nil, err
 	}
 	groups, err := topdown.LiveGroups(def, s.pmus, t.PMU)
@@ -220,6 +217,13 @@ func (p *pipeline) close() {
 }
 
 func serveMetrics(f flags, logger *slog.Logger) error {
+	// exporter-toolkit reads the web config only once serving, and its
+	// errors do not name the file.
+	if f.web.WebConfigFile != nil && *f.web.WebConfigFile != "" {
+		if err := web.Validate(*f.web.WebConfigFile); err != nil {
+			return fmt.Errorf("--web.config.file %s: %w", *f.web.WebConfigFile, err)
+		}
+	}
 	logger.Info("starting pmu_exporter", "version", version.Info(), "build", version.BuildContext(), "counts_from", f.source)
 	if f.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(f.gomaxprocs)
@@ -295,9 +299,16 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 	}
 
 	td, err := setupTopdown(f, s)
-	if err != nil {
+	var userErr *metric.UserError
+	switch {
+	case errors.As(err, &userErr):
+		// A broken --topdown.definitions is a configuration error, as a bad
+		// --config.file is: said at ERROR, counted in pmu_config_errors.
+		logger.Error("Top-Down not computed: the definitions file is not usable", "err", err)
+		s.configErrors = append(s.configErrors, err)
+	case err != nil:
 		logger.Info("Top-Down not computed", "reason", err)
-	} else {
+	default:
 		for _, t := range td.trees {
 			logger.Info("Top-Down computed", "tree", t.Info.Uarch, "from", t.Info.Source, "smt", t.Info.SMT)
 		}

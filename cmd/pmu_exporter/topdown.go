@@ -48,19 +48,16 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 	if err != nil {
 		return fail("%v", err)
 	}
+	var tree *metric.Tree
 	if td.definitions != "" {
 		b, err := os.ReadFile(td.definitions)
 		if err != nil {
 			return fail("%v", err)
 		}
-		user, err := metric.Parse(td.definitions, b)
-		if err != nil {
+		if def, tree, err = metric.Extend(def, td.definitions, b); err != nil {
 			return fail("%v", err)
 		}
-		def = def.Override(user)
-	}
-	tree, err := def.Compile()
-	if err != nil {
+	} else if tree, err = def.Compile(); err != nil {
 		return fail("%v", err)
 	}
 	if td.listEvents {
