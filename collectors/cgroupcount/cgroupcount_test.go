@@ -146,7 +146,10 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 		usage := float64(testenv.CgroupUsage(t, w.dir))
 		clock := count(w.c, "cpu-clock")
 		t.Logf("%s: cpu-clock %v cpu.stat %v slots %v events %v", filepath.Base(w.dir), time.Duration(clock), time.Duration(usage), time.Duration(w.c.Slots), w.c.Events)
-		if clock > 1.03*usage || clock < 0.97*usage-unseen {
+		// 1 ms more: perf's clock also runs through the interrupts taken
+		// while the task ran, which cpu.stat leaves out (measured 0.9 ms
+		// over a 20 ms container on a busy machine).
+		if clock > 1.03*usage+1e6 || clock < 0.97*usage-unseen-1e6 {
 			t.Errorf("%s: attributed cpu-clock %v, cpu.stat %v", w.dir, time.Duration(clock), time.Duration(usage))
 		}
 		// Slots are the tree's own CLOCK fd, read in the same program runs.

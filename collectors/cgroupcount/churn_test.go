@@ -128,17 +128,10 @@ func TestChurn(t *testing.T) {
 	}
 	during := r.kernelEntries(t)
 	s := r.a.Snapshot()
-	// Each cgroup whose task ran, and the test's top directory as their
-	// ancestor. A switch the program did not see leaves its task's time
+	// Each of the test's cgroups whose task ran is in the map (other
+	// cgroups of a busy machine come and go beside them: only these are
+	// counted). A switch the program did not see leaves its task's time
 	// unattributed (see cgroupbpf); a few of the 2000 are allowed for that.
-	t.Logf("%d of %d cgroups attributed; %d switches missed", during-before-1, n, s.Switches.SwitchesMissed)
-	if during < before+n*97/100 || during > before+n+2 {
-		t.Errorf("kernel map holds %d cgroups with %d new ones that ran; %d before", during, n, before)
-	}
-	if s.Errors[ErrMapFull] != 0 || s.Tracked != during {
-		t.Errorf("map full %d, tracked %d, kernel entries %d", s.Errors[ErrMapFull], s.Tracked, during)
-	}
-
 	ids := map[uint64]bool{}
 	for _, d := range dirs {
 		id, err := cgroupid.ID(d)
@@ -146,6 +139,22 @@ func TestChurn(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids[id] = true
+	}
+	mine := 0
+	r.a.counter.Read(func(id uint64, _ [][]cgroupbpf.Reading) {
+		if ids[id] {
+			mine++
+		}
+	})
+	t.Logf("%d of %d cgroups attributed (%d entries before, %d now); %d switches missed", mine, n, before, during, s.Switches.SwitchesMissed)
+	if mine < n*97/100 {
+		t.Errorf("kernel map holds %d of the %d cgroups that ran", mine, n)
+	}
+	if s.Errors[ErrMapFull] != 0 || s.Tracked != during {
+		t.Errorf("map full %d, tracked %d, kernel entries %d", s.Errors[ErrMapFull], s.Tracked, during)
+	}
+
+	for _, d := range dirs {
 		if err := os.Remove(d); err != nil {
 			t.Fatal(err)
 		}
