@@ -270,8 +270,11 @@ func TestCPUClock(t *testing.T) {
 	}
 	onEachCPU(t, func(cpu int) {
 		tid = uint32(unix.Gettid())
+		// Until the thread itself has run 150 ms there (not 150 ms of wall
+		// time): on a busy machine a thread that gets a fraction of the CPU
+		// would have too few samples for ±15% to hold.
 		start, cpu0 := time.Now(), threadCPU()
-		for time.Since(start) < 150*time.Millisecond {
+		for threadCPU()-cpu0 < 150*time.Millisecond && time.Since(start) < 5*time.Second {
 			for i := 0; i < 100000; i++ {
 				sink += i
 			}
