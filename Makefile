@@ -17,7 +17,7 @@ run:
 	$(GO) run -buildvcs=false -ldflags "$(LDFLAGS)" ./cmd/pmu_exporter $(ARGS)
 
 test:
-	PATH="$$PATH:$(dir $(GO))" scripts/test
+	scripts/test
 
 build:
 	scripts/build pmu_exporter

@@ -132,6 +132,7 @@ type cpuGroup struct {
 	acc     *counting.Accumulator
 	failure *perf.OpenError // last open failure, nil when open
 	retryAt time.Time
+	tries   int // consecutive failed opens, for the retry backoff
 	idle    int // consecutive intervals in which the open group did not run
 	// The previous read of the open group: when it was made (monotonic,
 	// just before the syscall) and the time_enabled it returned. A
@@ -315,13 +316,14 @@ func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
 			e.opts.Logger.Warn("cannot open event group", "group", gs.spec.Name, "cpu", cpu,
 				"event", oe.Event, "reason", oe.Reason, "err", oe.Err, "fix", oe.Fix())
 		}
-		cg.failure, cg.retryAt = oe, now.Add(e.opts.RetryAfter)
+		cg.failure, cg.retryAt = oe, now.Add(e.retryDelay(cg.tries))
+		cg.tries++
 		return
 	}
 	if cg.failure != nil || cg.acc.Intervals > 0 {
 		e.opts.Logger.Info("opened event group", "group", gs.spec.Name, "cpu", cpu)
 	}
-	cg.g, cg.failure = g, nil
+	cg.g, cg.failure, cg.tries = g, nil, 0
 	cg.readAt, cg.enabled = time.Time{}, 0
 	cg.acc.Rebase()
 	if e.opts.OnOpen != nil {
@@ -348,6 +350,16 @@ func (e *Engine) splitGroup(gs *groupState) {
 	for _, ev := range gs.spec.Events {
 		e.groups = append(e.groups, newGroupState(GroupSpec{Name: gs.spec.Name + "/" + ev.Name, Events: []eventspec.Event{ev}, Hidden: gs.spec.Hidden, Cgroup: gs.spec.Cgroup}))
 	}
+}
+
+// retryDelay is how long a group waits before its next open after tries
+// failed ones: none after the first (a CPU coming online under load can
+// refuse an open for a moment, ENODEV), then 1 s doubling up to RetryAfter.
+func (e *Engine) retryDelay(tries int) time.Duration {
+	if tries == 0 {
+		return 0
+	}
+	return min(e.opts.RetryAfter, time.Second<<min(tries-1, 30))
 }
 
 // transient reasons may clear up by themselves; the others need a change of

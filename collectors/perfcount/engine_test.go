@@ -425,3 +425,37 @@ func TestEngineResetCPU(t *testing.T) {
 		}
 	}
 }
+
+// A CPU coming online under load can refuse an open for a moment (ENODEV):
+// the group is tried again at the next cycle, not a minute later; repeated
+// failures back off.
+func TestEngineRetriesNoDeviceAtOnce(t *testing.T) {
+	testenv.RequireRoot(t)
+	online := testenv.OnlineCPUs(t)
+	refuse := 1
+	now := time.Unix(1000, 0)
+	e := New(Options{
+		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}}},
+		OnlineCPUs: realOnline(t),
+		Now:        func() time.Time { return now },
+		Open: func(attrs []eventspec.Attr, names []string, tg perf.Target) (*perf.Group, error) {
+			if tg.CPU == online[0] && refuse > 0 {
+				refuse--
+				return nil, &perf.OpenError{Event: names[0], CPU: tg.CPU, Err: unix.ENODEV, Reason: perf.ReasonNoDevice}
+			}
+			return perf.OpenGroup(attrs, names, tg)
+		},
+	})
+	defer e.Close()
+	e.Cycle()
+	if g := group(t, e.Snapshot(), "clock"); g.OpenCPUs != len(online)-1 || g.Failures[perf.ReasonNoDevice] != 1 {
+		t.Fatalf("after a refused open: %+v", g)
+	}
+	e.Cycle() // no time has passed
+	if g := group(t, e.Snapshot(), "clock"); g.OpenCPUs != len(online) {
+		t.Errorf("not retried at the next cycle: %+v", g)
+	}
+	if d := []time.Duration{e.retryDelay(0), e.retryDelay(1), e.retryDelay(3), e.retryDelay(40)}; d[0] != 0 || d[1] != time.Second || d[2] != 4*time.Second || d[3] != time.Minute {
+		t.Errorf("retry delays %v", d)
+	}
+}
