@@ -209,8 +209,7 @@ func TestServeCgroupV1(t *testing.T) {
 // the counting fds placed anew), and pmu_cpu_reopened_total says what was
 // done. No CPU may total more cpu-clock than the wall time that passed.
 func TestServeQuickHotplug(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.LockMachine(t, true) // before any shared hold: testenv.Cgroups would deadlock
+	cpu, ctl := testenv.HotplugCPU(t) // holds the machine: testenv.Cgroups would deadlock
 	mnt := testenv.Cgroup2Mount()
 	testenv.Require(t, mnt != "", "needs a cgroup v2 hierarchy")
 	dir := filepath.Join(mnt, fmt.Sprintf("pmu_exporter_test_%d_hotplug", os.Getpid()))
@@ -219,13 +218,7 @@ func TestServeQuickHotplug(t *testing.T) {
 	}
 	t.Cleanup(func() { os.Remove(dir) })
 	online := testenv.OnlineCPUs(t)
-	testenv.Require(t, len(online) >= 2, "needs two CPUs")
-	cpu := online[len(online)-1]
 	label := strconv.Itoa(cpu)
-	ctl := "/sys/devices/system/cpu/cpu" + label + "/online"
-	_, err := os.Stat(ctl)
-	testenv.Require(t, err == nil, "the CPU cannot be hotplugged here")
-	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
 
 	started := time.Now()
 	p := start(t, nil, "--collector.per-cpu")

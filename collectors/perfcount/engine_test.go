@@ -301,15 +301,7 @@ func TestEngineOpenCloseHooks(t *testing.T) {
 // when the test ends.
 func hotplugCtl(t *testing.T) (cpu int, toggle func()) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	testenv.LockMachine(t, true)
-	online := testenv.OnlineCPUs(t)
-	testenv.Require(t, len(online) >= 2, "needs two CPUs")
-	cpu = online[len(online)-1]
-	ctl := "/sys/devices/system/cpu/cpu" + strconv.Itoa(cpu) + "/online"
-	_, err := os.Stat(ctl)
-	testenv.Require(t, err == nil, "CPU "+strconv.Itoa(cpu)+" cannot be hotplugged here")
-	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
+	cpu, ctl := testenv.HotplugCPU(t)
 	return cpu, func() {
 		t.Helper()
 		for _, v := range []string{"0", "1"} {

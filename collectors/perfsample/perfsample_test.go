@@ -3,7 +3,6 @@ package perfsample
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -370,19 +369,11 @@ func TestSyncFollowsOnlineList(t *testing.T) {
 
 // A real CPU hotplug through sysfs, as an operator would do it.
 func TestRealHotplug(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.LockMachine(t, true)
-	online := testenv.OnlineCPUs(t)
-	testenv.Require(t, len(online) >= 2, "needs two CPUs")
-	last := online[len(online)-1]
-	ctl := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", last)
-	_, err := os.Stat(ctl)
-	testenv.Require(t, err == nil, fmt.Sprintf("CPU %d cannot be hotplugged here", last))
+	last, ctl := testenv.HotplugCPU(t)
 	s, _ := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, 16, sampling.Governor{})
 	if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
 		t.Fatalf("offlining CPU %d: %v", last, err)
 	}
-	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
 	if _, err := s.Sync(testenv.OnlineCPUs(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -402,15 +393,8 @@ func TestRealHotplug(t *testing.T) {
 // online list looks the same. ResetCPU (what the counting engine calls when
 // it finds such a CPU) makes the next check reopen them.
 func TestResetCPUAfterQuickHotplug(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.LockMachine(t, true)
+	cpu, ctl := testenv.HotplugCPU(t)
 	online := testenv.OnlineCPUs(t)
-	testenv.Require(t, len(online) >= 2, "needs two CPUs")
-	cpu := online[len(online)-1]
-	ctl := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpu)
-	_, err := os.Stat(ctl)
-	testenv.Require(t, err == nil, "the CPU cannot be hotplugged here")
-	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
 
 	stats := samplestat.New(1, 256)
 	s, failures, err := Open([]sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, 1000000)}, online, stats,

@@ -259,3 +259,20 @@ func FreeAddr(t testing.TB) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// HotplugCPU holds the machine exclusively (LockMachine) and returns the
+// last online CPU and its sysfs online switch, which is set back to 1 when
+// the test ends. It requires root, two CPUs and a CPU that can be hotplugged.
+func HotplugCPU(t testing.TB) (cpu int, ctl string) {
+	t.Helper()
+	RequireRoot(t)
+	LockMachine(t, true)
+	online := OnlineCPUs(t)
+	Require(t, len(online) >= 2, "needs two CPUs")
+	cpu = online[len(online)-1]
+	ctl = fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpu)
+	_, err := os.Stat(ctl)
+	Require(t, err == nil, fmt.Sprintf("CPU %d cannot be hotplugged here", cpu))
+	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
+	return cpu, ctl
+}
