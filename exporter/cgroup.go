@@ -1,12 +1,18 @@
 package exporter
 
 import (
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/podcgroup"
+	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 // CgroupSource is what the cgroup collector reads: the attributor.
@@ -24,6 +30,11 @@ type PodNames interface {
 // semantics: scaled event counters, Top-Down slot counters and slots, so the
 // node's recording rules work per pod (filter container!="" for containers
 // alone: a pod's own cgroup holds the sum of its containers, as in cAdvisor).
+//
+// A node exports tens of series per cgroup and thousands of cgroups, so the
+// label pairs of each cgroup's series are built once and kept while the
+// cgroup exists, and each family is sent in the registry's sort order (which
+// makes its sort a linear check): constant metrics cost ~3× as much.
 type CgroupCollector struct {
 	src                                   CgroupSource
 	names                                 PodNames
@@ -31,6 +42,33 @@ type CgroupCollector struct {
 	unattributed, missed, errors, tracked *prometheus.Desc
 	perfModeFDs                           *prometheus.Desc
 	perfMode                              bool
+
+	mu     sync.Mutex
+	labels map[string]*cgroupLabels // by cgroup path
+	scrape uint64                   // the current Collect's number, to drop cgroups gone
+}
+
+// cgroupLabels are one cgroup's label pairs, sorted by name as the text
+// encoding wants them, for each of its series, by the series' position in
+// the snapshot (which holds from one cycle to the next; a different name at a
+// position rebuilds that entry).
+type cgroupLabels struct {
+	id     [4]string // cgroup, namespace, pod, container: a change rebuilds all
+	events []eventLabels
+	slots  []*dto.LabelPair
+	nodes  []nodeLabels
+	seen   uint64
+}
+
+type eventLabels struct {
+	event string
+	pairs []*dto.LabelPair
+}
+
+type nodeLabels struct {
+	name, parent string
+	level        int
+	pairs        []*dto.LabelPair
 }
 
 // NewCgroup builds the collector; names may be nil. perfMode says the source
@@ -39,21 +77,21 @@ func NewCgroup(src CgroupSource, names PodNames, perfMode bool) *CgroupCollector
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
-	id := []string{"cgroup", "namespace", "pod", "container"}
-	with := func(l ...string) []string { return append(append([]string(nil), id...), l...) }
-	return &CgroupCollector{src: src, names: names, perfMode: perfMode,
+	return &CgroupCollector{src: src, names: names, perfMode: perfMode, labels: map[string]*cgroupLabels{},
 		perfModeFDs: d("cgroup_perf_mode_fds", "File descriptors held by perf's cgroup mode (one per event per CPU per allow-listed cgroup), the fallback when eBPF is not permitted."),
 		events: d("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --cgroup.max-series.",
-			with("event")...),
-		slots: d("cgroup_slots_total", "Pipeline slots of the cgroup over which Top-Down was computed, summed over CPUs.", id...),
+			append(identityLabels[:], "event")...),
+		slots: d("cgroup_slots_total", "Pipeline slots of the cgroup over which Top-Down was computed, summed over CPUs.", identityLabels[:]...),
 		nodeSlots: d("cgroup_topdown_slots_total", "Slots of the cgroup attributed to a Top-Down node: its fraction of each interval's slots, accumulated.",
-			with("level", "category", "parent")...),
+			append(identityLabels[:], "level", "category", "parent")...),
 		unattributed: d("cgroup_unattributed_events_total", "Event counts of spans the kernel did not run the attribution program for at a cgroup switch, so that no one cgroup owns them.", "event"),
 		missed:       d("cgroup_switches_missed_total", "Cgroup switches the kernel counted but did not run the attribution program for; their spans are in pmu_cgroup_unattributed_events_total."),
 		errors:       d("cgroup_attribution_errors_total", "Failures in the per-cgroup attribution, by reason (map_full: credits lost because --cgroup.max-tracked was reached).", "reason"),
 		tracked:      d("cgroup_tracked", "Cgroups held in the kernel's attribution map."),
 	}
 }
+
+var identityLabels = [4]string{"cgroup", "namespace", "pod", "container"}
 
 // Describe sends the descriptors.
 func (c *CgroupCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -65,18 +103,8 @@ func (c *CgroupCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect sends the latest cycle's values.
 func (c *CgroupCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src.Snapshot()
-	for _, cg := range s.Cgroups {
-		l := c.identity(cg)
-		for _, e := range cg.Events {
-			ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, e.Value, append(l, e.Event)...)
-		}
-		if !cg.HasSlots {
-			continue
-		}
-		ch <- prometheus.MustNewConstMetric(c.slots, prometheus.CounterValue, cg.Slots, l...)
-		for _, n := range cg.Nodes {
-			ch <- prometheus.MustNewConstMetric(c.nodeSlots, prometheus.CounterValue, n.Slots, append(l, strconv.Itoa(n.Level), n.Name, n.Parent)...)
-		}
+	for _, m := range c.series(s.Cgroups) {
+		ch <- m
 	}
 	for _, e := range s.Unattributed {
 		ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.CounterValue, e.Value, e.Event)
@@ -93,15 +121,143 @@ func (c *CgroupCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.tracked, prometheus.GaugeValue, float64(s.Tracked))
 }
 
-// identity is the cgroup, namespace, pod and container label values.
-func (c *CgroupCollector) identity(cg cgroupcount.Cgroup) []string {
-	id := cg.Identity
-	if c.names != nil && id.PodUID != "" {
-		if ns, pod, ctr, ok := c.names.Names(id); ok {
-			return []string{cg.Path, ns, pod, ctr}
+// series builds the per-cgroup counters from the cached label pairs, each
+// family in sort order: cgroups by path (the first label of the event and
+// slot families), nodes by category first (the first label of theirs).
+func (c *CgroupCollector) series(cgroups []cgroupcount.Cgroup) []prometheus.Metric {
+	order := make([]int, len(cgroups))
+	n := 0
+	for i, cg := range cgroups {
+		order[i] = i
+		n += len(cg.Events)
+		if cg.HasSlots {
+			n += 1 + len(cg.Nodes)
 		}
 	}
-	return []string{cg.Path, "", id.PodUID, id.ContainerID}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(cgroups[a].Path, cgroups[b].Path) })
+	// One allocation for all the metrics and one for their values.
+	out := make([]prometheus.Metric, 0, n)
+	metrics := make([]counter, 0, n)
+	emit := func(d *prometheus.Desc, l []*dto.LabelPair, v float64) {
+		metrics = append(metrics, counter{desc: d, labels: l, value: v})
+		out = append(out, &metrics[len(metrics)-1])
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.scrape++
+	cached := make([]*cgroupLabels, len(cgroups))
+	for _, i := range order {
+		cached[i] = c.cached(cgroups[i])
+	}
+	for _, i := range order {
+		for j, e := range cgroups[i].Events {
+			emit(c.events, cached[i].eventLabels(c.events, j, e.Event), e.Value)
+		}
+	}
+	for _, i := range order {
+		if cgroups[i].HasSlots {
+			emit(c.slots, cached[i].slotLabels(c.slots), cgroups[i].Slots)
+		}
+	}
+	// The nodes by category, each category's cgroups in path order.
+	type ref struct{ cg, node int }
+	byName := map[string][]ref{}
+	for _, i := range order {
+		if cgroups[i].HasSlots {
+			for j, nd := range cgroups[i].Nodes {
+				byName[nd.Name] = append(byName[nd.Name], ref{i, j})
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		for _, r := range byName[name] {
+			nd := cgroups[r.cg].Nodes[r.node]
+			emit(c.nodeSlots, cached[r.cg].nodeLabels(c.nodeSlots, r.node, nd), nd.Slots)
+		}
+	}
+	for p, l := range c.labels {
+		if l.seen != c.scrape {
+			delete(c.labels, p)
+		}
+	}
+	return out
+}
+
+// cached returns the cgroup's label cache, rebuilt when its names changed.
+func (c *CgroupCollector) cached(cg cgroupcount.Cgroup) *cgroupLabels {
+	id := c.identity(cg)
+	l := c.labels[cg.Path]
+	if l == nil || l.id != id {
+		l = &cgroupLabels{id: id}
+		c.labels[cg.Path] = l
+	}
+	l.seen = c.scrape
+	return l
+}
+
+func (l *cgroupLabels) eventLabels(d *prometheus.Desc, i int, event string) []*dto.LabelPair {
+	if i >= len(l.events) {
+		l.events = append(l.events, make([]eventLabels, i+1-len(l.events))...)
+	}
+	if e := &l.events[i]; e.pairs == nil || e.event != event {
+		*e = eventLabels{event, labelPairs(d, append(l.id[:], event)...)}
+	}
+	return l.events[i].pairs
+}
+
+func (l *cgroupLabels) slotLabels(d *prometheus.Desc) []*dto.LabelPair {
+	if l.slots == nil {
+		l.slots = labelPairs(d, l.id[:]...)
+	}
+	return l.slots
+}
+
+func (l *cgroupLabels) nodeLabels(d *prometheus.Desc, i int, n topdown.Node) []*dto.LabelPair {
+	if i >= len(l.nodes) {
+		l.nodes = append(l.nodes, make([]nodeLabels, i+1-len(l.nodes))...)
+	}
+	if e := &l.nodes[i]; e.pairs == nil || e.name != n.Name || e.parent != n.Parent || e.level != n.Level {
+		*e = nodeLabels{n.Name, n.Parent, n.Level, labelPairs(d, append(l.id[:], strconv.Itoa(n.Level), n.Name, n.Parent)...)}
+	}
+	return l.nodes[i].pairs
+}
+
+// labelPairs are the desc's label pairs, sorted by name.
+func labelPairs(d *prometheus.Desc, values ...string) []*dto.LabelPair {
+	return prometheus.MakeLabelPairs(d, values)
+}
+
+// counter is a counter over label pairs that outlive the scrape.
+type counter struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	value  float64
+}
+
+func (m *counter) Desc() *prometheus.Desc { return m.desc }
+
+func (m *counter) Write(out *dto.Metric) error {
+	out.Label = m.labels
+	out.Counter = &dto.Counter{Value: &m.value}
+	return nil
+}
+
+// identity is the cgroup, namespace, pod and container label values.
+func (c *CgroupCollector) identity(cg cgroupcount.Cgroup) [4]string {
+	return identityValues(cg.Path, cg.Identity, c.names)
+}
+
+// identityValues are a cgroup's identity label values (names may be nil),
+// made valid UTF-8: a cgroup directory may be named with any bytes, and one
+// invalid label value fails its whole family's scrape.
+func identityValues(path string, id podcgroup.Identity, names PodNames) [4]string {
+	v := [4]string{strings.ToValidUTF8(path, "\uFFFD"), "", id.PodUID, id.ContainerID}
+	if names != nil && id.PodUID != "" {
+		if ns, pod, ctr, ok := names.Names(id); ok {
+			v[1], v[2], v[3] = ns, pod, ctr
+		}
+	}
+	return v
 }
 
 // PodMetaSource is the Kubernetes pod index (podmeta.Index).

@@ -1,10 +1,13 @@
 package exporter
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupbpf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
@@ -82,4 +85,97 @@ pmu_cgroup_tracked 4
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %+v", err, problems)
 	}
+}
+
+// changing is a source whose cgroups the test replaces between scrapes.
+type changing struct{ s cgroupcount.Snapshot }
+
+func (c *changing) Snapshot() cgroupcount.Snapshot { return c.s }
+
+func TestCgroupCollectorLabelCache(t *testing.T) {
+	ctr := podcgroup.Identity{PodUID: "0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c", ContainerID: "aaaa"}
+	one := func(path string, v float64) cgroupcount.Cgroup {
+		return cgroupcount.Cgroup{Path: path, Identity: ctr, Events: []cgroupcount.Count{{Event: "cpu-clock", Value: v}}}
+	}
+	src := &changing{cgroupcount.Snapshot{Cgroups: []cgroupcount.Cgroup{one("/b", 1), one("/a\xffz", 2)}}}
+	pods := names{}
+	c := NewCgroup(src, pods, false)
+	// A cgroup directory named with bytes that are not UTF-8 is exported
+	// (with U+FFFD in their place), and the other cgroups are not lost.
+	got := scrapeText(t, c)
+	for _, want := range []string{
+		`pmu_cgroup_events_total{cgroup="/a` + "\uFFFD" + `z",container="aaaa",event="cpu-clock",namespace="",pod="0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c"} 2`,
+		`pmu_cgroup_events_total{cgroup="/b",container="aaaa",event="cpu-clock",namespace="",pod="0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c"} 1`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %s in\n%s", want, got)
+		}
+	}
+	// Names that arrive from the API server later replace the UIDs; a
+	// cgroup gone is dropped from the cache.
+	pods["0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c/aaaa"] = [3]string{"shop", "cart", "app"}
+	src.s.Cgroups = []cgroupcount.Cgroup{one("/b", 5)}
+	got = scrapeText(t, c)
+	if want := `pmu_cgroup_events_total{cgroup="/b",container="app",event="cpu-clock",namespace="shop",pod="cart"} 5`; !strings.Contains(got, want) || strings.Contains(got, `/a`) {
+		t.Errorf("want only %s in\n%s", want, got)
+	}
+	if len(c.labels) != 1 {
+		t.Errorf("label cache holds %d cgroups after one is gone, want 1", len(c.labels))
+	}
+	// Another event at the same position gets its own labels.
+	src.s.Cgroups[0].Events[0].Event = "task-clock"
+	got = scrapeText(t, c)
+	if want := `pmu_cgroup_events_total{cgroup="/b",container="app",event="task-clock",namespace="shop",pod="cart"} 5`; !strings.Contains(got, want) || strings.Contains(got, `cpu-clock`) {
+		t.Errorf("want only %s in\n%s", want, got)
+	}
+}
+
+// scrapeText is the collector's text exposition through a registry.
+func scrapeText(t *testing.T, c prometheus.Collector) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+// The cached series are exactly the series of constant metrics built afresh
+// (client_golang sorts those itself), over many cgroups with Top-Down nodes,
+// and stay so on the next scrape with new values.
+func TestCgroupCollectorSameAsConst(t *testing.T) {
+	src := &changing{cgroupSnapshot(60)}
+	slices.Reverse(src.s.Cgroups) // not in path order
+	cached := NewCgroup(src, nil, false)
+	for scrape := range 2 {
+		want := perCgroupSeries(scrapeText(t, constCgroups{NewCgroup(src, nil, false), src.s}))
+		if got := perCgroupSeries(scrapeText(t, cached)); got != want || len(want) < 60*21*100 {
+			t.Fatalf("scrape %d: cached series (%d bytes) differ from constant ones (%d bytes)", scrape, len(got), len(want))
+		}
+		for i := range src.s.Cgroups {
+			src.s.Cgroups[i].Events[0].Value += 7
+			src.s.Cgroups[i].Nodes[3].Slots *= 2
+		}
+	}
+}
+
+// perCgroupSeries are the exposition's lines of the per-cgroup families.
+func perCgroupSeries(text string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(text, "\n") {
+		for _, f := range []string{"pmu_cgroup_events_total{", "pmu_cgroup_slots_total{", "pmu_cgroup_topdown_slots_total{"} {
+			if strings.HasPrefix(l, f) {
+				b.WriteString(l)
+			}
+		}
+	}
+	return b.String()
 }

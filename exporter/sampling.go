@@ -80,7 +80,7 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 // PerCgroup adds the per-cgroup families, the ids named by ids and their
 // pods by names (may be nil).
 func (s *Sampling) PerCgroup(ids CgroupIDs, names PodNames) *Sampling {
-	id := []string{"cgroup", "namespace", "pod", "container"}
+	id := identityLabels[:]
 	with := func(l ...string) []string { return append(append([]string(nil), id...), l...) }
 	s.cgroups, s.names = ids, names
 	s.cgSamples = prometheus.NewDesc(namespace+"_cgroup_sampling_samples_total", "Samples of the event taken while a task of the cgroup ran (PERF_SAMPLE_CGROUP: the perf_event hierarchy's cgroup). cgroup=\"other\" holds the cgroups beyond the bound.", with("event", "pmu"), nil)
@@ -99,12 +99,8 @@ func (s *Sampling) cgroupLabels(id uint64) []string {
 	if !ok {
 		return []string{"id:" + strconv.FormatUint(id, 10), "", "", ""}
 	}
-	if s.names != nil && ident.PodUID != "" {
-		if ns, pod, ctr, ok := s.names.Names(ident); ok {
-			return []string{path, ns, pod, ctr}
-		}
-	}
-	return []string{path, "", ident.PodUID, ident.ContainerID}
+	v := identityValues(path, ident, s.names)
+	return v[:]
 }
 
 // Describe sends the descriptors.

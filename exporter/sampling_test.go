@@ -103,16 +103,16 @@ func (podNames) Names(id podcgroup.Identity) (string, string, string, bool) {
 func TestSamplingPerCgroup(t *testing.T) {
 	cfgs := plan{{Name: "mem-loads", PMU: "cpu", Period: 1000, Memory: true}}
 	stats := samplestat.New(1, 64)
-	stats.TrackCgroups(2)
+	stats.TrackCgroups(3)
 	src := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlLocRAM, LvlNum: datasrc.LvlNumRAM}.Encode()
 	pod := "/kubepods.slice/kubepods-pod0d2c7a6e_1c63_4d38_a8f4_5f2e0a1f3b11.slice/cri-containerd-4f1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9.scope"
 	b := stats.Lock()
-	for _, id := range []uint64{7, 7, 8, 9} {
+	for _, id := range []uint64{7, 7, 8, 10, 9} {
 		b.Sample(0, &perfrecord.Sample{Has: unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_CGROUP, Cgroup: id, Addr: 0x40, Period: 1000, DataSrc: src}, true, false)
 	}
 	b.Unlock()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewSampling(cfgs, stats).PerCgroup(cgroupTable{7: pod}, podNames{}))
+	reg.MustRegister(NewSampling(cfgs, stats).PerCgroup(cgroupTable{7: pod, 10: "/x\xffy"}, podNames{}))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,9 @@ func TestSamplingPerCgroup(t *testing.T) {
 			got[l["cgroup"]+"|"+l["namespace"]+"|"+l["pod"]+"|"+l["container"]+"|"+l["source"]] = m.GetCounter().GetValue()
 		}
 	}
-	want := map[string]float64{pod + "|shop|cart-1|app|local_dram": 2000, "id:8||||local_dram": 1000, "other||||local_dram": 1000}
+	want := map[string]float64{pod + "|shop|cart-1|app|local_dram": 2000, "id:8||||local_dram": 1000, "other||||local_dram": 1000,
+		// A cgroup named with bytes that are not UTF-8 does not fail the scrape.
+		"/x\uFFFDy||||local_dram": 1000}
 	if len(got) != len(want) {
 		t.Errorf("series %v, want %v", got, want)
 	}

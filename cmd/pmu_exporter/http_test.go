@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -45,7 +45,11 @@ func TestMetricsHandlerLimit(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b := &blocking{entered: make(chan struct{}, 4), release: make(chan struct{}), desc: prometheus.NewDesc("slow", "A collector that waits.", nil, nil)}
 	reg.MustRegister(b)
-	srv := httptest.NewServer(metricsHandler(reg, 2, slog.New(slog.DiscardHandler)))
+	h, err := exporter.Handler(reg, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 	var wg sync.WaitGroup
 	codes := make(chan int, 2)

@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.opentelemetry.io/otel"
@@ -433,8 +432,12 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 // configuration (TLS, basic auth) until ctx ends or the listener fails; done
 // closes once the pipeline's loop has returned.
 func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, reg *prometheus.Registry, p *pipeline, logger *slog.Logger) error {
+	metrics, err := exporter.Handler(reg, f.maxRequests, slog.NewLogLogger(logger.Handler(), slog.LevelError))
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
-	mux.Handle(f.telemetryPath, metricsHandler(reg, f.maxRequests, logger))
+	mux.Handle(f.telemetryPath, metrics)
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		io.WriteString(w, "Healthy\n")
@@ -500,19 +503,6 @@ func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, 
 		}
 		return err
 	}
-}
-
-// metricsHandler serves reg with at most maxRequests scrapes at once (0: no
-// limit), instrumented as node_exporter's is:
-// promhttp_metric_handler_requests_in_flight, _requests_total{code} (503 for
-// the rejected) and _errors_total{cause}.
-func metricsHandler(reg *prometheus.Registry, maxRequests int, logger *slog.Logger) http.Handler {
-	return promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: maxRequests,
-		Registry:            reg,
-	}))
 }
 
 func handlerPaths(hs []handler) []string {
