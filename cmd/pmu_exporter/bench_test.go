@@ -71,11 +71,12 @@ func (p *cgroupProc) scrape() error {
 
 func (p *cgroupProc) cpu(b *testing.B) time.Duration { return testenv.CgroupUsage(b, p.dir) }
 
-// BenchmarkVsNodeExporterPerf runs pmu_exporter and node_exporter's perf collector
-// side by side on the same five software events, read once a second (our
-// --collector.interval, their scrape), scraped once a second, and reports each
-// process's CPU time per scrape, measured by cgroup accounting after both are up.
-// Run with -benchtime=Nx: each op is one second.
+// BenchmarkVsNodeExporterPerf runs pmu_exporter, with per-cgroup attribution
+// (the default) and without it, and node_exporter's perf collector side by
+// side on the same five software events, read once a second (our
+// --collector.interval, their scrape), scraped once a second, and reports
+// each process's CPU time per scrape, measured by cgroup accounting after all
+// three are up. Run with -benchtime=Nx: each op is one second.
 func BenchmarkVsNodeExporterPerf(b *testing.B) {
 	testenv.RequireRoot(b)
 	nodeExporter := os.Getenv("NODE_EXPORTER")
@@ -88,32 +89,43 @@ func BenchmarkVsNodeExporterPerf(b *testing.B) {
 
 	cfg := filepath.Join(b.TempDir(), "pmu.yml")
 	os.WriteFile(cfg, []byte("default_profile: false\ngroups:\n  - name: software\n    events: [page-faults, context-switches, cpu-migrations, minor-faults, major-faults]\n"), 0o644)
-	ours := testenv.FreeAddr(b)
+	ours := func(name string, extra ...string) *cgroupProc {
+		addr := testenv.FreeAddr(b)
+		return startInCgroup(b, name, "http://"+addr+"/metrics", append([]string{binary, "--web.listen-address=" + addr,
+			"--collector.interval=1s", "--config.file=" + cfg, "--log.level=warn"}, extra...)...)
+	}
 	theirs := testenv.FreeAddr(b)
-	pe := startInCgroup(b, "pmu_exporter", "http://"+ours+"/metrics", binary, "--web.listen-address="+ours,
-		"--collector.interval=1s", "--config.file="+cfg, "--log.level=warn")
-	ne := startInCgroup(b, "node_exporter", "http://"+theirs+"/metrics", nodeExporter, "--web.listen-address="+theirs,
-		"--collector.disable-defaults", "--collector.perf", "--collector.perf.disable-hardware-profilers",
-		"--collector.perf.disable-cache-profilers", "--log.level=warn")
-	time.Sleep(2 * time.Second) // let both settle after start-up
-	pe0, ne0 := pe.cpu(b), ne.cpu(b)
+	procs := []*cgroupProc{
+		ours("pmu_exporter"),
+		ours("pmu_exporter_no_attribution", "--no-collector.cgroup"),
+		startInCgroup(b, "node_exporter", "http://"+theirs+"/metrics", nodeExporter, "--web.listen-address="+theirs,
+			"--collector.disable-defaults", "--collector.perf", "--collector.perf.disable-hardware-profilers",
+			"--collector.perf.disable-cache-profilers", "--log.level=warn"),
+	}
+	time.Sleep(2 * time.Second) // let all settle after start-up
+	cpu0 := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpu0[i] = p.cpu(b)
+	}
 	b.ResetTimer()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for i := 0; i < b.N; i++ {
 		<-tick.C
-		if err := pe.scrape(); err != nil {
-			b.Fatal(err)
-		}
-		if err := ne.scrape(); err != nil {
-			b.Fatal(err)
+		for _, p := range procs {
+			if err := p.scrape(); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	b.StopTimer()
-	peCPU, neCPU := pe.cpu(b)-pe0, ne.cpu(b)-ne0
-	b.ReportMetric(float64(peCPU.Microseconds())/float64(b.N), "pmu_exporter-cpu-µs/scrape")
-	b.ReportMetric(float64(neCPU.Microseconds())/float64(b.N), "node_exporter-cpu-µs/scrape")
-	b.ReportMetric(float64(peCPU)/float64(neCPU), "cpu-ratio")
+	cpu := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpu[i] = p.cpu(b) - cpu0[i]
+		b.ReportMetric(float64(cpu[i].Microseconds())/float64(b.N), p.name+"-cpu-µs/scrape")
+	}
+	b.ReportMetric(float64(cpu[0])/float64(cpu[2]), "ratio-attribution")
+	b.ReportMetric(float64(cpu[1])/float64(cpu[2]), "ratio-no-attribution")
 }
 
 // BenchmarkSamplesVsPerfScript decodes the same perf.data, recorded here

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 
@@ -106,4 +107,70 @@ func BenchmarkPingPong(b *testing.B) {
 			b.ReportMetric(float64(runs)/float64(b.N), "program-runs/op")
 		}
 	})
+}
+
+// BenchmarkCreditNow is the per-cycle credit on each CPU (the program run
+// there by BPF_PROG_TEST_RUN, an IPI for another CPU) from a thread on CPU 0,
+// with the other CPUs idle or busy; cpu-ns/op is this process's CPU time (the
+// caller waits for the remote CPU to take the IPI).
+func BenchmarkCreditNow(b *testing.B) {
+	testenv.RequireRoot(b)
+	c, err := Load(Options{Events: 2, Depth: 1, MaxCgroups: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set unix.CPUSet
+	set.Set(0)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		b.Fatal(err)
+	}
+	for _, cpu := range testenv.OnlineCPUs(b) {
+		b.Run(fmt.Sprintf("cpu=%d", cpu), func(b *testing.B) {
+			var ru0, ru1 unix.Rusage
+			unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
+			for b.Loop() {
+				if err := c.CreditNow(cpu); err != nil {
+					b.Fatal(err)
+				}
+			}
+			unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
+			b.ReportMetric(float64(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano())/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkRead reads a map holding 10 cgroups, batched and walked key by
+// key, with the map sized for 1,024 and for 16,384 cgroups (the default
+// --cgroup.max-tracked): the kernel visits every bucket either way.
+func BenchmarkRead(b *testing.B) {
+	testenv.RequireRoot(b)
+	for _, size := range []int{1024, 16384} {
+		c, err := Load(Options{Events: 2, Depth: 1, MaxCgroups: size})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		for i := range 10 {
+			v := make([]cgroupValue, c.cpus)
+			for cpu := range v {
+				v[cpu] = make(cgroupValue, 2)
+			}
+			if err := c.objs.Cgroups.Put(uint64(1<<40+i), v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, batched := range []bool{true, false} {
+			b.Run(fmt.Sprintf("max=%d/batched=%v", size, batched), func(b *testing.B) {
+				c.noBatch = !batched
+				for b.Loop() {
+					if err := c.Read(func(uint64, [][]Reading) {}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }

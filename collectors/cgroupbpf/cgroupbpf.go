@@ -73,6 +73,9 @@ type Counter struct {
 	idleExit link.Link     // the credit at each exit from an idle state (cpu_idle)
 	moves    link.Link     // the span of a task that moves itself between cgroups goes to Unattributed
 	values   []cgroupValue // scratch for reads, one per possible CPU
+	keys     []uint64      // scratch for batched reads: the cgroup ids
+	batch    []Reading     // and their readings, events per CPU, cpus per cgroup
+	noBatch  bool          // the kernel cannot read the map in batches
 }
 
 // Load loads the program with its maps sized for opts. It needs CAP_BPF and
@@ -269,7 +272,63 @@ func (v *cgroupValue) UnmarshalBinary(b []byte) error {
 // Read calls fn with each cgroup's readings on each possible CPU (index: CPU
 // number); fn must not keep them. The counts only grow while a cgroup is in
 // the map.
+//
+// It reads the map in batches (BPF_MAP_LOOKUP_BATCH, Linux 5.6): walking it
+// key by key costs two syscalls per cgroup, most of a cycle's CPU with a
+// thousand cgroups. Where the kernel cannot batch, it walks.
 func (c *Counter) Read(fn func(id uint64, perCPU [][]Reading)) error {
+	if !c.noBatch {
+		n, err := c.readBatch()
+		if err == nil {
+			perCPU := make([][]Reading, c.cpus)
+			for i, id := range c.keys[:n] {
+				for cpu := range perCPU {
+					o := (i*c.cpus + cpu) * c.events
+					perCPU[cpu] = c.batch[o : o+c.events : o+c.events]
+				}
+				fn(id, perCPU)
+			}
+			return nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("read the cgroup map: %w", err)
+		}
+		c.noBatch = true
+	}
+	return c.walk(fn)
+}
+
+// batchKeys is how many cgroups one batch syscall reads; the kernel reads a
+// hash map bucket by bucket and answers ENOSPC only for a bucket larger than
+// this.
+const batchKeys = 256
+
+// readBatch reads the whole map into c.keys and c.batch (cgroup i's readings
+// on CPU j from (i*cpus+j)*events, the kernel's layout, written in place:
+// decoding every slot of every batch cost more than the syscalls saved) and
+// returns the number of cgroups; nothing is handed out before all of it is
+// read, so a failure part-way loses nothing.
+func (c *Counter) readBatch() (int, error) {
+	var cursor ebpf.MapBatchCursor
+	n := 0
+	for {
+		if len(c.keys) < n+batchKeys {
+			c.keys = slices.Grow(c.keys, n+batchKeys-len(c.keys))[:n+batchKeys]
+			c.batch = slices.Grow(c.batch, (n+batchKeys)*c.cpus*c.events-len(c.batch))[:(n+batchKeys)*c.cpus*c.events]
+		}
+		got, err := c.objs.Cgroups.BatchLookup(&cursor, c.keys[n:n+batchKeys], c.batch[n*c.cpus*c.events:(n+batchKeys)*c.cpus*c.events], nil)
+		n += got
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// walk reads the map key by key.
+func (c *Counter) walk(fn func(id uint64, perCPU [][]Reading)) error {
 	var id uint64
 	perCPU := make([][]Reading, c.cpus)
 	it := c.objs.Cgroups.Iterate()

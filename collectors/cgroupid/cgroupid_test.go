@@ -97,3 +97,17 @@ func TestWalkUnreadableRootKeepsTable(t *testing.T) {
 		t.Error("ID of a missing directory succeeded")
 	}
 }
+
+// BenchmarkWalk walks this machine's cgroup v2 hierarchy, as the attributor
+// does every 10 s (to find removed cgroups) and when an unknown one appears.
+func BenchmarkWalk(b *testing.B) {
+	root := testenv.Cgroup2Mount()
+	testenv.Require(b, root != "", "needs cgroup v2")
+	r := New(root)
+	for b.Loop() {
+		if err := r.Walk(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(r.Len()), "cgroups")
+}
