@@ -37,8 +37,8 @@ type Options struct {
 	MaxCgroups  int // entries of the kernel's cgroup map
 	MaxSeries   int // cgroups with series of their own; the rest are "other"
 	Grace       time.Duration
-	// Rescan is how often the hierarchy is walked to find removed cgroups
-	// when no new cgroup made it walk sooner.
+	// Rescan is how often the known cgroups are checked (a stat each) to
+	// find removed ones; a new cgroup makes it walk the hierarchy at once.
 	Rescan time.Duration
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -47,18 +47,18 @@ type Options struct {
 // Attributor owns the eBPF counter and the per-cgroup state. The engine's
 // hooks and Cycle run on the engine's goroutine; Snapshot may run concurrently.
 type Attributor struct {
-	opts     Options
-	counter  *cgroupbpf.Counter
-	resolver *cgroupid.Resolver
-	table    *cgroupattr.Table
-	unattr   *cgroupattr.Table
-	offsets  []int // each class's first index in the flattened counts
-	width    int   // flattened counts per cgroup
-	keyed    []*topdown.Keyed
-	prev     map[uint64][]float64 // series counts at the previous Top-Down step
-	lastWalk time.Time
-	errors   map[string]uint64
-	resets   []int // CPUs whose cgroup-switches event to reopen (ResetCPU)
+	opts      Options
+	counter   *cgroupbpf.Counter
+	resolver  *cgroupid.Resolver
+	table     *cgroupattr.Table
+	unattr    *cgroupattr.Table
+	offsets   []int // each class's first index in the flattened counts
+	width     int   // flattened counts per cgroup
+	keyed     []*topdown.Keyed
+	prev      map[uint64][]float64 // series counts at the previous Top-Down step
+	lastCheck time.Time            // of the hierarchy, by a walk or a check
+	errors    map[string]uint64
+	resets    []int // CPUs whose cgroup-switches event to reopen (ResetCPU)
 
 	mu   sync.Mutex
 	snap Snapshot
@@ -140,7 +140,7 @@ func New(opts Options) (*Attributor, error) {
 			}
 		}
 	}
-	a.lastWalk = opts.Now()
+	a.lastCheck = opts.Now()
 	a.table = cgroupattr.New(a.width, cgroupattr.Options{MaxSeries: opts.MaxSeries, Grace: opts.Grace, Rank: rank})
 	a.unattr = cgroupattr.New(a.width, cgroupattr.Options{MaxSeries: 1, Grace: time.Duration(1<<63 - 1)})
 	return a, nil
@@ -249,7 +249,9 @@ func (a *Attributor) Cycle(online []int) {
 	tracked := len(readings)
 	unattributed := readings[cgroupbpf.Unattributed]
 	delete(readings, cgroupbpf.Unattributed)
-	walked := false
+	// The table is known to be current once a walk or a check succeeded:
+	// then an id it cannot resolve is a cgroup removed.
+	walked, current := false, false
 	walk := func() {
 		if walked {
 			return
@@ -258,12 +260,19 @@ func (a *Attributor) Cycle(online []int) {
 		if err := a.resolver.Walk(); err != nil {
 			a.errors[ErrWalk]++
 			a.opts.Logger.Warn("cannot resolve cgroup ids", "err", err)
+			current = false // an unknown id may be a cgroup it did not reach
 			return
 		}
-		a.lastWalk = now
+		current, a.lastCheck = true, now
 	}
-	if now.Sub(a.lastWalk) >= a.opts.Rescan {
-		walk()
+	if now.Sub(a.lastCheck) >= a.opts.Rescan {
+		// Removed cgroups, found by a stat of each known one.
+		if err := a.resolver.Check(); err != nil {
+			a.errors[ErrWalk]++
+			a.opts.Logger.Warn("cannot check the cgroup hierarchy", "err", err)
+		} else {
+			current, a.lastCheck = true, now
+		}
 	}
 	for id := range readings {
 		if _, ok := a.resolver.Path(id); !ok {
@@ -278,7 +287,7 @@ func (a *Attributor) Cycle(online []int) {
 	// Cgroups missing from a walk made after the read have been removed:
 	// their last counts are in the table; the kernel map lets go of them.
 	forgotten := 0
-	if walked {
+	if current {
 		for id := range readings {
 			if _, ok := a.resolver.Path(id); !ok {
 				if err := a.counter.Forget(id); err != nil {

@@ -69,6 +69,23 @@ func (r *Resolver) Walk() error {
 	return nil
 }
 
+// Check drops from the table the cgroups removed since they were found (a
+// directory gone, or replaced by a new cgroup of the same name), with one
+// stat per known cgroup: much cheaper than a walk, which lists every
+// cgroup's interface files. New cgroups need a walk. Only an unreadable root
+// is an error, and then the table is kept.
+func (r *Resolver) Check() error {
+	if _, err := os.Stat(r.root); err != nil {
+		return fmt.Errorf("check the cgroup hierarchy at %s: %w", r.root, err)
+	}
+	for id, p := range r.paths {
+		if got, err := ID(filepath.Join(r.root, filepath.FromSlash(p))); err != nil || got != id {
+			delete(r.paths, id)
+		}
+	}
+	return nil
+}
+
 // Path returns the path of the cgroup with id as of the latest walk.
 func (r *Resolver) Path(id uint64) (string, bool) {
 	p, ok := r.paths[id]

@@ -111,3 +111,67 @@ func BenchmarkWalk(b *testing.B) {
 	}
 	b.ReportMetric(float64(r.Len()), "cgroups")
 }
+
+// Check drops a removed cgroup and one replaced by a new cgroup of the same
+// name (a new kernel id), keeps the others, and learns no new cgroup: that
+// takes a walk.
+func TestCheckDropsRemoved(t *testing.T) {
+	top, dirs := testenv.Cgroups(t, "a", "b", "c")
+	r := New(testenv.Cgroup2Mount())
+	if err := r.Walk(); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uint64, len(dirs))
+	for i, d := range dirs {
+		ids[i] = handleID(t, d)
+	}
+	if err := os.Remove(dirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dirs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dirs[1], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	renewed := handleID(t, dirs[1])
+	if renewed == ids[1] {
+		t.Fatal("the kernel reused a cgroup id")
+	}
+	if err := r.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, false, true} {
+		if _, ok := r.Path(ids[i]); ok != want {
+			t.Errorf("%s (id %d): resolves %v after the check, want %v", dirs[i], ids[i], ok, want)
+		}
+	}
+	if p, _ := r.Path(ids[2]); p != top+"/c" {
+		t.Errorf("the kept cgroup resolves to %q, want %q", p, top+"/c")
+	}
+	if _, ok := r.Path(renewed); ok {
+		t.Error("a check found a new cgroup; only a walk does")
+	}
+	if err := r.Walk(); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := r.Path(renewed); !ok || p != top+"/b" {
+		t.Errorf("after a walk the new cgroup resolves to %q, %v", p, ok)
+	}
+}
+
+// BenchmarkCheck checks this machine's cgroups, beside BenchmarkWalk.
+func BenchmarkCheck(b *testing.B) {
+	root := testenv.Cgroup2Mount()
+	testenv.Require(b, root != "", "needs cgroup v2")
+	r := New(root)
+	if err := r.Walk(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := r.Check(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(r.Len()), "cgroups")
+}
