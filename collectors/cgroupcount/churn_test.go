@@ -206,3 +206,44 @@ func TestMapFull(t *testing.T) {
 		t.Errorf("nothing attributed with a full map: %+v", s.Cgroups)
 	}
 }
+
+// A walk that fails (an unreadable hierarchy) does not make the attributor
+// forget the cgroups it could not resolve: their counts stay in the kernel's
+// map, and are resolved once the hierarchy can be read again.
+func TestFailedWalkForgetsNothing(t *testing.T) {
+	_, dirs := testenv.Cgroups(t, "kept")
+	r := newRig(t, Options{Depth: 1, MaxCgroups: 1024, MaxSeries: 100, Grace: time.Minute})
+	r.cycle(time.Second)
+	id, err := cgroupid.ID(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	inMap := func() bool {
+		found := false
+		r.a.counter.Read(func(got uint64, _ [][]cgroupbpf.Reading) { found = found || got == id })
+		return found
+	}
+	resolver := r.a.resolver
+	r.a.resolver = cgroupid.New(filepath.Join(t.TempDir(), "gone")) // every walk fails
+	for round := 0; !inMap() && round < 20; round++ {
+		runIn(t, dirs)
+	}
+	if !inMap() {
+		t.Fatal("the test cgroup never reached the kernel map")
+	}
+	r.cycle(time.Second) // an unknown id: a walk, which fails
+	if r.a.errors[ErrWalk] == 0 {
+		t.Fatal("the walk did not fail")
+	}
+	if !inMap() {
+		t.Fatal("after a failed walk the cgroup was dropped from the kernel map, and its counts with it")
+	}
+	r.a.resolver = resolver
+	r.cycle(time.Second)
+	for _, s := range r.a.Snapshot().Cgroups {
+		if strings.HasSuffix(s.Path, "/kept") {
+			return
+		}
+	}
+	t.Errorf("the cgroup has no series once the hierarchy reads again: %+v", r.a.Snapshot().Cgroups)
+}
