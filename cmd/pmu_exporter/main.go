@@ -88,17 +88,28 @@ type otlpFlags struct {
 	interval           time.Duration
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	var f flags
+// cli is the command line: its commands and the options they fill.
+type cli struct {
+	f                            flags
+	td                           topdownFlags
+	sf                           samplesFlags
+	cf                           c2cFlags
+	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
+	terminated                   int // exit code --help or --version asked for; -1: none
+}
+
+// newApp declares every command and flag, bound to c.
+func newApp(c *cli, stderr io.Writer) *kingpin.Application {
+	f, td, sf, cf := &c.f, &c.td, &c.sf, &c.cf
+	c.terminated = -1
 	app := kingpin.New("pmu_exporter", "Counts CPU performance events on every CPU and exports them to Prometheus.")
 	app.UsageWriter(stderr)
 	app.ErrorWriter(stderr)
 	// --help and --version end the program: kingpin asks to exit, and run
 	// returns instead (without it, the default command would go on).
-	terminated := -1
 	app.Terminate(func(code int) {
-		if terminated < 0 {
-			terminated = code
+		if c.terminated < 0 {
+			c.terminated = code
 		}
 	})
 	app.Version(version.Print("pmu_exporter"))
@@ -169,59 +180,63 @@ func run(args []string, stdout, stderr io.Writer) int {
 	f.log = &promslog.Config{}
 	promslogflag.AddFlags(app, f.log)
 
-	check := app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
-	check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
-	check.Flag("topdown.uarch", "As serve's: the Top-Down trees to check instead of the detected ones.").StringVar(&f.tdUarch)
-	check.Flag("topdown.definitions", "As serve's: the YAML metric file to check with the tree it extends.").StringVar(&f.tdDef)
+	c.check = app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
+	c.check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
+	c.check.Flag("topdown.uarch", "As serve's: the Top-Down trees to check instead of the detected ones.").StringVar(&f.tdUarch)
+	c.check.Flag("topdown.definitions", "As serve's: the YAML metric file to check with the tree it extends.").StringVar(&f.tdDef)
 
-	var td topdownFlags
-	tdCmd := app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
-	tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
-	tdCmd.Flag("smt", "Whether the recording host ran two threads per core: on, off or auto (this host's).").Default("auto").EnumVar(&td.smt, "on", "off", "auto")
-	tdCmd.Flag("slots", "Slots per cycle of the recording host's cores (Arm: the PMU's caps/slots).").Float64Var(&td.slots)
-	tdCmd.Flag("definitions", "YAML file with metrics that extend or override the built-in tree.").StringVar(&td.definitions)
-	tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
-	tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
-	tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
+	c.tdCmd = app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
+	c.tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
+	c.tdCmd.Flag("smt", "Whether the recording host ran two threads per core: on, off or auto (this host's).").Default("auto").EnumVar(&td.smt, "on", "off", "auto")
+	c.tdCmd.Flag("slots", "Slots per cycle of the recording host's cores (Arm: the PMU's caps/slots).").Float64Var(&td.slots)
+	c.tdCmd.Flag("definitions", "YAML file with metrics that extend or override the built-in tree.").StringVar(&td.definitions)
+	c.tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
+	c.tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
+	c.tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
 
-	var sf samplesFlags
-	smpCmd := app.Command("samples", "Print the samples of a perf.data file (perf record, perf mem record, perf c2c record; - reads a pipe-mode stream), one JSON object per line, in perf script's order, with data_src decoded.")
-	smpCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream (perf record -o -) from standard input.").Short('i').Default("perf.data").StringVar(&sf.input)
-	smpCmd.Flag("format", "Output format: jsonl.").Default("jsonl").EnumVar(&sf.format, "jsonl")
-	smpCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&sf.input)
+	c.smpCmd = app.Command("samples", "Print the samples of a perf.data file (perf record, perf mem record, perf c2c record; - reads a pipe-mode stream), one JSON object per line, in perf script's order, with data_src decoded.")
+	c.smpCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream (perf record -o -) from standard input.").Short('i').Default("perf.data").StringVar(&sf.input)
+	c.smpCmd.Flag("format", "Output format: jsonl.").Default("jsonl").EnumVar(&sf.format, "jsonl")
+	c.smpCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&sf.input)
 
-	var cf c2cFlags
-	c2cCmd := app.Command("c2c", "Report the cache lines threads share, true and false sharing, from the memory samples of a perf.data file (perf c2c record, perf mem record), as /debug/cachelines does live.")
-	c2cCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream from standard input.").Short('i').Default("perf.data").StringVar(&cf.input)
-	c2cCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&cf.format, "text", "json")
-	c2cCmd.Flag("lines", "How many of the hottest lines to show.").Default("20").IntVar(&cf.lines)
-	c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full.").Default("4096").IntVar(&cf.max)
-	c2cCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&cf.input)
+	c.c2cCmd = app.Command("c2c", "Report the cache lines threads share, true and false sharing, from the memory samples of a perf.data file (perf c2c record, perf mem record), as /debug/cachelines does live.")
+	c.c2cCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream from standard input.").Short('i').Default("perf.data").StringVar(&cf.input)
+	c.c2cCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&cf.format, "text", "json")
+	c.c2cCmd.Flag("lines", "How many of the hottest lines to show.").Default("20").IntVar(&cf.lines)
+	c.c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full.").Default("4096").IntVar(&cf.max)
+	c.c2cCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&cf.input)
 
+	return app
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var c cli
+	app := newApp(&c, stderr)
 	cmd, err := app.Parse(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "pmu_exporter: %v (try --help)\n", err)
 		return 2
 	}
-	if terminated >= 0 || cmd == "" { // --help or --version
-		return max(terminated, 0)
+	if c.terminated >= 0 || cmd == "" { // --help or --version
+		return max(c.terminated, 0)
 	}
 	// kingpin hands a lone "-" (standard input) to a flag or argument as "".
-	for _, in := range []*string{&sf.input, &cf.input} {
+	for _, in := range []*string{&c.sf.input, &c.cf.input} {
 		if *in == "" {
 			*in = "-"
 		}
 	}
+	f, td, sf, cf := c.f, c.td, c.sf, c.cf
 	f.log.Writer = stderr
 	logger := promslog.New(f.log)
 	switch cmd {
-	case check.FullCommand():
+	case c.check.FullCommand():
 		return runCheck(f, stdout, stderr)
-	case tdCmd.FullCommand():
+	case c.tdCmd.FullCommand():
 		return runTopdown(f, td, os.Stdin, stdout, stderr)
-	case smpCmd.FullCommand():
+	case c.smpCmd.FullCommand():
 		return runSamples(sf, os.Stdin, stdout, stderr)
-	case c2cCmd.FullCommand():
+	case c.c2cCmd.FullCommand():
 		return runC2C(cf, os.Stdin, stdout, stderr)
 	default:
 		if f.interval <= 0 {

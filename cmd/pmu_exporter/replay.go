@@ -81,6 +81,7 @@ func replayPipeline(f flags, logger *slog.Logger) (*pipeline, error) {
 	readDuration := exporter.NewReadDurationHistogram()
 	p.collectors = append(p.collectors, readDuration)
 	p.run = func(ctx context.Context) { player.Run(ctx, readDuration.Observe) }
+	p.step = player.Step
 	p.ready = func() (bool, string) { return player.Cycles() >= 1, "no recorded interval has been played yet" }
 	if f.replay.samples != "" {
 		if err := replaySamples(p, f.replay.samples, f.sampling.maxLines, os.Stderr, logger); err != nil {

@@ -207,6 +207,9 @@ type pipeline struct {
 	handlers []handler
 	// cpuResets hear of CPUs whose events the counting engine reopened.
 	cpuResets []func(cpu int)
+	// step plays one recorded interval (replay only), as run does on its
+	// clock: the golden exposition test plays a fixed number.
+	step func()
 }
 
 func (p *pipeline) close() {
@@ -248,13 +251,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		defer close(done)
 		p.run(ctx)
 	}()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(p.collectors...)
-	reg.MustRegister(
-		versioncollector.NewCollector("pmu"),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	reg := newRegistry(p)
 	if f.otlp.endpoint != "" {
 		host, _ := os.Hostname()
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("OTLP push failed", "err", err) }))
@@ -275,6 +272,19 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		}()
 	}
 	return serveHTTP(ctx, stop, done, f, reg, p, logger)
+}
+
+// newRegistry holds the pipeline's collectors and the exporter's own: build
+// information, the Go runtime and the process.
+func newRegistry(p *pipeline) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.collectors...)
+	reg.MustRegister(
+		versioncollector.NewCollector("pmu"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
 }
 
 // livePipeline counts with perf_event_open on this host: the groups, Top-Down

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from what the code produces now")
+
+// goldenArgs serve a recording with Top-Down, a container and memory samples:
+// every family a replay can export.
+var goldenArgs = []string{"serve", "--source=replay", "--replay.file=" + handmade, "--replay.uarch=skx",
+	"--replay.samples=../../examples/replay/skx-c2c.data"}
+
+// TestGoldenExposition is the whole /metrics surface of a replay after three
+// recorded intervals, as node_exporter's e2e fixture is for its collectors:
+// a change to any family, label or value shows in review as a change to
+// testdata/replay.prom (regenerate with go test -run Golden -update). Only
+// what a build or the Go runtime decides is left out: pmu_build_info, go_*
+// and process_*.
+func TestGoldenExposition(t *testing.T) {
+	got := goldenText(t)
+	if again := goldenText(t); again != got {
+		t.Fatal("two replays of the same recording gave different expositions")
+	}
+	const file = "testdata/replay.prom"
+	if *update {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("the exposition differs from %s (go test -run Golden -update rewrites it; review the diff):\n%s", file, lineDiff(string(want), got))
+	}
+}
+
+func goldenText(t *testing.T) string {
+	t.Helper()
+	var c cli
+	if _, err := newApp(&c, io.Discard).Parse(goldenArgs); err != nil {
+		t.Fatal(err)
+	}
+	p, err := replayPipeline(c.f, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	for range 3 {
+		p.step()
+	}
+	mfs, err := newRegistry(p).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		if n := mf.GetName(); n == "pmu_build_info" || strings.HasPrefix(n, "go_") || strings.HasPrefix(n, "process_") {
+			continue
+		}
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+// lineDiff lists the lines only in want (-) and only in got (+).
+func lineDiff(want, got string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	w, g := in(want), in(got)
+	var b strings.Builder
+	for _, l := range strings.Split(want, "\n") {
+		if !g[l] {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if !w[l] {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	return b.String()
+}
