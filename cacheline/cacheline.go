@@ -170,8 +170,15 @@ func (l *Line) addPair(p Pair, n uint64) {
 	l.OtherPairs += n
 }
 
-// Score ranks lines as perf c2c does: HITM loads first, then stores.
-func (l *Line) Score() uint64 { return (l.LocalHITM+l.RemoteHITM)<<20 + l.Stores }
+// Hotter ranks lines as perf c2c does: by HITM loads, then by stores
+// (positive: a is hotter than b). Two keys, not one packed number: a packed
+// score lets enough stores outrank a HITM.
+func Hotter(a, b *Line) int {
+	if c := cmp.Compare(a.LocalHITM+a.RemoteHITM, b.LocalHITM+b.RemoteHITM); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Stores, b.Stores)
+}
 
 // key is a line of a process: the same virtual address in two processes
 // is two lines.
@@ -346,7 +353,7 @@ func (t *Table) evict() {
 	for _, i := range t.lines {
 		all = append(all, i)
 	}
-	slices.SortFunc(all, func(a, b int32) int { return cmp.Compare(t.slab[a].Score(), t.slab[b].Score()) })
+	slices.SortFunc(all, func(a, b int32) int { return Hotter(&t.slab[a], &t.slab[b]) })
 	for _, i := range all[:len(all)/2] {
 		l := &t.slab[i]
 		delete(t.lines, key{l.PID, l.Addr})
@@ -362,7 +369,7 @@ func (t *Table) Top(n int) []*Line {
 		out = append(out, &t.slab[i])
 	}
 	slices.SortFunc(out, func(a, b *Line) int {
-		if c := cmp.Compare(b.Score(), a.Score()); c != 0 {
+		if c := Hotter(b, a); c != 0 {
 			return c
 		}
 		if c := cmp.Compare(a.PID, b.PID); c != 0 {

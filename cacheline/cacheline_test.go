@@ -218,3 +218,28 @@ func TestWindow(t *testing.T) {
 		}
 	}
 }
+
+// A line with one HITM outranks one with none however many stores it has,
+// in Top and when the table evicts (perf c2c's order; a packed score of
+// hitm<<20+stores had 2^20+1 stores win).
+func TestHITMOutranksStores(t *testing.T) {
+	tb := New(4)
+	const stores, hitm, plain = 1<<20 + 1, 0x2000, 0x1000
+	for range stores {
+		tb.Add(Access{Addr: plain, Size: 8, PID: 1, TID: 1, Store: true, Period: 1})
+	}
+	tb.Add(Access{Addr: hitm, Size: 8, PID: 1, TID: 2, HITM: datasrc.RemoteHITM, Period: 1})
+	if top := tb.Top(2); top[0].Addr != hitm || top[1].Addr != plain {
+		t.Errorf("ranked %#x, %#x; want the HITM line %#x first", top[0].Addr, top[1].Addr, uint64(hitm))
+	}
+	// Fill the table: the colder half goes, and the HITM line stays.
+	for i := range 3 {
+		tb.Add(Access{Addr: uint64(0x10000 + LineSize*i), Size: 8, PID: 1, TID: 1, Period: 1})
+	}
+	if tb.Totals.Evicted == 0 {
+		t.Fatal("nothing evicted")
+	}
+	if top := tb.Top(1); top[0].Addr != hitm {
+		t.Errorf("after eviction the hottest line is %#x, want %#x", top[0].Addr, uint64(hitm))
+	}
+}
