@@ -56,6 +56,19 @@ type Metric struct {
 	line        int
 }
 
+// where names the metric in errors: file:line where it was read from a file,
+// else the definition's name (a definition built in Go has no line).
+func (m Metric) where(d *Definition) string {
+	file := m.file
+	if file == "" {
+		file = d.Name
+	}
+	if m.line > 0 {
+		return fmt.Sprintf("%s:%d: metric %s", file, m.line, m.Name)
+	}
+	return fmt.Sprintf("%s: metric %s", file, m.Name)
+}
+
 // Parse reads a definition file; file names it in errors.
 func Parse(file string, data []byte) (*Definition, error) {
 	var d Definition
@@ -197,14 +210,7 @@ func (d *Definition) Compile() (*Tree, error) {
 	deps := make([][]string, len(d.Metrics))
 	nodes := make([]node, len(d.Metrics))
 	for i, m := range d.Metrics {
-		file := m.file
-		if file == "" {
-			file = d.Name
-		}
-		where := fmt.Sprintf("%s: metric %s", file, m.Name)
-		if m.line > 0 {
-			where = fmt.Sprintf("%s:%d: metric %s", file, m.line, m.Name)
-		}
+		where := m.where(d)
 		resolve := func(name string) (int, bool) {
 			name = strings.TrimSuffix(name, "(%)")
 			s, ok := slot[name]
@@ -266,7 +272,7 @@ func (d *Definition) Compile() (*Tree, error) {
 		}
 		if m := d.Metrics[i]; !m.Approximate {
 			if err := sameGroup(d, eventsOf[i]); err != nil {
-				errs = append(errs, fmt.Errorf("%s:%d: metric %s: %v (mark it approximate: true if that is intended)", m.file, m.line, m.Name, err))
+				errs = append(errs, fmt.Errorf("%s: %v (mark it approximate: true if that is intended)", m.where(d), err))
 			}
 		}
 	}

@@ -213,3 +213,19 @@ metrics:
 		t.Errorf("a good extension: %v", err)
 	}
 }
+
+// A definition built in Go has no file line: its errors name the definition
+// and the metric, not a position ":0:".
+func TestCompileErrorsOfGoDefinition(t *testing.T) {
+	d := &Definition{Name: "built-in-go",
+		Events: []Event{{Name: "A", Spec: "cpu-clock"}, {Name: "B", Spec: "task-clock"}},
+		Groups: [][]string{{"A"}, {"B"}},
+		Metrics: []Metric{{Name: "ratio", Level: 1, Formula: "A / B"}}}
+	_, err := d.Compile()
+	if err == nil {
+		t.Fatal("A and B in two groups compiled without approximate: true")
+	}
+	if want := "built-in-go: metric ratio: events A, B are not all in one group"; !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), ":0:") {
+		t.Errorf("error %q, want it to start %q", err, want)
+	}
+}

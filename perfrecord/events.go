@@ -31,7 +31,7 @@ const scanLimit = 16
 // NewEvents maps ids[i] to attrs[i]. A single event needs no ids.
 func NewEvents(attrs []Attr, ids [][]uint64) (*Events, error) {
 	if len(attrs) == 0 {
-		return nil, fmt.Errorf("no events")
+		return nil, fmt.Errorf("decode records: no event attributes (perf_event_attr) to read them with: a recording must describe its events before its records")
 	}
 	if len(ids) != len(attrs) {
 		return nil, fmt.Errorf("%d events with %d id lists", len(attrs), len(ids))

@@ -98,6 +98,7 @@ func TestEventsRefused(t *testing.T) {
 		"duplicate":   {[]Attr{withID, withID}, [][]uint64{{1}, {1}}, "belongs to both"},
 		"lists":       {[]Attr{withID}, nil, "id lists"},
 		"unsupported": {[]Attr{{SampleType: unix.PERF_SAMPLE_REGS_USER}}, [][]uint64{nil}, "not supported"},
+		"none":        {nil, nil, "no event attributes (perf_event_attr)"},
 	} {
 		if _, err := NewEvents(c.attrs, c.ids); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)

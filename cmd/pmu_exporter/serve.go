@@ -253,10 +253,10 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	}()
 	reg := newRegistry(p)
 	if f.otlp.endpoint != "" {
-		host, _ := os.Hostname()
+		hostname, _ := os.Hostname()
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("OTLP push failed", "err", err) }))
 		pusher, err := otlp.Start(ctx, reg, otlp.Options{Endpoint: f.otlp.endpoint, Protocol: f.otlp.protocol,
-			Interval: f.otlp.interval, HostName: host, NodeName: f.k8sNode, Version: version.Version})
+			Interval: f.otlp.interval, HostName: hostname, NodeName: f.k8sNode, Version: version.Version})
 		if err != nil {
 			stop()
 			<-done

@@ -341,7 +341,12 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, lea
 		return -1, -1, fmt.Errorf("sampling every %d: %w", period, perf.NewOpenError(c.Name, cpu, err))
 	}
 	if leader >= 0 {
-		unix.IoctlSetInt(leader, unix.PERF_EVENT_IOC_ENABLE, 0)
+		// A disabled leader holds its member off: it would never sample.
+		if err := unix.IoctlSetInt(leader, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			unix.Close(fd)
+			unix.Close(leader)
+			return -1, -1, fmt.Errorf("%s: enable its leader on CPU %d: PERF_EVENT_IOC_ENABLE: %w", c.Name, cpu, err)
+		}
 	}
 	return fd, leader, nil
 }
