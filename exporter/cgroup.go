@@ -41,7 +41,7 @@ type CgroupCollector struct {
 	events, slots, nodeSlots              *prometheus.Desc
 	unattributed, missed, errors, tracked *prometheus.Desc
 	perfModeFDs                           *prometheus.Desc
-	perfMode                              bool
+	attribution                           Attribution
 
 	mu     sync.Mutex
 	labels map[string]*cgroupLabels // by cgroup path
@@ -71,13 +71,28 @@ type nodeLabels struct {
 	pairs        []*dto.LabelPair
 }
 
-// NewCgroup builds the collector; names may be nil. perfMode says the source
-// is perf's cgroup mode (the fallback without eBPF), whose fd cost is exported.
-func NewCgroup(src CgroupSource, names PodNames, perfMode bool) *CgroupCollector {
+// Attribution is how a CgroupSource came by its counts, which decides the
+// families that describe the attribution itself.
+type Attribution int
+
+const (
+	// AttributedByBPF: the eBPF program on this host; its missed switches,
+	// errors and map occupancy are exported.
+	AttributedByBPF Attribution = iota
+	// PerfCgroupMode: perf's cgroup mode, the fallback without eBPF; its fd
+	// cost and the cgroups it counts are exported.
+	PerfCgroupMode
+	// Recorded: counts from a recording (replay), which says nothing of this
+	// host's attribution.
+	Recorded
+)
+
+// NewCgroup builds the collector; names may be nil.
+func NewCgroup(src CgroupSource, names PodNames, how Attribution) *CgroupCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
-	return &CgroupCollector{src: src, names: names, perfMode: perfMode, labels: map[string]*cgroupLabels{},
+	return &CgroupCollector{src: src, names: names, attribution: how, labels: map[string]*cgroupLabels{},
 		perfModeFDs: d("cgroup_perf_mode_fds", "File descriptors held by perf's cgroup mode (one per event per CPU per allow-listed cgroup), the fallback when eBPF is not permitted."),
 		events: d("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --cgroup.max-series.",
 			append(identityLabels[:], "event")...),
@@ -109,7 +124,10 @@ func (c *CgroupCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, e := range s.Unattributed {
 		ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.CounterValue, e.Value, e.Event)
 	}
-	if c.perfMode {
+	switch c.attribution {
+	case Recorded:
+		return
+	case PerfCgroupMode:
 		ch <- prometheus.MustNewConstMetric(c.perfModeFDs, prometheus.GaugeValue, float64(s.PerfModeFDs))
 		ch <- prometheus.MustNewConstMetric(c.tracked, prometheus.GaugeValue, float64(s.Tracked))
 		return

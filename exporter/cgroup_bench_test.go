@@ -78,8 +78,8 @@ func BenchmarkCgroupScrape(b *testing.B) {
 				name string
 				c    prometheus.Collector
 			}{
-				{"cached", NewCgroup(manyCgroups{s}, nil, false)},
-				{"const", constCgroups{NewCgroup(manyCgroups{s}, nil, false), s}},
+				{"cached", NewCgroup(manyCgroups{s}, nil, AttributedByBPF)},
+				{"const", constCgroups{NewCgroup(manyCgroups{s}, nil, AttributedByBPF), s}},
 			} {
 				b.Run(fmt.Sprintf("topdown=%v/cgroups=%d/collector=%s", topdown, n, c.name), func(b *testing.B) {
 					scrape(b, c.c)
@@ -160,7 +160,7 @@ func scrape(b *testing.B, c prometheus.Collector) {
 // fastest, reporting the compressed size.
 func BenchmarkCompression(b *testing.B) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCgroup(manyCgroups{cgroupSnapshot(1000)}, nil, false))
+	reg.MustRegister(NewCgroup(manyCgroups{cgroupSnapshot(1000)}, nil, AttributedByBPF))
 	mfs, err := reg.Gather()
 	if err != nil {
 		b.Fatal(err)

@@ -45,7 +45,7 @@ func (n names) Names(id podcgroup.Identity) (string, string, string, bool) {
 func TestCgroupCollector(t *testing.T) {
 	// The API server knows the container but not (yet) the pod's own cgroup
 	// entry: that one keeps the UID.
-	c := NewCgroup(fixedCgroups{}, names{"0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c/aaaa": {"shop", "cart-7f9", "app"}}, false)
+	c := NewCgroup(fixedCgroups{}, names{"0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c/aaaa": {"shop", "cart-7f9", "app"}}, AttributedByBPF)
 	want := `
 # HELP pmu_cgroup_events_total Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup="other" holds the cgroups beyond --cgroup.max-series.
 # TYPE pmu_cgroup_events_total counter
@@ -99,7 +99,7 @@ func TestCgroupCollectorLabelCache(t *testing.T) {
 	}
 	src := &changing{cgroupcount.Snapshot{Cgroups: []cgroupcount.Cgroup{one("/b", 1), one("/a\xffz", 2)}}}
 	pods := names{}
-	c := NewCgroup(src, pods, false)
+	c := NewCgroup(src, pods, AttributedByBPF)
 	// A cgroup directory named with bytes that are not UTF-8 is exported
 	// (with U+FFFD in their place), and the other cgroups are not lost.
 	got := scrapeText(t, c)
@@ -154,9 +154,9 @@ func scrapeText(t *testing.T, c prometheus.Collector) string {
 func TestCgroupCollectorSameAsConst(t *testing.T) {
 	src := &changing{cgroupSnapshot(60)}
 	slices.Reverse(src.s.Cgroups) // not in path order
-	cached := NewCgroup(src, nil, false)
+	cached := NewCgroup(src, nil, AttributedByBPF)
 	for scrape := range 2 {
-		want := perCgroupSeries(scrapeText(t, constCgroups{NewCgroup(src, nil, false), src.s}))
+		want := perCgroupSeries(scrapeText(t, constCgroups{NewCgroup(src, nil, AttributedByBPF), src.s}))
 		if got := perCgroupSeries(scrapeText(t, cached)); got != want || len(want) < 60*21*100 {
 			t.Fatalf("scrape %d: cached series (%d bytes) differ from constant ones (%d bytes)", scrape, len(got), len(want))
 		}

@@ -15,7 +15,7 @@ import (
 // compressed body is the same exposition as the plain one.
 func TestHandlerCompression(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCgroup(manyCgroups{cgroupSnapshot(20)}, nil, false))
+	reg.MustRegister(NewCgroup(manyCgroups{cgroupSnapshot(20)}, nil, AttributedByBPF))
 	h, err := Handler(reg, 0, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -75,7 +75,7 @@ func replayPipeline(f flags, logger *slog.Logger) (*pipeline, error) {
 	}
 	p.collectors = append(p.collectors, exporter.New(player, report, exporter.Options{PerCPU: f.perCPU, Source: "replay"}))
 	if cg := player.Cgroups(); cg != nil {
-		p.collectors = append(p.collectors, exporter.NewCgroup(cg, cg, true))
+		p.collectors = append(p.collectors, exporter.NewCgroup(cg, cg, exporter.Recorded))
 	}
 	logger.Warn("serving a recording, not this host's counters", "file", f.replay.file, "intervals", len(rec.Intervals), "per_cpu", rec.PerCPU, "cgroups", rec.Cgroups)
 	readDuration := exporter.NewReadDurationHistogram()

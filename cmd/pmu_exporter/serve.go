@@ -426,10 +426,10 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 		names = pods
 	}
 	if perfMode != nil {
-		p.collectors = append(p.collectors, exporter.NewCgroup(perfMode, names, true))
+		p.collectors = append(p.collectors, exporter.NewCgroup(perfMode, names, exporter.PerfCgroupMode))
 	}
 	if attributor != nil {
-		p.collectors = append(p.collectors, exporter.NewCgroup(attributor, names, false))
+		p.collectors = append(p.collectors, exporter.NewCgroup(attributor, names, exporter.AttributedByBPF))
 	}
 	if pods != nil {
 		p.collectors = append(p.collectors, exporter.NewPodMeta(pods))

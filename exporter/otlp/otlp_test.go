@@ -54,7 +54,7 @@ func registry(t *testing.T) *prometheus.Registry {
 	p.Step()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(exporter.New(p, capability.Report{CorePMU: "skx"}, exporter.Options{Source: "replay"}),
-		exporter.NewCgroup(p.Cgroups(), p.Cgroups(), true))
+		exporter.NewCgroup(p.Cgroups(), p.Cgroups(), exporter.Recorded))
 	return reg
 }
 
