@@ -10,10 +10,10 @@ import (
 // Counters is how many hardware counters each logical CPU has, from CPUID. The
 // kernel does not publish these in sysfs, and tools like toplev read CPUID too.
 type Counters struct {
-	GeneralPurpose int
-	Fixed          int
-	Known          bool
-	Source         string // which CPUID leaf, or why unknown
+	GeneralPurpose int    `json:"general_purpose"`
+	Fixed          int    `json:"fixed"`
+	Known          bool   `json:"known"`
+	Source         string `json:"source"` // which CPUID leaf, or why unknown
 }
 
 // CPUIDFunc executes CPUID with eax=leaf, ecx=sub and returns eax, ebx, ecx, edx.

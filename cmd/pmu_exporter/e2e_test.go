@@ -375,6 +375,14 @@ func TestCheck(t *testing.T) {
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	// Every key is snake_case, as in the rest of the JSON this tool writes.
+	var anyJSON any
+	json.Unmarshal(out, &anyJSON)
+	for _, k := range jsonKeys(anyJSON, "") {
+		if strings.ToLower(k) != k {
+			t.Errorf("check --format=json: key %s is not snake_case", k)
+		}
+	}
 	if !r.Runnable || len(r.Features) < 9 || len(r.Groups) == 0 {
 		t.Errorf("report = %+v", r)
 	}
@@ -574,4 +582,21 @@ func TestServeBadTopdownDefinitions(t *testing.T) {
 	if !strings.Contains(log, `level=ERROR`) || !strings.Contains(log, "metrics form a cycle") || strings.Count(log, def) != 1 {
 		t.Errorf("the log does not say, once and at ERROR, what is wrong with %s:\n%s", def, log)
 	}
+}
+
+// jsonKeys lists every object key in v, as paths.
+func jsonKeys(v any, at string) []string {
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			out = append(out, at+"/"+k)
+			out = append(out, jsonKeys(e, at+"/"+k)...)
+		}
+	case []any:
+		for _, e := range v {
+			out = append(out, jsonKeys(e, at+"[]")...)
+		}
+	}
+	return out
 }
