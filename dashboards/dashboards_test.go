@@ -236,7 +236,7 @@ func TestQueriesReturnData(t *testing.T) {
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/skx-c2c.data")
-	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.interval=500ms",
+	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--counting.interval=500ms",
 		"--sampling.event=page-faults", "--sampling.period=100")
 	rules, err := filepath.Abs("../deploy/prometheus/pmu_exporter.rules.yml")
 	if err != nil {

@@ -202,7 +202,7 @@ func TestServeCgroupV1(t *testing.T) {
 }
 
 // TestServeQuickHotplug takes a CPU offline and back 20 times while the
-// exporter runs with --collector.per-cpu, each time faster than it polls
+// exporter runs with --counting.per-cpu, each time faster than it polls
 // the online list. After every toggle the CPU's cpu-clock must count again
 // within two intervals; afterwards a task pinned to that CPU in a cgroup is
 // credited its cpu.stat time (the cgroup program was reattached there and
@@ -221,7 +221,7 @@ func TestServeQuickHotplug(t *testing.T) {
 	label := strconv.Itoa(cpu)
 
 	started := time.Now()
-	p := start(t, nil, "--collector.per-cpu")
+	p := start(t, nil, "--counting.per-cpu")
 	clock := func() float64 {
 		_, mfs := p.scrape(t)
 		return mustValue(t, mfs, "pmu_events_total", map[string]string{"event": "cpu-clock", "pmu": "software", "cpu": label})

@@ -73,7 +73,7 @@ func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args
 		probe = "/-/healthy"
 	}
 	wrapper = slices.DeleteFunc(slices.Clone(wrapper), func(w string) bool { return w == unready })
-	argv := append(append(wrapper, binary, "--web.listen-address="+p.addr, "--collector.interval=100ms"), args...)
+	argv := append(append(wrapper, binary, "--web.listen-address="+p.addr, "--counting.interval=100ms"), args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if cred != nil {
@@ -424,8 +424,8 @@ func TestCheck(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	out, err := exec.Command(binary, "--collector.interval=-1s").CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--collector.interval must be positive") {
+	out, err := exec.Command(binary, "--counting.interval=-1s").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--counting.interval must be positive") {
 		t.Errorf("negative interval: %v %s", err, out)
 	}
 	out, err = exec.Command(binary, "--sampling.ring-pages=3").CombinedOutput()

@@ -98,3 +98,28 @@ func lineDiff(want, got string) string {
 	}
 	return b.String()
 }
+
+// The flags' old names, in node_exporter's collector on/off namespace, still
+// work, say they are deprecated, and yield to the new names.
+func TestDeprecatedFlagNames(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		perCPU   bool
+		interval string
+		notes    int
+	}{
+		{[]string{"serve", "--collector.per-cpu", "--collector.interval=250ms"}, true, "250ms", 2},
+		{[]string{"serve", "--counting.per-cpu", "--counting.interval=2s"}, true, "2s", 0},
+		{[]string{"serve", "--no-collector.per-cpu", "--counting.per-cpu", "--collector.interval=3s", "--counting.interval=4s"}, true, "4s", 2},
+		{[]string{"serve"}, false, "1s", 0},
+	} {
+		var cl cli
+		if _, err := newApp(&cl, io.Discard).Parse(c.args); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		notes := cl.deprecated()
+		if cl.f.perCPU != c.perCPU || cl.f.interval.String() != c.interval || len(notes) != c.notes {
+			t.Errorf("%v: per-cpu %v, interval %v, notes %q; want %v, %s, %d notes", c.args, cl.f.perCPU, cl.f.interval, notes, c.perCPU, c.interval, c.notes)
+		}
+	}
+}

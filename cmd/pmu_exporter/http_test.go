@@ -204,7 +204,7 @@ func TestServeDebugEndpoints(t *testing.T) {
 func startAuthed(t *testing.T, addr string, args ...string) *exporterProc {
 	t.Helper()
 	p := &exporterProc{addr: addr, log: &bytes.Buffer{}}
-	p.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + addr, "--collector.interval=100ms"}, args...)...)
+	p.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + addr, "--counting.interval=100ms"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
