@@ -26,8 +26,7 @@ build:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./collectors/... ./counting/
 
-# A short fuzzing pass over every parser and decoder; new crashers land in testdata/fuzz.
+# A short fuzzing pass over every fuzz target (go test -list '^Fuzz'); new
+# crashers land in testdata/fuzz. FUZZTIME=30s per target.
 fuzz:
-	for t in cpuset:FuzzParse eventspec:FuzzResolve config:FuzzParse counting:FuzzScale collectors/perf:FuzzDecodeGroupRead perfstat:FuzzParse replay:FuzzLoad perfrecord:FuzzDecodeSample perfdata:FuzzOpen; do \
-		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime 30s ./$${t%%:*}/ || exit 1; \
-	done
+	scripts/fuzz

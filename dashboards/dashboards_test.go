@@ -57,8 +57,8 @@ type panel struct {
 func load(t *testing.T) map[string]dashboard {
 	t.Helper()
 	files, _ := filepath.Glob("*.json")
-	if len(files) != 4 {
-		t.Fatalf("dashboards: %v", files)
+	if len(files) == 0 {
+		t.Fatal("no dashboards (*.json) here")
 	}
 	out := map[string]dashboard{}
 	for _, f := range files {
