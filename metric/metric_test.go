@@ -218,8 +218,8 @@ metrics:
 // and the metric, not a position ":0:".
 func TestCompileErrorsOfGoDefinition(t *testing.T) {
 	d := &Definition{Name: "built-in-go",
-		Events: []Event{{Name: "A", Spec: "cpu-clock"}, {Name: "B", Spec: "task-clock"}},
-		Groups: [][]string{{"A"}, {"B"}},
+		Events:  []Event{{Name: "A", Spec: "cpu-clock"}, {Name: "B", Spec: "task-clock"}},
+		Groups:  [][]string{{"A"}, {"B"}},
 		Metrics: []Metric{{Name: "ratio", Level: 1, Formula: "A / B"}}}
 	_, err := d.Compile()
 	if err == nil {
