@@ -8,18 +8,12 @@ package capability
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
-	"golang.org/x/sys/unix"
-
-	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/cpuset"
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
@@ -99,40 +93,6 @@ type Probes struct {
 	Breakpoint func() error // a hardware watchpoint on this thread
 	EBPF       func() error // loading a perf_event BPF program
 	Cgroup     func() error // a cgroup-scoped event
-}
-
-// LiveProbes asks the running kernel.
-func LiveProbes(f host.Facts) Probes {
-	return Probes{
-		Hardware: func() error {
-			return perf.Probe(eventspec.Attr{Type: pmu.TypeHardware, Config: unix.PERF_COUNT_HW_INSTRUCTIONS})
-		},
-		SystemWide: func() error {
-			for _, cpu := range f.OnlineCPUs {
-				g, err := perf.OpenGroup([]eventspec.Attr{{Type: pmu.TypeSoftware, Config: unix.PERF_COUNT_SW_CPU_CLOCK}},
-					[]string{"cpu-clock"}, perf.SystemWide(cpu))
-				if err != nil {
-					return err
-				}
-				g.Close()
-			}
-			return nil
-		},
-		Breakpoint: perf.ProbeBreakpoint,
-		EBPF:       func() error { return features.HaveProgramType(ebpf.PerfEvent) },
-		Cgroup: func() error {
-			dir, _ := f.PerfEventCgroups()
-			if dir == "" {
-				return errors.New("no cgroup v2 hierarchy and no v1 perf_event hierarchy is mounted")
-			}
-			d, err := os.Open(dir)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			return perf.ProbeCgroup(int(d.Fd()), 0)
-		},
-	}
 }
 
 // Build judges every feature.
@@ -298,12 +258,16 @@ func feature(name string, err error, detail, fix string) Feature {
 	return Feature{Name: name, Reason: err.Error(), Fix: fixFor(err, fix)}
 }
 
+// ErrNotSupported marks a probe's error as the kernel lacking the feature
+// (collectors/probe wraps cilium/ebpf's with it).
+var ErrNotSupported = errors.New("not supported by this kernel")
+
 func fixFor(err error, privilege string) string {
-	var oe *perf.OpenError
-	if errors.As(err, &oe) && oe.Reason != perf.ReasonPermission {
+	var oe *model.OpenError
+	if errors.As(err, &oe) && oe.Reason != model.ReasonPermission {
 		return oe.Fix()
 	}
-	if errors.Is(err, ebpf.ErrNotSupported) {
+	if errors.Is(err, ErrNotSupported) {
 		return "the kernel does not support this"
 	}
 	return privilege

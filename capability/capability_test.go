@@ -2,17 +2,14 @@ package capability
 
 import (
 	"bytes"
-	"errors"
-	"os"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
@@ -79,7 +76,9 @@ func TestAMDAndArm(t *testing.T) {
 // TestVMWithoutPMU: the probes fail the way this project's CI VM fails them.
 func TestVMWithoutPMU(t *testing.T) {
 	p := allWork
-	p.Hardware = func() error { return &perf.OpenError{Event: "probe", Err: unix.ENOENT, Reason: perf.ReasonUnsupported} }
+	p.Hardware = func() error {
+		return &model.OpenError{Event: "probe", Err: unix.ENOENT, Reason: model.ReasonUnsupported}
+	}
 	r := report(t, fixture.NoPMU(), p)
 	want(t, r, map[string]bool{HardwareCounters: false, PreciseSampling: false, SystemWide: true, Breakpoints: true})
 	if hw := r.Feature(HardwareCounters); !strings.Contains(hw.Reason, "this VM does not expose a PMU") {
@@ -91,7 +90,9 @@ func TestVMWithoutPMU(t *testing.T) {
 }
 
 func TestUnprivileged(t *testing.T) {
-	denied := func() error { return &perf.OpenError{Event: "probe", Err: unix.EACCES, Reason: perf.ReasonPermission} }
+	denied := func() error {
+		return &model.OpenError{Event: "probe", Err: unix.EACCES, Reason: model.ReasonPermission}
+	}
 	p := Probes{Hardware: ok, SystemWide: denied, Breakpoint: ok, EBPF: func() error { return unix.EPERM }, Cgroup: denied}
 	r := report(t, fixture.IntelSkylake(), p)
 	want(t, r, map[string]bool{SystemWide: false, EBPF: false, CgroupEvents: false, HardwareCounters: true})
@@ -107,36 +108,5 @@ func TestUnprivileged(t *testing.T) {
 		if !strings.Contains(buf.String(), s) {
 			t.Errorf("text report lacks %q:\n%s", s, buf.String())
 		}
-	}
-}
-
-// TestThisHost runs the live probes. Expectations come from sources other than the
-// probes: root can count system-wide and set watchpoints, and a host whose sysfs
-// lists no core PMU cannot have hardware counters.
-func TestThisHost(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.LockMachine(t, false)
-	f := host.Read("/proc", "/sys")
-	pmus, err := pmu.Discover("/sys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := Build(f, pmus, host.ReadCounters(f.CPU.Vendor), LiveProbes(f))
-	want(t, r, map[string]bool{SystemWide: true, Breakpoints: true, EBPF: true, CgroupEvents: testenv.Cgroup2Mount() != ""})
-	hasCore := false
-	for _, p := range pmus {
-		hasCore = hasCore || p.IsCore()
-	}
-	if !hasCore && r.Feature(HardwareCounters).Available {
-		t.Error("hardware counters reported without a core PMU")
-	}
-	if _, err := os.Stat("/sys/bus/event_source/devices/ibs_op"); (err == nil) != r.Feature(IBS).Available {
-		t.Error("ibs verdict disagrees with sysfs")
-	}
-	if !r.Runnable {
-		t.Error("root on Linux must be able to run the exporter")
-	}
-	if errors.Join(f.Errors...) != nil {
-		t.Errorf("host facts unreadable: %v", f.Errors)
 	}
 }

@@ -10,14 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 // CgroupSource is what the cgroup collector reads: the attributor.
 type CgroupSource interface {
-	Snapshot() cgroupcount.Snapshot
+	Snapshot() model.CgroupSnapshot
 }
 
 // PodNames turns the identity in a cgroup path into Kubernetes names (from
@@ -133,7 +133,7 @@ func (c *CgroupCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.missed, prometheus.CounterValue, float64(s.Switches.SwitchesMissed))
-	for _, r := range cgroupcount.ErrorReasons {
+	for _, r := range model.CgroupErrorReasons {
 		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(s.Errors[r]), r)
 	}
 	ch <- prometheus.MustNewConstMetric(c.tracked, prometheus.GaugeValue, float64(s.Tracked))
@@ -142,7 +142,7 @@ func (c *CgroupCollector) Collect(ch chan<- prometheus.Metric) {
 // series builds the per-cgroup counters from the cached label pairs, each
 // family in sort order: cgroups by path (the first label of the event and
 // slot families), nodes by category first (the first label of theirs).
-func (c *CgroupCollector) series(cgroups []cgroupcount.Cgroup) []prometheus.Metric {
+func (c *CgroupCollector) series(cgroups []model.Cgroup) []prometheus.Metric {
 	order := make([]int, len(cgroups))
 	n := 0
 	for i, cg := range cgroups {
@@ -202,7 +202,7 @@ func (c *CgroupCollector) series(cgroups []cgroupcount.Cgroup) []prometheus.Metr
 }
 
 // cached returns the cgroup's label cache, rebuilt when its names changed.
-func (c *CgroupCollector) cached(cg cgroupcount.Cgroup) *cgroupLabels {
+func (c *CgroupCollector) cached(cg model.Cgroup) *cgroupLabels {
 	id := c.identity(cg)
 	l := c.labels[cg.Path]
 	if l == nil || l.id != id {
@@ -261,7 +261,7 @@ func (m *counter) Write(out *dto.Metric) error {
 }
 
 // identity is the cgroup, namespace, pod and container label values.
-func (c *CgroupCollector) identity(cg cgroupcount.Cgroup) [4]string {
+func (c *CgroupCollector) identity(cg model.Cgroup) [4]string {
 	return identityValues(cg.Path, cg.Identity, c.names)
 }
 

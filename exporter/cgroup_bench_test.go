@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
@@ -29,14 +29,14 @@ func cpuTime(b *testing.B) int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
-type manyCgroups struct{ s cgroupcount.Snapshot }
+type manyCgroups struct{ s model.CgroupSnapshot }
 
-func (f manyCgroups) Snapshot() cgroupcount.Snapshot { return f.s }
+func (f manyCgroups) Snapshot() model.CgroupSnapshot { return f.s }
 
 // cgroupSnapshot is n pod containers with the default profile's eight
 // software events and a level 1 and 2 Top-Down tree (4 + 8 nodes), as a
 // node with per-cgroup Top-Down exports them.
-func cgroupSnapshot(n int) cgroupcount.Snapshot {
+func cgroupSnapshot(n int) model.CgroupSnapshot {
 	events := []string{"cgroup-switches", "context-switches", "cpu-clock", "cpu-migrations", "major-faults", "minor-faults", "page-faults", "task-clock"}
 	var nodes []topdown.Node
 	for _, l1 := range []string{"frontend_bound", "bad_speculation", "backend_bound", "retiring"} {
@@ -45,14 +45,14 @@ func cgroupSnapshot(n int) cgroupcount.Snapshot {
 			nodes = append(nodes, topdown.Node{Name: l1 + "_" + l2, Level: 2, Parent: l1, Slots: 5e8})
 		}
 	}
-	s := cgroupcount.Snapshot{Errors: map[string]uint64{}, TopDown: true}
+	s := model.CgroupSnapshot{Errors: map[string]uint64{}, TopDown: true}
 	for i := range n {
 		pod := fmt.Sprintf("4f1c2d3e-5a6b-4c7d-8e9f-%012d", i/2)
 		ctr := fmt.Sprintf("%064d", i)
-		cg := cgroupcount.Cgroup{Path: "/kubepods/burstable/pod" + pod + "/" + ctr,
+		cg := model.Cgroup{Path: "/kubepods/burstable/pod" + pod + "/" + ctr,
 			Identity: podcgroup.Identity{PodUID: pod, ContainerID: ctr}, Slots: 4e9, Nodes: nodes, HasSlots: true}
 		for j, e := range events {
-			cg.Events = append(cg.Events, cgroupcount.Count{Event: e, Value: float64(i*100 + j)})
+			cg.Events = append(cg.Events, model.Count{Event: e, Value: float64(i*100 + j)})
 		}
 		s.Cgroups = append(s.Cgroups, cg)
 	}
@@ -93,7 +93,7 @@ func BenchmarkCgroupScrape(b *testing.B) {
 // metric per series and scrape: the peer of CgroupCollector's cache.
 type constCgroups struct {
 	c *CgroupCollector
-	s cgroupcount.Snapshot
+	s model.CgroupSnapshot
 }
 
 func (k constCgroups) Describe(ch chan<- *prometheus.Desc) { k.c.Describe(ch) }

@@ -9,28 +9,27 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupbpf"
-	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 type fixedCgroups struct{}
 
-func (fixedCgroups) Snapshot() cgroupcount.Snapshot {
+func (fixedCgroups) Snapshot() model.CgroupSnapshot {
 	pod := podcgroup.Identity{PodUID: "0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c", QoS: "burstable"}
 	ctr := pod
 	ctr.ContainerID, ctr.Runtime = "aaaa", "containerd"
-	return cgroupcount.Snapshot{
-		Cgroups: []cgroupcount.Cgroup{
-			{Path: "/kubepods.slice/pod", Identity: pod, Events: []cgroupcount.Count{{Event: "cpu-clock", Value: 3e9}}},
-			{Path: "/kubepods.slice/pod/ctr", Identity: ctr, Events: []cgroupcount.Count{{Event: "cpu-clock", Value: 2e9}},
+	return model.CgroupSnapshot{
+		Cgroups: []model.Cgroup{
+			{Path: "/kubepods.slice/pod", Identity: pod, Events: []model.Count{{Event: "cpu-clock", Value: 3e9}}},
+			{Path: "/kubepods.slice/pod/ctr", Identity: ctr, Events: []model.Count{{Event: "cpu-clock", Value: 2e9}},
 				HasSlots: true, Slots: 800, Nodes: []topdown.Node{{Name: "retiring", Level: 1, Slots: 200}, {Name: "light_operations", Level: 2, Parent: "retiring", Slots: 150}}},
-			{Path: "other", Events: []cgroupcount.Count{{Event: "cpu-clock", Value: 5}}},
+			{Path: "other", Events: []model.Count{{Event: "cpu-clock", Value: 5}}},
 		},
-		Unattributed: []cgroupcount.Count{{Event: "cpu-clock", Value: 7}},
-		Switches:     cgroupbpf.Stats{SwitchesMissed: 3},
-		Errors:       map[string]uint64{cgroupcount.ErrMapFull: 2},
+		Unattributed: []model.Count{{Event: "cpu-clock", Value: 7}},
+		Switches:     model.SwitchStats{SwitchesMissed: 3},
+		Errors:       map[string]uint64{model.CgroupErrMapFull: 2},
 		Tracked:      4,
 	}
 }
@@ -88,16 +87,16 @@ pmu_cgroup_tracked 4
 }
 
 // changing is a source whose cgroups the test replaces between scrapes.
-type changing struct{ s cgroupcount.Snapshot }
+type changing struct{ s model.CgroupSnapshot }
 
-func (c *changing) Snapshot() cgroupcount.Snapshot { return c.s }
+func (c *changing) Snapshot() model.CgroupSnapshot { return c.s }
 
 func TestCgroupCollectorLabelCache(t *testing.T) {
 	ctr := podcgroup.Identity{PodUID: "0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c", ContainerID: "aaaa"}
-	one := func(path string, v float64) cgroupcount.Cgroup {
-		return cgroupcount.Cgroup{Path: path, Identity: ctr, Events: []cgroupcount.Count{{Event: "cpu-clock", Value: v}}}
+	one := func(path string, v float64) model.Cgroup {
+		return model.Cgroup{Path: path, Identity: ctr, Events: []model.Count{{Event: "cpu-clock", Value: v}}}
 	}
-	src := &changing{cgroupcount.Snapshot{Cgroups: []cgroupcount.Cgroup{one("/b", 1), one("/a\xffz", 2)}}}
+	src := &changing{model.CgroupSnapshot{Cgroups: []model.Cgroup{one("/b", 1), one("/a\xffz", 2)}}}
 	pods := names{}
 	c := NewCgroup(src, pods, AttributedByBPF)
 	// A cgroup directory named with bytes that are not UTF-8 is exported
@@ -114,7 +113,7 @@ func TestCgroupCollectorLabelCache(t *testing.T) {
 	// Names that arrive from the API server later replace the UIDs; a
 	// cgroup gone is dropped from the cache.
 	pods["0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c/aaaa"] = [3]string{"shop", "cart", "app"}
-	src.s.Cgroups = []cgroupcount.Cgroup{one("/b", 5)}
+	src.s.Cgroups = []model.Cgroup{one("/b", 5)}
 	got = scrapeText(t, c)
 	if want := `pmu_cgroup_events_total{cgroup="/b",container="app",event="cpu-clock",namespace="shop",pod="cart"} 5`; !strings.Contains(got, want) || strings.Contains(got, `/a`) {
 		t.Errorf("want only %s in\n%s", want, got)

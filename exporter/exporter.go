@@ -12,8 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
-	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
-	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 const namespace = "pmu"
@@ -22,12 +21,12 @@ const namespace = "pmu"
 var ReadErrorReasons = []string{"read", "online_cpus"}
 
 // OpenFailureReasons are the reasons pmu_group_open_failures reports.
-var OpenFailureReasons = []perf.Reason{perf.ReasonPermission, perf.ReasonUnsupported, perf.ReasonFDLimit,
-	perf.ReasonGroupDoesNotFit, perf.ReasonBusy, perf.ReasonNoDevice, perf.ReasonInvalid}
+var OpenFailureReasons = []model.OpenReason{model.ReasonPermission, model.ReasonUnsupported, model.ReasonFDLimit,
+	model.ReasonGroupDoesNotFit, model.ReasonBusy, model.ReasonNoDevice, model.ReasonInvalid}
 
 // Source is what the collector reads: the counting engine.
 type Source interface {
-	Snapshot() perfcount.Snapshot
+	Snapshot() model.Snapshot
 }
 
 // Options configure the collector.
@@ -102,7 +101,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			continue // never read (no value rather than a zero), or Top-Down input only
 		}
 		if c.opts.PerCPU {
-			for _, cpu := range perfcount.SortedCPUs(e.PerCPU) {
+			for _, cpu := range model.SortedCPUs(e.PerCPU) {
 				ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(e.PerCPU[cpu]), e.Event, e.PMU, strconv.Itoa(cpu))
 			}
 		} else {
@@ -128,14 +127,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.CounterValue, float64(s.ReadErrors[reason]), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(c.configErrors, prometheus.GaugeValue, float64(c.opts.ConfigErrors))
-	for _, cpu := range perfcount.SortedCPUs(s.Reopened) {
+	for _, cpu := range model.SortedCPUs(s.Reopened) {
 		ch <- prometheus.MustNewConstMetric(c.reopened, prometheus.CounterValue, float64(s.Reopened[cpu]), strconv.Itoa(cpu))
 	}
 }
 
 func (c *Collector) groupTimes(ch chan<- prometheus.Metric, d *prometheus.Desc, group string, ns map[int]uint64) {
 	if c.opts.PerCPU {
-		for _, cpu := range perfcount.SortedCPUs(ns) {
+		for _, cpu := range model.SortedCPUs(ns) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(ns[cpu])/1e9, group, strconv.Itoa(cpu))
 		}
 		return

@@ -7,23 +7,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
-	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
-	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
-type fixed perfcount.Snapshot
+type fixed model.Snapshot
 
-func (f fixed) Snapshot() perfcount.Snapshot { return perfcount.Snapshot(f) }
+func (f fixed) Snapshot() model.Snapshot { return model.Snapshot(f) }
 
 var snap = fixed{
-	Events: []perfcount.EventTotals{
+	Events: []model.EventTotals{
 		{Group: "core", Event: "cycles", PMU: "cpu", PerCPU: map[int]uint64{0: 3000, 1: 5000}},
 		{Group: "core", Event: "instructions", PMU: "cpu", PerCPU: map[int]uint64{0: 1000, 1: 4000}},
 		{Group: "never", Event: "ref-cycles", PMU: "cpu", PerCPU: map[int]uint64{}},
 	},
-	Groups: []perfcount.GroupTotals{{
+	Groups: []model.GroupTotals{{
 		Name: "core", EnabledNS: map[int]uint64{0: 2e9, 1: 2e9}, RunningNS: map[int]uint64{0: 1e9, 1: 5e8},
-		NotRunning: 3, OpenCPUs: 1, Failures: map[perf.Reason]int{perf.ReasonNoDevice: 1},
+		NotRunning: 3, OpenCPUs: 1, Failures: map[model.OpenReason]int{model.ReasonNoDevice: 1},
 	}},
 	ReadErrors: map[string]uint64{"read": 2},
 }

@@ -1,12 +1,5 @@
 package host
 
-import (
-	"fmt"
-	"runtime"
-
-	"golang.org/x/sys/unix"
-)
-
 // Counters is how many hardware counters each logical CPU has, from CPUID. The
 // kernel does not publish these in sysfs, and tools like toplev read CPUID too.
 type Counters struct {
@@ -60,31 +53,3 @@ func DecodeCounters(vendor string, cpuid CPUIDFunc) Counters {
 
 // ReadCounters decodes this CPU's counters.
 func ReadCounters(vendor string) Counters { return DecodeCounters(vendor, cpuidFunc) }
-
-// ReadCountersOn decodes the counters of one logical CPU. Hybrid parts answer
-// CPUID for the core type the instruction runs on (Golden Cove 8, Gracemont 6
-// general-purpose counters), so the query runs there.
-func ReadCountersOn(vendor string, cpu int) (Counters, error) {
-	var c Counters
-	err := RunOn(cpu, func() { c = ReadCounters(vendor) })
-	return c, err
-}
-
-// RunOn runs fn on a thread bound to cpu. The thread stays locked, and so is
-// discarded by the runtime when fn returns, rather than going back to the pool
-// with a narrowed affinity.
-func RunOn(cpu int, fn func()) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
-		var set unix.CPUSet
-		set.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			done <- fmt.Errorf("bind a thread to CPU %d: %w", cpu, err)
-			return
-		}
-		fn()
-		done <- nil
-	}()
-	return <-done
-}

@@ -6,18 +6,14 @@
 package podcgroup
 
 import (
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"regexp"
 	"strings"
 )
 
-// Identity is what a cgroup path says about a workload. Empty fields were not
-// in the path (a pod-level cgroup has no container ID).
-type Identity struct {
-	PodUID      string // with dashes, as the API server writes it
-	QoS         string // guaranteed, burstable or besteffort
-	ContainerID string // the runtime's 64-hex id
-	Runtime     string // containerd, cri-o or docker
-}
+// Identity is what a cgroup path says of its pod and container
+// (model.PodIdentity).
+type Identity = model.PodIdentity
 
 var (
 	// systemd driver: kubepods-burstable-pod<uid with _>.slice, kubepods-pod<uid>.slice;

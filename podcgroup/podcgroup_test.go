@@ -16,11 +16,11 @@ func TestParse(t *testing.T) {
 	}{
 		// systemd driver, each runtime and QoS class
 		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uidU + ".slice/cri-containerd-" + cid + ".scope",
-			Identity{uid, "burstable", cid, "containerd"}, true},
+			Identity{PodUID: uid, QoS: "burstable", ContainerID: cid, Runtime: "containerd"}, true},
 		{"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + uidU + ".slice/crio-" + cid + ".scope",
-			Identity{uid, "besteffort", cid, "cri-o"}, true},
+			Identity{PodUID: uid, QoS: "besteffort", ContainerID: cid, Runtime: "cri-o"}, true},
 		{"/kubepods.slice/kubepods-pod" + uidU + ".slice/docker-" + cid + ".scope",
-			Identity{uid, "guaranteed", cid, "docker"}, true},
+			Identity{PodUID: uid, QoS: "guaranteed", ContainerID: cid, Runtime: "docker"}, true},
 		// the pod level itself, and the QoS level
 		{"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uidU + ".slice", Identity{PodUID: uid, QoS: "burstable"}, true},
 		{"/kubepods.slice/kubepods-besteffort.slice", Identity{QoS: "besteffort"}, true},
@@ -32,7 +32,7 @@ func TestParse(t *testing.T) {
 		{"/kubepods/pod" + uid + "/" + cid, Identity{PodUID: uid, QoS: "guaranteed", ContainerID: cid}, true},
 		// kind and other --cgroup-root prefixes
 		{"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod" + uidU + ".slice/cri-containerd-" + cid + ".scope",
-			Identity{uid, "burstable", cid, "containerd"}, true},
+			Identity{PodUID: uid, QoS: "burstable", ContainerID: cid, Runtime: "containerd"}, true},
 		{"/docker/abc/kubepods/burstable/pod" + uid + "/" + cid, Identity{PodUID: uid, QoS: "burstable", ContainerID: cid}, true},
 		// not pods
 		{"/system.slice/containerd.service", Identity{}, false},

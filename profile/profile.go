@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/config"
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/pmu"
@@ -52,8 +51,8 @@ func group(name string, specs ...string) config.Group {
 
 // Build resolves groups against pmus. It returns every group it could resolve and
 // the joined errors, with positions, for those it could not.
-func Build(groups []config.Group, pmus []*pmu.PMU) ([]perfcount.GroupSpec, error) {
-	var out []perfcount.GroupSpec
+func Build(groups []config.Group, pmus []*pmu.PMU) ([]eventspec.Group, error) {
+	var out []eventspec.Group
 	var errs []error
 	type owner struct {
 		group string
@@ -91,7 +90,7 @@ func Build(groups []config.Group, pmus []*pmu.PMU) ([]perfcount.GroupSpec, error
 	return out, errors.Join(errs...)
 }
 
-func resolveGroup(g config.Group, pmus []*pmu.PMU) ([]perfcount.GroupSpec, error) {
+func resolveGroup(g config.Group, pmus []*pmu.PMU) ([]eventspec.Group, error) {
 	resolved := make([][]eventspec.Event, len(g.Events))
 	hybrid := map[string]bool{} // core PMUs that some event expanded to
 	for i, e := range g.Events {
@@ -107,23 +106,23 @@ func resolveGroup(g config.Group, pmus []*pmu.PMU) ([]perfcount.GroupSpec, error
 		}
 	}
 	if len(hybrid) == 0 {
-		s := perfcount.GroupSpec{Name: g.Name}
+		s := eventspec.Group{Name: g.Name}
 		for _, evs := range resolved {
 			s.Events = append(s.Events, evs[0])
 		}
 		if err := checkCPUs(g, s); err != nil {
 			return nil, err
 		}
-		return []perfcount.GroupSpec{s}, nil
+		return []eventspec.Group{s}, nil
 	}
 	names := make([]string, 0, len(hybrid))
 	for n := range hybrid {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	var out []perfcount.GroupSpec
+	var out []eventspec.Group
 	for _, core := range names {
-		s := perfcount.GroupSpec{Name: g.Name + "/" + core}
+		s := eventspec.Group{Name: g.Name + "/" + core}
 		for i, evs := range resolved {
 			ev, ok := pick(evs, core)
 			if !ok {
@@ -152,7 +151,7 @@ func pick(evs []eventspec.Event, core string) (eventspec.Event, bool) {
 	return eventspec.Event{}, false
 }
 
-func checkCPUs(g config.Group, s perfcount.GroupSpec) error {
+func checkCPUs(g config.Group, s eventspec.Group) error {
 	if cpus := s.CPUs(); cpus != nil && len(cpus) == 0 {
 		return &config.Error{Pos: g.Pos, Err: fmt.Errorf("group %q has no CPU on which all its events can count (events of PMUs covering different CPUs)", g.Name)}
 	}

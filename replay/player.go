@@ -8,10 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
-	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
-	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/perfstat"
 	"github.com/pmu-exporter/pmu_exporter/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
@@ -240,14 +238,14 @@ func nanSlice(n int) []float64 {
 // Snapshot returns the node-level totals as the counting engine does: one
 // group per event (perf stat's output does not say which events shared a
 // group), each with its enabled and running time.
-func (p *Player) Snapshot() perfcount.Snapshot {
+func (p *Player) Snapshot() model.Snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := perfcount.Snapshot{ReadErrors: map[string]uint64{}, Cycles: p.cycles}
+	s := model.Snapshot{ReadErrors: map[string]uint64{}, Cycles: p.cycles}
 	for _, e := range p.events {
-		et := perfcount.EventTotals{Group: e.name, Event: e.name, PMU: e.pmu, Scale: 1, PerCPU: map[int]uint64{}}
-		g := perfcount.GroupTotals{Name: e.name, EnabledNS: map[int]uint64{}, RunningNS: map[int]uint64{},
-			NotRunning: e.notRunning, Failures: map[perf.Reason]int{}}
+		et := model.EventTotals{Group: e.name, Event: e.name, PMU: e.pmu, Scale: 1, PerCPU: map[int]uint64{}}
+		g := model.GroupTotals{Name: e.name, EnabledNS: map[int]uint64{}, RunningNS: map[int]uint64{},
+			NotRunning: e.notRunning, Failures: map[model.OpenReason]int{}}
 		for cpu, v := range e.counts {
 			et.PerCPU[cpu] = uint64(math.Round(v))
 			g.EnabledNS[cpu] = uint64(math.Round(e.enabled[cpu]))
@@ -307,22 +305,22 @@ func (p *Player) Cgroups() *CgroupView {
 type CgroupView struct{ p *Player }
 
 // Snapshot returns every cgroup of the recording seen so far, by path.
-func (v *CgroupView) Snapshot() cgroupcount.Snapshot {
+func (v *CgroupView) Snapshot() model.CgroupSnapshot {
 	p := v.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := cgroupcount.Snapshot{Tracked: len(p.cgs), Errors: map[string]uint64{}, TopDown: p.tree != nil}
+	s := model.CgroupSnapshot{Tracked: len(p.cgs), Errors: map[string]uint64{}, TopDown: p.tree != nil}
 	for name, cg := range p.cgs {
-		c := cgroupcount.Cgroup{Path: cgroupPath(name), Identity: cg.id}
+		c := model.Cgroup{Path: cgroupPath(name), Identity: cg.id}
 		for _, e := range cg.order {
-			c.Events = append(c.Events, cgroupcount.Count{Event: e, Value: cg.events[e]})
+			c.Events = append(c.Events, model.Count{Event: e, Value: cg.events[e]})
 		}
 		if p.tree != nil {
 			c.Slots, c.Nodes, c.HasSlots = p.cgTD.Totals(cg.key)
 		}
 		s.Cgroups = append(s.Cgroups, c)
 	}
-	slices.SortFunc(s.Cgroups, func(a, b cgroupcount.Cgroup) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(s.Cgroups, func(a, b model.Cgroup) int { return strings.Compare(a.Path, b.Path) })
 	return s
 }
 

@@ -3,6 +3,7 @@ package topdown
 import (
 	"errors"
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"maps"
 	"math"
 	"slices"
@@ -10,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/metric"
 	"github.com/pmu-exporter/pmu_exporter/pmu"
@@ -18,14 +18,14 @@ import (
 
 // LiveGroups resolves a tree's groups into hidden counting-engine groups named
 // topdown/<tree>/<n>, on the core PMU corePMU ("" where the host has one).
-func LiveGroups(d *metric.Definition, pmus []*pmu.PMU, corePMU string) ([]perfcount.GroupSpec, error) {
+func LiveGroups(d *metric.Definition, pmus []*pmu.PMU, corePMU string) ([]eventspec.Group, error) {
 	spec := map[string]string{}
 	for _, e := range d.Events {
 		spec[e.Name] = e.Spec
 	}
-	var out []perfcount.GroupSpec
+	var out []eventspec.Group
 	for i, g := range d.Groups {
-		gs := perfcount.GroupSpec{Name: fmt.Sprintf("topdown/%s/%d", d.Name, i), Hidden: true}
+		gs := eventspec.Group{Name: fmt.Sprintf("topdown/%s/%d", d.Name, i), Hidden: true}
 		for _, name := range g {
 			ev, err := resolveOn(spec[name], pmus, corePMU)
 			if err != nil {
@@ -101,7 +101,7 @@ const (
 
 // NewLive follows groups (from LiveGroups) for tree t; params holds smt_on,
 // #slots and the like.
-func NewLive(t *metric.Tree, groups []perfcount.GroupSpec, params map[string]float64) *Live {
+func NewLive(t *metric.Tree, groups []eventspec.Group, params map[string]float64) *Live {
 	l := &Live{tree: t, params: params, source: map[string][2]string{}, evals: map[int]*metric.Evaluator{},
 		prev: map[string]uint64{}, prevOn: map[string]uint64{}, slots: map[int]float64{}, nodes: map[int]map[string]float64{},
 		skipped: map[NotComputed]uint64{}}
@@ -116,8 +116,8 @@ func NewLive(t *metric.Tree, groups []perfcount.GroupSpec, params map[string]flo
 }
 
 // Update folds in the interval since the previous snapshot.
-func (l *Live) Update(s perfcount.Snapshot) {
-	totals := map[[2]string]perfcount.EventTotals{}
+func (l *Live) Update(s model.Snapshot) {
+	totals := map[[2]string]model.EventTotals{}
 	for _, e := range s.Events {
 		totals[[2]string{e.Group, e.Event}] = e
 	}
@@ -227,12 +227,8 @@ func (l *Live) NotComputed() map[NotComputed]uint64 {
 	return maps.Clone(l.skipped)
 }
 
-// Node is one metric's accumulated slots.
-type Node struct {
-	Name, Parent string
-	Level        int
-	Slots        float64
-}
+// Node is one Top-Down node's accumulated slots (model.Node).
+type Node = model.Node
 
 // Totals returns the slots accumulated so far, per node and in all, summed over
 // CPUs, and the containment violations per parent.

@@ -10,6 +10,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
@@ -92,13 +93,13 @@ func TestLiveOnRealSoftwareCounters(t *testing.T) {
 	}
 }
 
-func snapshot(clock, faults uint64, running uint64) perfcount.Snapshot {
-	return perfcount.Snapshot{
-		Events: []perfcount.EventTotals{
+func snapshot(clock, faults uint64, running uint64) model.Snapshot {
+	return model.Snapshot{
+		Events: []model.EventTotals{
 			{Group: "g", Event: "CLOCK", PerCPU: map[int]uint64{0: clock}},
 			{Group: "g", Event: "FAULTS", PerCPU: map[int]uint64{0: faults}},
 		},
-		Groups: []perfcount.GroupTotals{{Name: "g", RunningNS: map[int]uint64{0: running}}},
+		Groups: []model.GroupTotals{{Name: "g", RunningNS: map[int]uint64{0: running}}},
 	}
 }
 
@@ -109,7 +110,7 @@ func TestLiveSkipsIntervalsWithoutValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := []perfcount.GroupSpec{{Name: "g"}}
+	groups := []eventspec.Group{{Name: "g"}}
 	for _, e := range d.Events {
 		groups[0].Events = append(groups[0].Events, eventspec.Event{Name: e.Name})
 	}
@@ -136,12 +137,12 @@ func TestLiveFollowsSplitGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := []perfcount.GroupSpec{{Name: "g", Events: []eventspec.Event{{Name: "CLOCK"}, {Name: "FAULTS"}}}}
+	groups := []eventspec.Group{{Name: "g", Events: []eventspec.Event{{Name: "CLOCK"}, {Name: "FAULTS"}}}}
 	live := NewLive(tr, groups, nil)
-	split := func(clock, run uint64) perfcount.Snapshot {
-		return perfcount.Snapshot{
-			Events: []perfcount.EventTotals{{Group: "g/CLOCK", Event: "CLOCK", PerCPU: map[int]uint64{0: clock}}},
-			Groups: []perfcount.GroupTotals{{Name: "g", Split: true}, {Name: "g/CLOCK", RunningNS: map[int]uint64{0: run}}},
+	split := func(clock, run uint64) model.Snapshot {
+		return model.Snapshot{
+			Events: []model.EventTotals{{Group: "g/CLOCK", Event: "CLOCK", PerCPU: map[int]uint64{0: clock}}},
+			Groups: []model.GroupTotals{{Name: "g", Split: true}, {Name: "g/CLOCK", RunningNS: map[int]uint64{0: run}}},
 		}
 	}
 	live.Update(split(1000, 10))
@@ -166,7 +167,7 @@ func TestLiveLeavesOutNegativeAndDivisionByZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := []perfcount.GroupSpec{{Name: "g", Events: []eventspec.Event{{Name: "CLOCK"}, {Name: "FAULTS"}}}}
+	groups := []eventspec.Group{{Name: "g", Events: []eventspec.Event{{Name: "CLOCK"}, {Name: "FAULTS"}}}}
 	live := NewLive(tr, groups, nil)
 	live.Update(snapshot(1000, 10, 500))
 	live.Update(snapshot(1000, 10, 500)) // did not run: a missing input, not a division by zero

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/collectors/probe"
 	"github.com/pmu-exporter/pmu_exporter/config"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/pmu"
@@ -310,7 +311,7 @@ func discover(f flags) setup {
 		s.facts.Errors = append(s.facts.Errors, err)
 	}
 	s.pmus = pmus
-	s.report = capability.Build(s.facts, pmus, host.ReadCounters(s.facts.CPU.Vendor), capability.LiveProbes(s.facts))
+	s.report = capability.Build(s.facts, pmus, host.ReadCounters(s.facts.CPU.Vendor), probe.Live(s.facts))
 
 	cfg := &config.Config{DefaultProfile: true}
 	if f.configFile != "" {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/exporter/otlp"
@@ -180,7 +181,7 @@ func setupTree(f flags, s setup, t topdown.Target, userFile string) (*oneTree, e
 	if t.PMU != "" { // hybrid: ask a CPU of this core type
 		for _, p := range s.pmus {
 			if p.Name == t.PMU && len(p.CPUs) > 0 {
-				if c, err := host.ReadCountersOn(s.facts.CPU.Vendor, p.CPUs[0]); err == nil {
+				if c, err := cpubind.CountersOn(s.facts.CPU.Vendor, p.CPUs[0]); err == nil {
 					counters = c
 				}
 			}

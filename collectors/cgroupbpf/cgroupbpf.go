@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"os"
 	"slices"
 	"strconv"
@@ -53,14 +54,8 @@ type Reading struct {
 // for a switch.
 const Unattributed = 0
 
-// Stats are the program's own counters, summed over CPUs.
-type Stats struct {
-	MapFull        uint64 // credits lost because the cgroup map was full
-	ReadFailed     uint64 // event reads that failed (an fd not placed on that CPU)
-	Credits        uint64 // program runs that credited a cgroup
-	SwitchesMissed uint64 // cgroup switches the kernel did not run the program for
-	Unattributed   uint64 // credits filed under Unattributed because of them
-}
+// Stats are the program's own counters, summed over CPUs (model.SwitchStats).
+type Stats = model.SwitchStats
 
 // Counter is the loaded program and its maps.
 type Counter struct {

@@ -10,6 +10,7 @@ package cgroupcount
 
 import (
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"log/slog"
 	"slices"
 	"sort"
@@ -64,19 +65,16 @@ type Attributor struct {
 	snap Snapshot
 }
 
-// Error reasons of Snapshot.Errors.
+// Error reasons of Snapshot.Errors, as model names them.
 const (
-	ErrCredit  = "credit"   // running the credit program on a CPU failed
-	ErrRead    = "read"     // reading the kernel's cgroup map failed
-	ErrWalk    = "walk"     // walking the cgroup hierarchy failed
-	ErrAttach  = "attach"   // attaching to a CPU's cgroup switches failed
-	ErrPlace   = "place"    // placing or removing an event fd failed
-	ErrForget  = "forget"   // removing a deleted cgroup from the map failed
-	ErrMapFull = "map_full" // credits lost: the kernel's cgroup map was full
+	ErrCredit  = model.CgroupErrCredit
+	ErrRead    = model.CgroupErrRead
+	ErrWalk    = model.CgroupErrWalk
+	ErrAttach  = model.CgroupErrAttach
+	ErrPlace   = model.CgroupErrPlace
+	ErrForget  = model.CgroupErrForget
+	ErrMapFull = model.CgroupErrMapFull
 )
-
-// ErrorReasons lists them, for metrics exported from zero.
-var ErrorReasons = []string{ErrCredit, ErrRead, ErrWalk, ErrAttach, ErrPlace, ErrForget, ErrMapFull}
 
 // New loads the program sized for the classes' events. The error says why
 // attribution is not possible (no privilege, no BPF, too old a kernel).
@@ -337,35 +335,13 @@ func (a *Attributor) topdownStep(series []cgroupattr.Series) {
 	}
 }
 
-// Snapshot is what the exporter reads.
-type Snapshot struct {
-	Cgroups []Cgroup
-	// Unattributed are counts of spans in which the kernel skipped the
-	// program for a switch, so that no single cgroup owns them.
-	Unattributed []Count
-	Switches     cgroupbpf.Stats
-	Tracked      int // cgroups in the kernel's map
-	Errors       map[string]uint64
-	TopDown      bool // some class computes per-cgroup Top-Down
-	// PerfModeFDs are the fds perf's cgroup mode holds (PerfMode only).
-	PerfModeFDs int
-}
-
-// Cgroup is one series: a cgroup, or cgroupattr.Other.
-type Cgroup struct {
-	Path     string
-	Identity podcgroup.Identity
-	Events   []Count // visible events, summed over core types
-	Slots    float64
-	Nodes    []topdown.Node // summed over core types
-	HasSlots bool
-}
-
-// Count is one event's scaled count.
-type Count struct {
-	Event string
-	Value float64
-}
+// Snapshot is what the exporter reads (model.CgroupSnapshot): one series
+// per cgroup (Cgroup) with its event counts (Count).
+type (
+	Snapshot = model.CgroupSnapshot
+	Cgroup   = model.Cgroup
+	Count    = model.Count
+)
 
 func (a *Attributor) publish(series []cgroupattr.Series, tracked int) {
 	s := Snapshot{Tracked: tracked, Errors: map[string]uint64{}}
@@ -429,7 +405,7 @@ func (a *Attributor) events(counts []float64) []Count {
 	}
 	out := make([]Count, 0, len(sums))
 	for n, v := range sums {
-		out = append(out, Count{n, v})
+		out = append(out, Count{Event: n, Value: v})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Event < out[j].Event })
 	return out

@@ -80,7 +80,7 @@ func (m *PerfMode) Snapshot() Snapshot {
 		c := Cgroup{Path: p}
 		c.Identity, _ = podcgroup.Parse(p)
 		for n, v := range evs {
-			c.Events = append(c.Events, Count{n, v})
+			c.Events = append(c.Events, Count{Event: n, Value: v})
 		}
 		sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].Event < c.Events[j].Event })
 		out.Cgroups = append(out.Cgroups, c)

@@ -10,9 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,39 +21,11 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/counting"
 	"github.com/pmu-exporter/pmu_exporter/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
-// GroupSpec is one group to count: its events share a counter schedule, so their
-// ratios are exact. Events must be valid on the same CPUs.
-type GroupSpec struct {
-	Name   string
-	Events []eventspec.Event
-	// Hidden groups feed derived metrics (Top-Down) only: their events are not
-	// exported as pmu_events_total, where an event counted in several such
-	// groups would repeat a series.
-	Hidden bool
-	// Cgroup, if set, is a cgroup directory: the group then counts only
-	// that cgroup's tasks (perf's cgroup mode, PERF_FLAG_PID_CGROUP), at the
-	// cost of one fd per event per CPU per cgroup.
-	Cgroup *os.File
-}
-
-// CPUs is where the group can count: the intersection of its events' CPU lists,
-// or nil for every CPU.
-func (g GroupSpec) CPUs() []int {
-	var cpus []int
-	for _, e := range g.Events {
-		if e.CPUs == nil {
-			continue
-		}
-		if cpus == nil {
-			cpus = slices.Clone(e.CPUs)
-			continue
-		}
-		cpus = slices.DeleteFunc(cpus, func(c int) bool { return !cpuset.Contains(e.CPUs, c) })
-	}
-	return cpus
-}
+// GroupSpec is one group to count (eventspec.Group).
+type GroupSpec = eventspec.Group
 
 // Options configure an Engine.
 type Options struct {
@@ -449,41 +419,13 @@ func (e *Engine) Close() {
 	}
 }
 
-// Snapshot is a copy of the engine's totals.
-type Snapshot struct {
-	Events     []EventTotals
-	Groups     []GroupTotals
-	ReadErrors map[string]uint64
-	// Reopened counts, per CPU, the times its events were found dead
-	// (detached by a quick offline and online) and reopened.
-	Reopened map[int]uint64
-	Cycles   uint64
-}
-
-// EventTotals are one event's scaled counts, per CPU.
-type EventTotals struct {
-	Group, Event, PMU string
-	Hidden            bool // from a hidden group
-	Scale             float64
-	Unit              string
-	PerCPU            map[int]uint64
-}
-
-// GroupTotals describe one group across CPUs.
-type GroupTotals struct {
-	Name                 string
-	EnabledNS, RunningNS map[int]uint64 // per CPU
-	NotRunning           uint64         // intervals, summed over CPUs
-	OpenCPUs             int
-	// Failures counts CPUs where the group is not open, by reason; Failure holds
-	// one example error per reason.
-	Failures map[perf.Reason]int
-	Failure  map[perf.Reason]*perf.OpenError
-	Hidden   bool
-	// Split is true when the group did not fit the PMU and its events are counted
-	// by single-event groups named "<group>/<event>".
-	Split bool
-}
+// Snapshot is a copy of the engine's totals (model.Snapshot), with its
+// event and group totals.
+type (
+	Snapshot    = model.Snapshot
+	EventTotals = model.EventTotals
+	GroupTotals = model.GroupTotals
+)
 
 // Snapshot copies the current totals; it makes no syscall.
 func (e *Engine) Snapshot() Snapshot {
@@ -522,23 +464,4 @@ func (e *Engine) Snapshot() Snapshot {
 		}
 	}
 	return s
-}
-
-// Sum adds an event's totals over CPUs.
-func (t EventTotals) Sum() uint64 {
-	var s uint64
-	for _, v := range t.PerCPU {
-		s += v
-	}
-	return s
-}
-
-// SortedCPUs lists the CPUs present in m in order.
-func SortedCPUs[V any](m map[int]V) []int {
-	cpus := make([]int, 0, len(m))
-	for c := range m {
-		cpus = append(cpus, c)
-	}
-	sort.Ints(cpus)
-	return cpus
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 func sw(name string, config uint64, cpus ...int) eventspec.Event {
@@ -85,8 +86,8 @@ func TestEngineCountsOnEveryCPU(t *testing.T) {
 
 	s := e.Snapshot()
 	cc := find(t, s, "cpu-clock")
-	if !slices.Equal(SortedCPUs(cc.PerCPU), online) {
-		t.Errorf("cpu-clock on CPUs %v, online %v", SortedCPUs(cc.PerCPU), online)
+	if !slices.Equal(model.SortedCPUs(cc.PerCPU), online) {
+		t.Errorf("cpu-clock on CPUs %v, online %v", model.SortedCPUs(cc.PerCPU), online)
 	}
 	for cpu, v := range cc.PerCPU {
 		// The counter ran from inside the first cycle to inside the second.
@@ -104,7 +105,7 @@ func TestEngineCountsOnEveryCPU(t *testing.T) {
 	if bogus.OpenCPUs != 0 || bogus.Failures[perf.ReasonUnsupported] != len(online) {
 		t.Errorf("bogus group failures = %v, want unsupported on %d CPUs", bogus.Failures, len(online))
 	}
-	if c := SortedCPUs(find(t, s, "task-clock").PerCPU); !slices.Equal(c, []int{0}) {
+	if c := model.SortedCPUs(find(t, s, "task-clock").PerCPU); !slices.Equal(c, []int{0}) {
 		t.Errorf("cpu0-only group counted on %v", c)
 	}
 	if len(observed) != 2 || observed[1] <= 0 {

@@ -1,0 +1,52 @@
+package probe
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/pmu"
+)
+
+func want(t *testing.T, r capability.Report, features map[string]bool) {
+	t.Helper()
+	for name, avail := range features {
+		if f := r.Feature(name); f.Available != avail {
+			t.Errorf("%s: available %v, want %v (%s; fix: %s)", name, f.Available, avail, f.Reason, f.Fix)
+		}
+	}
+}
+
+// TestThisHost runs the live probes. Expectations come from sources other than the
+// probes: root can count system-wide and set watchpoints, and a host whose sysfs
+// lists no core PMU cannot have hardware counters.
+func TestThisHost(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.LockMachine(t, false)
+	f := host.Read("/proc", "/sys")
+	pmus, err := pmu.Discover("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := capability.Build(f, pmus, host.ReadCounters(f.CPU.Vendor), Live(f))
+	want(t, r, map[string]bool{capability.SystemWide: true, capability.Breakpoints: true, capability.EBPF: true, capability.CgroupEvents: testenv.Cgroup2Mount() != ""})
+	hasCore := false
+	for _, p := range pmus {
+		hasCore = hasCore || p.IsCore()
+	}
+	if !hasCore && r.Feature(capability.HardwareCounters).Available {
+		t.Error("hardware counters reported without a core PMU")
+	}
+	if _, err := os.Stat("/sys/bus/event_source/devices/ibs_op"); (err == nil) != r.Feature(capability.IBS).Available {
+		t.Error("ibs verdict disagrees with sysfs")
+	}
+	if !r.Runnable {
+		t.Error("root on Linux must be able to run the exporter")
+	}
+	if errors.Join(f.Errors...) != nil {
+		t.Errorf("host facts unreadable: %v", f.Errors)
+	}
+}

@@ -1,0 +1,146 @@
+// Package layering holds the test that keeps the tree's data flow one-way:
+// only collectors/ (and the binary, and test support) talk to the kernel.
+package layering
+
+import (
+	"bytes"
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+const module = "github.com/pmu-exporter/pmu_exporter"
+
+type pkg struct {
+	ImportPath, Dir string
+	GoFiles, Deps   []string
+}
+
+func list(t *testing.T, args ...string) []pkg {
+	t.Helper()
+	cmd := exec.Command(testenv.RequireTool(t, "go"), append([]string{"list", "-json"}, args...)...)
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v", args, err)
+	}
+	var pkgs []pkg
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// kernelSide are the packages allowed to reach the kernel: the collectors,
+// the binary that wires them, and test support.
+func kernelSide(path string) bool {
+	rel := strings.TrimPrefix(path, module+"/")
+	return strings.HasPrefix(rel, "collectors/") || strings.HasPrefix(rel, "cmd/") || rel == "internal/testenv" || rel == "internal/layering"
+}
+
+// TestOnlyCollectorsReachTheKernel: no package outside collectors/ depends on
+// cilium/ebpf or on a collector (directly or through another package), or
+// calls a function of golang.org/x/sys/unix or syscall (their constants and
+// types are data, and allowed). The math and export layers (topdown,
+// exporter, replay, the formats of other tools, Kubernetes naming) take the
+// collectors' values from package model.
+func TestOnlyCollectorsReachTheKernel(t *testing.T) {
+	syscalls := map[string]map[string]bool{}
+	for _, p := range list(t, "golang.org/x/sys/unix", "syscall") {
+		syscalls[p.ImportPath] = funcs(t, p)
+	}
+	checked := 0
+	for _, p := range list(t, module+"/...") {
+		if kernelSide(p.ImportPath) {
+			continue
+		}
+		checked++
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, "github.com/cilium/ebpf") || strings.HasPrefix(d, module+"/collectors/") {
+				t.Errorf("%s depends on %s: only collectors/ may reach the kernel; take the values from package model", p.ImportPath, d)
+			}
+		}
+		for _, call := range kernelCalls(t, p, syscalls) {
+			t.Errorf("%s calls %s: only collectors/ may make syscalls", p.ImportPath, call)
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d packages checked: is go list finding the module?", checked)
+	}
+}
+
+// funcs are the package-level functions a package declares.
+func funcs(t *testing.T, p pkg) map[string]bool {
+	out := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, f := range p.GoFiles {
+		file, err := parser.ParseFile(fset, filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.IsExported() {
+				out[fd.Name.Name] = true
+			}
+		}
+	}
+	return out
+}
+
+// kernelCalls lists the calls of p's files to functions of the syscall
+// packages, as file:line pkg.Func.
+func kernelCalls(t *testing.T, p pkg, syscalls map[string]map[string]bool) []string {
+	var calls []string
+	fset := token.NewFileSet()
+	for _, f := range p.GoFiles {
+		file, err := parser.ParseFile(fset, filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]string{} // local name -> syscall package
+		for _, imp := range file.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if syscalls[path] == nil {
+				continue
+			}
+			name := filepath.Base(path)
+			if imp.Name != nil {
+				name = imp.Name.Name
+			}
+			names[name] = path
+		}
+		if len(names) == 0 {
+			continue
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && syscalls[names[x.Name]][sel.Sel.Name] {
+				calls = append(calls, fset.Position(call.Pos()).String()+" "+x.Name+"."+sel.Sel.Name)
+			}
+			return true
+		})
+	}
+	return calls
+}

@@ -1,0 +1,72 @@
+package model
+
+// CgroupSnapshot is the per-cgroup attribution after a cycle.
+type CgroupSnapshot struct {
+	Cgroups []Cgroup
+	// Unattributed are counts of spans in which the kernel skipped the
+	// program for a switch, so that no single cgroup owns them.
+	Unattributed []Count
+	Switches     SwitchStats
+	Tracked      int // cgroups in the kernel's map
+	Errors       map[string]uint64
+	TopDown      bool // some class computes per-cgroup Top-Down
+	// PerfModeFDs are the fds perf's cgroup mode holds (its fallback only).
+	PerfModeFDs int
+}
+
+// Cgroup is one series: a cgroup, or the cgroups beyond the series bound
+// summed as "other".
+type Cgroup struct {
+	Path     string
+	Identity PodIdentity
+	Events   []Count // visible events, summed over core types
+	Slots    float64
+	Nodes    []Node // summed over core types
+	HasSlots bool
+}
+
+// Count is one event's scaled count.
+type Count struct {
+	Event string
+	Value float64
+}
+
+// SwitchStats are the attribution program's own counters, summed over CPUs.
+type SwitchStats struct {
+	MapFull        uint64 // credits lost because the cgroup map was full
+	ReadFailed     uint64 // event reads that failed (an fd not placed on that CPU)
+	Credits        uint64 // program runs that credited a cgroup
+	SwitchesMissed uint64 // cgroup switches the kernel did not run the program for
+	Unattributed   uint64 // credits filed under Unattributed because of them
+}
+
+// Reasons of CgroupSnapshot.Errors.
+const (
+	CgroupErrCredit  = "credit"   // running the credit program on a CPU failed
+	CgroupErrRead    = "read"     // reading the kernel's cgroup map failed
+	CgroupErrWalk    = "walk"     // walking the cgroup hierarchy failed
+	CgroupErrAttach  = "attach"   // attaching to a CPU's cgroup switches failed
+	CgroupErrPlace   = "place"    // placing or removing an event fd failed
+	CgroupErrForget  = "forget"   // removing a deleted cgroup from the map failed
+	CgroupErrMapFull = "map_full" // credits lost: the kernel's cgroup map was full
+)
+
+// CgroupErrorReasons lists them, for metrics exported from zero.
+var CgroupErrorReasons = []string{CgroupErrCredit, CgroupErrRead, CgroupErrWalk, CgroupErrAttach, CgroupErrPlace, CgroupErrForget, CgroupErrMapFull}
+
+// PodIdentity is what a Kubernetes cgroup path says of its pod and
+// container.
+type PodIdentity struct {
+	PodUID      string // with dashes, as the API server writes it
+	QoS         string // guaranteed, burstable or besteffort
+	ContainerID string // the runtime's 64-hex id
+	Runtime     string // containerd, cri-o or docker
+}
+
+// Node is one Top-Down node's slots: its fraction of each interval's slots,
+// accumulated.
+type Node struct {
+	Name, Parent string
+	Level        int
+	Slots        float64
+}
