@@ -9,6 +9,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
 	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 
@@ -28,9 +29,9 @@ type samplingStatus struct {
 	Error   string             `json:"error,omitempty"`
 }
 
-func checkSampling(s setup) samplingStatus {
+func checkSampling(f flags, s setup) samplingStatus {
 	st := samplingStatus{Events: []string{}, Missing: []sampling.Missing{}}
-	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: 10007, LdLat: 30})
+	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: f.sampling.period, LdLat: f.sampling.ldlat})
 	if err != nil {
 		st.Error = err.Error()
 	}
@@ -48,11 +49,10 @@ type treeStatus struct {
 
 func runCheck(f flags, stdout, stderr io.Writer) int {
 	s := discover(f)
-	f.topdown = true // check reports what serve does by default
 	var tds topdownStatus
 	td, err := setupTopdown(f, s)
-	// Load (and drop) the cgroup attribution as serve's defaults would.
-	f.cgroup, f.cgroupDepth, f.cgroupSeries, f.cgroupTracked = true, 1, 1, 64
+	// Load (and drop) the cgroup attribution as serve would, with the same
+	// options.
 	groups := s.groups
 	if td != nil {
 		groups = append(groups, td.groups...)
@@ -73,14 +73,36 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 		}
 		tds.Warnings = td.warnings
 	}
+	collectors := f.collectors.Statuses(s.report)
+	for i, c := range collectors {
+		why := ""
+		switch c.Name {
+		case "topdown":
+			if len(tds.Trees) == 0 {
+				why = "not computed: " + tds.Reason
+			}
+		case "cgroup":
+			if !feat.Available {
+				why = feat.Reason
+			}
+		case "sampling":
+			if ms := checkSampling(f, s); len(ms.Events) == 0 && len(f.sampling.events) == 0 {
+				why = "no precise memory sampling here and no --sampling.event"
+			}
+		}
+		if c.Enabled && why != "" {
+			collectors[i].Runs, collectors[i].Reason = false, why
+		}
+	}
 	if f.checkFormat == "json" {
 		out := struct {
 			capability.Report
-			Topdown      topdownStatus  `json:"topdown"`
-			Sampling     samplingStatus `json:"memory_sampling"`
-			ConfigErrors []string       `json:"config_errors"`
-			Groups       []string       `json:"groups"`
-		}{Report: s.report, Topdown: tds, Sampling: checkSampling(s), ConfigErrors: []string{}, Groups: []string{}}
+			Topdown      topdownStatus     `json:"topdown"`
+			Sampling     samplingStatus    `json:"memory_sampling"`
+			Collectors   []registry.Status `json:"collectors"`
+			ConfigErrors []string          `json:"config_errors"`
+			Groups       []string          `json:"groups"`
+		}{Report: s.report, Topdown: tds, Sampling: checkSampling(f, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
 		for _, e := range s.configErrors {
 			out.ConfigErrors = append(out.ConfigErrors, e.Error())
 		}
@@ -92,6 +114,19 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 		enc.Encode(out)
 	} else {
 		s.report.WriteText(stdout)
+		fmt.Fprintln(stdout, "\nCollectors:")
+		for _, c := range collectors {
+			switch {
+			case !c.Enabled:
+				fmt.Fprintf(stdout, "  [off] %s\n", c.Name)
+			case c.Runs:
+				fmt.Fprintf(stdout, "  [on]  %s\n", c.Name)
+			case len(c.Missing) > 0:
+				fmt.Fprintf(stdout, "  [no]  %s: this host lacks %s\n", c.Name, strings.Join(c.Missing, ", "))
+			default:
+				fmt.Fprintf(stdout, "  [no]  %s: %s\n", c.Name, c.Reason)
+			}
+		}
 		if len(tds.Trees) > 0 {
 			for _, t := range tds.Trees {
 				fmt.Fprintf(stdout, "\nTop-Down: tree %s, from %s", t.Tree, t.Source)
@@ -103,7 +138,7 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 		} else {
 			fmt.Fprintf(stdout, "\nTop-Down: not computed: %s\n", tds.Reason)
 		}
-		ms := checkSampling(s)
+		ms := checkSampling(f, s)
 		if len(ms.Events) > 0 {
 			fmt.Fprintf(stdout, "\nMemory sampling: %s\n", strings.Join(ms.Events, ", "))
 		}

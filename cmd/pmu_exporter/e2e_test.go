@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -381,6 +382,31 @@ func TestCheck(t *testing.T) {
 	for _, k := range jsonKeys(anyJSON, "") {
 		if strings.ToLower(k) != k {
 			t.Errorf("check --format=json: key %s is not snake_case", k)
+		}
+	}
+	// The collectors as serve would run them, from the same flags.
+	for _, args := range [][]string{{}, {"--no-collector.cgroup"}} {
+		out, err := exec.Command(binary, append([]string{"check", "--format=json"}, args...)...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Collectors []struct {
+				Name          string
+				Enabled, Runs bool
+				Reason        string
+			}
+		}
+		json.Unmarshal(out, &c)
+		got := map[string]bool{}
+		for _, col := range c.Collectors {
+			got[col.Name] = col.Enabled
+			if col.Enabled && !col.Runs && col.Reason == "" {
+				t.Errorf("check %v: collector %s does not run, without a reason", args, col.Name)
+			}
+		}
+		if want := map[string]bool{"counting": true, "topdown": true, "cgroup": len(args) == 0, "sampling": true}; !maps.Equal(got, want) {
+			t.Errorf("check %v: collectors enabled %v, want %v", args, got, want)
 		}
 	}
 	if !r.Runnable || len(r.Features) < 9 || len(r.Groups) == 0 {

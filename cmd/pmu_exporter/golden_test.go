@@ -8,8 +8,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from what the code produces now")
@@ -24,7 +27,7 @@ var goldenArgs = []string{"serve", "--source=replay", "--replay.file=" + handmad
 // a change to any family, label or value shows in review as a change to
 // testdata/replay.prom (regenerate with go test -run Golden -update). Only
 // what a build or the Go runtime decides is left out: pmu_build_info, go_*
-// and process_*.
+// and process_*; and the collectors' durations read 0.
 func TestGoldenExposition(t *testing.T) {
 	got := goldenText(t)
 	if again := goldenText(t); again != got {
@@ -67,6 +70,11 @@ func goldenText(t *testing.T) string {
 	for _, mf := range mfs {
 		if n := mf.GetName(); n == "pmu_build_info" || strings.HasPrefix(n, "go_") || strings.HasPrefix(n, "process_") {
 			continue
+		}
+		if mf.GetName() == "pmu_collector_duration_seconds" {
+			for _, m := range mf.GetMetric() {
+				m.GetGauge().Value = new(float64)
+			}
 		}
 		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
 			t.Fatal(err)
@@ -120,6 +128,33 @@ func TestDeprecatedFlagNames(t *testing.T) {
 		notes := cl.deprecated()
 		if cl.f.perCPU != c.perCPU || cl.f.interval.String() != c.interval || len(notes) != c.notes {
 			t.Errorf("%v: per-cpu %v, interval %v, notes %q; want %v, %s, %d notes", c.args, cl.f.perCPU, cl.f.interval, notes, c.perCPU, c.interval, c.notes)
+		}
+	}
+}
+
+// Each enabled collector reports its latest cycle; a disabled one has no
+// series; one that cannot run on this host reports 0, as its own families say.
+func TestCollectorHealth(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, c := range []struct {
+		args   []string
+		cgroup bool
+	}{{nil, true}, {[]string{"--no-collector.cgroup"}, false}} {
+		p := start(t, nil, c.args...)
+		time.Sleep(300 * time.Millisecond) // a few 100 ms cycles after ready
+		_, mfs := p.scrape(t)
+		success := func(name string) (float64, bool) {
+			return value(t, mfs, "pmu_collector_success", map[string]string{"collector": name})
+		}
+		if v, ok := success("counting"); !ok || v != 1 {
+			t.Errorf("%v: counting success %v, %v", c.args, v, ok)
+		}
+		if v, ok := success("cgroup"); ok != c.cgroup || (ok && v != 1) {
+			t.Errorf("%v: cgroup success %v (exported %v); root with eBPF attributes here", c.args, v, ok)
+		}
+		_, topdown := value(t, mfs, "pmu_topdown_info", nil)
+		if v, ok := success("topdown"); !ok || (v == 1) != topdown {
+			t.Errorf("%v: topdown success %v (exported %v), Top-Down computed %v", c.args, v, ok, topdown)
 		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/pmu"
 	"github.com/pmu-exporter/pmu_exporter/profile"
+	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
@@ -78,6 +79,7 @@ type flags struct {
 	k8sNode       string
 	kubeconfig    string
 	source        string
+	collectors    *registry.Registry // which collectors run
 	replay        replayFlags
 	otlp          otlpFlags
 	sampling      samplingFlags
@@ -97,6 +99,7 @@ type cli struct {
 	cf                           c2cFlags
 	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
 	terminated                   int // exit code --help or --version asked for; -1: none
+	collectors                   *registry.Registry
 	set                          struct{ perCPU, interval bool }
 	old                          struct {
 		perCPU, perCPUSet, intervalSet bool
@@ -127,6 +130,7 @@ func (c *cli) deprecated() []string {
 func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	f, td, sf, cf := &c.f, &c.td, &c.sf, &c.cf
 	c.terminated = -1
+	c.collectors = collectorList(f)
 	app := kingpin.New("pmu_exporter", "Counts CPU performance events on every CPU and exports them to Prometheus.")
 	app.UsageWriter(stderr)
 	app.ErrorWriter(stderr)
@@ -170,50 +174,20 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	serve.Flag("web.write-timeout", "Longest time to write one response, longer than the slowest scrape.").Default("2m").DurationVar(&f.writeTimeout)
 	serve.Flag("web.enable-debug", "Serve /debug/cachelines (pids, tids, addresses and binary paths) and Go's /debug/pprof/, under the same web configuration (TLS, basic auth) as the metrics. Off by default: anyone who reaches the port could read them.").
 		BoolVar(&f.debug)
-	serve.Flag("collector.topdown", "Compute Top-Down levels 1 and 2 where the CPU has a built-in tree (or --topdown.definitions gives one).").
-		Default("true").BoolVar(&f.topdown)
-	serve.Flag("topdown.uarch", "Top-Down trees to use instead of the detected ones, comma-separated, one per core type (hybrids: adl,grt): "+strings.Join(topdown.Names(), ", ")+"; none makes --topdown.definitions the whole tree.").StringVar(&f.tdUarch)
-	serve.Flag("topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the first, P-core, tree on hybrids; the whole tree where no built-in one applies).").StringVar(&f.tdDef)
-	serve.Flag("collector.cgroup", "Attribute the counted events and Top-Down to cgroups (pods, containers) with an eBPF program on cgroup switches.").
-		Default("true").BoolVar(&f.cgroup)
-	serve.Flag("cgroup.depth", "Ancestor levels below the root that also get the counts of their descendants (kubelet pods sit at level 3, containers at 4).").
-		Default("5").IntVar(&f.cgroupDepth)
-	serve.Flag("cgroup.max-series", "Cgroups exported with series of their own; the smallest consumers beyond it are summed into cgroup=\"other\".").
-		Default("500").IntVar(&f.cgroupSeries)
-	serve.Flag("cgroup.max-tracked", "Cgroups the kernel's attribution map holds at once; credits beyond it are dropped and counted in pmu_cgroup_attribution_errors_total{reason=\"map_full\"}.").
-		Default("16384").IntVar(&f.cgroupTracked)
-	serve.Flag("cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.").
-		Default("5m").DurationVar(&f.cgroupGrace)
-	serve.Flag("cgroup.perf-mode", "Where the eBPF attribution cannot run (no CAP_BPF, no cgroup-switches): count this cgroup (path as in /proc/<pid>/cgroup; repeatable) with perf's cgroup mode instead, at one fd per event per CPU per cgroup.").
-		StringsVar(&f.cgroupPerf)
 	serve.Flag("kubernetes.node-name", "This node's name: with it, pod and container names come from the Kubernetes API (pods of this node only; in a DaemonSet from the downward API, spec.nodeName). Without it, cgroup series carry pod UIDs and container IDs.").
 		Envar("NODE_NAME").StringVar(&f.k8sNode)
 	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&f.kubeconfig)
-	serve.Flag("collector.sampling", "Sample memory accesses with the host's precise PMU (Intel PEBS mem-loads and mem-stores, AMD IBS op) and any --sampling.event: data sources, load latency, lost samples and shared cache lines.").
-		Default("true").BoolVar(&f.sampling.enabled)
-	serve.Flag("sampling.sharing-window", "How long after a thread's latest sampled access to a cache line its bytes still make another thread's access to the line sharing (0: as long as the line is held, as perf c2c over a recording).").
-		Default("1s").DurationVar(&f.sampling.sharingWindow)
-	serve.Flag("sampling.per-cgroup", "Record each sample's cgroup (PERF_SAMPLE_CGROUP, Linux 5.7) and export pmu_cgroup_* sampling series, bounded by --cgroup.max-series.").
-		Default("true").BoolVar(&f.sampling.perCgroup)
-	serve.Flag("sampling.event", "Also sample this event (perf syntax; repeatable), e.g. page-faults: its samples are counted in pmu_sampling_samples_total.").StringsVar(&f.sampling.events)
-	serve.Flag("sampling.period", "Initial sampling period of every sampling event (events per sample); the governor raises it when samples cost too much, and never sets it lower.").
-		Default("10007").Uint64Var(&f.sampling.period)
-	serve.Flag("sampling.ldlat", "Intel PEBS load latency threshold in core cycles: loads faster than it are not sampled.").Default("30").Uint64Var(&f.sampling.ldlat)
-	serve.Flag("sampling.cpu-budget", "CPU the exporter may spend on sampling, in CPUs (0.01: 1% of one CPU); periods rise beyond it, as they do beyond half of perf_event_max_sample_rate.").
-		Default("0.01").Float64Var(&f.sampling.budget)
-	serve.Flag("sampling.ring-pages", "Data pages of each CPU's sampling ring buffer (a power of two).").Default("16").IntVar(&f.sampling.pages)
-	serve.Flag("sampling.max-lines", "Cache lines the shared-line table holds (/debug/cachelines); the coldest half is dropped when full.").
-		Default("1024").IntVar(&f.sampling.maxLines)
 	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
 		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
+	c.collectors.Bind(serve)
 	f.web = webflag.AddFlags(serve, defaultAddress)
 	f.log = &promslog.Config{}
 	promslogflag.AddFlags(app, f.log)
 
 	c.check = app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
 	c.check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
-	c.check.Flag("topdown.uarch", "As serve's: the Top-Down trees to check instead of the detected ones.").StringVar(&f.tdUarch)
-	c.check.Flag("topdown.definitions", "As serve's: the YAML metric file to check with the tree it extends.").StringVar(&f.tdDef)
+	// check judges what serve would run with the same collector flags.
+	c.collectors.Bind(c.check)
 
 	c.tdCmd = app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
 	c.tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
@@ -257,6 +231,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	deprecated := c.deprecated()
+	c.f.topdown, c.f.cgroup, c.f.sampling.enabled = c.collectors.Enabled("topdown"), c.collectors.Enabled("cgroup"), c.collectors.Enabled("sampling")
+	c.f.collectors = c.collectors
 	f, td, sf, cf := c.f, c.td, c.sf, c.cf
 	f.log.Writer = stderr
 	logger := promslog.New(f.log)

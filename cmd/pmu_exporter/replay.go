@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/capability"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/replay"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
@@ -80,8 +82,30 @@ func replayPipeline(f flags, logger *slog.Logger) (*pipeline, error) {
 	logger.Warn("serving a recording, not this host's counters", "file", f.replay.file, "intervals", len(rec.Intervals), "per_cpu", rec.PerCPU, "cgroups", rec.Cgroups)
 	readDuration := exporter.NewReadDurationHistogram()
 	p.collectors = append(p.collectors, readDuration)
-	p.run = func(ctx context.Context) { player.Run(ctx, readDuration.Observe) }
-	p.step = player.Step
+	// The player is the counting collector, and computes Top-Down as it
+	// plays.
+	running := []string{"counting"}
+	if f.replay.uarch != "" {
+		running = append(running, "topdown")
+	}
+	p.health = registry.NewHealth(running...)
+	p.collectors = append(p.collectors, p.health)
+	healthy := func(d time.Duration) {
+		for _, n := range running {
+			p.health.Observe(n, d, nil)
+		}
+	}
+	p.run = func(ctx context.Context) {
+		player.Run(ctx, func(seconds float64) {
+			readDuration.Observe(seconds)
+			healthy(time.Duration(seconds * float64(time.Second)))
+		})
+	}
+	p.step = func() {
+		start := time.Now()
+		player.Step()
+		healthy(time.Since(start))
+	}
 	p.ready = func() (bool, string) { return player.Cycles() >= 1, "no recorded interval has been played yet" }
 	if f.replay.samples != "" {
 		if err := replaySamples(p, f.replay.samples, f.sampling.maxLines, os.Stderr, logger); err != nil {

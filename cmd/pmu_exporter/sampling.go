@@ -74,6 +74,9 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
 		Logger: logger, OnlineCPUs: online.Read, Pages: f.sampling.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
 		Governor: sampling.NewGovernor(f.sampling.budget, s.facts.MaxSampleRate),
+		// A skipped record is counted in pmu_sampling_errors_total; the pass
+		// still succeeded.
+		AfterRead: func(took time.Duration, _ int) { p.health.Observe("sampling", took, nil) },
 	})
 	for _, fl := range failures {
 		logger.Warn("sampling event not opened", "event", fl.Event, "cpu", fl.CPU, "err", fl.Err)
@@ -102,6 +105,7 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 			defer wg.Done()
 			if err := smp.Run(ctx); err != nil {
 				logger.Error("sampling stopped", "err", err)
+				p.health.Observe("sampling", 0, err)
 			}
 		}()
 		if cgNames != nil {

@@ -34,7 +34,9 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/exporter/otlp"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/podmeta"
+	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
@@ -211,6 +213,8 @@ type pipeline struct {
 	// step plays one recorded interval (replay only), as run does on its
 	// clock: the golden exposition test plays a fixed number.
 	step func()
+	// health hears of every collector's cycles (pmu_collector_*).
+	health *registry.Health
 }
 
 func (p *pipeline) close() {
@@ -275,6 +279,23 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	return serveHTTP(ctx, stop, done, f, reg, p, logger)
 }
 
+// newErrors runs a cycle of a per-cgroup source, which counts its failures
+// rather than returning them, and says whether it counted new ones.
+func newErrors(snapshot func() model.CgroupSnapshot, cycle func()) error {
+	sum := func() (n uint64) {
+		for _, v := range snapshot().Errors {
+			n += v
+		}
+		return n
+	}
+	before := sum()
+	cycle()
+	if after := sum(); after > before {
+		return fmt.Errorf("%d failures, by reason in pmu_cgroup_attribution_errors_total", after-before)
+	}
+	return nil
+}
+
 // newRegistry holds the pipeline's collectors and the exporter's own: build
 // information, the Go runtime and the process.
 func newRegistry(p *pipeline) *prometheus.Registry {
@@ -292,7 +313,15 @@ func newRegistry(p *pipeline) *prometheus.Registry {
 // and per-cgroup attribution that the host allows, each missing piece logged
 // with its reason.
 func livePipeline(f flags, logger *slog.Logger) *pipeline {
-	p := &pipeline{}
+	// Every enabled collector reports its health, 0 where it cannot run.
+	var enabled []string
+	for _, c := range f.collectors.Collectors() {
+		if f.collectors.Enabled(c.Name) {
+			enabled = append(enabled, c.Name)
+		}
+	}
+	p := &pipeline{health: registry.NewHealth(enabled...)}
+	p.collectors = append(p.collectors, p.health)
 	s := discover(f)
 	for _, feat := range s.report.Features {
 		if feat.Available {
@@ -357,27 +386,42 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 	online := host.NewOnlineCPUsReader(f.sysfs)
 	p.closers = append(p.closers, func() { online.Close() })
 	var engine *perfcount.Engine
+	var read time.Duration // the latest read cycle's
 	opts := perfcount.Options{
-		Groups:      s.groups,
-		OnlineCPUs:  online.Read,
-		ObserveRead: readDuration.Observe,
-		Logger:      logger,
+		Groups:     s.groups,
+		OnlineCPUs: online.Read,
+		ObserveRead: func(seconds float64) {
+			readDuration.Observe(seconds)
+			read = time.Duration(seconds * float64(time.Second))
+		},
+		Logger: logger,
 	}
 	opts.AfterCycle = func() {
+		snap := engine.Snapshot()
+		var err error
+		if ok, why := measuring(snap); !ok {
+			err = errors.New(why)
+		}
+		p.health.Observe("counting", read, err)
 		if td != nil {
-			snap := engine.Snapshot()
-			for _, l := range td.lives {
-				l.Update(snap)
-			}
+			p.health.Time("topdown", func() error {
+				for _, l := range td.lives {
+					l.Update(snap)
+				}
+				return nil
+			})
 		}
 		if perfMode != nil {
-			perfMode.Cycle()
+			p.health.Time("cgroup", func() error { return newErrors(perfMode.Snapshot, perfMode.Cycle) })
 		}
 		if attributor != nil {
-			cpus, err := online.Read()
-			if err == nil {
-				attributor.Cycle(cpus)
-			}
+			p.health.Time("cgroup", func() error {
+				cpus, err := online.Read()
+				if err != nil {
+					return err
+				}
+				return newErrors(attributor.Snapshot, func() { attributor.Cycle(cpus) })
+			})
 		}
 	}
 	if attributor != nil {

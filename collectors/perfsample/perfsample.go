@@ -42,6 +42,9 @@ type Options struct {
 	// Cgroup, if set, is a cgroup directory: the events then sample only its
 	// tasks (perf's cgroup mode, as perf record -G), still one ring per CPU.
 	Cgroup *os.File
+	// AfterRead, if set, hears of each pass over the rings: how long it took
+	// and how many records it skipped as bad.
+	AfterRead func(took time.Duration, skipped int)
 }
 
 // Failure is a configured event that could not be opened on a CPU.
@@ -399,7 +402,12 @@ func (s *Sampler) Run(ctx context.Context) error {
 		}
 		// A bad record is counted (pmu_sampling_errors_total) and skipped;
 		// the first of each kind is logged.
-		for _, e := range s.ReadAll() {
+		start := time.Now()
+		skipped := s.ReadAll()
+		if s.opts.AfterRead != nil {
+			s.opts.AfterRead(time.Since(start), len(skipped))
+		}
+		for _, e := range skipped {
 			if !logged[e.Reason] && s.opts.Logger != nil {
 				logged[e.Reason] = true
 				s.opts.Logger.Warn("sampling: record skipped; further ones are only counted in pmu_sampling_errors_total", "reason", e.Reason, "err", e.Err)

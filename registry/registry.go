@@ -1,0 +1,127 @@
+// Package registry is the list of the exporter's collectors, in the manner of
+// node_exporter's registerCollector but as a value, not global state: each
+// collector is described once (name, whether it is on by default, the
+// capabilities it cannot run without, its own flags), --collector.<name> and
+// --no-collector.<name> come from the list, serve and check read the same
+// choices from it, and Health reports every collector's latest cycle.
+package registry
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/pmu-exporter/pmu_exporter/capability"
+)
+
+// Collector describes one collector.
+type Collector struct {
+	// Name is its flag and label: --collector.<name>, collector="<name>".
+	Name string
+	Help string
+	// Default is whether it runs without a flag; Required ones always run
+	// (others build on them) and have no on/off flag.
+	Default, Required bool
+	// Needs are the capability features (capability.SystemWide, ...) without
+	// which it cannot run: check says so, serve logs it.
+	Needs []string
+	// Options declares its own flags on the serve and check commands.
+	Options func(cmd *kingpin.CmdClause)
+}
+
+// Registry is the exporter's collectors, in the order they run.
+type Registry struct {
+	list    []Collector
+	enabled map[string]*bool
+}
+
+var validName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// New lists the collectors; names must be unique and fit a flag and a label.
+func New(cs ...Collector) (*Registry, error) {
+	r := &Registry{enabled: map[string]*bool{}}
+	for _, c := range cs {
+		if !validName.MatchString(c.Name) {
+			return nil, fmt.Errorf("collector %q: a name is lower case letters, digits and _", c.Name)
+		}
+		if r.enabled[c.Name] != nil {
+			return nil, fmt.Errorf("collector %q registered twice", c.Name)
+		}
+		on := c.Default || c.Required
+		r.enabled[c.Name] = &on
+		r.list = append(r.list, c)
+	}
+	return r, nil
+}
+
+// Bind declares --collector.<name> for every optional collector (kingpin
+// adds --no-collector.<name>) and every collector's own options on cmd.
+// Bind the same registry on several commands (serve, check) and they share
+// the choices.
+func (r *Registry) Bind(cmd *kingpin.CmdClause) {
+	for _, c := range r.list {
+		if !c.Required {
+			def := "disabled"
+			if c.Default {
+				def = "enabled"
+			}
+			cmd.Flag("collector."+c.Name, fmt.Sprintf("%s (default: %s).", c.Help, def)).
+				Default(fmt.Sprint(c.Default)).BoolVar(r.enabled[c.Name])
+		}
+		if c.Options != nil {
+			c.Options(cmd)
+		}
+	}
+}
+
+// Enabled says whether the named collector runs (false for a name not
+// registered).
+func (r *Registry) Enabled(name string) bool {
+	on := r.enabled[name]
+	return on != nil && *on
+}
+
+// Set switches a collector on or off, as its flag does.
+func (r *Registry) Set(name string, on bool) error {
+	p := r.enabled[name]
+	if p == nil {
+		return fmt.Errorf("no collector %q", name)
+	}
+	for _, c := range r.list {
+		if c.Name == name && c.Required && !on {
+			return fmt.Errorf("collector %q is required", name)
+		}
+	}
+	*p = on
+	return nil
+}
+
+// Collectors lists them, in registration order.
+func (r *Registry) Collectors() []Collector { return slices.Clone(r.list) }
+
+// Status is a collector as check reports it.
+type Status struct {
+	Name    string   `json:"name"`
+	Enabled bool     `json:"enabled"`
+	Runs    bool     `json:"runs"`             // enabled and nothing it needs is missing
+	Missing []string `json:"missing"`          // needed features this host lacks
+	Reason  string   `json:"reason,omitempty"` // why it does not run, where the caller knows more
+}
+
+// Statuses judges every collector against a capability report.
+func (r *Registry) Statuses(rep capability.Report) []Status {
+	var out []Status
+	for _, c := range r.list {
+		st := Status{Name: c.Name, Enabled: r.Enabled(c.Name), Missing: []string{}}
+		for _, n := range c.Needs {
+			if !rep.Feature(n).Available {
+				st.Missing = append(st.Missing, n)
+			}
+		}
+		st.Runs = st.Enabled && len(st.Missing) == 0
+		out = append(out, st)
+	}
+	return out
+}

@@ -1,0 +1,144 @@
+package registry
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pmu-exporter/pmu_exporter/capability"
+)
+
+func testRegistry(t *testing.T, depth *int) *Registry {
+	t.Helper()
+	r, err := New(
+		Collector{Name: "counting", Help: "Count", Required: true, Needs: []string{capability.SystemWide}},
+		Collector{Name: "topdown", Help: "Top-Down", Default: true, Needs: []string{capability.HardwareCounters}},
+		Collector{Name: "cgroup", Help: "Per cgroup", Default: true, Needs: []string{capability.EBPF},
+			Options: func(cmd *kingpin.CmdClause) { cmd.Flag("cgroup.depth", "Depth.").Default("5").IntVar(depth) }},
+		Collector{Name: "reuse", Help: "Reuse distance"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestFlagsFromTheRegistry(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		on    map[string]bool
+		depth int
+		err   string
+	}{
+		{[]string{"serve"}, map[string]bool{"counting": true, "topdown": true, "cgroup": true, "reuse": false}, 5, ""},
+		{[]string{"serve", "--no-collector.topdown", "--collector.reuse", "--cgroup.depth=2"}, map[string]bool{"topdown": false, "reuse": true}, 2, ""},
+		// check reads the same flags, so that it judges what serve would run.
+		{[]string{"check", "--no-collector.cgroup"}, map[string]bool{"cgroup": false, "topdown": true}, 5, ""},
+		{[]string{"serve", "--no-collector.counting"}, nil, 0, "unknown long flag '--no-collector.counting'"},
+		{[]string{"serve", "--collector.nope"}, nil, 0, "unknown long flag '--collector.nope'"},
+	} {
+		var depth int
+		r := testRegistry(t, &depth)
+		app := kingpin.New("test", "")
+		app.Terminate(nil)
+		r.Bind(app.Command("serve", "").Default())
+		r.Bind(app.Command("check", ""))
+		_, err := app.Parse(c.args)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: error %v, want %q", c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		for name, want := range c.on {
+			if r.Enabled(name) != want {
+				t.Errorf("%v: %s enabled %v, want %v", c.args, name, r.Enabled(name), want)
+			}
+		}
+		if depth != c.depth {
+			t.Errorf("%v: --cgroup.depth %d, want %d", c.args, depth, c.depth)
+		}
+	}
+}
+
+func TestRegistryRefuses(t *testing.T) {
+	if _, err := New(Collector{Name: "a"}, Collector{Name: "a"}); err == nil {
+		t.Error("two collectors named a")
+	}
+	if _, err := New(Collector{Name: "Per-CPU"}); err == nil {
+		t.Error("a name that is not a label")
+	}
+	r := testRegistry(t, new(int))
+	if err := r.Set("counting", false); err == nil {
+		t.Error("switched off a required collector")
+	}
+	if err := r.Set("nope", true); err == nil {
+		t.Error("switched on a collector not registered")
+	}
+	if r.Enabled("nope") {
+		t.Error("a collector not registered is enabled")
+	}
+}
+
+func TestStatuses(t *testing.T) {
+	r := testRegistry(t, new(int))
+	r.Set("topdown", false)
+	rep := capability.Report{Features: []capability.Feature{
+		{Name: capability.SystemWide, Available: true},
+		{Name: capability.HardwareCounters, Available: false},
+		{Name: capability.EBPF, Available: false},
+	}}
+	got := map[string]Status{}
+	for _, s := range r.Statuses(rep) {
+		got[s.Name] = s
+	}
+	for name, want := range map[string]Status{
+		"counting": {Name: "counting", Enabled: true, Runs: true, Missing: []string{}},
+		"topdown":  {Name: "topdown", Enabled: false, Runs: false, Missing: []string{capability.HardwareCounters}},
+		"cgroup":   {Name: "cgroup", Enabled: true, Runs: false, Missing: []string{capability.EBPF}},
+		"reuse":    {Name: "reuse", Enabled: false, Runs: false, Missing: []string{}},
+	} {
+		g := got[name]
+		if g.Enabled != want.Enabled || g.Runs != want.Runs || strings.Join(g.Missing, ",") != strings.Join(want.Missing, ",") {
+			t.Errorf("%s: %+v, want %+v", name, g, want)
+		}
+	}
+}
+
+func TestHealth(t *testing.T) {
+	h := NewHealth("counting", "cgroup")
+	h.Observe("counting", 1500*time.Microsecond, nil)
+	h.Observe("cgroup", 2*time.Millisecond, errors.New("map read failed"))
+	h.Observe("topdown", time.Second, nil) // not running: not exported
+	want := `
+# HELP pmu_collector_duration_seconds How long the collector's latest cycle took.
+# TYPE pmu_collector_duration_seconds gauge
+pmu_collector_duration_seconds{collector="cgroup"} 0.002
+pmu_collector_duration_seconds{collector="counting"} 0.0015
+# HELP pmu_collector_success Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).
+# TYPE pmu_collector_success gauge
+pmu_collector_success{collector="cgroup"} 0
+pmu_collector_success{collector="counting"} 1
+`
+	if err := testutil.CollectAndCompare(h, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	// A later success replaces the failure.
+	h.Time("cgroup", func() error { return nil })
+	want = `
+# HELP pmu_collector_success Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).
+# TYPE pmu_collector_success gauge
+pmu_collector_success{collector="cgroup"} 1
+pmu_collector_success{collector="counting"} 1
+`
+	if err := testutil.CollectAndCompare(h, strings.NewReader(want), "pmu_collector_success"); err != nil {
+		t.Error(err)
+	}
+}
