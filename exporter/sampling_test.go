@@ -7,10 +7,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/datasrc"
-	"github.com/pmu-exporter/pmu_exporter/perfrecord"
-	"github.com/pmu-exporter/pmu_exporter/podcgroup"
-	"github.com/pmu-exporter/pmu_exporter/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 )
 
 // OnlineCPUs reads <sysfs>/devices/system/cpu/online.

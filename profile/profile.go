@@ -11,8 +11,8 @@ import (
 	"sort"
 
 	"github.com/pmu-exporter/pmu_exporter/config"
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
-	"github.com/pmu-exporter/pmu_exporter/pmu"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 )
 
 // defaultPos marks where built-in groups come from in error messages.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
-	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
 )
 
 // Collector describes one collector.

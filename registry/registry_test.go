@@ -9,7 +9,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/pmu-exporter/pmu_exporter/capability"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
 )
 
 func testRegistry(t *testing.T, depth *int) *Registry {

@@ -124,7 +124,7 @@ func TestCountsAndMultiplexing(t *testing.T) {
 // cgroup.csv is perf 6.1's real -G output: the cgroup's task-clock, in msec,
 // becomes ns as the kernel counts it.
 func TestRecordedCgroups(t *testing.T) {
-	rec := load(t, "../perfstat/testdata/cgroup.csv")
+	rec := load(t, "../formats/perfstat/testdata/cgroup.csv")
 	if !rec.PerCPU || !rec.Cgroups || len(rec.Intervals) != 3 {
 		t.Fatalf("%+v", rec)
 	}
@@ -157,7 +157,7 @@ func TestRecordedCgroups(t *testing.T) {
 }
 
 func TestRecordedSystemWide(t *testing.T) {
-	p := NewPlayer(load(t, "../perfstat/testdata/interval.csv"), nil, nil)
+	p := NewPlayer(load(t, "../formats/perfstat/testdata/interval.csv"), nil, nil)
 	for range 3 {
 		p.Step()
 	}
@@ -215,7 +215,7 @@ func TestLoadErrors(t *testing.T) {
 }
 
 func FuzzLoad(f *testing.F) {
-	for _, name := range []string{"testdata/skx-handmade.csv", "../perfstat/testdata/cgroup.csv", "../perfstat/testdata/cgroup.json"} {
+	for _, name := range []string{"testdata/skx-handmade.csv", "../formats/perfstat/testdata/cgroup.csv", "../formats/perfstat/testdata/cgroup.json"} {
 		b, _ := os.ReadFile(name)
 		f.Add(string(b))
 	}
@@ -240,7 +240,7 @@ func FuzzLoad(f *testing.F) {
 
 // cgroup.json is perf 6.1's -j -G output: JSON lines replay as CSV does.
 func TestRecordedJSON(t *testing.T) {
-	rec := load(t, "../perfstat/testdata/cgroup.json")
+	rec := load(t, "../formats/perfstat/testdata/cgroup.json")
 	if rec.PerCPU || !rec.Cgroups || len(rec.Intervals) != 2 {
 		t.Fatalf("%+v", rec)
 	}

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/perfstat"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
 )
 
 // Recording is a parsed perf stat file, split into intervals.

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/internal/reference"
-	"github.com/pmu-exporter/pmu_exporter/metric/expr"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric/expr"
 )
 
 // perfToOurs maps perf's AMD pipeline metric names (Zen 4 and Zen 5 spellings) to

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/internal/reference"
-	"github.com/pmu-exporter/pmu_exporter/metric/expr"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric/expr"
 )
 
 // armPublished reads the level-1 expressions for a tree: the core's own file

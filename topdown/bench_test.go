@@ -3,7 +3,7 @@ package topdown
 import (
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // BenchmarkEvaluate256CPUs computes every level 1 and 2 metric of a tree for 256

@@ -3,9 +3,9 @@ package topdown
 import (
 	"fmt"
 
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
-	"github.com/pmu-exporter/pmu_exporter/metric"
-	"github.com/pmu-exporter/pmu_exporter/pmu"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // fixedKind says which Intel fixed counter an event can use, or "" for none:

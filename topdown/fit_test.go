@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
-	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // TestBuiltinGroupsFit: every group of every tree fits the general-purpose

@@ -3,7 +3,7 @@ package topdown
 import (
 	"math"
 
-	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // Keyed accumulates one tree's slot counters for many keys (cgroups): Add

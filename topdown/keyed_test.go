@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // fourWide is a 4-slot tree whose fractions depend on the counts, so the

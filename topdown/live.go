@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
-	"github.com/pmu-exporter/pmu_exporter/metric"
-	"github.com/pmu-exporter/pmu_exporter/pmu"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // LiveGroups resolves a tree's groups into hidden counting-engine groups named

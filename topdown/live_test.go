@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	"github.com/pmu-exporter/pmu_exporter/metric"
 	"github.com/pmu-exporter/pmu_exporter/model"
-	"github.com/pmu-exporter/pmu_exporter/pmu"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // softwareTree is a tree a user could write over software events: its slots are

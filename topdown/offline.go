@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/metric"
-	"github.com/pmu-exporter/pmu_exporter/perfstat"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // perfAliases are the names perf prints for events our trees call by Intel's

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
-	"github.com/pmu-exporter/pmu_exporter/perfstat"
 )
 
 // sprRecording is perf stat -x, -I 1000 -A output for the spr tree's group on two

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/pmu"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 )
 
 // CPU is what selection needs to know about a processor: what /proc/cpuinfo says

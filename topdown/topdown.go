@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 //go:embed defs/*.yaml

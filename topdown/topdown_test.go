@@ -16,11 +16,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/internal/reference"
-	"github.com/pmu-exporter/pmu_exporter/metric"
-	"github.com/pmu-exporter/pmu_exporter/metric/expr"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric/expr"
 )
 
 // Our node names for Intel's TMA metric names.

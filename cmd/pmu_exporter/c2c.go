@@ -8,9 +8,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/pmu-exporter/pmu_exporter/addrmap"
-	"github.com/pmu-exporter/pmu_exporter/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
 // c2cFlags are the options of `pmu_exporter c2c`.

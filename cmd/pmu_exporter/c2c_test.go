@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 )
 
@@ -103,7 +103,7 @@ func TestC2C(t *testing.T) {
 // A file without memory samples is refused with what to record instead.
 func TestC2CWithoutMemorySamples(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"c2c", "-i", "../../perfdata/testdata/page-faults.data"}, &out, &errb); code != 1 ||
+	if code := run([]string{"c2c", "-i", "../../formats/perfdata/testdata/page-faults.data"}, &out, &errb); code != 1 ||
 		!strings.Contains(errb.String(), "perf c2c record") {
 		t.Errorf("exit %d: %s", code, errb.String())
 	}

@@ -7,10 +7,10 @@ import (
 	"io"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/capability"
-	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // topdownStatus says which Top-Down trees serve would compute (one per core

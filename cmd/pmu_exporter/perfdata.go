@@ -6,8 +6,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/pmu-exporter/pmu_exporter/perfdata"
-	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
 // openPerfData opens a perf.data file, or a pipe-mode stream on stdin for

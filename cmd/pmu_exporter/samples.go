@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/datasrc"
-	"github.com/pmu-exporter/pmu_exporter/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
 // samplesFlags are the options of `pmu_exporter samples`.

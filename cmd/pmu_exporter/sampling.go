@@ -14,16 +14,16 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
+	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
+	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/perfrecord"
-	"github.com/pmu-exporter/pmu_exporter/podcgroup"
-	"github.com/pmu-exporter/pmu_exporter/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 

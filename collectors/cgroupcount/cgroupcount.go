@@ -19,12 +19,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/cgroupattr"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupbpf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
-	"github.com/pmu-exporter/pmu_exporter/cpuset"
-	"github.com/pmu-exporter/pmu_exporter/podcgroup"
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/cgroupattr"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 

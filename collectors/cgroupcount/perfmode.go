@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
-	"github.com/pmu-exporter/pmu_exporter/podcgroup"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 )
 
 // PerfMode is the fallback where eBPF is not permitted: perf's own cgroup

@@ -6,8 +6,8 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupbpf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
-	"github.com/pmu-exporter/pmu_exporter/cpuset"
-	"github.com/pmu-exporter/pmu_exporter/metric"
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // Class is one core type: the CPUs on which the same events sit in the same

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 )
 
 // ReadFormat is what every group reads: all members at once, with their ids and the

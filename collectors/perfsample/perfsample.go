@@ -23,9 +23,9 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
-	"github.com/pmu-exporter/pmu_exporter/cpuset"
-	"github.com/pmu-exporter/pmu_exporter/perfrecord"
-	"github.com/pmu-exporter/pmu_exporter/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 

@@ -16,10 +16,10 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
-	"github.com/pmu-exporter/pmu_exporter/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	"github.com/pmu-exporter/pmu_exporter/perfrecord"
-	"github.com/pmu-exporter/pmu_exporter/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 

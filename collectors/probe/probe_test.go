@@ -5,10 +5,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/capability"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	"github.com/pmu-exporter/pmu_exporter/pmu"
 )
 
 func want(t *testing.T, r capability.Report, features map[string]bool) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/pmu-exporter/pmu_exporter/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 )
 
 // Read returns pid's mappings.

@@ -12,7 +12,7 @@ package main
 import (
 	"os"
 
-	"github.com/pmu-exporter/pmu_exporter/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 )
 

@@ -24,7 +24,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
-	"github.com/pmu-exporter/pmu_exporter/podcgroup"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 )
 
 // Options configure the push.

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 )
 
 // InCI reports whether PMU_EXPORTER_CI is set.

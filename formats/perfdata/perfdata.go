@@ -1,0 +1,453 @@
+// Package perfdata reads perf.data files, as `perf record`, `perf mem
+// record` and `perf c2c record` write them anywhere, so the exporter's
+// decoders can analyse a recording offline: the file header, the attrs
+// with their ids (to attribute each record to its event), the event names
+// and host facts of the feature sections, and the data section's records,
+// which perfrecord decodes. Pipe-mode files (`perf record -o -`) are read
+// too, their attrs coming as records. It is pure: an io.Reader in, records
+// out, every malformed part an error naming its offset.
+package perfdata
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+)
+
+var le = binary.LittleEndian
+
+// The file's magic as a little-endian u64 ("PERFILE2"), and as a
+// big-endian host wrote it.
+const (
+	magic        = 0x32454c4946524550
+	magicSwapped = 0x50455246494c4532
+	magicV1      = 0x454c494646524550 // "PERFFILE", perf before 2010
+)
+
+// Records perf itself writes into the data section (perf's
+// PERF_RECORD_USER_TYPE_START and after).
+const (
+	TypeHeaderAttr    = 64
+	TypeFinishedRound = 68
+	TypeAuxtrace      = 71
+	TypeHeaderFeature = 80
+	TypeCompressed    = 81
+)
+
+// headerSize is struct perf_file_header: magic, size, attr_size, the attrs,
+// data and event_types sections, and a 256-bit feature bitmap.
+const (
+	headerSize     = 104
+	pipeHeaderSize = 16
+)
+
+// Feature bits (perf's HEADER_*) this reader uses.
+const (
+	featHostname  = 3
+	featOSRelease = 4
+	featArch      = 6
+	featEventDesc = 12
+	featBits      = 256
+)
+
+// File is an open perf.data stream.
+type File struct {
+	// Events attributes each record to its event (Attrs), from the ids the
+	// file lists.
+	Events *perfrecord.Events
+	// Names are the events' names as perf recorded them (EVENT_DESC), else
+	// perf's spelling of the attr.
+	Names []string
+	// Hostname, OSRelease and Arch of the recording host, where the file says.
+	Hostname, OSRelease, Arch string
+	// Pipe is whether the file was written in pipe mode.
+	Pipe bool
+
+	data   *bufio.Reader
+	left   int64 // bytes of data section left; -1 in pipe mode (to EOF)
+	offset int64 // of the next record in the file
+	buf    []byte
+	ids    [][]uint64
+	attrs  []perfrecord.Attr
+	// descNames are EVENT_DESC's names by id; stale is set when pipe-mode
+	// attrs arrived since Events was built.
+	descNames map[uint64]string
+	stale     bool
+}
+
+// Open reads the header of a perf.data file. A regular file is read in
+// place through r's ReadAt; a stream must be in pipe mode.
+func Open(r io.Reader) (*File, error) {
+	var h [pipeHeaderSize]byte
+	ra, seekable := r.(io.ReaderAt)
+	if f, ok := r.(interface{ Stat() (fs.FileInfo, error) }); ok && seekable {
+		// An *os.File on a pipe (standard input) is a ReaderAt that cannot seek.
+		st, err := f.Stat()
+		seekable = err == nil && st.Mode().IsRegular()
+	}
+	var err error
+	if seekable {
+		_, err = ra.ReadAt(h[:], 0)
+	} else {
+		_, err = io.ReadFull(r, h[:])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("perf.data header: %w", err)
+	}
+	switch m := le.Uint64(h[:]); m {
+	case magic:
+	case magicSwapped:
+		return nil, errors.New("perf.data written on a big-endian host: not supported")
+	case magicV1:
+		return nil, errors.New("perf.data version 1 (perf before 2.6.35): not supported")
+	default:
+		return nil, fmt.Errorf("not a perf.data file (magic %#x)", m)
+	}
+	f := &File{}
+	switch size := le.Uint64(h[8:]); size {
+	case pipeHeaderSize:
+		f.Pipe = true
+		f.left = -1
+		f.offset = pipeHeaderSize
+		if seekable {
+			r = io.NewSectionReader(ra, pipeHeaderSize, 1<<62)
+		}
+		f.data = bufio.NewReaderSize(r, 1<<16)
+		return f, nil
+	case headerSize:
+	default:
+		return nil, fmt.Errorf("perf.data header of %d bytes: want %d (file) or %d (pipe)", size, headerSize, pipeHeaderSize)
+	}
+	if !seekable {
+		return nil, errors.New("perf.data in file mode read from a stream: give the file, or record with -o - (pipe mode)")
+	}
+	if err := f.readHeader(ra); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+type section struct{ off, size int64 }
+
+func readSection(b []byte) section {
+	return section{int64(le.Uint64(b)), int64(le.Uint64(b[8:]))}
+}
+
+func (f *File) readHeader(ra io.ReaderAt) error {
+	b := make([]byte, headerSize)
+	if _, err := ra.ReadAt(b, 0); err != nil {
+		return fmt.Errorf("perf.data header: %w", err)
+	}
+	attrSize := int64(le.Uint64(b[16:]))
+	attrs, data := readSection(b[24:]), readSection(b[40:])
+	if attrSize < 64+16 || attrSize > 4096 {
+		return fmt.Errorf("perf.data header: attr entries of %d bytes", attrSize)
+	}
+	for name, s := range map[string]section{"attr": attrs, "data": data} {
+		if s.off < 0 || s.size < 0 || s.off > 1<<56 || s.size > 1<<56 {
+			return fmt.Errorf("perf.data header: %s section at %d of %d bytes", name, s.off, s.size)
+		}
+	}
+	if attrs.size%attrSize != 0 || attrs.size/attrSize > 4096 {
+		return fmt.Errorf("perf.data header: attr section of %d bytes is not a whole number of %d-byte entries", attrs.size, attrSize)
+	}
+	entries := make([]byte, attrs.size)
+	if _, err := ra.ReadAt(entries, attrs.off); err != nil {
+		return fmt.Errorf("perf.data attrs at %d: %w", attrs.off, err)
+	}
+	for i := int64(0); i < attrs.size/attrSize; i++ {
+		e := entries[i*attrSize : (i+1)*attrSize]
+		a, err := perfrecord.ParseAttr(e[:attrSize-16])
+		if err != nil {
+			return fmt.Errorf("perf.data attr %d at %d: %w", i, attrs.off+i*attrSize, err)
+		}
+		ids, err := readIDs(ra, readSection(e[attrSize-16:]))
+		if err != nil {
+			return fmt.Errorf("perf.data attr %d: ids: %w", i, err)
+		}
+		f.attrs = append(f.attrs, a)
+		f.ids = append(f.ids, ids)
+	}
+	if err := f.readFeatures(ra, b[72:104], data.off+data.size); err != nil {
+		return err
+	}
+	if err := f.index(); err != nil {
+		return err
+	}
+	f.offset, f.left = data.off, data.size
+	if data.size == 0 { // perf was killed before it wrote the header back: read to the end
+		f.left, data.size = -1, 1<<62
+	}
+	f.data = bufio.NewReaderSize(io.NewSectionReader(ra, data.off, data.size), 1<<16)
+	return nil
+}
+
+func readIDs(ra io.ReaderAt, s section) ([]uint64, error) {
+	if s.size%8 != 0 || s.size < 0 || s.size > 1<<24 || s.off < 0 {
+		return nil, fmt.Errorf("id section of %d bytes", s.size)
+	}
+	b := make([]byte, s.size)
+	if _, err := ra.ReadAt(b, s.off); err != nil {
+		return nil, fmt.Errorf("at %d: %w", s.off, err)
+	}
+	ids := make([]uint64, s.size/8)
+	for i := range ids {
+		ids[i] = le.Uint64(b[8*i:])
+	}
+	return ids, nil
+}
+
+// readFeatures reads the sections of the features this reader uses; their
+// index follows the data section, one entry per feature bit set.
+func (f *File) readFeatures(ra io.ReaderAt, bitmap []byte, at int64) error {
+	n := 0
+	for bit := 0; bit < featBits; bit++ {
+		if bitmap[bit/8]&(1<<(bit%8)) == 0 {
+			continue
+		}
+		var e [16]byte
+		if _, err := ra.ReadAt(e[:], at+int64(16*n)); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("perf.data is truncated: the file ends before entry %d of the feature index at byte %d, which follows the data section (copied or written incompletely?)", n, at+int64(16*n))
+			}
+			return fmt.Errorf("perf.data feature index entry %d at %d: %w", n, at+int64(16*n), err)
+		}
+		n++
+		s := readSection(e[:])
+		if bit != featHostname && bit != featOSRelease && bit != featArch && bit != featEventDesc {
+			continue
+		}
+		if s.size < 0 || s.size > 1<<24 || s.off < 0 {
+			return fmt.Errorf("perf.data feature %d: section of %d bytes", bit, s.size)
+		}
+		b := make([]byte, s.size)
+		if _, err := ra.ReadAt(b, s.off); err != nil {
+			return fmt.Errorf("perf.data feature %d at %d: %w", bit, s.off, err)
+		}
+		if err := f.feature(bit, b); err != nil {
+			return fmt.Errorf("perf.data feature %d at %d: %w", bit, s.off, err)
+		}
+	}
+	return nil
+}
+
+// feature reads the section of feature bit, from the file's index or a
+// pipe-mode HEADER_FEATURE record.
+func (f *File) feature(bit int, b []byte) error {
+	var err error
+	switch bit {
+	case featHostname:
+		f.Hostname, _, err = headerString(b)
+	case featOSRelease:
+		f.OSRelease, _, err = headerString(b)
+	case featArch:
+		f.Arch, _, err = headerString(b)
+	case featEventDesc:
+		err = f.eventDesc(b)
+	}
+	return err
+}
+
+// headerString reads perf's struct perf_header_string: a u32 length (of
+// the padded, NUL-terminated bytes) and the bytes.
+func headerString(b []byte) (string, []byte, error) {
+	if len(b) < 4 {
+		return "", nil, errors.New("string length overruns the section")
+	}
+	n := int(le.Uint32(b))
+	b = b[4:]
+	if n > len(b) {
+		return "", nil, fmt.Errorf("string of %d bytes overruns the section (%d left)", n, len(b))
+	}
+	s := b[:n]
+	for i, c := range s {
+		if c == 0 {
+			s = s[:i]
+			break
+		}
+	}
+	return string(s), b[n:], nil
+}
+
+// eventDesc names the events: u32 count, u32 attr size, then per event the
+// attr, u32 id count, the name string and the ids.
+func (f *File) eventDesc(b []byte) error {
+	if len(b) < 8 {
+		return errors.New("EVENT_DESC header overruns the section")
+	}
+	nr, size := int(le.Uint32(b)), int(le.Uint32(b[4:]))
+	b = b[8:]
+	names := map[uint64]string{}
+	for i := 0; i < nr; i++ {
+		if len(b) < size+4 {
+			return fmt.Errorf("EVENT_DESC event %d overruns the section", i)
+		}
+		nids := int(le.Uint32(b[size:]))
+		name, rest, err := headerString(b[size+4:])
+		if err != nil {
+			return fmt.Errorf("EVENT_DESC event %d name: %w", i, err)
+		}
+		if nids < 0 || nids > len(rest)/8 {
+			return fmt.Errorf("EVENT_DESC event %d: %d ids overrun the section", i, nids)
+		}
+		for k := 0; k < nids; k++ {
+			names[le.Uint64(rest[8*k:])] = name
+		}
+		b = rest[8*nids:]
+	}
+	f.descNames = names
+	return nil
+}
+
+// index builds Events and Names from the attrs read so far.
+func (f *File) index() error {
+	if len(f.attrs) == 0 {
+		return errors.New("perf.data has no events")
+	}
+	ev, err := perfrecord.NewEvents(f.attrs, f.ids)
+	if err != nil {
+		return fmt.Errorf("perf.data events: %w", err)
+	}
+	f.Events, f.stale = ev, false
+	f.Names = make([]string, len(f.attrs))
+	for i, a := range f.attrs {
+		f.Names[i] = a.Name()
+		for _, id := range f.ids[i] {
+			if n, ok := f.descNames[id]; ok {
+				f.Names[i] = n
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// Next returns the data section's next record, header included, valid
+// until the following call; io.EOF after the last. Kernel records (and
+// perf's own, such as FINISHED_ROUND) are returned as they are; pipe-mode
+// attrs and features are taken in, and AUX payloads skipped. Records
+// compressed by `perf record -z` are refused.
+func (f *File) Next() ([]byte, error) {
+	for {
+		rec, err := f.next()
+		if err != nil {
+			return nil, err
+		}
+		h, _ := perfrecord.ParseHeader(rec)
+		switch h.Type {
+		case TypeHeaderAttr:
+			if err := f.headerAttr(rec); err != nil {
+				return nil, fmt.Errorf("perf.data record HEADER_ATTR at %d: %w", f.offset-int64(len(rec)), err)
+			}
+			continue
+		case TypeHeaderFeature:
+			if len(rec) >= 16 {
+				if err := f.feature(int(le.Uint64(rec[8:])), rec[16:]); err != nil {
+					return nil, fmt.Errorf("perf.data record HEADER_FEATURE at %d: %w", f.offset-int64(len(rec)), err)
+				}
+			}
+			continue
+		case TypeCompressed:
+			return nil, fmt.Errorf("perf.data record at %d is compressed (perf record -z): not supported; record without -z", f.offset-int64(len(rec)))
+		case TypeAuxtrace:
+			if len(rec) >= 16 {
+				if err := f.skip(int64(le.Uint64(rec[8:]))); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if f.stale || f.Events == nil {
+			if err := f.index(); err != nil {
+				return nil, err
+			}
+		}
+		return rec, nil
+	}
+}
+
+func (f *File) next() ([]byte, error) {
+	if f.left == 0 {
+		return nil, io.EOF
+	}
+	var hb [perfrecord.HeaderSize]byte
+	if _, err := io.ReadFull(f.data, hb[:]); err != nil {
+		if err == io.EOF && f.left < 0 { // pipe mode ends at EOF
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("perf.data record header at %d: %w (file truncated?)", f.offset, noEOF(err))
+	}
+	size := int(le.Uint16(hb[6:]))
+	if size < perfrecord.HeaderSize {
+		return nil, fmt.Errorf("perf.data record at %d: size %d is smaller than its header", f.offset, size)
+	}
+	if f.left >= 0 && int64(size) > f.left {
+		return nil, fmt.Errorf("perf.data record at %d: %d bytes overrun the data section (%d left)", f.offset, size, f.left)
+	}
+	if cap(f.buf) < size {
+		f.buf = make([]byte, 0, 1<<16)
+	}
+	rec := f.buf[:size]
+	copy(rec, hb[:])
+	if _, err := io.ReadFull(f.data, rec[perfrecord.HeaderSize:]); err != nil {
+		return nil, fmt.Errorf("perf.data record at %d (%d bytes): %w (file truncated?)", f.offset, size, noEOF(err))
+	}
+	f.advance(int64(size))
+	return rec, nil
+}
+
+func (f *File) advance(n int64) {
+	f.offset += n
+	if f.left > 0 {
+		f.left -= n
+	}
+}
+
+func (f *File) skip(n int64) error {
+	if n < 0 || (f.left >= 0 && n > f.left) {
+		return fmt.Errorf("perf.data AUX payload of %d bytes at %d overruns the data section", n, f.offset)
+	}
+	if _, err := f.data.Discard(int(n)); err != nil {
+		return fmt.Errorf("perf.data AUX payload at %d: %w", f.offset, noEOF(err))
+	}
+	f.advance(n)
+	return nil
+}
+
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// headerAttr takes in a pipe-mode attr: the attr (its own size) then its ids.
+func (f *File) headerAttr(rec []byte) error {
+	body := rec[perfrecord.HeaderSize:]
+	if len(body) < 8 {
+		return errors.New("attr overruns the record")
+	}
+	size := int(le.Uint32(body[4:]))
+	if size == 0 {
+		size = 64
+	}
+	if size > len(body) || (len(body)-size)%8 != 0 {
+		return fmt.Errorf("attr of %d bytes does not fit a %d-byte record with whole ids", size, len(body))
+	}
+	a, err := perfrecord.ParseAttr(body[:size])
+	if err != nil {
+		return err
+	}
+	ids := make([]uint64, (len(body)-size)/8)
+	for i := range ids {
+		ids[i] = le.Uint64(body[size+8*i:])
+	}
+	f.attrs = append(f.attrs, a)
+	f.ids = append(f.ids, ids)
+	f.stale = true
+	return nil
+}

@@ -1,0 +1,276 @@
+package perfdata
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
+)
+
+var put = binary.LittleEndian
+
+const st = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_ADDR
+
+func attr(config uint64) []byte {
+	return perffile.Attr(unix.PERF_TYPE_SOFTWARE, config, 1, st, true, 0)
+}
+
+// sample is a sample of this layout: identifier, pid/tid, time, addr.
+func sample(id, time, addr uint64) []byte {
+	b := make([]byte, 8+32)
+	put.PutUint32(b, perfrecord.TypeSample)
+	put.PutUint16(b[6:], uint16(len(b)))
+	put.PutUint64(b[8:], id)
+	put.PutUint32(b[16:], 7)
+	put.PutUint32(b[20:], 8)
+	put.PutUint64(b[24:], time)
+	put.PutUint64(b[32:], addr)
+	return b
+}
+
+func userRecord(typ uint32, body []byte) []byte {
+	b := make([]byte, 8, 8+len(body))
+	put.PutUint32(b, typ)
+	put.PutUint16(b[6:], uint16(8+len(body)))
+	return append(b, body...)
+}
+
+// buildFile is a file of page-faults (ids 10, 11) and dummy (id 20) events.
+func buildFile(records ...[]byte) []byte {
+	return perffile.File([]perffile.Event{
+		{Attr: attr(unix.PERF_COUNT_SW_PAGE_FAULTS), IDs: []uint64{10, 11}, Name: "page-faults:u"},
+		{Attr: attr(unix.PERF_COUNT_SW_DUMMY), IDs: []uint64{20}, Name: "dummy:HG"},
+	}, "node-7", records...)
+}
+
+func finishedRound() []byte { return userRecord(TypeFinishedRound, nil) }
+
+// Two CPUs' buffers drained in rounds: each round's records are ordered
+// per CPU only. Ordered releases them by time, holding back what a later
+// round may still precede.
+func TestOrderedFile(t *testing.T) {
+	b := buildFile(
+		sample(10, 300, 0xa), sample(11, 100, 0xb), // round 1: cpu0 then cpu1
+		finishedRound(),
+		sample(10, 400, 0xc), sample(11, 200, 0xd), // cpu1's 200 precedes round 1's 300
+		finishedRound(),
+		sample(11, 500, 0xe),
+	)
+	f, err := Open(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Hostname != "node-7" || len(f.Names) != 2 || f.Names[0] != "page-faults:u" || f.Names[1] != "dummy:HG" || f.Pipe {
+		t.Errorf("header: host %q names %q pipe %v", f.Hostname, f.Names, f.Pipe)
+	}
+	var times []uint64
+	var s perfrecord.Sample
+	if err := f.Ordered(func(rec []byte) error {
+		i, err := f.Events.ForSample(rec)
+		if err != nil || i != 0 {
+			t.Errorf("event %d, %v", i, err)
+		}
+		if err := perfrecord.DecodeSample(rec, f.Events.Attrs[i].Layout(), &s); err != nil {
+			t.Fatal(err)
+		}
+		times = append(times, s.Time)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{100, 200, 300, 400, 500}; !slicesEqual(times, want) {
+		t.Errorf("order %v, want %v", times, want)
+	}
+}
+
+func slicesEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Pipe mode: a 16-byte header, then the attrs as HEADER_ATTR records.
+func TestPipeMode(t *testing.T) {
+	var p bytes.Buffer
+	p.Write(put.AppendUint64(put.AppendUint64(nil, magic), pipeHeaderSize))
+	p.Write(userRecord(TypeHeaderAttr, put.AppendUint64(attr(unix.PERF_COUNT_SW_PAGE_FAULTS), 5)))
+	p.Write(userRecord(TypeHeaderAttr, put.AppendUint64(attr(unix.PERF_COUNT_SW_CPU_CLOCK), 6)))
+	p.Write(sample(6, 10, 0x1000))
+	stream := append([]byte(nil), p.Bytes()...)
+	f, err := Open(io.MultiReader(&p)) // a stream, not a file
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := f.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, err := f.Events.ForSample(rec); err != nil || i != 1 || f.Names[1] != "cpu-clock" || !f.Pipe {
+		t.Errorf("event %d (%v), names %q", i, err, f.Names)
+	}
+	if _, err := f.Next(); err != io.EOF {
+		t.Errorf("end of stream: %v", err)
+	}
+	// An *os.File on a pipe (standard input) reads as a stream, though it
+	// has a ReadAt that cannot seek.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	go func() { pw.Write(stream); pw.Close() }()
+	f, err = Open(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := f.Next(); err != nil || len(rec) != 40 {
+		t.Errorf("from a pipe: %d bytes, %v", len(rec), err)
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	good := buildFile(sample(10, 1, 1), sample(11, 2, 2))
+	truncated := good[:len(good)-1]
+	// Cut the data section's second record in half: the file ends in it.
+	dataOff := int(put.Uint64(good[40:]))
+	cut := append([]byte(nil), good[:dataOff+40+20]...)
+	compressed := buildFile(sample(10, 1, 1), userRecord(TypeCompressed, make([]byte, 8)))
+	swapped := append([]byte(nil), good...)
+	binary.BigEndian.PutUint64(swapped, magic)
+	for name, c := range map[string]struct {
+		b    []byte
+		want string
+	}{
+		"feature section cut": {truncated, "feature 12"},
+		"record cut":          {cut, "feature index"},
+		"compressed":          {compressed, "compressed (perf record -z)"},
+		"big endian":          {swapped, "big-endian"},
+		"not perf":            {[]byte("hello, world, this is text"), "not a perf.data file"},
+	} {
+		var got []uint64
+		f, err := Open(bytes.NewReader(c.b))
+		if err == nil {
+			err = f.Ordered(func(rec []byte) error {
+				got = append(got, put.Uint64(rec[24:]))
+				return nil
+			})
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+		if name == "compressed" && len(got) != 1 {
+			t.Errorf("the sample before the compressed record was not handed out: %v", got)
+		}
+	}
+	// A record whose size runs past the data section's end: the records
+	// before it are still handed out.
+	bad := buildFile(sample(10, 1, 1), sample(11, 2, 2))
+	put.PutUint16(bad[dataOff+40+6:], 48)
+	f, err := Open(bytes.NewReader(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = f.Ordered(func([]byte) error { n++; return nil })
+	if err == nil || !strings.Contains(err.Error(), "overrun the data section") || n != 1 {
+		t.Errorf("record past the data section: %d records, %v", n, err)
+	}
+}
+
+func FuzzOpen(f *testing.F) {
+	f.Add(buildFile(sample(10, 300, 0xa), finishedRound(), sample(11, 100, 0xb)))
+	if b, err := os.ReadFile("testdata/page-faults.data"); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		file, err := Open(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		var s perfrecord.Sample
+		file.Ordered(func(rec []byte) error {
+			if i, err := file.Events.ForSample(rec); err == nil {
+				perfrecord.DecodeSample(rec, file.Events.Attrs[i].Layout(), &s)
+			}
+			return nil
+		})
+	})
+}
+
+// A file perf 6.1 recorded on the development VM (perf record -a -e
+// page-faults -c 1 -d --phys-data -W --data-page-size), with perf script's
+// pid/tid, cpu, time and addr of it taken at the same time: the reader
+// gives the same samples in the same order.
+func TestRecordedFile(t *testing.T) {
+	script, err := os.ReadFile("testdata/page-faults.script")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimSpace(string(script)), "\n")
+	fh, err := os.Open("testdata/page-faults.data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	f, err := Open(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Events.Attrs) != 2 || f.Names[0] != "page-faults" || f.Names[1] != "dummy:HG" || f.Arch != "x86_64" {
+		t.Errorf("events %q, arch %q", f.Names, f.Arch)
+	}
+	var got []string
+	var s perfrecord.Sample
+	if err := f.Ordered(func(rec []byte) error {
+		if h, _ := perfrecord.ParseHeader(rec); h.Type != perfrecord.TypeSample {
+			return nil
+		}
+		i, err := f.Events.ForSample(rec)
+		if err != nil {
+			return err
+		}
+		if err := perfrecord.DecodeSample(rec, f.Events.Attrs[i].Layout(), &s); err != nil {
+			return err
+		}
+		got = append(got, fmt.Sprintf("%5d/%-5d [%03d] %d.%09d: %16x", s.PID, s.TID, s.CPU, s.Time/1e9, s.Time%1e9, s.Addr))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d samples, perf script printed %d", len(got), len(want))
+	}
+	for i := range got {
+		if strings.TrimSpace(got[i]) != strings.TrimSpace(want[i]) {
+			t.Fatalf("sample %d: %q, perf script %q", i, got[i], want[i])
+		}
+	}
+}
+
+// A recording cut right after its data section (a copy that stopped short)
+// says it is truncated and where, instead of an EOF.
+func TestTruncatedAfterData(t *testing.T) {
+	b, err := os.ReadFile("testdata/page-faults.data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := int64(binary.LittleEndian.Uint64(b[40:])) + int64(binary.LittleEndian.Uint64(b[48:]))
+	_, err = Open(bytes.NewReader(b[:end]))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("perf.data is truncated: the file ends before entry 0 of the feature index at byte %d", end)) {
+		t.Errorf("cut at %d: %v", end, err)
+	}
+}

@@ -1,0 +1,112 @@
+package capability
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"github.com/pmu-exporter/pmu_exporter/model"
+)
+
+func ok() error { return nil }
+
+// allWork are the probe results of a bare-metal host run as root.
+var allWork = Probes{Hardware: ok, SystemWide: ok, Breakpoint: ok, EBPF: ok, Cgroup: ok}
+
+func report(t *testing.T, h fixture.Host, p Probes) Report {
+	t.Helper()
+	sys, proc := fixture.Write(t, h)
+	pmus, err := pmu.Discover(sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Build(host.Read(proc, sys), pmus, host.Counters{}, p)
+}
+
+func want(t *testing.T, r Report, features map[string]bool) {
+	t.Helper()
+	for name, avail := range features {
+		f := r.Feature(name)
+		if f.Available != avail {
+			t.Errorf("%s: available=%v (%s%s), want %v", name, f.Available, f.Detail, f.Reason, avail)
+		}
+		if !f.Available && (f.Reason == "" || f.Fix == "") {
+			t.Errorf("%s is unavailable without a reason and a fix: %+v", name, f)
+		}
+	}
+}
+
+func TestIntelIcelake(t *testing.T) {
+	r := report(t, fixture.IntelIcelake(), allWork)
+	want(t, r, map[string]bool{HardwareCounters: true, PreciseSampling: true, PerfMetrics: true, IBS: false, SPE: false,
+		Breakpoints: true, EBPF: true, CgroupEvents: true, SystemWide: true})
+	if !strings.Contains(r.Feature(PreciseSampling).Detail, "PEBS on cpu (max_precise=3)") || r.CorePMU != "icelake" {
+		t.Errorf("detail %q, core %q", r.Feature(PreciseSampling).Detail, r.CorePMU)
+	}
+}
+
+func TestIntelSkylakeHasNoPerfMetrics(t *testing.T) {
+	r := report(t, fixture.IntelSkylake(), allWork)
+	want(t, r, map[string]bool{HardwareCounters: true, PreciseSampling: true, PerfMetrics: false})
+}
+
+func TestHybridPerfMetricsOnCoreOnly(t *testing.T) {
+	r := report(t, fixture.IntelAlderLake(), allWork)
+	want(t, r, map[string]bool{PerfMetrics: true})
+	if d := r.Feature(PerfMetrics).Detail; !strings.Contains(d, "cpu_core") {
+		t.Errorf("perf_metrics detail %q should name cpu_core", d)
+	}
+	if d := r.Feature(HardwareCounters).Detail; !strings.Contains(d, "cpu_atom, cpu_core") {
+		t.Errorf("hardware detail %q should list both core PMUs", d)
+	}
+}
+
+func TestAMDAndArm(t *testing.T) {
+	r := report(t, fixture.AMDZen3(), allWork)
+	want(t, r, map[string]bool{PreciseSampling: true, IBS: true, SPE: false, PerfMetrics: false})
+	r = report(t, fixture.ArmNeoverseN1(), allWork)
+	want(t, r, map[string]bool{PreciseSampling: true, IBS: false, SPE: true, HardwareCounters: true})
+}
+
+// TestVMWithoutPMU: the probes fail the way this project's CI VM fails them.
+func TestVMWithoutPMU(t *testing.T) {
+	p := allWork
+	p.Hardware = func() error {
+		return &model.OpenError{Event: "probe", Err: unix.ENOENT, Reason: model.ReasonUnsupported}
+	}
+	r := report(t, fixture.NoPMU(), p)
+	want(t, r, map[string]bool{HardwareCounters: false, PreciseSampling: false, SystemWide: true, Breakpoints: true})
+	if hw := r.Feature(HardwareCounters); !strings.Contains(hw.Reason, "this VM does not expose a PMU") {
+		t.Errorf("reason %q", hw.Reason)
+	}
+	if !r.Runnable {
+		t.Error("a VM without PMU can still run the exporter on software events")
+	}
+}
+
+func TestUnprivileged(t *testing.T) {
+	denied := func() error {
+		return &model.OpenError{Event: "probe", Err: unix.EACCES, Reason: model.ReasonPermission}
+	}
+	p := Probes{Hardware: ok, SystemWide: denied, Breakpoint: ok, EBPF: func() error { return unix.EPERM }, Cgroup: denied}
+	r := report(t, fixture.IntelSkylake(), p)
+	want(t, r, map[string]bool{SystemWide: false, EBPF: false, CgroupEvents: false, HardwareCounters: true})
+	if r.Runnable {
+		t.Error("runnable without system-wide counting")
+	}
+	if fix := r.Feature(SystemWide).Fix; !strings.Contains(fix, "perf_event_paranoid is 2") || !strings.Contains(fix, "CAP_PERFMON") {
+		t.Errorf("fix = %q", fix)
+	}
+	var buf bytes.Buffer
+	r.WriteText(&buf)
+	for _, s := range []string{"[no]  system_wide", "fix: perf_event_paranoid is 2", "[yes] hardware_counters", "cannot count anything"} {
+		if !strings.Contains(buf.String(), s) {
+			t.Errorf("text report lacks %q:\n%s", s, buf.String())
+		}
+	}
+}
