@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/model"
 	"os"
 	"slices"
@@ -148,7 +149,7 @@ func (c *Counter) Attach(cpu int) error {
 		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
 		Bits:   unix.PerfBitDisabled,
 	}
-	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	fd, err := perf.OpenFD(&attr, -1, cpu, -1, 0)
 	if err != nil {
 		return fmt.Errorf("open cgroup-switches on CPU %d: %w", cpu, err)
 	}
@@ -162,7 +163,7 @@ func (c *Counter) Attach(cpu int) error {
 		per[cpu] = zero
 		c.objs.Seen.Put(uint32(0), per)
 	}
-	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+	if err := perf.Enable(fd); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("enable cgroup-switches on CPU %d: %w", cpu, err)
 	}

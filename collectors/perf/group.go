@@ -101,14 +101,14 @@ func OpenGroup(attrs []eventspec.Attr, names []string, t Target) (*Group, error)
 			leader = fd
 		}
 		g.fds = append(g.fds, fd)
-		id, err := eventID(fd)
+		id, err := ID(fd)
 		if err != nil {
 			g.Close()
 			return nil, &OpenError{Event: names[i], CPU: t.CPU, Err: err, Reason: ReasonInvalid}
 		}
 		g.ids = append(g.ids, id)
 	}
-	if err := unix.IoctlSetInt(leader, unix.PERF_EVENT_IOC_ENABLE, unix.PERF_IOC_FLAG_GROUP); err != nil {
+	if err := enableGroup(leader); err != nil {
 		g.Close()
 		return nil, &OpenError{Event: names[0], CPU: t.CPU, Err: err, Reason: classify(err)}
 	}
@@ -125,15 +125,6 @@ func opensAlone(u unix.PerfEventAttr, pid, cpu, flags int) bool {
 	}
 	unix.Close(fd)
 	return true
-}
-
-func eventID(fd int) (uint64, error) {
-	var id uint64
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_ID, uintptr(unsafe.Pointer(&id)))
-	if errno != 0 {
-		return 0, fmt.Errorf("PERF_EVENT_IOC_ID: %w", errno)
-	}
-	return id, nil
 }
 
 // FD is the file descriptor of event i, for consumers that read it themselves

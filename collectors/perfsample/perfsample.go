@@ -3,8 +3,8 @@
 // buffer and the others writing into it (PERF_EVENT_IOC_SET_OUTPUT, one
 // mmap per CPU however many events), reads the rings when the kernel wakes
 // it or on a short timer, hands every record to samplestat, and applies
-// the governor's periods with PERF_EVENT_IOC_PERIOD. It is the only
-// package of the sampling path that makes syscalls.
+// the governor's periods with PERF_EVENT_IOC_PERIOD, all through
+// collectors/perf, the sole owner of perf_event_open and its ioctls.
 package perfsample
 
 import (
@@ -17,7 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -127,7 +126,7 @@ func (s *Sampler) addCPU(cpu int) []Failure {
 		if err == nil {
 			err = s.attach(ce, fd)
 			if err == nil {
-				ce.ids[i], err = eventID(fd)
+				ce.ids[i], err = perf.ID(fd)
 			}
 			if err != nil {
 				unix.Close(fd)
@@ -206,7 +205,7 @@ func (s *Sampler) index() error {
 func (s *Sampler) enable(cpu int) error {
 	for _, fd := range s.cpus[cpu].fds {
 		if fd >= 0 {
-			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			if err := perf.Enable(fd); err != nil {
 				return fmt.Errorf("enabling a sampling event on CPU %d: %w", cpu, err)
 			}
 		}
@@ -326,7 +325,7 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, lea
 		la := perf.Attr(*c.Leader)
 		la.Read_format = 0
 		la.Bits |= unix.PerfBitDisabled
-		if leader, err = unix.PerfEventOpen(&la, pid, cpu, -1, flags); err != nil {
+		if leader, err = perf.OpenFD(&la, pid, cpu, -1, flags); err != nil {
 			return -1, -1, perf.NewOpenError(c.Name+"'s leader", cpu, err)
 		}
 	}
@@ -336,7 +335,7 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, lea
 	a.Sample_type = c.SampleType
 	a.Bits |= unix.PerfBitDisabled | bitSampleIDAll | unix.PerfBitWatermark
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
-	fd, err = unix.PerfEventOpen(&a, pid, cpu, leader, flags)
+	fd, err = perf.OpenFD(&a, pid, cpu, leader, flags)
 	if err != nil {
 		if leader >= 0 {
 			unix.Close(leader)
@@ -345,10 +344,10 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, lea
 	}
 	if leader >= 0 {
 		// A disabled leader holds its member off: it would never sample.
-		if err := unix.IoctlSetInt(leader, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+		if err := perf.Enable(leader); err != nil {
 			unix.Close(fd)
 			unix.Close(leader)
-			return -1, -1, fmt.Errorf("%s: enable its leader on CPU %d: PERF_EVENT_IOC_ENABLE: %w", c.Name, cpu, err)
+			return -1, -1, fmt.Errorf("%s: enable its leader on CPU %d: %w", c.Name, cpu, err)
 		}
 	}
 	return fd, leader, nil
@@ -358,10 +357,7 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, lea
 // else the first event's through SET_OUTPUT.
 func (s *Sampler) attach(ce *cpuEvents, fd int) error {
 	if ce.ring != nil {
-		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_OUTPUT, ce.ring.FD()); err != nil {
-			return fmt.Errorf("PERF_EVENT_IOC_SET_OUTPUT: %w", err)
-		}
-		return nil
+		return perf.SetOutput(fd, ce.ring.FD())
 	}
 	r, err := perfring.Open(fd, s.opts.Pages)
 	if err != nil {
@@ -373,14 +369,6 @@ func (s *Sampler) attach(ce *cpuEvents, fd int) error {
 	}
 	ce.ring = r
 	return nil
-}
-
-func eventID(fd int) (uint64, error) {
-	var id uint64
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_ID, uintptr(unsafe.Pointer(&id))); e != 0 {
-		return 0, fmt.Errorf("PERF_EVENT_IOC_ID: %w", e)
-	}
-	return id, nil
 }
 
 // Configs are the events that opened, in the stats' event order.
@@ -528,9 +516,8 @@ func (s *Sampler) fdsOf(i int) []int {
 // SetPeriod sets event i's period on every CPU.
 func (s *Sampler) SetPeriod(i int, period uint64) error {
 	for _, fd := range s.fdsOf(i) {
-		p := period
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_PERIOD, uintptr(unsafe.Pointer(&p))); e != 0 {
-			return fmt.Errorf("PERF_EVENT_IOC_PERIOD(%s, %d): %w", s.cfgs[i].Name, period, e)
+		if err := perf.SetPeriod(fd, period); err != nil {
+			return fmt.Errorf("%s every %d: %w", s.cfgs[i].Name, period, err)
 		}
 	}
 	s.periods[i].Store(period)

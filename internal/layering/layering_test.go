@@ -144,3 +144,40 @@ func kernelCalls(t *testing.T, p pkg, syscalls map[string]map[string]bool) []str
 	}
 	return calls
 }
+
+// TestOnePerfEventOwner: collectors/perf is the only caller of
+// perf_event_open and of the perf ioctls; the sampler and the cgroup program
+// go through it (one place to get flags, close-on-exec and errors right).
+func TestOnePerfEventOwner(t *testing.T) {
+	owner := module + "/collectors/perf"
+	found := 0
+	for _, p := range list(t, module+"/...") {
+		fset := token.NewFileSet()
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(fset, filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "unix" {
+					return true
+				}
+				if name := sel.Sel.Name; name == "PerfEventOpen" || strings.HasPrefix(name, "PERF_EVENT_IOC_") {
+					if p.ImportPath == owner {
+						found++
+					} else {
+						t.Errorf("%s uses unix.%s at %s: open and steer events through collectors/perf", p.ImportPath, name, fset.Position(sel.Pos()))
+					}
+				}
+				return true
+			})
+		}
+	}
+	if found == 0 {
+		t.Error("collectors/perf itself calls no perf_event_open: is the test looking at the right files?")
+	}
+}
