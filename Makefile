@@ -12,7 +12,7 @@ LDFLAGS = -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVI
 
 .PHONY: run test build bench fuzz
 
-# ARGS: extra flags for the exporter, e.g. make run ARGS=--counting.per-cpu
+# ARGS: extra flags for the exporter, e.g. make run ARGS=--collector.counting.per-cpu
 run:
 	$(GO) run -buildvcs=false -ldflags "$(LDFLAGS)" ./cmd/pmu_exporter $(ARGS)
 

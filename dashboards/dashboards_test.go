@@ -236,8 +236,8 @@ func TestQueriesReturnData(t *testing.T) {
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/skx-c2c.data")
-	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--counting.interval=500ms",
-		"--sampling.event=page-faults", "--sampling.period=100")
+	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.counting.interval=500ms",
+		"--collector.sampling.event=page-faults", "--collector.sampling.period=100")
 	rules, err := filepath.Abs("../deploy/prometheus/pmu_exporter.rules.yml")
 	if err != nil {
 		t.Fatal(err)

@@ -94,14 +94,14 @@ func NewCgroup(src CgroupSource, names PodNames, how Attribution) *CgroupCollect
 	}
 	return &CgroupCollector{src: src, names: names, attribution: how, labels: map[string]*cgroupLabels{},
 		perfModeFDs: d("cgroup_perf_mode_fds", "File descriptors held by perf's cgroup mode (one per event per CPU per allow-listed cgroup), the fallback when eBPF is not permitted."),
-		events: d("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --cgroup.max-series.",
+		events: d("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --collector.cgroup.max-series.",
 			append(identityLabels[:], "event")...),
 		slots: d("cgroup_slots_total", "Pipeline slots of the cgroup over which Top-Down was computed, summed over CPUs.", identityLabels[:]...),
 		nodeSlots: d("cgroup_topdown_slots_total", "Slots of the cgroup attributed to a Top-Down node: its fraction of each interval's slots, accumulated.",
 			append(identityLabels[:], "level", "category", "parent")...),
 		unattributed: d("cgroup_unattributed_events_total", "Event counts of spans the kernel did not run the attribution program for at a cgroup switch, so that no one cgroup owns them.", "event"),
 		missed:       d("cgroup_switches_missed_total", "Cgroup switches the kernel counted but did not run the attribution program for; their spans are in pmu_cgroup_unattributed_events_total."),
-		errors:       d("cgroup_attribution_errors_total", "Failures in the per-cgroup attribution, by reason (map_full: credits lost because --cgroup.max-tracked was reached).", "reason"),
+		errors:       d("cgroup_attribution_errors_total", "Failures in the per-cgroup attribution, by reason (map_full: credits lost because --collector.cgroup.max-tracked was reached).", "reason"),
 		tracked:      d("cgroup_tracked", "Cgroups held in the kernel's attribution map."),
 	}
 }

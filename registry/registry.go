@@ -27,14 +27,53 @@ type Collector struct {
 	// Needs are the capability features (capability.SystemWide, ...) without
 	// which it cannot run: check says so, serve logs it.
 	Needs []string
-	// Options declares its own flags on the serve and check commands.
-	Options func(cmd *kingpin.CmdClause)
+	// Options declares its own flags (--collector.<name>.<option>) on the
+	// serve and check commands.
+	Options func(o Options)
+}
+
+// Options declares a collector's flags.
+type Options struct {
+	cmd  *kingpin.CmdClause
+	name string
+	r    *Registry
+}
+
+// Flag declares --collector.<name>.<opt>; bind gives it its type, default
+// and target. A non-empty old is the flag's previous name: still accepted,
+// hidden, bound by bind to the same target, and reported by Deprecated.
+func (o Options) Flag(opt, old, help string, bind func(*kingpin.FlagClause)) {
+	name := "collector." + o.name + "." + opt
+	bind(o.cmd.Flag(name, help))
+	if old != "" {
+		a := &alias{old: old, name: name}
+		bind(o.cmd.Flag(old, "Deprecated: --"+name+".").Hidden().IsSetByUser(&a.used))
+		o.r.aliases = append(o.r.aliases, a)
+	}
+}
+
+type alias struct {
+	old, name string
+	used      bool
+}
+
+// Deprecated lists the old flag names given on the command line, each with
+// its new name, for the log.
+func (r *Registry) Deprecated() []string {
+	var notes []string
+	for _, a := range r.aliases {
+		if a.used {
+			notes = append(notes, "--"+a.old+" is deprecated: use --"+a.name)
+		}
+	}
+	return notes
 }
 
 // Registry is the exporter's collectors, in the order they run.
 type Registry struct {
 	list    []Collector
 	enabled map[string]*bool
+	aliases []*alias
 }
 
 var validName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
@@ -71,7 +110,7 @@ func (r *Registry) Bind(cmd *kingpin.CmdClause) {
 				Default(fmt.Sprint(c.Default)).BoolVar(r.enabled[c.Name])
 		}
 		if c.Options != nil {
-			c.Options(cmd)
+			c.Options(Options{cmd: cmd, name: c.Name, r: r})
 		}
 	}
 }

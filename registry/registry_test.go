@@ -18,7 +18,9 @@ func testRegistry(t *testing.T, depth *int) *Registry {
 		Collector{Name: "counting", Help: "Count", Required: true, Needs: []string{capability.SystemWide}},
 		Collector{Name: "topdown", Help: "Top-Down", Default: true, Needs: []string{capability.HardwareCounters}},
 		Collector{Name: "cgroup", Help: "Per cgroup", Default: true, Needs: []string{capability.EBPF},
-			Options: func(cmd *kingpin.CmdClause) { cmd.Flag("cgroup.depth", "Depth.").Default("5").IntVar(depth) }},
+			Options: func(o Options) {
+				o.Flag("depth", "cgroup.depth", "Depth.", func(f *kingpin.FlagClause) { f.Default("5").IntVar(depth) })
+			}},
 		Collector{Name: "reuse", Help: "Reuse distance"},
 	)
 	if err != nil {
@@ -35,7 +37,9 @@ func TestFlagsFromTheRegistry(t *testing.T) {
 		err   string
 	}{
 		{[]string{"serve"}, map[string]bool{"counting": true, "topdown": true, "cgroup": true, "reuse": false}, 5, ""},
-		{[]string{"serve", "--no-collector.topdown", "--collector.reuse", "--cgroup.depth=2"}, map[string]bool{"topdown": false, "reuse": true}, 2, ""},
+		{[]string{"serve", "--no-collector.topdown", "--collector.reuse", "--collector.cgroup.depth=2"}, map[string]bool{"topdown": false, "reuse": true}, 2, ""},
+		// The option's old name still works.
+		{[]string{"serve", "--cgroup.depth=3"}, map[string]bool{"cgroup": true}, 3, ""},
 		// check reads the same flags, so that it judges what serve would run.
 		{[]string{"check", "--no-collector.cgroup"}, map[string]bool{"cgroup": false, "topdown": true}, 5, ""},
 		{[]string{"serve", "--no-collector.counting"}, nil, 0, "unknown long flag '--no-collector.counting'"},
@@ -63,7 +67,11 @@ func TestFlagsFromTheRegistry(t *testing.T) {
 			}
 		}
 		if depth != c.depth {
-			t.Errorf("%v: --cgroup.depth %d, want %d", c.args, depth, c.depth)
+			t.Errorf("%v: --collector.cgroup.depth %d, want %d", c.args, depth, c.depth)
+		}
+		notes := r.Deprecated()
+		if old := strings.Contains(" "+strings.Join(c.args, " "), " --cgroup.depth"); old != (len(notes) == 1) || (old && notes[0] != "--cgroup.depth is deprecated: use --collector.cgroup.depth") {
+			t.Errorf("%v: deprecation notes %q", c.args, notes)
 		}
 	}
 }

@@ -113,7 +113,7 @@ func Plan(pmus []*pmu.PMU, o Options) ([]Config, []Missing, error) {
 	for _, spec := range o.Events {
 		evs, err := eventspec.Resolve(spec, pmus)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--sampling.event: %w", err)
+			return nil, nil, fmt.Errorf("--collector.sampling.event: %w", err)
 		}
 		for _, e := range evs {
 			st := uint64(SampleType)

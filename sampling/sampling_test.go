@@ -100,7 +100,7 @@ func TestPlanAMDArmNone(t *testing.T) {
 		cfgs[0].SampleType&unix.PERF_SAMPLE_PERIOD != 0 {
 		t.Errorf("no PMU: %+v %+v %v", cfgs, missing, err)
 	}
-	if _, _, err := Plan(fixture.PMUs(t, fixture.NoPMU()), Options{Events: []string{"page-fualts"}}); err == nil || !strings.Contains(err.Error(), "--sampling.event") {
+	if _, _, err := Plan(fixture.PMUs(t, fixture.NoPMU()), Options{Events: []string{"page-fualts"}}); err == nil || !strings.Contains(err.Error(), "--collector.sampling.event") {
 		t.Errorf("bad spec: %v", err)
 	}
 }

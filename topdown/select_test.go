@@ -157,7 +157,7 @@ func TestForHostHybrid(t *testing.T) {
 	if !slices.Equal(got, []Target{{Uarch: "adl"}}) {
 		t.Errorf("ForHost(ADL, one core PMU) = %v", got)
 	}
-	// --topdown.uarch on a hybrid host: each tree on its own core type.
+	// --collector.topdown.uarch on a hybrid host: each tree on its own core type.
 	if got := Place([]string{"grt", "spr"}, fixture.PMUs(t, fixture.IntelAlderLake())); !slices.Equal(got,
 		[]Target{{Uarch: "grt", PMU: "cpu_atom"}, {Uarch: "spr", PMU: "cpu_core"}}) {
 		t.Errorf("Place = %v", got)

@@ -74,7 +74,7 @@ func (p *cgroupProc) cpu(b *testing.B) time.Duration { return testenv.CgroupUsag
 // BenchmarkVsNodeExporterPerf runs pmu_exporter, with per-cgroup attribution
 // (the default) and without it, and node_exporter's perf collector side by
 // side on the same five software events, read once a second (our
-// --counting.interval, their scrape), scraped once a second, and reports
+// --collector.counting.interval, their scrape), scraped once a second, and reports
 // each process's CPU time per scrape, measured by cgroup accounting after all
 // three are up. Run with -benchtime=Nx: each op is one second.
 func BenchmarkVsNodeExporterPerf(b *testing.B) {
@@ -92,7 +92,7 @@ func BenchmarkVsNodeExporterPerf(b *testing.B) {
 	ours := func(name string, extra ...string) *cgroupProc {
 		addr := testenv.FreeAddr(b)
 		return startInCgroup(b, name, "http://"+addr+"/metrics", append([]string{binary, "--web.listen-address=" + addr,
-			"--counting.interval=1s", "--config.file=" + cfg, "--log.level=warn"}, extra...)...)
+			"--collector.counting.interval=1s", "--config.file=" + cfg, "--log.level=warn"}, extra...)...)
 	}
 	theirs := testenv.FreeAddr(b)
 	procs := []*cgroupProc{
@@ -183,8 +183,8 @@ func BenchmarkSamplingCost(b *testing.B) {
 		args []string
 	}{
 		{"sampling=off", []string{"--no-collector.sampling"}},
-		{"rate-limit-only", []string{"--sampling.event=page-faults", "--sampling.period=1", "--sampling.cpu-budget=100", "--sampling.ring-pages=256"}},
-		{"governed", []string{"--sampling.event=page-faults", "--sampling.period=1", "--sampling.ring-pages=256"}},
+		{"rate-limit-only", []string{"--collector.sampling.event=page-faults", "--collector.sampling.period=1", "--collector.sampling.cpu-budget=100", "--collector.sampling.ring-pages=256"}},
+		{"governed", []string{"--collector.sampling.event=page-faults", "--collector.sampling.period=1", "--collector.sampling.ring-pages=256"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			addr := testenv.FreeAddr(b)

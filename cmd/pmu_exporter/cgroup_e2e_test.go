@@ -33,7 +33,7 @@ func TestServeCgroups(t *testing.T) {
 	pod := "kubepods/burstable/pod" + e2ePod
 	top, dirs := testenv.Cgroups(t, "kubepods", "kubepods/burstable", pod, pod+"/"+e2eCtrA, pod+"/"+e2eCtrB)
 	rel := func(r string) string { return top + "/" + r }
-	p := start(t, nil, "--cgroup.grace-period=1s")
+	p := start(t, nil, "--collector.cgroup.grace-period=1s")
 	wa, wb := testenv.BurnIn(t, dirs[3], 300*time.Millisecond), testenv.BurnIn(t, dirs[4], 150*time.Millisecond)
 	wa.Wait()
 	wb.Wait()
@@ -105,7 +105,7 @@ func TestServeWithoutBPF(t *testing.T) {
 	setpriv := testenv.RequireTool(t, "setpriv")
 	top, dirs := testenv.Cgroups(t, "app")
 	p := startWrapped(t, nil, []string{setpriv, "--inh-caps=-bpf,-sys_admin", "--bounding-set=-bpf,-sys_admin"},
-		"--cgroup.perf-mode="+top+"/app")
+		"--collector.cgroup.perf-mode="+top+"/app")
 	testenv.BurnIn(t, dirs[0], 200*time.Millisecond).Wait()
 	time.Sleep(250 * time.Millisecond)
 	_, mfs := p.scrape(t)
@@ -202,7 +202,7 @@ func TestServeCgroupV1(t *testing.T) {
 }
 
 // TestServeQuickHotplug takes a CPU offline and back 20 times while the
-// exporter runs with --counting.per-cpu, each time faster than it polls
+// exporter runs with --collector.counting.per-cpu, each time faster than it polls
 // the online list. After every toggle the CPU's cpu-clock must count again
 // within two intervals; afterwards a task pinned to that CPU in a cgroup is
 // credited its cpu.stat time (the cgroup program was reattached there and
@@ -221,7 +221,7 @@ func TestServeQuickHotplug(t *testing.T) {
 	label := strconv.Itoa(cpu)
 
 	started := time.Now()
-	p := start(t, nil, "--counting.per-cpu")
+	p := start(t, nil, "--collector.counting.per-cpu")
 	clock := func() float64 {
 		_, mfs := p.scrape(t)
 		return mustValue(t, mfs, "pmu_events_total", map[string]string{"event": "cpu-clock", "pmu": "software", "cpu": label})

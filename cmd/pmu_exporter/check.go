@@ -87,7 +87,7 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 			}
 		case "sampling":
 			if ms := checkSampling(f, s); len(ms.Events) == 0 && len(f.sampling.events) == 0 {
-				why = "no precise memory sampling here and no --sampling.event"
+				why = "no precise memory sampling here and no --collector.sampling.event"
 			}
 		}
 		if c.Enabled && why != "" {

@@ -74,7 +74,7 @@ func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args
 		probe = "/-/healthy"
 	}
 	wrapper = slices.DeleteFunc(slices.Clone(wrapper), func(w string) bool { return w == unready })
-	argv := append(append(wrapper, binary, "--web.listen-address="+p.addr, "--counting.interval=100ms"), args...)
+	argv := append(append(wrapper, binary, "--web.listen-address="+p.addr, "--collector.counting.interval=100ms"), args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if cred != nil {
@@ -249,7 +249,7 @@ func TestServeUnprivileged(t *testing.T) {
 	testenv.RequireRoot(t)
 	paranoid := strings.TrimSpace(readFile(t, "/proc/sys/kernel/perf_event_paranoid"))
 	testenv.Require(t, paranoid != "-1" && paranoid != "0", "perf_event_paranoid lets anyone count system-wide")
-	p := startWrapped(t, &syscall.Credential{Uid: 65534, Gid: 65534}, []string{unready}, "--sampling.event=page-faults")
+	p := startWrapped(t, &syscall.Credential{Uid: 65534, Gid: 65534}, []string{unready}, "--collector.sampling.event=page-faults")
 	time.Sleep(300 * time.Millisecond)
 	_, mfs := p.scrape(t)
 	// Alive, but measuring nothing: not ready, and it says why.
@@ -450,12 +450,12 @@ func TestCheck(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	out, err := exec.Command(binary, "--counting.interval=-1s").CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--counting.interval must be positive") {
+	out, err := exec.Command(binary, "--collector.counting.interval=-1s").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--collector.counting.interval must be positive") {
 		t.Errorf("negative interval: %v %s", err, out)
 	}
-	out, err = exec.Command(binary, "--sampling.ring-pages=3").CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--sampling.ring-pages must be a power of two, got 3") {
+	out, err = exec.Command(binary, "--collector.sampling.ring-pages=3").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--collector.sampling.ring-pages must be a power of two, got 3") {
 		t.Errorf("ring pages: %v %s", err, out)
 	}
 	out, err = exec.Command(binary, "--no-such-flag").CombinedOutput()
@@ -554,7 +554,7 @@ func TestTopdownCommand(t *testing.T) {
 func TestServeTopdown(t *testing.T) {
 	testenv.RequireRoot(t)
 	promtool := testenv.RequireTool(t, "promtool")
-	p := start(t, nil, "--topdown.uarch=none", "--topdown.definitions=testdata/software-topdown.yaml")
+	p := start(t, nil, "--collector.topdown.uarch=none", "--collector.topdown.definitions=testdata/software-topdown.yaml")
 	time.Sleep(400 * time.Millisecond)
 	body, mfs := p.scrape(t)
 	slots := mustValue(t, mfs, "pmu_slots_total", nil)
@@ -589,14 +589,14 @@ func TestRecordingRules(t *testing.T) {
 	}
 }
 
-// TestServeBadTopdownDefinitions: a --topdown.definitions file that does not
+// TestServeBadTopdownDefinitions: a --collector.topdown.definitions file that does not
 // parse is a configuration error like a bad --config.file: logged at ERROR
 // with its name once, counted in pmu_config_errors; counting goes on.
 func TestServeBadTopdownDefinitions(t *testing.T) {
 	testenv.RequireRoot(t)
 	def := filepath.Join(t.TempDir(), "defs.yaml")
 	os.WriteFile(def, []byte("metrics:\n  - {name: a, level: 1, formula: b}\n  - {name: b, level: 1, formula: a}\n"), 0o644)
-	p := start(t, nil, "--topdown.uarch=none", "--topdown.definitions="+def)
+	p := start(t, nil, "--collector.topdown.uarch=none", "--collector.topdown.definitions="+def)
 	_, mfs := p.scrape(t)
 	if v := mustValue(t, mfs, "pmu_config_errors", nil); v != 1 {
 		t.Errorf("pmu_config_errors = %v", v)

@@ -117,15 +117,16 @@ func TestDeprecatedFlagNames(t *testing.T) {
 		notes    int
 	}{
 		{[]string{"serve", "--collector.per-cpu", "--collector.interval=250ms"}, true, "250ms", 2},
-		{[]string{"serve", "--counting.per-cpu", "--counting.interval=2s"}, true, "2s", 0},
-		{[]string{"serve", "--no-collector.per-cpu", "--counting.per-cpu", "--collector.interval=3s", "--counting.interval=4s"}, true, "4s", 2},
+		{[]string{"serve", "--cgroup.depth=2", "--topdown.uarch=skx", "--sampling.period=99"}, false, "1s", 3},
+		{[]string{"serve", "--collector.counting.per-cpu", "--collector.counting.interval=2s"}, true, "2s", 0},
+		{[]string{"serve", "--no-collector.per-cpu", "--collector.counting.per-cpu", "--collector.interval=3s", "--collector.counting.interval=4s"}, true, "4s", 2},
 		{[]string{"serve"}, false, "1s", 0},
 	} {
 		var cl cli
 		if _, err := newApp(&cl, io.Discard).Parse(c.args); err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
-		notes := cl.deprecated()
+		notes := cl.collectors.Deprecated()
 		if cl.f.perCPU != c.perCPU || cl.f.interval.String() != c.interval || len(notes) != c.notes {
 			t.Errorf("%v: per-cpu %v, interval %v, notes %q; want %v, %s, %d notes", c.args, cl.f.perCPU, cl.f.interval, notes, c.perCPU, c.interval, c.notes)
 		}

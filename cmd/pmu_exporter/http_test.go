@@ -169,7 +169,7 @@ func TestServeDebugEndpoints(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	off := start(t, nil, "--sampling.event=page-faults")
+	off := start(t, nil, "--collector.sampling.event=page-faults")
 	for _, path := range []string{"/debug/cachelines", "/debug/pprof/"} {
 		if code, _ := get(off, path, false); code != http.StatusNotFound {
 			t.Errorf("%s without --web.enable-debug: %d", path, code)
@@ -185,7 +185,7 @@ func TestServeDebugEndpoints(t *testing.T) {
 	hash, _ := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
 	cfg := filepath.Join(t.TempDir(), "web.yml")
 	os.WriteFile(cfg, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o644)
-	on := startAuthed(t, testenv.FreeAddr(t), "--sampling.event=page-faults", "--web.enable-debug", "--web.config.file="+cfg)
+	on := startAuthed(t, testenv.FreeAddr(t), "--collector.sampling.event=page-faults", "--web.enable-debug", "--web.config.file="+cfg)
 	for _, path := range []string{"/debug/cachelines", "/debug/pprof/", "/metrics"} {
 		if code, _ := get(on, path, false); code != http.StatusUnauthorized {
 			t.Errorf("%s without credentials: %d", path, code)
@@ -204,7 +204,7 @@ func TestServeDebugEndpoints(t *testing.T) {
 func startAuthed(t *testing.T, addr string, args ...string) *exporterProc {
 	t.Helper()
 	p := &exporterProc{addr: addr, log: &bytes.Buffer{}}
-	p.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + addr, "--counting.interval=100ms"}, args...)...)
+	p.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + addr, "--collector.counting.interval=100ms"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -100,30 +100,6 @@ type cli struct {
 	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
 	terminated                   int // exit code --help or --version asked for; -1: none
 	collectors                   *registry.Registry
-	set                          struct{ perCPU, interval bool }
-	old                          struct {
-		perCPU, perCPUSet, intervalSet bool
-		interval                       time.Duration
-	}
-}
-
-// deprecated applies the flags given by their old names (where the new name
-// was not given too) and returns a note for each, for the log.
-func (c *cli) deprecated() []string {
-	var notes []string
-	if c.old.perCPUSet {
-		if !c.set.perCPU {
-			c.f.perCPU = c.old.perCPU
-		}
-		notes = append(notes, "--collector.per-cpu is deprecated: use --counting.per-cpu")
-	}
-	if c.old.intervalSet {
-		if !c.set.interval {
-			c.f.interval = c.old.interval
-		}
-		notes = append(notes, "--collector.interval is deprecated: use --counting.interval")
-	}
-	return notes
 }
 
 // newApp declares every command and flag, bound to c.
@@ -159,13 +135,6 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	serve.Flag("otlp.endpoint", "Also push every metric over OTLP to this receiver URL (http://collector:4318; with --otlp.protocol=grpc, http://collector:4317), with OpenTelemetry's resource and k8s attribute names.").StringVar(&f.otlp.endpoint)
 	serve.Flag("otlp.protocol", "OTLP transport: http/protobuf or grpc.").Default("http/protobuf").EnumVar(&f.otlp.protocol, "http/protobuf", "grpc")
 	serve.Flag("otlp.interval", "How often metrics are pushed over OTLP.").Default("30s").DurationVar(&f.otlp.interval)
-	serve.Flag("counting.per-cpu", "Add a cpu label to event and group series.").IsSetByUser(&c.set.perCPU).BoolVar(&f.perCPU)
-	serve.Flag("counting.interval", "How often every group is read (per-cgroup attribution and Top-Down follow each read).").
-		Default("1s").IsSetByUser(&c.set.interval).DurationVar(&f.interval)
-	// Their names until 2026-11, which sat in node_exporter's collector
-	// on/off namespace as if they were collectors: still accepted, hidden.
-	serve.Flag("collector.per-cpu", "Deprecated: --counting.per-cpu.").Hidden().IsSetByUser(&c.old.perCPUSet).BoolVar(&c.old.perCPU)
-	serve.Flag("collector.interval", "Deprecated: --counting.interval.").Hidden().IsSetByUser(&c.old.intervalSet).DurationVar(&c.old.interval)
 	serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.telemetryPath)
 	serve.Flag("web.max-requests", "Maximum number of parallel scrape requests; further ones are answered 503 and counted in promhttp_metric_handler_requests_total{code=\"503\"} (0: no limit).").
 		Default("40").IntVar(&f.maxRequests)
@@ -230,7 +199,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			*in = "-"
 		}
 	}
-	deprecated := c.deprecated()
+	deprecated := c.collectors.Deprecated()
 	c.f.topdown, c.f.cgroup, c.f.sampling.enabled = c.collectors.Enabled("topdown"), c.collectors.Enabled("cgroup"), c.collectors.Enabled("sampling")
 	c.f.collectors = c.collectors
 	f, td, sf, cf := c.f, c.td, c.sf, c.cf
@@ -250,15 +219,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runC2C(cf, os.Stdin, stdout, stderr)
 	default:
 		if f.interval <= 0 {
-			fmt.Fprintf(stderr, "pmu_exporter: --counting.interval must be positive, got %v\n", f.interval)
+			fmt.Fprintf(stderr, "pmu_exporter: --collector.counting.interval must be positive, got %v\n", f.interval)
 			return 2
 		}
 		if p := f.sampling.pages; p <= 0 || p&(p-1) != 0 {
-			fmt.Fprintf(stderr, "pmu_exporter: --sampling.ring-pages must be a power of two, got %d\n", p)
+			fmt.Fprintf(stderr, "pmu_exporter: --collector.sampling.ring-pages must be a power of two, got %d\n", p)
 			return 2
 		}
 		if f.sampling.budget < 0 || f.sampling.period == 0 {
-			fmt.Fprintf(stderr, "pmu_exporter: --sampling.cpu-budget must not be negative and --sampling.period must be positive, got %v and %d\n", f.sampling.budget, f.sampling.period)
+			fmt.Fprintf(stderr, "pmu_exporter: --collector.sampling.cpu-budget must not be negative and --collector.sampling.period must be positive, got %v and %d\n", f.sampling.budget, f.sampling.period)
 			return 2
 		}
 		if err := serveMetrics(f, logger); err != nil {

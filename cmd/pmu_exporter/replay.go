@@ -38,7 +38,7 @@ func replayPipeline(f flags, logger *slog.Logger) (*pipeline, error) {
 		return nil, err
 	}
 	if f.perCPU && !rec.PerCPU {
-		return nil, fmt.Errorf("--counting.per-cpu: %s was recorded without perf stat -A, so it has no per-CPU values", f.replay.file)
+		return nil, fmt.Errorf("--collector.counting.per-cpu: %s was recorded without perf stat -A, so it has no per-CPU values", f.replay.file)
 	}
 	for _, h := range rec.Header {
 		logger.Info("replay file", "header", h)

@@ -74,7 +74,7 @@ func TestServeReplayBadInput(t *testing.T) {
 		{[]string{"--source=replay", "--replay.file=/nonexistent.csv"}, "--replay.file: open /nonexistent.csv"},
 		{[]string{"--source=replay", "--replay.file=" + handmade, "--replay.uarch=k6"}, "--replay.uarch:"},
 		{[]string{"--source=replay", "--replay.file=../../formats/perfstat/testdata/total.csv"}, "line 1: no interval time: record with perf stat -I"},
-		{[]string{"--source=replay", "--replay.file=../../formats/perfstat/testdata/interval.csv", "--counting.per-cpu"}, "recorded without perf stat -A"},
+		{[]string{"--source=replay", "--replay.file=../../formats/perfstat/testdata/interval.csv", "--collector.counting.per-cpu"}, "recorded without perf stat -A"},
 		{[]string{"--source=replay", "--replay.file=" + handmade, "--replay.samples=" + handmade}, "--replay.samples: not a perf.data file"},
 		{[]string{"--source=replay", "--replay.file=" + handmade, "--replay.samples=-"}, "--replay.samples: - (standard input) is not a file here"},
 	} {

@@ -139,8 +139,8 @@ type cgroupNames struct {
 
 // sweepEvery walks the hierarchy every minute (or grace, if shorter) and
 // forgets the totals of cgroups gone for longer than grace, as the counting
-// side does with --cgroup.grace-period, so that pods that come and go do
-// not fill --cgroup.max-series for good.
+// side does with --collector.cgroup.grace-period, so that pods that come and go do
+// not fill --collector.cgroup.max-series for good.
 func (c *cgroupNames) sweepEvery(ctx context.Context, stats *samplestat.Stats, grace time.Duration) {
 	t := time.NewTicker(min(time.Minute, max(grace, time.Second)))
 	defer t.Stop()

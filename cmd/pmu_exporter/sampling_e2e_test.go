@@ -26,7 +26,7 @@ import (
 func TestServeSampling(t *testing.T) {
 	testenv.RequireRoot(t)
 	promtool := testenv.RequireTool(t, "promtool")
-	p := start(t, nil, "--sampling.event=page-faults", "--sampling.period=1", "--sampling.cpu-budget=1", "--web.enable-debug")
+	p := start(t, nil, "--collector.sampling.event=page-faults", "--collector.sampling.period=1", "--collector.sampling.cpu-budget=1", "--web.enable-debug")
 	ev := map[string]string{"event": "page-faults", "pmu": "software"}
 	_, before := p.scrape(t)
 	b0 := mustValue(t, before, "pmu_sampling_samples_total", ev)
@@ -80,7 +80,7 @@ func TestServeSampling(t *testing.T) {
 func TestServeSamplingPerCgroup(t *testing.T) {
 	testenv.RequireRoot(t)
 	top, dirs := testenv.Cgroups(t, "job")
-	p := start(t, nil, "--sampling.event=page-faults", "--sampling.period=1", "--sampling.cpu-budget=1", "--sampling.ring-pages=256")
+	p := start(t, nil, "--collector.sampling.event=page-faults", "--collector.sampling.period=1", "--collector.sampling.cpu-budget=1", "--collector.sampling.ring-pages=256")
 	f, err := os.Open(dirs[0])
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 	switch {
 	case f.tdUarch == "none":
 		if f.tdDef == "" {
-			return nil, errors.New("--topdown.uarch=none needs --topdown.definitions")
+			return nil, errors.New("--collector.topdown.uarch=none needs --collector.topdown.definitions")
 		}
 		targets = topdown.Place([]string{""}, s.pmus)
 	case f.tdUarch != "":
@@ -341,7 +341,7 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 	var userErr *metric.UserError
 	switch {
 	case errors.As(err, &userErr):
-		// A broken --topdown.definitions is a configuration error, as a bad
+		// A broken --collector.topdown.definitions is a configuration error, as a bad
 		// --config.file is: said at ERROR, counted in pmu_config_errors.
 		logger.Error("Top-Down not computed: the definitions file is not usable", "err", err)
 		s.configErrors = append(s.configErrors, err)

@@ -144,7 +144,7 @@ func BenchmarkCreditNow(b *testing.B) {
 
 // BenchmarkRead reads a map holding 10 cgroups, batched and walked key by
 // key, with the map sized for 1,024 and for 16,384 cgroups (the default
-// --cgroup.max-tracked): the kernel visits every bucket either way.
+// --collector.cgroup.max-tracked): the kernel visits every bucket either way.
 func BenchmarkRead(b *testing.B) {
 	testenv.RequireRoot(b)
 	for _, size := range []int{1024, 16384} {
