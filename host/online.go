@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 )
@@ -29,6 +30,7 @@ func OnlineCPUs(sysfs string) ([]int, error) {
 // open file (pread at offset 0 makes sysfs regenerate it), and parses it only
 // when it changed. Its result must not be modified.
 type OnlineCPUsReader struct {
+	mu   sync.Mutex // one reader serves the engine and the sampler
 	path string
 	f    *os.File
 	buf  []byte
@@ -41,8 +43,11 @@ func NewOnlineCPUsReader(sysfs string) *OnlineCPUsReader {
 	return &OnlineCPUsReader{path: filepath.Join(sysfs, "devices", "system", "cpu", "online"), buf: make([]byte, 4096)}
 }
 
-// Read returns the online CPUs.
+// Read returns the online CPUs (a slice the caller must not change). It is
+// safe for concurrent use.
 func (r *OnlineCPUsReader) Read() ([]int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.f == nil {
 		f, err := os.Open(r.path)
 		if err != nil {
@@ -69,6 +74,8 @@ func (r *OnlineCPUsReader) Read() ([]int, error) {
 
 // Close releases the file.
 func (r *OnlineCPUsReader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.f == nil {
 		return nil
 	}

@@ -16,8 +16,9 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 )
 
-// Collector describes one collector.
-type Collector struct {
+// Collector describes one collector; B is what its factories build into
+// (the binary's pipeline under construction).
+type Collector[B any] struct {
 	// Name is its flag and label: --collector.<name>, collector="<name>".
 	Name string
 	Help string
@@ -30,13 +31,17 @@ type Collector struct {
 	// Options declares its own flags (--collector.<name>.<option>) on the
 	// serve and check commands.
 	Options func(o Options)
+	// Live sets the collector up on this host's kernel, Replay over a
+	// recording (--source=replay); either may be nil where it has no such
+	// source. An error means it does not run, and is logged by the caller.
+	Live, Replay func(b B) error
 }
 
 // Options declares a collector's flags.
 type Options struct {
-	cmd  *kingpin.CmdClause
-	name string
-	r    *Registry
+	cmd     *kingpin.CmdClause
+	name    string
+	aliases *[]*alias
 }
 
 // Flag declares --collector.<name>.<opt>; bind gives it its type, default
@@ -48,7 +53,7 @@ func (o Options) Flag(opt, old, help string, bind func(*kingpin.FlagClause)) {
 	if old != "" {
 		a := &alias{old: old, name: name}
 		bind(o.cmd.Flag(old, "Deprecated: --"+name+".").Hidden().IsSetByUser(&a.used))
-		o.r.aliases = append(o.r.aliases, a)
+		*o.aliases = append(*o.aliases, a)
 	}
 }
 
@@ -59,7 +64,7 @@ type alias struct {
 
 // Deprecated lists the old flag names given on the command line, each with
 // its new name, for the log.
-func (r *Registry) Deprecated() []string {
+func (r *Registry[B]) Deprecated() []string {
 	var notes []string
 	for _, a := range r.aliases {
 		if a.used {
@@ -69,9 +74,9 @@ func (r *Registry) Deprecated() []string {
 	return notes
 }
 
-// Registry is the exporter's collectors, in the order they run.
-type Registry struct {
-	list    []Collector
+// Registry is the exporter's collectors, in the order they are set up.
+type Registry[B any] struct {
+	list    []Collector[B]
 	enabled map[string]*bool
 	aliases []*alias
 }
@@ -79,8 +84,8 @@ type Registry struct {
 var validName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // New lists the collectors; names must be unique and fit a flag and a label.
-func New(cs ...Collector) (*Registry, error) {
-	r := &Registry{enabled: map[string]*bool{}}
+func New[B any](cs ...Collector[B]) (*Registry[B], error) {
+	r := &Registry[B]{enabled: map[string]*bool{}}
 	for _, c := range cs {
 		if !validName.MatchString(c.Name) {
 			return nil, fmt.Errorf("collector %q: a name is lower case letters, digits and _", c.Name)
@@ -99,7 +104,7 @@ func New(cs ...Collector) (*Registry, error) {
 // adds --no-collector.<name>) and every collector's own options on cmd.
 // Bind the same registry on several commands (serve, check) and they share
 // the choices.
-func (r *Registry) Bind(cmd *kingpin.CmdClause) {
+func (r *Registry[B]) Bind(cmd *kingpin.CmdClause) {
 	for _, c := range r.list {
 		if !c.Required {
 			def := "disabled"
@@ -110,20 +115,20 @@ func (r *Registry) Bind(cmd *kingpin.CmdClause) {
 				Default(fmt.Sprint(c.Default)).BoolVar(r.enabled[c.Name])
 		}
 		if c.Options != nil {
-			c.Options(Options{cmd: cmd, name: c.Name, r: r})
+			c.Options(Options{cmd: cmd, name: c.Name, aliases: &r.aliases})
 		}
 	}
 }
 
 // Enabled says whether the named collector runs (false for a name not
 // registered).
-func (r *Registry) Enabled(name string) bool {
+func (r *Registry[B]) Enabled(name string) bool {
 	on := r.enabled[name]
 	return on != nil && *on
 }
 
 // Set switches a collector on or off, as its flag does.
-func (r *Registry) Set(name string, on bool) error {
+func (r *Registry[B]) Set(name string, on bool) error {
 	p := r.enabled[name]
 	if p == nil {
 		return fmt.Errorf("no collector %q", name)
@@ -138,7 +143,32 @@ func (r *Registry) Set(name string, on bool) error {
 }
 
 // Collectors lists them, in registration order.
-func (r *Registry) Collectors() []Collector { return slices.Clone(r.list) }
+func (r *Registry[B]) Collectors() []Collector[B] { return slices.Clone(r.list) }
+
+// Build sets up every enabled collector in order, with its Live or its
+// Replay factory, and returns the names of those that run and the failures
+// of the others (by name). Later collectors may use what earlier ones built.
+func (r *Registry[B]) Build(b B, replay bool) (running []string, failed map[string]error) {
+	failed = map[string]error{}
+	for _, c := range r.list {
+		if !r.Enabled(c.Name) {
+			continue
+		}
+		factory := c.Live
+		if replay {
+			factory = c.Replay
+		}
+		if factory == nil {
+			continue
+		}
+		if err := factory(b); err != nil {
+			failed[c.Name] = err
+			continue
+		}
+		running = append(running, c.Name)
+	}
+	return running, failed
+}
 
 // Status is a collector as check reports it.
 type Status struct {
@@ -150,7 +180,7 @@ type Status struct {
 }
 
 // Statuses judges every collector against a capability report.
-func (r *Registry) Statuses(rep capability.Report) []Status {
+func (r *Registry[B]) Statuses(rep capability.Report) []Status {
 	var out []Status
 	for _, c := range r.list {
 		st := Status{Name: c.Name, Enabled: r.Enabled(c.Name), Missing: []string{}}

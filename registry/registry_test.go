@@ -12,16 +12,16 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 )
 
-func testRegistry(t *testing.T, depth *int) *Registry {
+func testRegistry(t *testing.T, depth *int) *Registry[*[]string] {
 	t.Helper()
 	r, err := New(
-		Collector{Name: "counting", Help: "Count", Required: true, Needs: []string{capability.SystemWide}},
-		Collector{Name: "topdown", Help: "Top-Down", Default: true, Needs: []string{capability.HardwareCounters}},
-		Collector{Name: "cgroup", Help: "Per cgroup", Default: true, Needs: []string{capability.EBPF},
+		Collector[*[]string]{Name: "counting", Help: "Count", Required: true, Needs: []string{capability.SystemWide}},
+		Collector[*[]string]{Name: "topdown", Help: "Top-Down", Default: true, Needs: []string{capability.HardwareCounters}},
+		Collector[*[]string]{Name: "cgroup", Help: "Per cgroup", Default: true, Needs: []string{capability.EBPF},
 			Options: func(o Options) {
 				o.Flag("depth", "cgroup.depth", "Depth.", func(f *kingpin.FlagClause) { f.Default("5").IntVar(depth) })
 			}},
-		Collector{Name: "reuse", Help: "Reuse distance"},
+		Collector[*[]string]{Name: "reuse", Help: "Reuse distance"},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -77,10 +77,10 @@ func TestFlagsFromTheRegistry(t *testing.T) {
 }
 
 func TestRegistryRefuses(t *testing.T) {
-	if _, err := New(Collector{Name: "a"}, Collector{Name: "a"}); err == nil {
+	if _, err := New(Collector[int]{Name: "a"}, Collector[int]{Name: "a"}); err == nil {
 		t.Error("two collectors named a")
 	}
-	if _, err := New(Collector{Name: "Per-CPU"}); err == nil {
+	if _, err := New(Collector[int]{Name: "Per-CPU"}); err == nil {
 		t.Error("a name that is not a label")
 	}
 	r := testRegistry(t, new(int))
@@ -148,5 +148,41 @@ pmu_collector_success{collector="counting"} 1
 `
 	if err := testutil.CollectAndCompare(h, strings.NewReader(want), "pmu_collector_success"); err != nil {
 		t.Error(err)
+	}
+}
+
+// Build runs the enabled collectors' factories in order, live or replay
+// (so each sees what the earlier ones built); a failure stops only its own
+// collector, and a disabled one is not built.
+func TestBuild(t *testing.T) {
+	add := func(name string, err error) func(*[]string) error {
+		return func(b *[]string) error {
+			*b = append(*b, name)
+			return err
+		}
+	}
+	r, err := New(
+		Collector[*[]string]{Name: "counting", Required: true, Live: add("counting", nil), Replay: add("counting-replay", nil)},
+		Collector[*[]string]{Name: "topdown", Default: true, Live: add("topdown", errors.New("no tree"))},
+		Collector[*[]string]{Name: "cgroup", Default: true, Live: add("cgroup", nil), Replay: add("cgroup-replay", nil)},
+		Collector[*[]string]{Name: "reuse", Live: add("reuse", nil)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var built []string
+	running, failed := r.Build(&built, false)
+	if got := strings.Join(running, ","); got != "counting,cgroup" {
+		t.Errorf("running %s", got)
+	}
+	if len(failed) != 1 || failed["topdown"] == nil {
+		t.Errorf("failed %v", failed)
+	}
+	if got := strings.Join(built, ","); got != "counting,topdown,cgroup" {
+		t.Errorf("built %q", got)
+	}
+	built = nil
+	if running, _ := r.Build(&built, true); strings.Join(running, ",") != "counting,cgroup" || strings.Join(built, ",") != "counting-replay,cgroup-replay" {
+		t.Errorf("replay: running %v, built %q", running, built)
 	}
 }

@@ -11,10 +11,13 @@ import (
 )
 
 // collectorList is every collector the exporter has, with its options bound
-// to f: adding a collector adds a line here (and its package).
-func collectorList(f *flags) *registry.Registry {
+// to f and its factories (live in pipeline.go, replay in replay.go), in the
+// order they are set up: adding a collector adds an entry here (and its
+// package).
+func collectorList(f *flags) *registry.Registry[*build] {
 	r, err := registry.New(
-		registry.Collector{Name: "counting", Required: true, Needs: []string{capability.SystemWide},
+		registry.Collector[*build]{Name: "counting", Required: true, Needs: []string{capability.SystemWide},
+			Live: liveCounting, Replay: replayCounting,
 			Help: "Count the configured and default events on every CPU",
 			Options: func(o registry.Options) {
 				o.Flag("per-cpu", "collector.per-cpu", "Add a cpu label to event and group series.",
@@ -22,14 +25,15 @@ func collectorList(f *flags) *registry.Registry {
 				o.Flag("interval", "collector.interval", "How often every group is read (per-cgroup attribution and Top-Down follow each read).",
 					func(fc *kingpin.FlagClause) { fc.Default("1s").DurationVar(&f.interval) })
 			}},
-		registry.Collector{Name: "topdown", Default: true,
+		registry.Collector[*build]{Name: "topdown", Default: true, Live: liveTopdownCollector, Replay: replayTopdown,
 			Help: "Compute Top-Down levels 1 and 2 where the CPU has a built-in tree (or --collector.topdown.definitions gives one)",
 			Options: func(o registry.Options) {
 				o.Flag("uarch", "topdown.uarch", "Top-Down trees to use instead of the detected ones, comma-separated, one per core type (hybrids: adl,grt): "+strings.Join(topdown.Names(), ", ")+"; none makes --collector.topdown.definitions the whole tree.",
 					func(fc *kingpin.FlagClause) { fc.StringVar(&f.tdUarch) })
 				o.Flag("definitions", "topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the first, P-core, tree on hybrids; the whole tree where no built-in one applies).", func(fc *kingpin.FlagClause) { fc.StringVar(&f.tdDef) })
 			}},
-		registry.Collector{Name: "cgroup", Default: true, Needs: []string{capability.CgroupEvents},
+		registry.Collector[*build]{Name: "cgroup", Default: true, Needs: []string{capability.CgroupEvents},
+			Live: liveCgroup, Replay: replayCgroups,
 			Help: "Attribute the counted events and Top-Down to cgroups (pods, containers) with an eBPF program on cgroup switches",
 			Options: func(o registry.Options) {
 				o.Flag("depth", "cgroup.depth", "Ancestor levels below the root that also get the counts of their descendants (kubelet pods sit at level 3, containers at 4).", func(fc *kingpin.FlagClause) { fc.Default("5").IntVar(&f.cgroupDepth) })
@@ -38,7 +42,7 @@ func collectorList(f *flags) *registry.Registry {
 				o.Flag("grace-period", "cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.", func(fc *kingpin.FlagClause) { fc.Default("5m").DurationVar(&f.cgroupGrace) })
 				o.Flag("perf-mode", "cgroup.perf-mode", "Where the eBPF attribution cannot run (no CAP_BPF, no cgroup-switches): count this cgroup (path as in /proc/<pid>/cgroup; repeatable) with perf's cgroup mode instead, at one fd per event per CPU per cgroup.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.cgroupPerf) })
 			}},
-		registry.Collector{Name: "sampling", Default: true,
+		registry.Collector[*build]{Name: "sampling", Default: true, Live: liveSampling, Replay: replaySampling,
 			Help: "Sample memory accesses with the host's precise PMU (Intel PEBS mem-loads and mem-stores, AMD IBS op) and any --collector.sampling.event: data sources, load latency, lost samples and shared cache lines",
 			Options: func(o registry.Options) {
 				o.Flag("sharing-window", "sampling.sharing-window", "How long after a thread's latest sampled access to a cache line its bytes still make another thread's access to the line sharing (0: as long as the line is held, as perf c2c over a recording).", func(fc *kingpin.FlagClause) { fc.Default("1s").DurationVar(&f.sampling.sharingWindow) })

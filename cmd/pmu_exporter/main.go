@@ -79,7 +79,7 @@ type flags struct {
 	k8sNode       string
 	kubeconfig    string
 	source        string
-	collectors    *registry.Registry // which collectors run
+	collectors    *registry.Registry[*build] // which collectors run
 	replay        replayFlags
 	otlp          otlpFlags
 	sampling      samplingFlags
@@ -99,7 +99,7 @@ type cli struct {
 	cf                           c2cFlags
 	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
 	terminated                   int // exit code --help or --version asked for; -1: none
-	collectors                   *registry.Registry
+	collectors                   *registry.Registry[*build]
 }
 
 // newApp declares every command and flag, bound to c.
@@ -107,6 +107,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	f, td, sf, cf := &c.f, &c.td, &c.sf, &c.cf
 	c.terminated = -1
 	c.collectors = collectorList(f)
+	f.collectors = c.collectors
 	app := kingpin.New("pmu_exporter", "Counts CPU performance events on every CPU and exports them to Prometheus.")
 	app.UsageWriter(stderr)
 	app.ErrorWriter(stderr)
@@ -201,7 +202,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	deprecated := c.collectors.Deprecated()
 	c.f.topdown, c.f.cgroup, c.f.sampling.enabled = c.collectors.Enabled("topdown"), c.collectors.Enabled("cgroup"), c.collectors.Enabled("sampling")
-	c.f.collectors = c.collectors
 	f, td, sf, cf := c.f, c.td, c.sf, c.cf
 	f.log.Writer = stderr
 	logger := promslog.New(f.log)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,10 +45,7 @@ type samplingFlags struct {
 // setupSampling opens the host's memory sampling events and the user's,
 // and adds their collector and /debug/cachelines to p; where nothing can
 // be sampled it says why and leaves p alone.
-func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logger *slog.Logger) {
-	if !f.sampling.enabled {
-		return
-	}
+func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, logger *slog.Logger) error {
 	root, _ := cgroupRoot(f, s)
 	perCgroup := f.sampling.perCgroup && root != ""
 	if f.sampling.perCgroup && root == "" {
@@ -56,21 +54,19 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: f.sampling.period, LdLat: f.sampling.ldlat, Events: f.sampling.events, Cgroup: perCgroup})
 	if err != nil {
 		logger.Error("sampling not running", "err", err)
-		return
+		return err
 	}
 	for _, m := range missing {
 		logger.Warn("memory sampling not available", "what", m.What, "reason", m.Why)
 	}
 	if len(cfgs) == 0 {
-		return
+		return errors.New("no precise memory sampling here and no --collector.sampling.event")
 	}
 	stats := samplestat.New(len(cfgs), f.sampling.maxLines)
 	stats.SetSharingWindow(f.sampling.sharingWindow)
 	if perCgroup {
 		stats.TrackCgroups(f.cgroupSeries)
 	}
-	online := host.NewOnlineCPUsReader(f.sysfs)
-	p.closers = append(p.closers, func() { online.Close() })
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
 		Logger: logger, OnlineCPUs: online.Read, Pages: f.sampling.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
 		Governor: sampling.NewGovernor(f.sampling.budget, s.facts.MaxSampleRate),
@@ -83,7 +79,7 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 	}
 	if err != nil {
 		logger.Error("sampling not running", "err", err)
-		return
+		return err
 	}
 	for _, c := range smp.Configs() {
 		logger.Info("sampling", "event", c.Name, "pmu", c.PMU, "period", c.Period, "memory", c.Memory)
@@ -97,17 +93,8 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 	p.collectors = append(p.collectors, coll)
 	p.closers = append(p.closers, func() { smp.Close() })
 	p.cpuResets = append(p.cpuResets, smp.ResetCPU)
-	inner := p.run
-	p.run = func(ctx context.Context) {
+	p.beside = append(p.beside, func(ctx context.Context) {
 		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := smp.Run(ctx); err != nil {
-				logger.Error("sampling stopped", "err", err)
-				p.health.Observe("sampling", 0, err)
-			}
-		}()
 		if cgNames != nil {
 			wg.Add(1)
 			go func() {
@@ -115,9 +102,12 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 				cgNames.sweepEvery(ctx, stats, f.cgroupGrace)
 			}()
 		}
-		inner(ctx)
-		wg.Wait() // the rings are unmapped only once their reader is done
-	}
+		if err := smp.Run(ctx); err != nil {
+			logger.Error("sampling stopped", "err", err)
+			p.health.Observe("sampling", 0, err)
+		}
+		wg.Wait()
+	})
 	namer := func() func(uint32, uint64) string { return nil }
 	if fs, err := procfs.NewFS(f.procfs); err != nil {
 		logger.Warn("/debug/cachelines will not name mappings", "err", err)
@@ -125,6 +115,7 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, logge
 		namer = func() func(uint32, uint64) string { return procmaps.Namer(fs) }
 	}
 	p.handlers = append(p.handlers, handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, namer)})
+	return nil
 }
 
 // cgroupNames resolves the cgroup ids of samples by walking the hierarchy,

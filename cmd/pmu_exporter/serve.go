@@ -26,15 +26,12 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.opentelemetry.io/otel"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/exporter/otlp"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
-	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
-	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
@@ -215,6 +212,10 @@ type pipeline struct {
 	step func()
 	// health hears of every collector's cycles (pmu_collector_*).
 	health *registry.Health
+	// beside run with run until ctx ends (the sampler's reader); run
+	// returns once they have, so that closers never pull a ring from under
+	// its reader.
+	beside []func(ctx context.Context)
 }
 
 func (p *pipeline) close() {
@@ -279,23 +280,6 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	return serveHTTP(ctx, stop, done, f, reg, p, logger)
 }
 
-// newErrors runs a cycle of a per-cgroup source, which counts its failures
-// rather than returning them, and says whether it counted new ones.
-func newErrors(snapshot func() model.CgroupSnapshot, cycle func()) error {
-	sum := func() (n uint64) {
-		for _, v := range snapshot().Errors {
-			n += v
-		}
-		return n
-	}
-	before := sum()
-	cycle()
-	if after := sum(); after > before {
-		return fmt.Errorf("%d failures, by reason in pmu_cgroup_attribution_errors_total", after-before)
-	}
-	return nil
-}
-
 // newRegistry holds the pipeline's collectors and the exporter's own: build
 // information, the Go runtime and the process.
 func newRegistry(p *pipeline) *prometheus.Registry {
@@ -307,180 +291,6 @@ func newRegistry(p *pipeline) *prometheus.Registry {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return reg
-}
-
-// livePipeline counts with perf_event_open on this host: the groups, Top-Down
-// and per-cgroup attribution that the host allows, each missing piece logged
-// with its reason.
-func livePipeline(f flags, logger *slog.Logger) *pipeline {
-	// Every enabled collector reports its health, 0 where it cannot run.
-	var enabled []string
-	for _, c := range f.collectors.Collectors() {
-		if f.collectors.Enabled(c.Name) {
-			enabled = append(enabled, c.Name)
-		}
-	}
-	p := &pipeline{health: registry.NewHealth(enabled...)}
-	p.collectors = append(p.collectors, p.health)
-	s := discover(f)
-	for _, feat := range s.report.Features {
-		if feat.Available {
-			logger.Info("capability available", "feature", feat.Name, "detail", feat.Detail)
-		} else {
-			logger.Warn("capability missing", "feature", feat.Name, "reason", feat.Reason, "fix", feat.Fix)
-		}
-	}
-	for _, n := range s.report.Notes {
-		logger.Warn(n)
-	}
-	for _, e := range s.configErrors {
-		logger.Error("configuration problem; the group is not counted", "err", e)
-	}
-
-	td, err := setupTopdown(f, s)
-	var userErr *metric.UserError
-	switch {
-	case errors.As(err, &userErr):
-		// A broken --collector.topdown.definitions is a configuration error, as a bad
-		// --config.file is: said at ERROR, counted in pmu_config_errors.
-		logger.Error("Top-Down not computed: the definitions file is not usable", "err", err)
-		s.configErrors = append(s.configErrors, err)
-	case err != nil:
-		logger.Info("Top-Down not computed", "reason", err)
-	default:
-		for _, t := range td.trees {
-			logger.Info("Top-Down computed", "tree", t.Info.Uarch, "from", t.Info.Source, "smt", t.Info.SMT)
-		}
-		for _, w := range td.warnings {
-			logger.Warn("Top-Down group does not fit the counters; its events will be multiplexed", "problem", w)
-		}
-		s.groups = append(s.groups, td.groups...)
-	}
-
-	attributor, feat, notes := setupCgroups(f, s, td, s.groups)
-	s.report.Features = append(s.report.Features, feat)
-	if attributor != nil {
-		logger.Info("per-cgroup attribution", "detail", feat.Detail)
-		p.closers = append(p.closers, func() { attributor.Close() }) // after the engine has closed its groups
-	} else {
-		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
-	}
-	var perfMode *cgroupcount.PerfMode
-	if attributor == nil && f.cgroup && len(f.cgroupPerf) > 0 {
-		online := host.NewOnlineCPUsReader(f.sysfs)
-		p.closers = append(p.closers, func() { online.Close() })
-		pm, err := setupPerfMode(f, s, s.groups, perfcount.Options{OnlineCPUs: online.Read, Logger: logger})
-		if err != nil {
-			logger.Error("perf cgroup mode not running", "err", err)
-		} else {
-			perfMode = pm
-			p.closers = append(p.closers, func() { pm.Close() })
-			logger.Warn("counting the allow-listed cgroups with perf's cgroup mode instead: one fd per event per CPU per cgroup; see pmu_cgroup_perf_mode_fds", "cgroups", len(f.cgroupPerf))
-		}
-	}
-	for _, n := range notes {
-		logger.Warn("per-cgroup attribution is partial", "problem", n)
-	}
-
-	readDuration := exporter.NewReadDurationHistogram()
-	online := host.NewOnlineCPUsReader(f.sysfs)
-	p.closers = append(p.closers, func() { online.Close() })
-	var engine *perfcount.Engine
-	var read time.Duration // the latest read cycle's
-	opts := perfcount.Options{
-		Groups:     s.groups,
-		OnlineCPUs: online.Read,
-		ObserveRead: func(seconds float64) {
-			readDuration.Observe(seconds)
-			read = time.Duration(seconds * float64(time.Second))
-		},
-		Logger: logger,
-	}
-	opts.AfterCycle = func() {
-		snap := engine.Snapshot()
-		var err error
-		if ok, why := measuring(snap); !ok {
-			err = errors.New(why)
-		}
-		p.health.Observe("counting", read, err)
-		if td != nil {
-			p.health.Time("topdown", func() error {
-				for _, l := range td.lives {
-					l.Update(snap)
-				}
-				return nil
-			})
-		}
-		if perfMode != nil {
-			p.health.Time("cgroup", func() error { return newErrors(perfMode.Snapshot, perfMode.Cycle) })
-		}
-		if attributor != nil {
-			p.health.Time("cgroup", func() error {
-				cpus, err := online.Read()
-				if err != nil {
-					return err
-				}
-				return newErrors(attributor.Snapshot, func() { attributor.Cycle(cpus) })
-			})
-		}
-	}
-	if attributor != nil {
-		opts.OnOpen, opts.OnClose = attributor.OnOpen, attributor.OnClose
-	}
-	// A CPU whose events the engine found dead (offline and back within an
-	// interval) is reopened by every other user of per-CPU events too.
-	opts.OnCPUReset = func(cpu int, cause string) {
-		if perfMode != nil {
-			perfMode.ResetCPU(cpu, cause)
-		}
-		if attributor != nil {
-			attributor.ResetCPU(cpu)
-		}
-		for _, r := range p.cpuResets {
-			r(cpu)
-		}
-	}
-	engine = perfcount.New(opts)
-	p.run = func(ctx context.Context) { engine.Run(ctx, f.interval) }
-	p.ready = func() (bool, string) {
-		// The first cycle opens the groups, the second reads the first values.
-		if engine.Cycles() < 2 {
-			return false, "no counts have been read yet"
-		}
-		return measuring(engine.Snapshot())
-	}
-	var pods *podmeta.Index
-	if (attributor != nil || perfMode != nil) && f.k8sNode != "" {
-		client, err := podmeta.Client(f.kubeconfig)
-		if err != nil {
-			logger.Warn("no pod names from the Kubernetes API; cgroup series carry pod UIDs and container IDs", "err", err)
-		} else {
-			pods = podmeta.New(client, f.k8sNode, logger)
-			p.startPods = func(ctx context.Context) { go pods.Run(ctx) }
-		}
-	}
-
-	p.collectors = append(p.collectors,
-		exporter.New(engine, s.report, exporter.Options{PerCPU: f.perCPU, ConfigErrors: len(s.configErrors), Source: "perf_event"}),
-		readDuration)
-	if td != nil {
-		p.collectors = append(p.collectors, exporter.NewTopdown(td.trees, f.perCPU))
-	}
-	var names exporter.PodNames // a nil *podmeta.Index must stay a nil interface
-	if pods != nil {
-		names = pods
-	}
-	if perfMode != nil {
-		p.collectors = append(p.collectors, exporter.NewCgroup(perfMode, names, exporter.PerfCgroupMode))
-	}
-	if attributor != nil {
-		p.collectors = append(p.collectors, exporter.NewCgroup(attributor, names, exporter.AttributedByBPF))
-	}
-	if pods != nil {
-		p.collectors = append(p.collectors, exporter.NewPodMeta(pods))
-	}
-	setupSampling(p, f, s, names, logger)
-	return p
 }
 
 // serveHTTP serves the registry with the exporter-toolkit's web
