@@ -8,8 +8,8 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/internal/treetest"
 	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
@@ -33,19 +33,8 @@ metrics:
 
 func TestLiveOnRealSoftwareCounters(t *testing.T) {
 	testenv.RequireRoot(t)
-	d, err := metric.Parse("software.yaml", []byte(softwareTree))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := d.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pmus, err := pmu.Discover("/sys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	groups, err := LiveGroups(d, pmus, "")
+	d, tr := treetest.Compile(t, "software.yaml", softwareTree)
+	groups, err := LiveGroups(d, treetest.HostPMUs(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +94,7 @@ func snapshot(clock, faults uint64, running uint64) model.Snapshot {
 
 // An interval in which the group did not run adds nothing: no made-up zeros.
 func TestLiveSkipsIntervalsWithoutValues(t *testing.T) {
-	d, _ := metric.Parse("t.yaml", []byte(softwareTree+"  - {name: faults_share, level: 1, formula: FAULTS / CLOCK}\n"))
-	tr, err := d.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, tr := treetest.Compile(t, "t.yaml", softwareTree+"  - {name: faults_share, level: 1, formula: FAULTS / CLOCK}\n")
 	groups := []eventspec.Group{{Name: "g"}}
 	for _, e := range d.Events {
 		groups[0].Events = append(groups[0].Events, eventspec.Event{Name: e.Name})
@@ -132,11 +117,7 @@ func TestLiveSkipsIntervalsWithoutValues(t *testing.T) {
 
 // When the engine splits a group that does not fit, Live follows the pieces.
 func TestLiveFollowsSplitGroups(t *testing.T) {
-	d, _ := metric.Parse("t.yaml", []byte(softwareTree))
-	tr, err := d.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tr := treetest.Compile(t, "t.yaml", softwareTree)
 	groups := []eventspec.Group{{Name: "g", Events: []eventspec.Event{{Name: "CLOCK"}, {Name: "FAULTS"}}}}
 	live := NewLive(tr, groups, nil)
 	split := func(clock, run uint64) model.Snapshot {

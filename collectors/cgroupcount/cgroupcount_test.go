@@ -15,11 +15,10 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/internal/treetest"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/cgroupattr"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
-	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 func sw(name string, config uint64) eventspec.Event {
@@ -57,19 +56,8 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 		pod+"/cri-containerd-"+ctrA+".scope", pod+"/cri-containerd-"+ctrB+".scope")
 	podDir, dirA, dirB := dirs[2], dirs[3], dirs[4]
 
-	d, err := metric.Parse("clock.yaml", []byte(clockTree))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree, err := d.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pmus, err := pmu.Discover("/sys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tdGroups, err := topdown.LiveGroups(d, pmus, "")
+	d, tree := treetest.Compile(t, "clock.yaml", clockTree)
+	tdGroups, err := topdown.LiveGroups(d, treetest.HostPMUs(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
