@@ -15,16 +15,16 @@ import (
 // setupCgroups plans and loads the per-cgroup attribution of groups (the
 // engine's, Top-Down included). The feature says whether it runs and, if not,
 // why and how to fix it; the notes what could not be attributed.
-func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpec) (*cgroupcount.Attributor, capability.Feature, []string) {
+func setupCgroups(o cgroupOptions, s setup, td *liveTopdown, groups []perfcount.GroupSpec) (*cgroupcount.Attributor, capability.Feature, []string) {
 	feat := capability.Feature{Name: capability.CgroupAttribution}
 	fail := func(err error, fix string) (*cgroupcount.Attributor, capability.Feature, []string) {
 		feat.Reason, feat.Fix = err.Error(), fix
 		return nil, feat, nil
 	}
-	if !f.cgroup {
+	if !o.enabled {
 		return fail(errors.New("--no-collector.cgroup"), "drop --no-collector.cgroup")
 	}
-	root, v1 := cgroupRoot(f, s)
+	root, v1 := cgroupRoot(o, s)
 	if root == "" {
 		return fail(errors.New("no cgroup v2 hierarchy and no cgroup v1 perf_event hierarchy is mounted"),
 			"mount the host's cgroup hierarchy and pass --path.cgroupfs")
@@ -35,8 +35,8 @@ func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpe
 	classes := cgroupClasses(s.pmus, td)
 	classes, notes := cgroupcount.Plan(classes, groups, perTaskPMU(s.pmus))
 	a, err := cgroupcount.New(cgroupcount.Options{
-		Classes: classes, Root: root, PerfEventV1: v1, Depth: f.cgroupDepth, MaxCgroups: f.cgroupTracked,
-		MaxSeries: f.cgroupSeries, Grace: f.cgroupGrace,
+		Classes: classes, Root: root, PerfEventV1: v1, Depth: o.depth, MaxCgroups: o.maxTracked,
+		MaxSeries: o.maxSeries, Grace: o.grace,
 	})
 	if err != nil {
 		return fail(err, "the program needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), Linux 5.13+ (cgroup-switches; 6.1+ with cgroup v1) and a readable cgroup hierarchy")
@@ -46,17 +46,17 @@ func setupCgroups(f flags, s setup, td *liveTopdown, groups []perfcount.GroupSpe
 	if v1 {
 		kind = "v1 perf_event"
 	}
-	feat.Detail = fmt.Sprintf("eBPF on cgroup switches, cgroup %s hierarchy at %s, depth %d", kind, root, f.cgroupDepth)
+	feat.Detail = fmt.Sprintf("eBPF on cgroup switches, cgroup %s hierarchy at %s, depth %d", kind, root, o.depth)
 	return a, feat, notes
 }
 
 // cgroupRoot is the mount of the hierarchy whose cgroups are attributed (the
 // one holding perf_event) and whether it is cgroup v1's. The flag overrides the
 // mount point (in a container, the host's hierarchy), not the choice.
-func cgroupRoot(f flags, s setup) (root string, v1 bool) {
+func cgroupRoot(o cgroupOptions, s setup) (root string, v1 bool) {
 	root, v1 = s.facts.PerfEventCgroups()
-	if f.cgroupfs != "" {
-		root = f.cgroupfs
+	if o.fsPath != "" {
+		root = o.fsPath
 	}
 	return root, v1
 }
@@ -96,8 +96,8 @@ func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) []cgroupcount.Class {
 // setupPerfMode is the fallback when the eBPF attribution is not running:
 // perf's cgroup mode for the allow-listed cgroups, over the visible groups'
 // per-task events.
-func setupPerfMode(f flags, s setup, groups []perfcount.GroupSpec, opts perfcount.Options) (*cgroupcount.PerfMode, error) {
-	root, _ := cgroupRoot(f, s)
+func setupPerfMode(o cgroupOptions, s setup, groups []perfcount.GroupSpec, opts perfcount.Options) (*cgroupcount.PerfMode, error) {
+	root, _ := cgroupRoot(o, s)
 	if root == "" {
 		return nil, errors.New("no cgroup v2 hierarchy is mounted")
 	}
@@ -117,7 +117,7 @@ func setupPerfMode(f flags, s setup, groups []perfcount.GroupSpec, opts perfcoun
 			specs = append(specs, perfcount.GroupSpec{Name: g.Name, Events: evs})
 		}
 	}
-	return cgroupcount.NewPerfMode(root, f.cgroupPerf, specs, opts)
+	return cgroupcount.NewPerfMode(root, o.perfMode, specs, opts)
 }
 
 // perTaskPMU says which events a cgroup can own: software, tracepoint and

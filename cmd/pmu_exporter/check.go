@@ -29,9 +29,9 @@ type samplingStatus struct {
 	Error   string             `json:"error,omitempty"`
 }
 
-func checkSampling(f flags, s setup) samplingStatus {
+func checkSampling(o samplingFlags, s setup) samplingStatus {
 	st := samplingStatus{Events: []string{}, Missing: []sampling.Missing{}}
-	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: f.sampling.period, LdLat: f.sampling.ldlat})
+	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: o.period, LdLat: o.ldlat})
 	if err != nil {
 		st.Error = err.Error()
 	}
@@ -50,14 +50,14 @@ type treeStatus struct {
 func runCheck(f flags, stdout, stderr io.Writer) int {
 	s := discover(f)
 	var tds topdownStatus
-	td, err := setupTopdown(f, s)
+	td, err := setupTopdown(f.tree, f.sysfs, s)
 	// Load (and drop) the cgroup attribution as serve would, with the same
 	// options.
 	groups := s.groups
 	if td != nil {
 		groups = append(groups, td.groups...)
 	}
-	a, feat, _ := setupCgroups(f, s, td, groups)
+	a, feat, _ := setupCgroups(f.cgroups, s, td, groups)
 	if a != nil {
 		a.Close()
 	}
@@ -86,7 +86,7 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 				why = feat.Reason
 			}
 		case "sampling":
-			if ms := checkSampling(f, s); len(ms.Events) == 0 && len(f.sampling.events) == 0 {
+			if ms := checkSampling(f.sampling, s); len(ms.Events) == 0 && len(f.sampling.events) == 0 {
 				why = "no precise memory sampling here and no --collector.sampling.event"
 			}
 		}
@@ -102,7 +102,7 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 			Collectors   []registry.Status `json:"collectors"`
 			ConfigErrors []string          `json:"config_errors"`
 			Groups       []string          `json:"groups"`
-		}{Report: s.report, Topdown: tds, Sampling: checkSampling(f, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
+		}{Report: s.report, Topdown: tds, Sampling: checkSampling(f.sampling, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
 		for _, e := range s.configErrors {
 			out.ConfigErrors = append(out.ConfigErrors, e.Error())
 		}
@@ -138,7 +138,7 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 		} else {
 			fmt.Fprintf(stdout, "\nTop-Down: not computed: %s\n", tds.Reason)
 		}
-		ms := checkSampling(f, s)
+		ms := checkSampling(f.sampling, s)
 		if len(ms.Events) > 0 {
 			fmt.Fprintf(stdout, "\nMemory sampling: %s\n", strings.Join(ms.Events, ", "))
 		}

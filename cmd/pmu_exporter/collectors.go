@@ -29,18 +29,18 @@ func collectorList(f *flags) *registry.Registry[*build] {
 			Help: "Compute Top-Down levels 1 and 2 where the CPU has a built-in tree (or --collector.topdown.definitions gives one)",
 			Options: func(o registry.Options) {
 				o.Flag("uarch", "topdown.uarch", "Top-Down trees to use instead of the detected ones, comma-separated, one per core type (hybrids: adl,grt): "+strings.Join(topdown.Names(), ", ")+"; none makes --collector.topdown.definitions the whole tree.",
-					func(fc *kingpin.FlagClause) { fc.StringVar(&f.tdUarch) })
-				o.Flag("definitions", "topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the first, P-core, tree on hybrids; the whole tree where no built-in one applies).", func(fc *kingpin.FlagClause) { fc.StringVar(&f.tdDef) })
+					func(fc *kingpin.FlagClause) { fc.StringVar(&f.tree.uarch) })
+				o.Flag("definitions", "topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the first, P-core, tree on hybrids; the whole tree where no built-in one applies).", func(fc *kingpin.FlagClause) { fc.StringVar(&f.tree.definitions) })
 			}},
 		registry.Collector[*build]{Name: "cgroup", Default: true, Needs: []string{capability.CgroupEvents},
 			Live: liveCgroup, Replay: replayCgroups,
 			Help: "Attribute the counted events and Top-Down to cgroups (pods, containers) with an eBPF program on cgroup switches",
 			Options: func(o registry.Options) {
-				o.Flag("depth", "cgroup.depth", "Ancestor levels below the root that also get the counts of their descendants (kubelet pods sit at level 3, containers at 4).", func(fc *kingpin.FlagClause) { fc.Default("5").IntVar(&f.cgroupDepth) })
-				o.Flag("max-series", "cgroup.max-series", "Cgroups exported with series of their own; the smallest consumers beyond it are summed into cgroup=\"other\".", func(fc *kingpin.FlagClause) { fc.Default("500").IntVar(&f.cgroupSeries) })
-				o.Flag("max-tracked", "cgroup.max-tracked", "Cgroups the kernel's attribution map holds at once; credits beyond it are dropped and counted in pmu_cgroup_attribution_errors_total{reason=\"map_full\"}.", func(fc *kingpin.FlagClause) { fc.Default("16384").IntVar(&f.cgroupTracked) })
-				o.Flag("grace-period", "cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.", func(fc *kingpin.FlagClause) { fc.Default("5m").DurationVar(&f.cgroupGrace) })
-				o.Flag("perf-mode", "cgroup.perf-mode", "Where the eBPF attribution cannot run (no CAP_BPF, no cgroup-switches): count this cgroup (path as in /proc/<pid>/cgroup; repeatable) with perf's cgroup mode instead, at one fd per event per CPU per cgroup.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.cgroupPerf) })
+				o.Flag("depth", "cgroup.depth", "Ancestor levels below the root that also get the counts of their descendants (kubelet pods sit at level 3, containers at 4).", func(fc *kingpin.FlagClause) { fc.Default("5").IntVar(&f.cgroups.depth) })
+				o.Flag("max-series", "cgroup.max-series", "Cgroups exported with series of their own; the smallest consumers beyond it are summed into cgroup=\"other\".", func(fc *kingpin.FlagClause) { fc.Default("500").IntVar(&f.cgroups.maxSeries) })
+				o.Flag("max-tracked", "cgroup.max-tracked", "Cgroups the kernel's attribution map holds at once; credits beyond it are dropped and counted in pmu_cgroup_attribution_errors_total{reason=\"map_full\"}.", func(fc *kingpin.FlagClause) { fc.Default("16384").IntVar(&f.cgroups.maxTracked) })
+				o.Flag("grace-period", "cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.", func(fc *kingpin.FlagClause) { fc.Default("5m").DurationVar(&f.cgroups.grace) })
+				o.Flag("perf-mode", "cgroup.perf-mode", "Where the eBPF attribution cannot run (no CAP_BPF, no cgroup-switches): count this cgroup (path as in /proc/<pid>/cgroup; repeatable) with perf's cgroup mode instead, at one fd per event per CPU per cgroup.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.cgroups.perfMode) })
 			}},
 		registry.Collector[*build]{Name: "sampling", Default: true, Live: liveSampling, Replay: replaySampling,
 			Help: "Sample memory accesses with the host's precise PMU (Intel PEBS mem-loads and mem-stores, AMD IBS op) and any --collector.sampling.event: data sources, load latency, lost samples and shared cache lines",

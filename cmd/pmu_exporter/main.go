@@ -66,16 +66,8 @@ type flags struct {
 	log           *promslog.Config
 	checkFormat   string
 	gomaxprocs    int
-	topdown       bool
-	tdUarch       string
-	tdDef         string
-	cgroup        bool
-	cgroupfs      string
-	cgroupDepth   int
-	cgroupSeries  int
-	cgroupTracked int
-	cgroupGrace   time.Duration
-	cgroupPerf    []string
+	tree          treeOptions
+	cgroups       cgroupOptions
 	k8sNode       string
 	kubeconfig    string
 	source        string
@@ -83,6 +75,22 @@ type flags struct {
 	replay        replayFlags
 	otlp          otlpFlags
 	sampling      samplingFlags
+}
+
+// treeOptions are the topdown collector's.
+type treeOptions struct {
+	enabled            bool
+	uarch, definitions string
+}
+
+// cgroupOptions are the cgroup collector's (and the bounds per-cgroup
+// sampling shares).
+type cgroupOptions struct {
+	enabled                      bool
+	fsPath                       string // --path.cgroupfs
+	depth, maxSeries, maxTracked int
+	grace                        time.Duration
+	perfMode                     []string
 }
 
 // otlpFlags are serve's --otlp.* options.
@@ -122,7 +130,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	app.HelpFlag.Short('h')
 	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&f.sysfs)
 	app.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&f.procfs)
-	app.Flag("path.cgroupfs", "Mount point of the host's cgroup hierarchy that holds the perf_event controller: cgroup v2, or v1's perf_event hierarchy where v1 mounts it (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, or on v1 its perf_event directory, so that every cgroup id on the node resolves).").StringVar(&f.cgroupfs)
+	app.Flag("path.cgroupfs", "Mount point of the host's cgroup hierarchy that holds the perf_event controller: cgroup v2, or v1's perf_event hierarchy where v1 mounts it (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, or on v1 its perf_event directory, so that every cgroup id on the node resolves).").StringVar(&f.cgroups.fsPath)
 	app.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&f.configFile)
 
 	serve := app.Command("serve", "Count events and serve /metrics (the default).").Default()
@@ -201,7 +209,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	deprecated := c.collectors.Deprecated()
-	c.f.topdown, c.f.cgroup, c.f.sampling.enabled = c.collectors.Enabled("topdown"), c.collectors.Enabled("cgroup"), c.collectors.Enabled("sampling")
+	c.f.tree.enabled, c.f.cgroups.enabled, c.f.sampling.enabled = c.collectors.Enabled("topdown"), c.collectors.Enabled("cgroup"), c.collectors.Enabled("sampling")
 	f, td, sf, cf := c.f, c.td, c.sf, c.cf
 	f.log.Writer = stderr
 	logger := promslog.New(f.log)

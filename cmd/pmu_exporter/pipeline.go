@@ -56,7 +56,7 @@ func livePipeline(f flags, logger *slog.Logger) *pipeline {
 	running, failed := f.collectors.Build(b, false)
 	if !f.collectors.Enabled("cgroup") {
 		// Say why pmu_capability{feature="cgroup_attribution"} is 0.
-		_, feat, _ := setupCgroups(f, s, nil, nil)
+		_, feat, _ := setupCgroups(f.cgroups, s, nil, nil)
 		s.report.Features = append(s.report.Features, feat)
 		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
 	}
@@ -93,7 +93,7 @@ func liveCounting(b *build) error {
 // liveTopdownCollector adds the Top-Down trees' groups and their evaluation
 // after each read.
 func liveTopdownCollector(b *build) error {
-	td, err := setupTopdown(*b.f, *b.s)
+	td, err := setupTopdown(b.f.tree, b.f.sysfs, *b.s)
 	var userErr *metric.UserError
 	switch {
 	case errors.As(err, &userErr):
@@ -129,7 +129,7 @@ func liveTopdownCollector(b *build) error {
 // where eBPF cannot run; pod names come from the API when it is reachable.
 func liveCgroup(b *build) error {
 	f, logger := b.f, b.log
-	attributor, feat, notes := setupCgroups(*f, *b.s, b.td, b.s.groups)
+	attributor, feat, notes := setupCgroups(f.cgroups, *b.s, b.td, b.s.groups)
 	b.s.report.Features = append(b.s.report.Features, feat)
 	for _, n := range notes {
 		logger.Warn("per-cgroup attribution is partial", "problem", n)
@@ -148,16 +148,16 @@ func liveCgroup(b *build) error {
 			}
 			return newErrors(attributor.Snapshot, func() { attributor.Cycle(cpus) })
 		}})
-	case len(f.cgroupPerf) > 0:
+	case len(f.cgroups.perfMode) > 0:
 		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
-		pm, err := setupPerfMode(*f, *b.s, b.s.groups, perfcount.Options{OnlineCPUs: b.online.Read, Logger: logger})
+		pm, err := setupPerfMode(f.cgroups, *b.s, b.s.groups, perfcount.Options{OnlineCPUs: b.online.Read, Logger: logger})
 		if err != nil {
 			logger.Error("perf cgroup mode not running", "err", err)
 			return err
 		}
 		perfMode = pm
 		b.p.closers = append(b.p.closers, func() { pm.Close() })
-		logger.Warn("counting the allow-listed cgroups with perf's cgroup mode instead: one fd per event per CPU per cgroup; see pmu_cgroup_perf_mode_fds", "cgroups", len(f.cgroupPerf))
+		logger.Warn("counting the allow-listed cgroups with perf's cgroup mode instead: one fd per event per CPU per cgroup; see pmu_cgroup_perf_mode_fds", "cgroups", len(f.cgroups.perfMode))
 		b.resets = append(b.resets, pm.ResetCPU)
 		b.steps = append(b.steps, step{"cgroup", func(model.Snapshot) error { return newErrors(pm.Snapshot, pm.Cycle) }})
 	default:
@@ -185,7 +185,7 @@ func liveCgroup(b *build) error {
 
 // liveSampling samples memory accesses (and any --collector.sampling.event).
 func liveSampling(b *build) error {
-	return setupSampling(b.p, *b.f, *b.s, b.names, b.online, b.log)
+	return setupSampling(b.p, b.f.sampling, b.f.cgroups, b.f.procfs, *b.s, b.names, b.online, b.log)
 }
 
 // startEngine starts the counting engine with every collector's groups and

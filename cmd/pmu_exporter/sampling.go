@@ -45,13 +45,13 @@ type samplingFlags struct {
 // setupSampling opens the host's memory sampling events and the user's,
 // and adds their collector and /debug/cachelines to p; where nothing can
 // be sampled it says why and leaves p alone.
-func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, logger *slog.Logger) error {
-	root, _ := cgroupRoot(f, s)
-	perCgroup := f.sampling.perCgroup && root != ""
-	if f.sampling.perCgroup && root == "" {
+func setupSampling(p *pipeline, o samplingFlags, cg cgroupOptions, procPath string, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, logger *slog.Logger) error {
+	root, _ := cgroupRoot(cg, s)
+	perCgroup := o.perCgroup && root != ""
+	if o.perCgroup && root == "" {
 		logger.Warn("sampling: no per-cgroup series", "reason", "no cgroup hierarchy holds the perf_event controller")
 	}
-	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: f.sampling.period, LdLat: f.sampling.ldlat, Events: f.sampling.events, Cgroup: perCgroup})
+	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: o.period, LdLat: o.ldlat, Events: o.events, Cgroup: perCgroup})
 	if err != nil {
 		logger.Error("sampling not running", "err", err)
 		return err
@@ -62,14 +62,14 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, onlin
 	if len(cfgs) == 0 {
 		return errors.New("no precise memory sampling here and no --collector.sampling.event")
 	}
-	stats := samplestat.New(len(cfgs), f.sampling.maxLines)
-	stats.SetSharingWindow(f.sampling.sharingWindow)
+	stats := samplestat.New(len(cfgs), o.maxLines)
+	stats.SetSharingWindow(o.sharingWindow)
 	if perCgroup {
-		stats.TrackCgroups(f.cgroupSeries)
+		stats.TrackCgroups(cg.maxSeries)
 	}
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
-		Logger: logger, OnlineCPUs: online.Read, Pages: f.sampling.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
-		Governor: sampling.NewGovernor(f.sampling.budget, s.facts.MaxSampleRate),
+		Logger: logger, OnlineCPUs: online.Read, Pages: o.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
+		Governor: sampling.NewGovernor(o.budget, s.facts.MaxSampleRate),
 		// A skipped record is counted in pmu_sampling_errors_total; the pass
 		// still succeeded.
 		AfterRead: func(took time.Duration, _ int) { p.health.Observe("sampling", took, nil) },
@@ -99,7 +99,7 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, onlin
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cgNames.sweepEvery(ctx, stats, f.cgroupGrace)
+				cgNames.sweepEvery(ctx, stats, cg.grace)
 			}()
 		}
 		if err := smp.Run(ctx); err != nil {
@@ -109,7 +109,7 @@ func setupSampling(p *pipeline, f flags, s setup, names exporter.PodNames, onlin
 		wg.Wait()
 	})
 	namer := func() func(uint32, uint64) string { return nil }
-	if fs, err := procfs.NewFS(f.procfs); err != nil {
+	if fs, err := procfs.NewFS(procPath); err != nil {
 		logger.Warn("/debug/cachelines will not name mappings", "err", err)
 	} else {
 		namer = func() func(uint32, uint64) string { return procmaps.Namer(fs) }

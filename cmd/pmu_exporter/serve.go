@@ -52,22 +52,22 @@ type liveTopdown struct {
 // hybrids; a definitions file extends the first or, where none applies, is the
 // tree), resolves their groups and parameters. The error says why Top-Down is
 // not computed.
-func setupTopdown(f flags, s setup) (*liveTopdown, error) {
-	if !f.topdown {
+func setupTopdown(o treeOptions, sysfs string, s setup) (*liveTopdown, error) {
+	if !o.enabled {
 		return nil, errors.New("--no-collector.topdown")
 	}
 	var targets []topdown.Target
 	switch {
-	case f.tdUarch == "none":
-		if f.tdDef == "" {
+	case o.uarch == "none":
+		if o.definitions == "" {
 			return nil, errors.New("--collector.topdown.uarch=none needs --collector.topdown.definitions")
 		}
 		targets = topdown.Place([]string{""}, s.pmus)
-	case f.tdUarch != "":
-		targets = topdown.Place(strings.Split(f.tdUarch, ","), s.pmus)
+	case o.uarch != "":
+		targets = topdown.Place(strings.Split(o.uarch, ","), s.pmus)
 	default:
 		t, err := topdown.ForHost(s.facts.CPU, s.pmus)
-		if err != nil && f.tdDef == "" {
+		if err != nil && o.definitions == "" {
 			return nil, err
 		}
 		targets = t
@@ -86,9 +86,9 @@ func setupTopdown(f flags, s setup) (*liveTopdown, error) {
 	for i, t := range targets {
 		var user string
 		if i == 0 {
-			user = f.tdDef // extends the first tree: the P-core tree on hybrids
+			user = o.definitions // extends the first tree: the P-core tree on hybrids
 		}
-		tree, err := setupTree(f, s, t, user)
+		tree, err := setupTree(sysfs, s, t, user)
 		if err != nil {
 			if t.Uarch == "" { // the definitions file alone: its errors say where
 				return nil, err
@@ -124,7 +124,7 @@ type oneTree struct {
 
 // setupTree builds the tree of target t, extended or replaced by the user's
 // definitions file when one is given.
-func setupTree(f flags, s setup, t topdown.Target, userFile string) (*oneTree, error) {
+func setupTree(sysfs string, s setup, t topdown.Target, userFile string) (*oneTree, error) {
 	var def *metric.Definition
 	if t.Uarch != "" {
 		if !s.report.Feature(capability.HardwareCounters).Available {
@@ -156,7 +156,7 @@ func setupTree(f flags, s setup, t topdown.Target, userFile string) (*oneTree, e
 	params := map[string]float64{}
 	info := exporter.TopdownInfo{Uarch: def.Name, Source: "events", SMT: "n/a"}
 	if tree.Input("smt_on") >= 0 {
-		on, err := host.SMTActive(f.sysfs)
+		on, err := host.SMTActive(sysfs)
 		if err != nil {
 			return nil, err
 		}

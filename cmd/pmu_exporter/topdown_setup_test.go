@@ -14,7 +14,7 @@ import (
 // counters work.
 func fixtureSetup(t *testing.T, h fixture.Host) (flags, setup) {
 	sysfs, procfs := fixture.Write(t, h)
-	f := flags{sysfs: sysfs, procfs: procfs, topdown: true}
+	f := flags{sysfs: sysfs, procfs: procfs, tree: treeOptions{enabled: true}}
 	s := setup{pmus: fixture.PMUs(t, h), facts: host.Read(procfs, sysfs)}
 	s.report.Features = []capability.Feature{{Name: capability.HardwareCounters, Available: true}}
 	s.report.Counters = host.Counters{GeneralPurpose: 8, Known: true}
@@ -25,7 +25,7 @@ func fixtureSetup(t *testing.T, h fixture.Host) (flags, setup) {
 // Gracemont tree on CPUs 4-7, each from its own core PMU.
 func TestSetupTopdownHybrid(t *testing.T) {
 	f, s := fixtureSetup(t, fixture.IntelAlderLake())
-	td, err := setupTopdown(f, s)
+	td, err := setupTopdown(f.tree, f.sysfs, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +55,13 @@ func TestSetupTopdownHybrid(t *testing.T) {
 	}
 
 	// Two trees on one core type would count its slots twice.
-	f.tdUarch = "spr,adl"
-	if _, err := setupTopdown(f, s); err == nil || !strings.Contains(err.Error(), "both count on the same CPUs") {
+	f.tree.uarch = "spr,adl"
+	if _, err := setupTopdown(f.tree, f.sysfs, s); err == nil || !strings.Contains(err.Error(), "both count on the same CPUs") {
 		t.Errorf("spr,adl: %v", err)
 	}
 	// A chosen E-core tree goes on the E-cores.
-	f.tdUarch = "grt"
-	td, err = setupTopdown(f, s)
+	f.tree.uarch = "grt"
+	td, err = setupTopdown(f.tree, f.sysfs, s)
 	if err != nil || len(td.groups) != 2 || !slices.Equal(td.groups[0].CPUs(), []int{4, 5, 6, 7}) {
 		t.Errorf("grt alone: %v %+v", err, td)
 	}
