@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"io"
 	"net/http"
 	"os"
@@ -11,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // cgroupProc runs a command inside its own cgroup v2 so that its CPU time, over

@@ -2,6 +2,7 @@ package main
 
 import (
 	"debug/elf"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"io"
 	"net/http"
 	"os"
@@ -12,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // TestStaticBuildStampsVersion builds with scripts/build, as the Dockerfile

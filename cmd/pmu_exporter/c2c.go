@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
-	"text/tabwriter"
-
+	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
 	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"io"
+	"strings"
+	"text/tabwriter"
 )
 
 // c2cFlags are the options of `pmu_exporter c2c`.
@@ -27,7 +27,7 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: %v\n", cf.input, err)
 		return 1
 	}
-	file, closeFile, err := openPerfData(cf.input, stdin)
+	file, closeFile, err := pipeline.OpenPerfData(cf.input, stdin)
 	if err != nil {
 		return fail(err)
 	}
@@ -35,16 +35,16 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	table := cacheline.New(cf.max)
 	maps := addrmap.New()
 	var memSamples uint64
-	samples, bad, readErr := eachSample(file, cf.input, stderr, perfDataVisitor{
-		record: func(rec []byte, h perfrecord.Header) {
+	samples, bad, readErr := pipeline.EachSample(file, cf.input, stderr, pipeline.PerfDataVisitor{
+		Record: func(rec []byte, h perfrecord.Header) {
 			if h.Type == perfrecord.TypeMmap || h.Type == perfrecord.TypeMmap2 {
 				if m, err := perfrecord.DecodeMmap(rec); err == nil {
 					maps.Add(m.PID, addrmap.Mapping{Start: m.Addr, End: m.Addr + m.Len, PgOff: m.PgOff, Name: m.Filename})
 				}
 			}
 		},
-		sample: func(i int, s *perfrecord.Sample) error {
-			if a, ok := cacheline.AccessOf(s, samplePeriod(file.Events.Attrs[i])); ok {
+		Sample: func(i int, s *perfrecord.Sample) error {
+			if a, ok := cacheline.AccessOf(s, file.Events.Attrs[i].SamplePeriod()); ok {
 				memSamples++
 				table.Add(a)
 			}
@@ -73,15 +73,6 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// samplePeriod is what a sample of an event stands for when it does not
-// carry PERIOD: the fixed period, or 1 for a frequency.
-func samplePeriod(a perfrecord.Attr) uint64 {
-	if a.Freq {
-		return 1
-	}
-	return a.Period
 }
 
 func writeC2CText(w io.Writer, r cacheline.Report) {

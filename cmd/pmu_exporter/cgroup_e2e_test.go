@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"golang.org/x/sys/unix"
 	"math"
 	"os"
 	"os/exec"
@@ -11,10 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 const (

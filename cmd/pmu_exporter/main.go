@@ -5,30 +5,19 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"os"
-	"runtime/debug"
-	"slices"
-	"strings"
-	"time"
-
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
+	"github.com/pmu-exporter/pmu_exporter/topdown"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
-	"golang.org/x/sys/unix"
-
-	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
-	"github.com/pmu-exporter/pmu_exporter/collectors/probe"
-	"github.com/pmu-exporter/pmu_exporter/config"
-	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/host/capability"
-	"github.com/pmu-exporter/pmu_exporter/host/pmu"
-	"github.com/pmu-exporter/pmu_exporter/profile"
-	"github.com/pmu-exporter/pmu_exporter/registry"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
 )
 
 const defaultAddress = ":9893"
@@ -53,10 +42,7 @@ func stampVersion() {
 }
 
 type flags struct {
-	sysfs, procfs string
-	configFile    string
-	perCPU        bool
-	interval      time.Duration
+	opts          *pipeline.Options // what is counted and by which collectors
 	telemetryPath string
 	web           *web.FlagConfig
 	maxRequests   int
@@ -66,31 +52,7 @@ type flags struct {
 	log           *promslog.Config
 	checkFormat   string
 	gomaxprocs    int
-	tree          treeOptions
-	cgroups       cgroupOptions
-	k8sNode       string
-	kubeconfig    string
-	source        string
-	collectors    *registry.Registry[*build] // which collectors run
-	replay        replayFlags
 	otlp          otlpFlags
-	sampling      samplingFlags
-}
-
-// treeOptions are the topdown collector's.
-type treeOptions struct {
-	enabled            bool
-	uarch, definitions string
-}
-
-// cgroupOptions are the cgroup collector's (and the bounds per-cgroup
-// sampling shares).
-type cgroupOptions struct {
-	enabled                      bool
-	fsPath                       string // --path.cgroupfs
-	depth, maxSeries, maxTracked int
-	grace                        time.Duration
-	perfMode                     []string
 }
 
 // otlpFlags are serve's --otlp.* options.
@@ -107,15 +69,13 @@ type cli struct {
 	cf                           c2cFlags
 	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
 	terminated                   int // exit code --help or --version asked for; -1: none
-	collectors                   *registry.Registry[*build]
 }
 
 // newApp declares every command and flag, bound to c.
 func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	f, td, sf, cf := &c.f, &c.td, &c.sf, &c.cf
 	c.terminated = -1
-	c.collectors = collectorList(f)
-	f.collectors = c.collectors
+	f.opts = pipeline.NewOptions()
 	app := kingpin.New("pmu_exporter", "Counts CPU performance events on every CPU and exports them to Prometheus.")
 	app.UsageWriter(stderr)
 	app.ErrorWriter(stderr)
@@ -128,19 +88,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	})
 	app.Version(version.Print("pmu_exporter"))
 	app.HelpFlag.Short('h')
-	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&f.sysfs)
-	app.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&f.procfs)
-	app.Flag("path.cgroupfs", "Mount point of the host's cgroup hierarchy that holds the perf_event controller: cgroup v2, or v1's perf_event hierarchy where v1 mounts it (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, or on v1 its perf_event directory, so that every cgroup id on the node resolves).").StringVar(&f.cgroups.fsPath)
-	app.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&f.configFile)
-
 	serve := app.Command("serve", "Count events and serve /metrics (the default).").Default()
-	serve.Flag("source", "Where counts come from: perf_event (this host's counters) or replay (a perf stat recording, --replay.file; pmu_info says source=\"replay\").").
-		Default("perf_event").EnumVar(&f.source, "perf_event", "replay")
-	serve.Flag("replay.file", "perf stat -I recording to play back with --source=replay (perf stat -x, or -j; -A per-CPU and -G cgroup columns are used when present), looping at the end.").StringVar(&f.replay.file)
-	serve.Flag("replay.uarch", "Top-Down tree of the recording host for --source=replay: "+strings.Join(topdown.Names(), ", ")+" (default: none, counts only).").StringVar(&f.replay.uarch)
-	serve.Flag("replay.smt", "Whether the recording host ran two threads per core (on or off).").Default("off").EnumVar(&f.replay.smt, "on", "off")
-	serve.Flag("replay.slots", "Slots per cycle of the recording host's cores, for trees that need it (Arm: the PMU's caps/slots).").Float64Var(&f.replay.slots)
-	serve.Flag("replay.samples", "perf.data file (perf mem record, perf c2c record) whose samples --source=replay serves as the sampling metrics and /debug/cachelines, read once at start.").StringVar(&f.replay.samples)
 	serve.Flag("otlp.endpoint", "Also push every metric over OTLP to this receiver URL (http://collector:4318; with --otlp.protocol=grpc, http://collector:4317), with OpenTelemetry's resource and k8s attribute names.").StringVar(&f.otlp.endpoint)
 	serve.Flag("otlp.protocol", "OTLP transport: http/protobuf or grpc.").Default("http/protobuf").EnumVar(&f.otlp.protocol, "http/protobuf", "grpc")
 	serve.Flag("otlp.interval", "How often metrics are pushed over OTLP.").Default("30s").DurationVar(&f.otlp.interval)
@@ -152,12 +100,8 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	serve.Flag("web.write-timeout", "Longest time to write one response, longer than the slowest scrape.").Default("2m").DurationVar(&f.writeTimeout)
 	serve.Flag("web.enable-debug", "Serve /debug/cachelines (pids, tids, addresses and binary paths) and Go's /debug/pprof/, under the same web configuration (TLS, basic auth) as the metrics. Off by default: anyone who reaches the port could read them.").
 		BoolVar(&f.debug)
-	serve.Flag("kubernetes.node-name", "This node's name: with it, pod and container names come from the Kubernetes API (pods of this node only; in a DaemonSet from the downward API, spec.nodeName). Without it, cgroup series carry pod UIDs and container IDs.").
-		Envar("NODE_NAME").StringVar(&f.k8sNode)
-	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&f.kubeconfig)
 	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
 		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
-	c.collectors.Bind(serve)
 	f.web = webflag.AddFlags(serve, defaultAddress)
 	f.log = &promslog.Config{}
 	promslogflag.AddFlags(app, f.log)
@@ -165,7 +109,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.check = app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
 	c.check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
 	// check judges what serve would run with the same collector flags.
-	c.collectors.Bind(c.check)
+	f.opts.Bind(app, serve, c.check)
 
 	c.tdCmd = app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
 	c.tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
@@ -208,8 +152,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			*in = "-"
 		}
 	}
-	deprecated := c.collectors.Deprecated()
-	c.f.tree.enabled, c.f.cgroups.enabled, c.f.sampling.enabled = c.collectors.Enabled("topdown"), c.collectors.Enabled("cgroup"), c.collectors.Enabled("sampling")
+	deprecated := c.f.opts.Resolve()
 	f, td, sf, cf := c.f, c.td, c.sf, c.cf
 	f.log.Writer = stderr
 	logger := promslog.New(f.log)
@@ -218,7 +161,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case c.check.FullCommand():
-		return runCheck(f, stdout, stderr)
+		return pipeline.RunCheck(*f.opts, f.checkFormat, stdout, stderr)
 	case c.tdCmd.FullCommand():
 		return runTopdown(f, td, os.Stdin, stdout, stderr)
 	case c.smpCmd.FullCommand():
@@ -226,16 +169,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case c.c2cCmd.FullCommand():
 		return runC2C(cf, os.Stdin, stdout, stderr)
 	default:
-		if f.interval <= 0 {
-			fmt.Fprintf(stderr, "pmu_exporter: --collector.counting.interval must be positive, got %v\n", f.interval)
-			return 2
-		}
-		if p := f.sampling.pages; p <= 0 || p&(p-1) != 0 {
-			fmt.Fprintf(stderr, "pmu_exporter: --collector.sampling.ring-pages must be a power of two, got %d\n", p)
-			return 2
-		}
-		if f.sampling.budget < 0 || f.sampling.period == 0 {
-			fmt.Fprintf(stderr, "pmu_exporter: --collector.sampling.cpu-budget must not be negative and --collector.sampling.period must be positive, got %v and %d\n", f.sampling.budget, f.sampling.period)
+		if err := f.opts.Validate(); err != nil {
+			fmt.Fprintf(stderr, "pmu_exporter: %v\n", err)
 			return 2
 		}
 		if err := serveMetrics(f, logger); err != nil {
@@ -244,86 +179,4 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-}
-
-// setup is what both commands need: the host, its PMUs, the capability verdict and
-// the groups to count.
-type setup struct {
-	pmus         []*pmu.PMU
-	facts        host.Facts
-	report       capability.Report
-	groups       []perfcount.GroupSpec
-	configErrors []error
-}
-
-func discover(f flags) setup {
-	var s setup
-	s.facts = host.Read(f.procfs, f.sysfs)
-	pmus, err := pmu.Discover(f.sysfs)
-	if err != nil {
-		s.facts.Errors = append(s.facts.Errors, err)
-	}
-	s.pmus = pmus
-	s.report = capability.Build(s.facts, pmus, host.ReadCounters(s.facts.CPU.Vendor), probe.Live(s.facts))
-
-	cfg := &config.Config{DefaultProfile: true}
-	if f.configFile != "" {
-		var err error
-		if cfg, err = config.Load(f.configFile); err != nil {
-			s.configErrors = append(s.configErrors, unjoin(err)...)
-			if cfg == nil {
-				cfg = &config.Config{DefaultProfile: true}
-			}
-		}
-	}
-	var groups []config.Group
-	if cfg.DefaultProfile {
-		groups = profile.Default(s.report.Feature(capability.HardwareCounters).Available)
-	}
-	groups = append(groups, cfg.Groups...)
-	specs, err := profile.Build(groups, pmus)
-	s.configErrors = append(s.configErrors, unjoin(err)...)
-	s.groups = specs
-	if note := fdNote(specs, s.facts.OnlineCPUs); note != "" {
-		s.report.Notes = append(s.report.Notes, note)
-	}
-	return s
-}
-
-// fdNote warns when the groups need more file descriptors (one per event per CPU)
-// than the open-file limit allows, before the kernel refuses them one by one.
-func fdNote(groups []perfcount.GroupSpec, online []int) string {
-	need := 0
-	for _, g := range groups {
-		cpus := len(online)
-		if c := g.CPUs(); c != nil {
-			cpus = 0
-			for _, cpu := range c {
-				if slices.Contains(online, cpu) {
-					cpus++
-				}
-			}
-		}
-		need += len(g.Events) * cpus
-	}
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		return ""
-	}
-	const reserve = 64 // listeners, scrapes, /proc and /sys reads
-	if uint64(need+reserve) <= lim.Cur {
-		return ""
-	}
-	return fmt.Sprintf("the event groups need %d file descriptors (one per event per CPU) but the open-file limit is %d: raise it (ulimit -n, LimitNOFILE=, or the container's nofile rlimit) or count fewer events",
-		need, lim.Cur)
-}
-
-func unjoin(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }

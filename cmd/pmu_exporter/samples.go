@@ -4,13 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strconv"
-
-	"golang.org/x/sys/unix"
-
+	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"golang.org/x/sys/unix"
+	"io"
+	"strconv"
 )
 
 // samplesFlags are the options of `pmu_exporter samples`.
@@ -55,7 +54,7 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "pmu_exporter samples: %s: %v\n", sf.input, err)
 		return 1
 	}
-	file, closeFile, err := openPerfData(sf.input, stdin)
+	file, closeFile, err := pipeline.OpenPerfData(sf.input, stdin)
 	if err != nil {
 		return fail(err)
 	}
@@ -63,15 +62,15 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 	w := bufio.NewWriterSize(stdout, 1<<16)
 	lw := lineWriter{srcs: map[uint64][]byte{}}
 	var lost uint64
-	samples, bad, err := eachSample(file, sf.input, stderr, perfDataVisitor{
-		record: func(rec []byte, h perfrecord.Header) {
+	samples, bad, err := pipeline.EachSample(file, sf.input, stderr, pipeline.PerfDataVisitor{
+		Record: func(rec []byte, h perfrecord.Header) {
 			if h.Type == perfrecord.TypeLost || h.Type == perfrecord.TypeLostSamples {
 				if l, err := perfrecord.DecodeLost(rec); err == nil {
 					lost += l.Lost
 				}
 			}
 		},
-		sample: func(i int, s *perfrecord.Sample) error {
+		Sample: func(i int, s *perfrecord.Sample) error {
 			_, err := w.Write(lw.line(i, file.Names, file.Events.Attrs[i], s))
 			return err
 		},

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -12,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // perfScriptFields are what perf script and samples both print, in perf

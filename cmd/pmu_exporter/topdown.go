@@ -3,16 +3,15 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"math"
-	"os"
-	"strings"
-
 	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
+	"io"
+	"math"
+	"os"
+	"strings"
 )
 
 // topdownFlags are the options of `pmu_exporter topdown`.
@@ -33,8 +32,8 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 	corePMU := topdown.HybridPMU(uarch) // where a hybrid part's tree is recorded
 	var pmus []*pmu.PMU                 // this host's, consulted only when the tree is detected here
 	if auto {
-		pmus, _ = pmu.Discover(f.sysfs) // a PMU that cannot be read just leaves less to detect
-		targets, err := topdown.ForHost(host.Read(f.procfs, f.sysfs).CPU, pmus)
+		pmus, _ = pmu.Discover(f.opts.Sysfs()) // a PMU that cannot be read just leaves less to detect
+		targets, err := topdown.ForHost(host.Read(f.opts.Procfs(), f.opts.Sysfs()).CPU, pmus)
 		if err != nil {
 			return fail("%v on this host; pass --uarch (one of %s) for a recording made elsewhere", err, strings.Join(topdown.Names(), ", "))
 		}
@@ -118,7 +117,7 @@ func topdownParams(f flags, td topdownFlags, tree *metric.Tree, auto bool, pmus 
 			on := false
 			if auto {
 				var err error
-				if on, err = host.SMTActive(f.sysfs); err != nil {
+				if on, err = host.SMTActive(f.opts.Sysfs()); err != nil {
 					return nil, fmt.Errorf("%v; pass --smt on or off", err)
 				}
 			} else {

@@ -67,6 +67,15 @@ func (a Attr) Layout() Layout {
 	return Layout{SampleType: a.SampleType, ReadFormat: a.ReadFormat, SampleIDAll: a.SampleIDAll}
 }
 
+// SamplePeriod is what a sample of the event stands for when it does not
+// carry PERIOD: the fixed period, or 1 for a frequency.
+func (a Attr) SamplePeriod() uint64 {
+	if a.Freq {
+		return 1
+	}
+	return a.Period
+}
+
 // Name is perf's spelling of the event where it has a fixed one
 // (hardware, software and cache events), else type/config in perf's raw
 // syntax.

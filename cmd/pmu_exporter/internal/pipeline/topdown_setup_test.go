@@ -1,20 +1,19 @@
-package main
+package pipeline
 
 import (
-	"slices"
-	"strings"
-	"testing"
-
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"slices"
+	"strings"
+	"testing"
 )
 
 // fixtureSetup is what discover would find on a fixture host whose hardware
 // counters work.
-func fixtureSetup(t *testing.T, h fixture.Host) (flags, setup) {
+func fixtureSetup(t *testing.T, h fixture.Host) (Options, setup) {
 	sysfs, procfs := fixture.Write(t, h)
-	f := flags{sysfs: sysfs, procfs: procfs, tree: treeOptions{enabled: true}}
+	f := Options{sysfs: sysfs, procfs: procfs, tree: treeOptions{enabled: true}}
 	s := setup{pmus: fixture.PMUs(t, h), facts: host.Read(procfs, sysfs)}
 	s.report.Features = []capability.Feature{{Name: capability.HardwareCounters, Available: true}}
 	s.report.Counters = host.Counters{GeneralPurpose: 8, Known: true}

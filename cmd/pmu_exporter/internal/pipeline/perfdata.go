@@ -1,18 +1,17 @@
-package main
+package pipeline
 
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
-
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"io"
+	"os"
 )
 
 // openPerfData opens a perf.data file, or a pipe-mode stream on stdin for
 // "-"; close releases it.
-func openPerfData(path string, stdin io.Reader) (file *perfdata.File, close func(), err error) {
+func OpenPerfData(path string, stdin io.Reader) (file *perfdata.File, close func(), err error) {
 	var in io.Reader = stdin
 	close = func() {}
 	if path == "-" && stdin == nil {
@@ -33,22 +32,22 @@ func openPerfData(path string, stdin io.Reader) (file *perfdata.File, close func
 	return file, close, nil
 }
 
-// perfDataVisitor is what eachSample hands records to.
-type perfDataVisitor struct {
-	record func(rec []byte, h perfrecord.Header) // every record but samples (may be nil)
-	sample func(event int, s *perfrecord.Sample) error
+// PerfDataVisitor is what EachSample hands records to.
+type PerfDataVisitor struct {
+	Record func(rec []byte, h perfrecord.Header) // every record but samples (may be nil)
+	Sample func(event int, s *perfrecord.Sample) error
 }
 
-// eachSample walks a perf.data file in perf's order, decoding its samples.
+// EachSample walks a perf.data file in perf's order, decoding its samples.
 // A sample that cannot be decoded is counted in bad and the first one
 // reported on warn, so that one bad record does not hide the others.
-func eachSample(file *perfdata.File, name string, warn io.Writer, v perfDataVisitor) (samples, bad uint64, err error) {
+func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisitor) (samples, bad uint64, err error) {
 	var s perfrecord.Sample
 	err = file.Ordered(func(rec []byte) error {
 		h, _ := perfrecord.ParseHeader(rec)
 		if h.Type != perfrecord.TypeSample {
-			if v.record != nil {
-				v.record(rec, h)
+			if v.Record != nil {
+				v.Record(rec, h)
 			}
 			return nil
 		}
@@ -64,7 +63,7 @@ func eachSample(file *perfdata.File, name string, warn io.Writer, v perfDataVisi
 			return nil
 		}
 		samples++
-		return v.sample(i, &s)
+		return v.Sample(i, &s)
 	})
 	return samples, bad, err
 }

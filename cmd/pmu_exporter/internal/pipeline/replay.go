@@ -1,20 +1,19 @@
-package main
+package pipeline
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"slices"
-	"time"
-
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/replay"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
+	"log/slog"
+	"os"
+	"slices"
+	"time"
 )
 
 // replayFlags are serve's --replay.* options.
@@ -28,12 +27,12 @@ type replayFlags struct {
 // collectors: the same families as live, with pmu_info{source="replay"}.
 // Every collector's Replay factory runs in registry order; an error other
 // than errNotRecorded is a bad recording or flag, and fatal.
-func replayPipeline(f flags, logger *slog.Logger) (*pipeline, error) {
-	b := &build{f: &f, log: logger, p: &pipeline{}, replay: &replayBuild{}}
+func replayPipeline(f Options, logger *slog.Logger) (*Pipeline, error) {
+	b := &build{f: &f, log: logger, p: &Pipeline{}, replay: &replayBuild{}}
 	running, failed := f.collectors.Build(b, true)
 	for _, c := range f.collectors.Collectors() { // in order: the first error is the one to report
 		if err := failed[c.Name]; err != nil && !errors.Is(err, errNotRecorded) {
-			b.p.close()
+			b.p.Close()
 			return nil, err
 		}
 	}
@@ -51,7 +50,7 @@ type replayBuild struct {
 }
 
 // errNotRecorded marks a collector that has nothing to play from this
-// recording and these flags (no tree named, no cgroup column, no samples).
+// recording and these Options (no tree named, no cgroup column, no samples).
 var errNotRecorded = errors.New("nothing to replay")
 
 // replayCounting loads the recording.

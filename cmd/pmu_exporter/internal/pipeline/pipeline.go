@@ -1,13 +1,9 @@
-package main
+package pipeline
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
-	"time"
-
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
@@ -16,16 +12,19 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
+	"log/slog"
+	"sync"
+	"time"
 )
 
 // build is the pipeline while the collectors' factories put it together,
 // in registry order: each adds its groups, its step after every read, its
 // exporter collectors and its closers, and may use what earlier ones built.
 type build struct {
-	f   *flags
+	f   *Options
 	log *slog.Logger
 	s   *setup
-	p   *pipeline
+	p   *Pipeline
 	// online is the one reader of the online CPUs (engine, attribution,
 	// perf cgroup mode and sampler share it).
 	online *host.OnlineCPUsReader
@@ -49,9 +48,9 @@ type step struct {
 // livePipeline counts with perf_event_open on this host: every enabled
 // collector that the host allows, each missing piece logged with its reason
 // and reported as pmu_collector_success 0.
-func livePipeline(f flags, logger *slog.Logger) *pipeline {
+func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 	s := discover(f)
-	b := &build{f: &f, log: logger, s: &s, p: &pipeline{}, online: host.NewOnlineCPUsReader(f.sysfs)}
+	b := &build{f: &f, log: logger, s: &s, p: &Pipeline{}, online: host.NewOnlineCPUsReader(f.sysfs)}
 	b.p.closers = append(b.p.closers, func() { b.online.Close() })
 	running, failed := f.collectors.Build(b, false)
 	if !f.collectors.Enabled("cgroup") {

@@ -1,31 +1,28 @@
-package main
+package pipeline
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http"
-	"strconv"
-	"sync"
-	"time"
-
-	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
-
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
-	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
-
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
+	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
 )
 
 // samplingFlags are serve's --sampling.* options.
@@ -45,7 +42,7 @@ type samplingFlags struct {
 // setupSampling opens the host's memory sampling events and the user's,
 // and adds their collector and /debug/cachelines to p; where nothing can
 // be sampled it says why and leaves p alone.
-func setupSampling(p *pipeline, o samplingFlags, cg cgroupOptions, procPath string, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, logger *slog.Logger) error {
+func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath string, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, logger *slog.Logger) error {
 	root, _ := cgroupRoot(cg, s)
 	perCgroup := o.perCgroup && root != ""
 	if o.perCgroup && root == "" {
@@ -114,7 +111,7 @@ func setupSampling(p *pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 	} else {
 		namer = func() func(uint32, uint64) string { return procmaps.Namer(fs) }
 	}
-	p.handlers = append(p.handlers, handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, namer)})
+	p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, namer)})
 	return nil
 }
 
@@ -196,9 +193,10 @@ func (c *cgroupNames) Cgroup(id uint64) (string, podcgroup.Identity, bool) {
 }
 
 // handler is an extra HTTP endpoint of a pipeline.
-type handler struct {
-	path, title string
-	h           http.Handler
+// Handler is an extra endpoint the pipeline serves (/debug/cachelines).
+type Handler struct {
+	Path, Title string
+	Handler     http.Handler
 }
 
 // cachelinesHandler serves the hottest shared cache lines as JSON, ?n=
@@ -227,8 +225,8 @@ func cachelinesHandler(stats *samplestat.Stats, namer func() func(uint32, uint64
 // collector and /debug/cachelines (named from the file's MMAP records), so
 // that a `perf mem record` or `perf c2c record` taken anywhere can be
 // looked at on dashboards. The counters hold the file's totals.
-func replaySamples(p *pipeline, path string, maxLines int, stderr io.Writer, logger *slog.Logger) error {
-	file, closeFile, err := openPerfData(path, nil)
+func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, logger *slog.Logger) error {
+	file, closeFile, err := OpenPerfData(path, nil)
 	if err != nil {
 		return fmt.Errorf("--replay.samples: %w", err)
 	}
@@ -237,8 +235,8 @@ func replaySamples(p *pipeline, path string, maxLines int, stderr io.Writer, log
 	var cfgs exporter.FixedPeriods // the recorded periods
 	maps := addrmap.New()
 	var batch samplestat.Batch
-	samples, bad, err := eachSample(file, path, stderr, perfDataVisitor{
-		record: func(rec []byte, h perfrecord.Header) {
+	samples, bad, err := EachSample(file, path, stderr, PerfDataVisitor{
+		Record: func(rec []byte, h perfrecord.Header) {
 			switch h.Type {
 			case perfrecord.TypeMmap, perfrecord.TypeMmap2:
 				if m, err := perfrecord.DecodeMmap(rec); err == nil {
@@ -251,10 +249,10 @@ func replaySamples(p *pipeline, path string, maxLines int, stderr io.Writer, log
 				}
 			}
 		},
-		sample: func(i int, s *perfrecord.Sample) error {
+		Sample: func(i int, s *perfrecord.Sample) error {
 			if stats == nil { // the events are known once records come (pipe mode)
 				for k, a := range file.Events.Attrs {
-					cfgs = append(cfgs, sampling.Config{Name: file.Names[k], PMU: "replay", Period: samplePeriod(a),
+					cfgs = append(cfgs, sampling.Config{Name: file.Names[k], PMU: "replay", Period: a.SamplePeriod(),
 						SampleType: a.SampleType, Memory: a.SampleType&unix.PERF_SAMPLE_DATA_SRC != 0})
 				}
 				stats = samplestat.New(len(cfgs), maxLines)
@@ -281,6 +279,6 @@ func replaySamples(p *pipeline, path string, maxLines int, stderr io.Writer, log
 	}
 	logger.Warn("serving the samples of a perf.data file, not this host's", "file", path, "samples", samples, "malformed", bad, "events", len(cfgs))
 	p.collectors = append(p.collectors, exporter.NewSampling(cfgs, stats))
-	p.handlers = append(p.handlers, handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return maps.Name })})
+	p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return maps.Name })})
 	return nil
 }

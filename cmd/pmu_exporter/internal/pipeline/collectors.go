@@ -1,20 +1,18 @@
-package main
+package pipeline
 
 import (
-	"strings"
-
 	"github.com/alecthomas/kingpin/v2"
-
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
+	"strings"
 )
 
 // collectorList is every collector the exporter has, with its options bound
 // to f and its factories (live in pipeline.go, replay in replay.go), in the
 // order they are set up: adding a collector adds an entry here (and its
 // package).
-func collectorList(f *flags) *registry.Registry[*build] {
+func collectorList(f *Options) *registry.Registry[*build] {
 	r, err := registry.New(
 		registry.Collector[*build]{Name: "counting", Required: true, Needs: []string{capability.SystemWide},
 			Live: liveCounting, Replay: replayCounting,

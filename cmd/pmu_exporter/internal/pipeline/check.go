@@ -1,16 +1,15 @@
-package main
+package pipeline
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
-
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
+	"io"
+	"strings"
 )
 
 // topdownStatus says which Top-Down trees serve would compute (one per core
@@ -47,7 +46,9 @@ type treeStatus struct {
 	Source string `json:"source"`
 }
 
-func runCheck(f flags, stdout, stderr io.Writer) int {
+// RunCheck writes what this host can measure with these options, as text
+// or json (format), and returns the exit code: 0 if the exporter can run.
+func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 	s := discover(f)
 	var tds topdownStatus
 	td, err := setupTopdown(f.tree, f.sysfs, s)
@@ -94,7 +95,7 @@ func runCheck(f flags, stdout, stderr io.Writer) int {
 			collectors[i].Runs, collectors[i].Reason = false, why
 		}
 	}
-	if f.checkFormat == "json" {
+	if format == "json" {
 		out := struct {
 			capability.Report
 			Topdown      topdownStatus     `json:"topdown"`

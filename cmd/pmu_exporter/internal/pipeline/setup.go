@@ -1,0 +1,373 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/collectors/probe"
+	"github.com/pmu-exporter/pmu_exporter/config"
+	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/profile"
+	"github.com/pmu-exporter/pmu_exporter/registry"
+	"github.com/pmu-exporter/pmu_exporter/topdown"
+	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"golang.org/x/sys/unix"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// treeOptions are the topdown collector's.
+type treeOptions struct {
+	enabled            bool
+	uarch, definitions string
+}
+
+// cgroupOptions are the cgroup collector's (and the bounds per-cgroup
+// sampling shares).
+type cgroupOptions struct {
+	enabled                      bool
+	fsPath                       string // --path.cgroupfs
+	depth, maxSeries, maxTracked int
+	grace                        time.Duration
+	perfMode                     []string
+}
+
+// setup is what both commands need: the host, its PMUs, the capability verdict and
+// the groups to count.
+type setup struct {
+	pmus         []*pmu.PMU
+	facts        host.Facts
+	report       capability.Report
+	groups       []perfcount.GroupSpec
+	configErrors []error
+}
+
+func discover(f Options) setup {
+	var s setup
+	s.facts = host.Read(f.procfs, f.sysfs)
+	pmus, err := pmu.Discover(f.sysfs)
+	if err != nil {
+		s.facts.Errors = append(s.facts.Errors, err)
+	}
+	s.pmus = pmus
+	s.report = capability.Build(s.facts, pmus, host.ReadCounters(s.facts.CPU.Vendor), probe.Live(s.facts))
+
+	cfg := &config.Config{DefaultProfile: true}
+	if f.configFile != "" {
+		var err error
+		if cfg, err = config.Load(f.configFile); err != nil {
+			s.configErrors = append(s.configErrors, unjoin(err)...)
+			if cfg == nil {
+				cfg = &config.Config{DefaultProfile: true}
+			}
+		}
+	}
+	var groups []config.Group
+	if cfg.DefaultProfile {
+		groups = profile.Default(s.report.Feature(capability.HardwareCounters).Available)
+	}
+	groups = append(groups, cfg.Groups...)
+	specs, err := profile.Build(groups, pmus)
+	s.configErrors = append(s.configErrors, unjoin(err)...)
+	s.groups = specs
+	if note := fdNote(specs, s.facts.OnlineCPUs); note != "" {
+		s.report.Notes = append(s.report.Notes, note)
+	}
+	return s
+}
+
+// fdNote warns when the groups need more file descriptors (one per event per CPU)
+// than the open-file limit allows, before the kernel refuses them one by one.
+func fdNote(groups []perfcount.GroupSpec, online []int) string {
+	need := 0
+	for _, g := range groups {
+		cpus := len(online)
+		if c := g.CPUs(); c != nil {
+			cpus = 0
+			for _, cpu := range c {
+				if slices.Contains(online, cpu) {
+					cpus++
+				}
+			}
+		}
+		need += len(g.Events) * cpus
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return ""
+	}
+	const reserve = 64 // listeners, scrapes, /proc and /sys reads
+	if uint64(need+reserve) <= lim.Cur {
+		return ""
+	}
+	return fmt.Sprintf("the event groups need %d file descriptors (one per event per CPU) but the open-file limit is %d: raise it (ulimit -n, LimitNOFILE=, or the container's nofile rlimit) or count fewer events",
+		need, lim.Cur)
+}
+
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// liveTopdown is what serve needs to compute Top-Down: one tree per core type.
+type liveTopdown struct {
+	trees   []exporter.TopdownTree
+	targets []placedTree // per core type, for per-cgroup Top-Down
+	lives   []*topdown.Live
+	groups  []perfcount.GroupSpec
+	// warnings say which groups will not fit their CPUs' counters: the engine
+	// will count their events one by one and ratios become estimates.
+	warnings []string
+}
+
+// setupTopdown picks the trees (flag, else detected: one per core type on
+// hybrids; a definitions file extends the first or, where none applies, is the
+// tree), resolves their groups and parameters. The error says why Top-Down is
+// not computed.
+func setupTopdown(o treeOptions, sysfs string, s setup) (*liveTopdown, error) {
+	if !o.enabled {
+		return nil, errors.New("--no-collector.topdown")
+	}
+	var targets []topdown.Target
+	switch {
+	case o.uarch == "none":
+		if o.definitions == "" {
+			return nil, errors.New("--collector.topdown.uarch=none needs --collector.topdown.definitions")
+		}
+		targets = topdown.Place([]string{""}, s.pmus)
+	case o.uarch != "":
+		targets = topdown.Place(strings.Split(o.uarch, ","), s.pmus)
+	default:
+		t, err := topdown.ForHost(s.facts.CPU, s.pmus)
+		if err != nil && o.definitions == "" {
+			return nil, err
+		}
+		targets = t
+		if err != nil { // the definitions file is the whole tree
+			targets = topdown.Place([]string{""}, s.pmus)
+		}
+	}
+	on := map[string]string{}
+	for _, t := range targets {
+		if other, ok := on[t.PMU]; ok {
+			return nil, fmt.Errorf("trees %s and %s would both count on the same CPUs (core PMU %q); give one tree per core type", other, t.Uarch, cmp.Or(t.PMU, "cpu"))
+		}
+		on[t.PMU] = t.Uarch
+	}
+	td := &liveTopdown{}
+	for i, t := range targets {
+		var user string
+		if i == 0 {
+			user = o.definitions // extends the first tree: the P-core tree on hybrids
+		}
+		tree, err := setupTree(sysfs, s, t, user)
+		if err != nil {
+			if t.Uarch == "" { // the definitions file alone: its errors say where
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %w", t.Uarch, err)
+		}
+		td.trees = append(td.trees, exporter.TopdownTree{Src: tree.live, Info: tree.info})
+		td.lives = append(td.lives, tree.live)
+		td.targets = append(td.targets, tree.placedTree)
+		td.groups = append(td.groups, tree.groups...)
+		if tree.warning != "" {
+			td.warnings = append(td.warnings, tree.warning)
+		}
+	}
+	return td, nil
+}
+
+// placedTree is a compiled tree on its core PMU ("" on a host with one).
+type placedTree struct {
+	pmu    string
+	tree   *metric.Tree
+	params map[string]float64
+}
+
+// oneTree is one tree set up on its core PMU.
+type oneTree struct {
+	placedTree
+	live    *topdown.Live
+	info    exporter.TopdownInfo
+	groups  []perfcount.GroupSpec
+	warning string
+}
+
+// setupTree builds the tree of target t, extended or replaced by the user's
+// definitions file when one is given.
+func setupTree(sysfs string, s setup, t topdown.Target, userFile string) (*oneTree, error) {
+	var def *metric.Definition
+	if t.Uarch != "" {
+		if !s.report.Feature(capability.HardwareCounters).Available {
+			return nil, fmt.Errorf("the %s tree needs hardware counters: %s", t.Uarch, s.report.Feature(capability.HardwareCounters).Reason)
+		}
+		d, err := topdown.Builtin(t.Uarch)
+		if err != nil {
+			return nil, err
+		}
+		def = d
+	}
+	var tree *metric.Tree
+	var err error
+	if userFile != "" {
+		b, rerr := os.ReadFile(userFile)
+		if rerr != nil {
+			return nil, &metric.UserError{File: userFile, Err: rerr}
+		}
+		if def, tree, err = metric.Extend(def, userFile, b); err != nil {
+			return nil, err
+		}
+	} else if tree, err = def.Compile(); err != nil {
+		return nil, err
+	}
+	groups, err := topdown.LiveGroups(def, s.pmus, t.PMU)
+	if err != nil {
+		return nil, err
+	}
+	params := map[string]float64{}
+	info := exporter.TopdownInfo{Uarch: def.Name, Source: "events", SMT: "n/a"}
+	if tree.Input("smt_on") >= 0 {
+		on, err := host.SMTActive(sysfs)
+		if err != nil {
+			return nil, err
+		}
+		params["smt_on"], info.SMT = 0, "off"
+		if on {
+			params["smt_on"], info.SMT = 1, "on"
+		}
+	}
+	if tree.Input("#slots") >= 0 {
+		if params["#slots"] = topdown.CoreSlots(s.pmus); params["#slots"] == 0 {
+			return nil, errors.New("the core PMU reports no caps/slots")
+		}
+	}
+	for _, e := range def.Events {
+		if strings.HasPrefix(e.Name, "PERF_METRICS.") {
+			info.Source = "perf_metrics"
+		}
+	}
+	out := &oneTree{placedTree: placedTree{pmu: t.PMU, tree: tree, params: params}, live: topdown.NewLive(tree, groups, params), info: info, groups: groups}
+	counters := s.report.Counters
+	if t.PMU != "" { // hybrid: ask a CPU of this core type
+		for _, p := range s.pmus {
+			if p.Name == t.PMU && len(p.CPUs) > 0 {
+				if c, err := cpubind.CountersOn(s.facts.CPU.Vendor, p.CPUs[0]); err == nil {
+					counters = c
+				}
+			}
+		}
+	}
+	if counters.Known {
+		if err := topdown.CheckFit(def, s.pmus, t.PMU, s.facts.CPU.Vendor == "GenuineIntel", counters.GeneralPurpose); err != nil {
+			out.warning = err.Error()
+		}
+	}
+	return out, nil
+}
+
+// Pipeline is what serve exports: its collectors, the loop that feeds them,
+// whether its first values are in, and what to release at the end.
+type Pipeline struct {
+	collectors []prometheus.Collector
+	run        func(ctx context.Context)
+	ready      func() (bool, string)
+	closers    []func()
+	// startPods starts the pod-name informer (nil without the API).
+	startPods func(ctx context.Context)
+	// handlers are extra endpoints (/debug/cachelines).
+	handlers []Handler
+	// cpuResets hear of CPUs whose events the counting engine reopened.
+	cpuResets []func(cpu int)
+	// step plays one recorded interval (replay only), as run does on its
+	// clock: the golden exposition test plays a fixed number.
+	step func()
+	// health hears of every collector's cycles (pmu_collector_*).
+	health *registry.Health
+	// beside run with run until ctx ends (the sampler's reader); run
+	// returns once they have, so that closers never pull a ring from under
+	// its reader.
+	beside []func(ctx context.Context)
+}
+
+// Close releases what the collectors hold, in the reverse order.
+func (p *Pipeline) Close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// NewRegistry holds the pipeline's collectors and the exporter's own: build
+// information, the Go runtime and the process.
+func NewRegistry(p *Pipeline) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.collectors...)
+	reg.MustRegister(
+		versioncollector.NewCollector("pmu"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// measuring says whether any group is open on any CPU, or why none is: a
+// pod that measures nothing is alive (/-/healthy) but not ready.
+func measuring(s perfcount.Snapshot) (bool, string) {
+	reasons := map[string]int{}
+	for _, g := range s.Groups {
+		if g.OpenCPUs > 0 {
+			return true, ""
+		}
+		for r, n := range g.Failures {
+			reasons[string(r)] += n
+		}
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(reasons)) {
+		parts = append(parts, fmt.Sprintf("%s on %d group CPUs", r, reasons[r]))
+	}
+	return false, "no event group could be opened (" + cmp.Or(strings.Join(parts, ", "), "no group configured") + "); see pmu_group_open_failures and pmu_exporter check"
+}
+
+// Run feeds the collectors until ctx ends.
+func (p *Pipeline) Run(ctx context.Context) { p.run(ctx) }
+
+// Ready says whether the first values are in, or why not.
+func (p *Pipeline) Ready() (bool, string) { return p.ready() }
+
+// StartPods starts the pod-name informer, where there is one.
+func (p *Pipeline) StartPods(ctx context.Context) {
+	if p.startPods != nil {
+		p.startPods(ctx)
+	}
+}
+
+// Handlers are the extra endpoints (served only with --web.enable-debug).
+func (p *Pipeline) Handlers() []Handler { return p.handlers }
+
+// Build puts the pipeline together from this host's counters, or from a
+// recording with --source=replay.
+func Build(o Options, logger *slog.Logger) (*Pipeline, error) {
+	if o.source == "replay" {
+		return replayPipeline(o, logger)
+	}
+	return livePipeline(o, logger), nil
+}
