@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // cgroupProc runs a command inside its own cgroup v2 so that its CPU time, over

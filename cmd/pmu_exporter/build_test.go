@@ -2,7 +2,6 @@ package main
 
 import (
 	"debug/elf"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // TestStaticBuildStampsVersion builds with scripts/build, as the Dockerfile

@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
 	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
 	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
-	"io"
-	"strings"
-	"text/tabwriter"
 )
 
 // c2cFlags are the options of `pmu_exporter c2c`.

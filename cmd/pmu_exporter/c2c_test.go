@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
-	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 )
 
 // c2cRecording is the False-Sharing benchmark as perf c2c records it,

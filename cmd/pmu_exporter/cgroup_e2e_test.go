@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	"golang.org/x/sys/unix"
 	"math"
 	"os"
 	"os/exec"
@@ -13,6 +11,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 const (

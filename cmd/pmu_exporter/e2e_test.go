@@ -5,12 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"golang.org/x/crypto/bcrypt"
-	"golang.org/x/sys/unix"
 	"io"
 	"maps"
 	"math"
@@ -23,6 +17,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // binary is the exporter built once for the package's tests, in a directory an

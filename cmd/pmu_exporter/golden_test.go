@@ -1,9 +1,10 @@
 package main
 
 import (
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"testing"
 	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // Each enabled collector reports its latest cycle; a disabled one has no

@@ -4,10 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/exporter"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/crypto/bcrypt"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +16,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // blocking is a collector whose Collect waits until release is closed, so a

@@ -5,19 +5,21 @@ package main
 
 import (
 	"fmt"
-	"github.com/alecthomas/kingpin/v2"
-	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
-	"github.com/prometheus/common/promslog"
-	promslogflag "github.com/prometheus/common/promslog/flag"
-	"github.com/prometheus/common/version"
-	"github.com/prometheus/exporter-toolkit/web"
-	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	"io"
 	"os"
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
+	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 const defaultAddress = ":9893"

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	"google.golang.org/protobuf/proto"
 	"io"
 	"math"
 	"net/http"
@@ -13,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 const handmade = "../../replay/testdata/skx-handmade.csv"

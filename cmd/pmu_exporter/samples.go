@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
-	"golang.org/x/sys/unix"
-	"io"
-	"strconv"
 )
 
 // samplesFlags are the options of `pmu_exporter samples`.

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // perfScriptFields are what perf script and samples both print, in perf

@@ -3,9 +3,6 @@ package main
 import (
 	bin "encoding/binary"
 	"encoding/json"
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	"golang.org/x/sys/unix"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +12,11 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // TestServeSampling: with page faults sampled at every fault, the samples

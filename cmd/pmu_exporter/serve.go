@@ -4,13 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
-	"github.com/pmu-exporter/pmu_exporter/exporter"
-	"github.com/pmu-exporter/pmu_exporter/exporter/otlp"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/version"
-	"github.com/prometheus/exporter-toolkit/web"
-	"go.opentelemetry.io/otel"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,6 +14,15 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	"go.opentelemetry.io/otel"
+
+	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
+	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/exporter/otlp"
 )
 
 func serveMetrics(f flags, logger *slog.Logger) error {

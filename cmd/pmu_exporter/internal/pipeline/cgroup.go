@@ -3,12 +3,13 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"slices"
+
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
-	"slices"
 )
 
 // setupCgroups plans and loads the per-cgroup attribution of groups (the

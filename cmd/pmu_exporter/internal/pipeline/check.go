@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
+
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
-	"io"
-	"strings"
 )
 
 // topdownStatus says which Top-Down trees serve would compute (one per core

@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"strings"
+
 	"github.com/alecthomas/kingpin/v2"
+
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
-	"strings"
 )
 
 // collectorList is every collector the exporter has, with its options bound

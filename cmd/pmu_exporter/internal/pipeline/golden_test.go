@@ -3,12 +3,13 @@ package pipeline
 import (
 	"bytes"
 	"flag"
-	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/common/expfmt"
 	"log/slog"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/expfmt"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from what the code produces now")

@@ -8,11 +8,13 @@ package pipeline
 import (
 	"errors"
 	"fmt"
-	"github.com/alecthomas/kingpin/v2"
-	"github.com/pmu-exporter/pmu_exporter/registry"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
 	"strings"
 	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/pmu-exporter/pmu_exporter/registry"
+	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 // Options are what is counted, where from and by which collectors, bound to

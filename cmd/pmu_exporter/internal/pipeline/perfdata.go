@@ -3,10 +3,11 @@ package pipeline
 import (
 	"errors"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
-	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"io"
 	"os"
+
+	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
 // openPerfData opens a perf.data file, or a pipe-mode stream on stdin for

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
@@ -12,9 +16,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
-	"log/slog"
-	"sync"
-	"time"
 )
 
 // build is the pipeline while the collectors' factories put it together,

@@ -1,12 +1,13 @@
 package pipeline
 
 import (
-	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"os"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // A cgroup's sampling totals are forgotten once the cgroup has been gone

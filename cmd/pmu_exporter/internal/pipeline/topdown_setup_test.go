@@ -1,12 +1,13 @@
 package pipeline
 
 import (
-	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/host/capability"
-	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 )
 
 // fixtureSetup is what discover would find on a fixture host whose hardware
