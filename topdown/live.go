@@ -3,7 +3,6 @@ package topdown
 import (
 	"errors"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/model"
 	"maps"
 	"math"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 

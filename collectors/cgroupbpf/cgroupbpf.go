@@ -11,8 +11,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
-	"github.com/pmu-exporter/pmu_exporter/model"
 	"os"
 	"slices"
 	"strconv"
@@ -22,6 +20,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // MaxEvents is how many events can be attributed (the program's MAX_EVENTS). On

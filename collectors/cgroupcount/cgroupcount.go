@@ -10,7 +10,6 @@ package cgroupcount
 
 import (
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/model"
 	"log/slog"
 	"slices"
 	"sort"
@@ -25,6 +24,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/cgroupattr"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 

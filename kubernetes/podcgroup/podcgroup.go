@@ -6,9 +6,10 @@
 package podcgroup
 
 import (
-	"github.com/pmu-exporter/pmu_exporter/model"
 	"regexp"
 	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // Identity is what a cgroup path says of its pod and container
