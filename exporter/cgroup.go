@@ -218,14 +218,14 @@ func (l *cgroupLabels) eventLabels(d *prometheus.Desc, i int, event string) []*d
 		l.events = append(l.events, make([]eventLabels, i+1-len(l.events))...)
 	}
 	if e := &l.events[i]; e.pairs == nil || e.event != event {
-		*e = eventLabels{event, labelPairs(d, append(l.id[:], event)...)}
+		*e = eventLabels{event, prometheus.MakeLabelPairs(d, append(l.id[:], event))}
 	}
 	return l.events[i].pairs
 }
 
 func (l *cgroupLabels) slotLabels(d *prometheus.Desc) []*dto.LabelPair {
 	if l.slots == nil {
-		l.slots = labelPairs(d, l.id[:]...)
+		l.slots = prometheus.MakeLabelPairs(d, l.id[:])
 	}
 	return l.slots
 }
@@ -235,14 +235,9 @@ func (l *cgroupLabels) nodeLabels(d *prometheus.Desc, i int, n topdown.Node) []*
 		l.nodes = append(l.nodes, make([]nodeLabels, i+1-len(l.nodes))...)
 	}
 	if e := &l.nodes[i]; e.pairs == nil || e.name != n.Name || e.parent != n.Parent || e.level != n.Level {
-		*e = nodeLabels{n.Name, n.Parent, n.Level, labelPairs(d, append(l.id[:], strconv.Itoa(n.Level), n.Name, n.Parent)...)}
+		*e = nodeLabels{n.Name, n.Parent, n.Level, prometheus.MakeLabelPairs(d, append(l.id[:], strconv.Itoa(n.Level), n.Name, n.Parent))}
 	}
 	return l.nodes[i].pairs
-}
-
-// labelPairs are the desc's label pairs, sorted by name.
-func labelPairs(d *prometheus.Desc, values ...string) []*dto.LabelPair {
-	return prometheus.MakeLabelPairs(d, values)
 }
 
 // counter is a counter over label pairs that outlive the scrape.

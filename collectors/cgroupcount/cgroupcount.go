@@ -65,17 +65,6 @@ type Attributor struct {
 	snap Snapshot
 }
 
-// Error reasons of Snapshot.Errors, as model names them.
-const (
-	ErrCredit  = model.CgroupErrCredit
-	ErrRead    = model.CgroupErrRead
-	ErrWalk    = model.CgroupErrWalk
-	ErrAttach  = model.CgroupErrAttach
-	ErrPlace   = model.CgroupErrPlace
-	ErrForget  = model.CgroupErrForget
-	ErrMapFull = model.CgroupErrMapFull
-)
-
 // New loads the program sized for the classes' events. The error says why
 // attribution is not possible (no privilege, no BPF, too old a kernel).
 func New(opts Options) (*Attributor, error) {
@@ -183,7 +172,7 @@ func (a *Attributor) slotsOf(group string, events []string, cpu int, fn func(slo
 func (a *Attributor) OnOpen(group string, events []string, cpu int, g *perf.Group) {
 	a.slotsOf(group, events, cpu, func(slot, i int) {
 		if err := a.counter.SetEvent(slot, cpu, g.FD(i)); err != nil {
-			a.errors[ErrPlace]++
+			a.errors[model.CgroupErrPlace]++
 			a.opts.Logger.Warn("cannot attribute an event to cgroups", "event", events[i], "cpu", cpu, "err", err)
 		}
 	})
@@ -193,7 +182,7 @@ func (a *Attributor) OnOpen(group string, events []string, cpu int, g *perf.Grou
 func (a *Attributor) OnClose(group string, events []string, cpu int, g *perf.Group) {
 	a.slotsOf(group, events, cpu, func(slot, i int) {
 		if err := a.counter.ClearEvent(slot, cpu); err != nil {
-			a.errors[ErrPlace]++
+			a.errors[model.CgroupErrPlace]++
 			a.opts.Logger.Warn("cannot remove an event from the cgroup program", "event", events[i], "cpu", cpu, "err", err)
 		}
 	})
@@ -218,13 +207,13 @@ func (a *Attributor) Cycle(online []int) {
 	a.resets = a.resets[:0]
 	for _, cpu := range online {
 		if err := a.counter.Attach(cpu); err != nil {
-			if a.errors[ErrAttach]++; a.errors[ErrAttach] == 1 {
+			if a.errors[model.CgroupErrAttach]++; a.errors[model.CgroupErrAttach] == 1 {
 				a.opts.Logger.Warn("cannot attach the cgroup program; counted in pmu_cgroup_attribution_errors_total", "cpu", cpu, "err", err)
 			}
 			continue
 		}
 		if err := a.counter.CreditNow(cpu); err != nil {
-			a.errors[ErrCredit]++
+			a.errors[model.CgroupErrCredit]++
 		}
 	}
 	readings := map[uint64][]cgroupattr.Reading{}
@@ -240,7 +229,7 @@ func (a *Attributor) Cycle(online []int) {
 		readings[id] = flat
 	})
 	if err != nil {
-		a.errors[ErrRead]++
+		a.errors[model.CgroupErrRead]++
 		a.opts.Logger.Warn("cannot read the cgroup map", "err", err)
 		return
 	}
@@ -256,7 +245,7 @@ func (a *Attributor) Cycle(online []int) {
 		}
 		walked = true
 		if err := a.resolver.Walk(); err != nil {
-			a.errors[ErrWalk]++
+			a.errors[model.CgroupErrWalk]++
 			a.opts.Logger.Warn("cannot resolve cgroup ids", "err", err)
 			current = false // an unknown id may be a cgroup it did not reach
 			return
@@ -266,7 +255,7 @@ func (a *Attributor) Cycle(online []int) {
 	if now.Sub(a.lastCheck) >= a.opts.Rescan {
 		// Removed cgroups, found by a stat of each known one.
 		if err := a.resolver.Check(); err != nil {
-			a.errors[ErrWalk]++
+			a.errors[model.CgroupErrWalk]++
 			a.opts.Logger.Warn("cannot check the cgroup hierarchy", "err", err)
 		} else {
 			current, a.lastCheck = true, now
@@ -289,7 +278,7 @@ func (a *Attributor) Cycle(online []int) {
 		for id := range readings {
 			if _, ok := a.resolver.Path(id); !ok {
 				if err := a.counter.Forget(id); err != nil {
-					a.errors[ErrForget]++
+					a.errors[model.CgroupErrForget]++
 				} else {
 					forgotten++
 				}
@@ -350,7 +339,7 @@ func (a *Attributor) publish(series []cgroupattr.Series, tracked int) {
 	}
 	if st, err := a.counter.Stats(); err == nil {
 		s.Switches = st
-		s.Errors[ErrMapFull] = st.MapFull
+		s.Errors[model.CgroupErrMapFull] = st.MapFull
 	}
 	for _, k := range a.keyed {
 		s.TopDown = s.TopDown || k != nil

@@ -19,6 +19,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/cgroupattr"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // rig is an engine counting cpu-clock and task-clock with an attributor on it.
@@ -150,8 +151,8 @@ func TestChurn(t *testing.T) {
 	if mine < n*97/100 {
 		t.Errorf("kernel map holds %d of the %d cgroups that ran", mine, n)
 	}
-	if s.Errors[ErrMapFull] != 0 || s.Tracked != during {
-		t.Errorf("map full %d, tracked %d, kernel entries %d", s.Errors[ErrMapFull], s.Tracked, during)
+	if s.Errors[model.CgroupErrMapFull] != 0 || s.Tracked != during {
+		t.Errorf("map full %d, tracked %d, kernel entries %d", s.Errors[model.CgroupErrMapFull], s.Tracked, during)
 	}
 
 	for _, d := range dirs {
@@ -199,8 +200,8 @@ func TestMapFull(t *testing.T) {
 	runIn(t, dirs)
 	r.cycle(time.Second)
 	s := r.a.Snapshot()
-	if s.Errors[ErrMapFull] == 0 || s.Tracked > 8 {
-		t.Errorf("40 cgroups in a map of 8: map_full %d, tracked %d", s.Errors[ErrMapFull], s.Tracked)
+	if s.Errors[model.CgroupErrMapFull] == 0 || s.Tracked > 8 {
+		t.Errorf("40 cgroups in a map of 8: map_full %d, tracked %d", s.Errors[model.CgroupErrMapFull], s.Tracked)
 	}
 	if len(s.Cgroups) == 0 || s.Cgroups[0].Path == cgroupattr.Other {
 		t.Errorf("nothing attributed with a full map: %+v", s.Cgroups)
@@ -232,7 +233,7 @@ func TestFailedWalkForgetsNothing(t *testing.T) {
 		t.Fatal("the test cgroup never reached the kernel map")
 	}
 	r.cycle(time.Second) // an unknown id: a walk, which fails
-	if r.a.errors[ErrWalk] == 0 {
+	if r.a.errors[model.CgroupErrWalk] == 0 {
 		t.Fatal("the walk did not fail")
 	}
 	if !inMap() {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // ReadFormat is what every group reads: all members at once, with their ids and the
@@ -71,7 +72,7 @@ func SystemWide(cpu int) Target { return Target{CPU: cpu, CgroupFD: -1} }
 // OpenGroup opens events as one group on t.CPU: the first is the leader, opened
 // disabled; the group is enabled once complete so all members count the same span.
 // names label the events in errors. On failure nothing stays open and the error is
-// an *OpenError.
+// an *model.OpenError.
 func OpenGroup(attrs []eventspec.Attr, names []string, t Target) (*Group, error) {
 	if len(attrs) == 0 {
 		return nil, errors.New("perf: empty group")
@@ -90,9 +91,9 @@ func OpenGroup(attrs []eventspec.Attr, names []string, t Target) (*Group, error)
 		fd, err := unix.PerfEventOpen(&u, pid, t.CPU, leader, flags)
 		if err != nil {
 			g.Close()
-			oe := &OpenError{Event: names[i], CPU: t.CPU, Err: err, Reason: classify(err)}
+			oe := &model.OpenError{Event: names[i], CPU: t.CPU, Err: err, Reason: classify(err)}
 			if i > 0 && errors.Is(err, unix.EINVAL) && opensAlone(u, pid, t.CPU, flags) {
-				oe.Reason = ReasonGroupDoesNotFit
+				oe.Reason = model.ReasonGroupDoesNotFit
 				oe.GroupSize = len(attrs)
 			}
 			return nil, oe
@@ -104,13 +105,13 @@ func OpenGroup(attrs []eventspec.Attr, names []string, t Target) (*Group, error)
 		id, err := ID(fd)
 		if err != nil {
 			g.Close()
-			return nil, &OpenError{Event: names[i], CPU: t.CPU, Err: err, Reason: ReasonInvalid}
+			return nil, &model.OpenError{Event: names[i], CPU: t.CPU, Err: err, Reason: model.ReasonInvalid}
 		}
 		g.ids = append(g.ids, id)
 	}
 	if err := enableGroup(leader); err != nil {
 		g.Close()
-		return nil, &OpenError{Event: names[0], CPU: t.CPU, Err: err, Reason: classify(err)}
+		return nil, &model.OpenError{Event: names[0], CPU: t.CPU, Err: err, Reason: classify(err)}
 	}
 	return g, nil
 }

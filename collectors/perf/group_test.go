@@ -16,6 +16,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // TestMain doubles as helper processes: a CPU spinner and an unprivileged opener.
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	case "open-system-wide":
 		_, err := OpenGroup([]eventspec.Attr{{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK}}, []string{"cpu-clock"}, SystemWide(0))
-		var oe *OpenError
+		var oe *model.OpenError
 		if errors.As(err, &oe) {
 			fmt.Print(oe.Reason)
 		} else {
@@ -234,8 +235,8 @@ func TestCgroupScopedBusyLoop(t *testing.T) {
 func TestOpenErrorsAreClassified(t *testing.T) {
 	// An event number past PERF_COUNT_SW_MAX does not exist on any kernel.
 	_, err := OpenGroup([]eventspec.Attr{{Type: unix.PERF_TYPE_SOFTWARE, Config: 9999}}, []string{"bogus"}, SystemWide(0))
-	var oe *OpenError
-	if !errors.As(err, &oe) || oe.Reason != ReasonUnsupported || oe.Event != "bogus" || !strings.Contains(err.Error(), "opening bogus on CPU 0") {
+	var oe *model.OpenError
+	if !errors.As(err, &oe) || oe.Reason != model.ReasonUnsupported || oe.Event != "bogus" || !strings.Contains(err.Error(), "opening bogus on CPU 0") {
 		t.Errorf("unknown software event: %v", err)
 	}
 	// A member that cannot be opened closes the whole group and names the member.
@@ -276,8 +277,8 @@ func TestOpenErrorFDLimit(t *testing.T) {
 	}
 	held = held[:len(held)-2]
 	_, err := OpenGroup(swGroup, swNames, SystemWide(0))
-	var oe *OpenError
-	if !errors.As(err, &oe) || oe.Reason != ReasonFDLimit || oe.Event != swNames[2] || !strings.Contains(oe.Fix(), "ulimit -n") {
+	var oe *model.OpenError
+	if !errors.As(err, &oe) || oe.Reason != model.ReasonFDLimit || oe.Event != swNames[2] || !strings.Contains(oe.Fix(), "ulimit -n") {
 		t.Errorf("err = %v, want fd_limit on %s", err, swNames[2])
 	}
 }
@@ -311,8 +312,8 @@ func TestOpenErrorPermission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(out) != string(ReasonPermission) {
-		t.Errorf("unprivileged system-wide open: %q, want %q", out, ReasonPermission)
+	if string(out) != string(model.ReasonPermission) {
+		t.Errorf("unprivileged system-wide open: %q, want %q", out, model.ReasonPermission)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // Probe asks the kernel whether an event can be opened at all, on the calling
@@ -17,7 +18,7 @@ func Probe(a eventspec.Attr) error {
 	u.Bits |= unix.PerfBitDisabled | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
 	fd, err := unix.PerfEventOpen(&u, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
-		return &OpenError{Event: "probe", CPU: -1, Err: err, Reason: classify(err)}
+		return &model.OpenError{Event: "probe", CPU: -1, Err: err, Reason: classify(err)}
 	}
 	return unix.Close(fd)
 }
@@ -40,7 +41,7 @@ func ProbeBreakpoint() error {
 	fd, err := unix.PerfEventOpen(&u, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	runtime.KeepAlive(&watched)
 	if err != nil {
-		return &OpenError{Event: "breakpoint", CPU: -1, Err: err, Reason: classify(err)}
+		return &model.OpenError{Event: "breakpoint", CPU: -1, Err: err, Reason: classify(err)}
 	}
 	return unix.Close(fd)
 }
@@ -53,7 +54,7 @@ func ProbeCgroup(cgroupFD, cpu int) error {
 	u.Bits |= unix.PerfBitDisabled
 	fd, err := unix.PerfEventOpen(&u, cgroupFD, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC|unix.PERF_FLAG_PID_CGROUP)
 	if err != nil {
-		return &OpenError{Event: "cgroup cpu-clock", CPU: cpu, Err: err, Reason: classify(err)}
+		return &model.OpenError{Event: "cgroup cpu-clock", CPU: cpu, Err: err, Reason: classify(err)}
 	}
 	return unix.Close(fd)
 }

@@ -100,7 +100,7 @@ type cpuGroup struct {
 	g       *perf.Group // nil when not open
 	values  []uint64    // scratch for reads
 	acc     *counting.Accumulator
-	failure *perf.OpenError // last open failure, nil when open
+	failure *model.OpenError // last open failure, nil when open
 	retryAt time.Time
 	tries   int // consecutive failed opens, for the retry backoff
 	idle    int // consecutive intervals in which the open group did not run
@@ -275,11 +275,11 @@ func (e *Engine) open(gs *groupState, cpu int, cg *cpuGroup, now time.Time) {
 	}
 	g, err := e.opts.Open(gs.attrs, gs.names, target)
 	if err != nil {
-		var oe *perf.OpenError
+		var oe *model.OpenError
 		if !errors.As(err, &oe) {
-			oe = &perf.OpenError{Event: gs.spec.Name, CPU: cpu, Err: err, Reason: perf.ReasonInvalid}
+			oe = &model.OpenError{Event: gs.spec.Name, CPU: cpu, Err: err, Reason: model.ReasonInvalid}
 		}
-		if oe.Reason == perf.ReasonGroupDoesNotFit && !gs.split {
+		if oe.Reason == model.ReasonGroupDoesNotFit && !gs.split {
 			e.splitGroup(gs)
 		}
 		if cg.failure == nil || cg.failure.Reason != oe.Reason {
@@ -334,8 +334,8 @@ func (e *Engine) retryDelay(tries int) time.Duration {
 
 // transient reasons may clear up by themselves; the others need a change of
 // configuration or privilege, so retrying would only repeat the syscall.
-func transient(r perf.Reason) bool {
-	return r == perf.ReasonFDLimit || r == perf.ReasonBusy || r == perf.ReasonNoDevice
+func transient(r model.OpenReason) bool {
+	return r == model.ReasonFDLimit || r == model.ReasonBusy || r == model.ReasonNoDevice
 }
 
 // read reads one group on one CPU into its accumulator. Reads are made from
@@ -434,7 +434,7 @@ func (e *Engine) Snapshot() Snapshot {
 	s := Snapshot{ReadErrors: maps.Clone(e.readErrors), Reopened: maps.Clone(e.reopened), Cycles: e.cycles.Load()}
 	for _, gs := range e.groups {
 		gt := GroupTotals{Name: gs.spec.Name, EnabledNS: map[int]uint64{}, RunningNS: map[int]uint64{},
-			Failures: map[perf.Reason]int{}, Failure: map[perf.Reason]*perf.OpenError{}}
+			Failures: map[model.OpenReason]int{}, Failure: map[model.OpenReason]*model.OpenError{}}
 		gt.Split, gt.Hidden = gs.split, gs.spec.Hidden
 		evs := make([]EventTotals, len(gs.spec.Events))
 		for i, ev := range gs.spec.Events {

@@ -102,7 +102,7 @@ func TestEngineCountsOnEveryCPU(t *testing.T) {
 		t.Errorf("software group: %+v", g)
 	}
 	bogus := group(t, s, "bogus")
-	if bogus.OpenCPUs != 0 || bogus.Failures[perf.ReasonUnsupported] != len(online) {
+	if bogus.OpenCPUs != 0 || bogus.Failures[model.ReasonUnsupported] != len(online) {
 		t.Errorf("bogus group failures = %v, want unsupported on %d CPUs", bogus.Failures, len(online))
 	}
 	if c := model.SortedCPUs(find(t, s, "task-clock").PerCPU); !slices.Equal(c, []int{0}) {
@@ -219,7 +219,7 @@ func TestEngineSplitsGroupThatDoesNotFit(t *testing.T) {
 	online, _ := host.OnlineCPUs("/sys")
 	threeCounters := func(attrs []eventspec.Attr, names []string, tg perf.Target) (*perf.Group, error) {
 		if len(attrs) > 3 {
-			return nil, &perf.OpenError{Event: names[len(names)-1], CPU: tg.CPU, Err: unix.EINVAL, Reason: perf.ReasonGroupDoesNotFit, GroupSize: len(attrs)}
+			return nil, &model.OpenError{Event: names[len(names)-1], CPU: tg.CPU, Err: unix.EINVAL, Reason: model.ReasonGroupDoesNotFit, GroupSize: len(attrs)}
 		}
 		return perf.OpenGroup(attrs, names, tg)
 	}
@@ -237,7 +237,7 @@ func TestEngineSplitsGroupThatDoesNotFit(t *testing.T) {
 	}
 	s := e.Snapshot()
 	big := group(t, s, "big")
-	if !big.Split || big.Failures[perf.ReasonGroupDoesNotFit] != len(online) || big.OpenCPUs != 0 {
+	if !big.Split || big.Failures[model.ReasonGroupDoesNotFit] != len(online) || big.OpenCPUs != 0 {
 		t.Errorf("big group = %+v; want split and reported as not fitting on every CPU", big)
 	}
 	for _, name := range []string{"cpu-clock", "task-clock", "page-faults", "context-switches"} {
@@ -434,14 +434,14 @@ func TestEngineRetriesNoDeviceAtOnce(t *testing.T) {
 		Open: func(attrs []eventspec.Attr, names []string, tg perf.Target) (*perf.Group, error) {
 			if tg.CPU == online[0] && refuse > 0 {
 				refuse--
-				return nil, &perf.OpenError{Event: names[0], CPU: tg.CPU, Err: unix.ENODEV, Reason: perf.ReasonNoDevice}
+				return nil, &model.OpenError{Event: names[0], CPU: tg.CPU, Err: unix.ENODEV, Reason: model.ReasonNoDevice}
 			}
 			return perf.OpenGroup(attrs, names, tg)
 		},
 	})
 	defer e.Close()
 	e.Cycle()
-	if g := group(t, e.Snapshot(), "clock"); g.OpenCPUs != len(online)-1 || g.Failures[perf.ReasonNoDevice] != 1 {
+	if g := group(t, e.Snapshot(), "clock"); g.OpenCPUs != len(online)-1 || g.Failures[model.ReasonNoDevice] != 1 {
 		t.Fatalf("after a refused open: %+v", g)
 	}
 	e.Cycle() // no time has passed
