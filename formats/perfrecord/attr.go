@@ -20,11 +20,18 @@ type Attr struct {
 	SampleIDAll            bool
 	PreciseIP              uint8
 	BPType                 uint32
+	// RegsUser is sample_regs_user: which user registers a sample with
+	// PERF_SAMPLE_REGS_USER dumps, by the architecture's perf register
+	// number (attr version 3, 96 bytes, and later).
+	RegsUser uint64
 }
 
 // attrSizeVer0 is the first published struct perf_event_attr (64 bytes):
 // every field ParseAttr needs except config2 (ver1, 72 bytes).
 const attrSizeVer0 = 64
+
+// attrSizeVer3 is the first attr with sample_regs_user (at byte 80).
+const attrSizeVer3 = 96
 
 // Attr bits in the flags word.
 const (
@@ -59,12 +66,15 @@ func ParseAttr(b []byte) (Attr, error) {
 	if (size == 0 || size >= 72) && len(b) >= 72 {
 		a.Config2 = le.Uint64(b[64:])
 	}
+	if (size == 0 || size >= attrSizeVer3) && len(b) >= attrSizeVer3 {
+		a.RegsUser = le.Uint64(b[80:])
+	}
 	return a, nil
 }
 
 // Layout is the attr's record layout.
 func (a Attr) Layout() Layout {
-	return Layout{SampleType: a.SampleType, ReadFormat: a.ReadFormat, SampleIDAll: a.SampleIDAll}
+	return Layout{SampleType: a.SampleType, ReadFormat: a.ReadFormat, SampleIDAll: a.SampleIDAll, RegsUser: a.RegsUser}
 }
 
 // SamplePeriod is what a sample of the event stands for when it does not

@@ -52,21 +52,25 @@ func ParseHeader(b []byte) (Header, error) {
 
 var le = binary.LittleEndian
 
-// supported are the sample_type bits this decoder lays out. Register dumps,
-// user stacks, branch stacks and AUX need more of the attr than
-// sample_type; they are refused up front rather than misread.
+// supported are the sample_type bits this decoder lays out. User register
+// dumps are laid out by the attr's sample_regs_user (Layout.RegsUser);
+// interrupt registers, user stacks, branch stacks and AUX need more of the
+// attr and are refused up front rather than misread.
 const supported = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID |
 	unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_ID | unix.PERF_SAMPLE_STREAM_ID |
 	unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD | unix.PERF_SAMPLE_READ | unix.PERF_SAMPLE_CALLCHAIN |
 	unix.PERF_SAMPLE_RAW | unix.PERF_SAMPLE_WEIGHT | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_TRANSACTION |
 	unix.PERF_SAMPLE_PHYS_ADDR | unix.PERF_SAMPLE_CGROUP | unix.PERF_SAMPLE_DATA_PAGE_SIZE |
-	unix.PERF_SAMPLE_CODE_PAGE_SIZE | unix.PERF_SAMPLE_WEIGHT_STRUCT
+	unix.PERF_SAMPLE_CODE_PAGE_SIZE | unix.PERF_SAMPLE_WEIGHT_STRUCT | unix.PERF_SAMPLE_REGS_USER
 
 // Layout is what decides a sample's layout: the event's sample_type and
 // read_format, and whether other records carry a sample_id trailer.
 type Layout struct {
 	SampleType, ReadFormat uint64
 	SampleIDAll            bool
+	// RegsUser is the attr's sample_regs_user, which lays out
+	// PERF_SAMPLE_REGS_USER.
+	RegsUser uint64
 }
 
 // Check refuses layouts the decoder cannot read.
@@ -76,6 +80,9 @@ func (l Layout) Check() error {
 	}
 	if l.SampleType&unix.PERF_SAMPLE_WEIGHT != 0 && l.SampleType&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
 		return errors.New("sample_type has both WEIGHT and WEIGHT_STRUCT, which the kernel refuses")
+	}
+	if l.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 && l.RegsUser == 0 {
+		return errors.New("sample_type has REGS_USER but sample_regs_user names no register")
 	}
 	return nil
 }
@@ -100,6 +107,12 @@ type Sample struct {
 	Cgroup                  uint64
 	DataPageSize            uint64
 	CodePageSize            uint64
+	// RegsABI is REGS_USER's abi (0: none dumped, the sample hit a kernel
+	// thread; 2: 64-bit); Regs holds the dumped registers at their perf
+	// register numbers (the other entries are zero) and RegsMask says which.
+	RegsABI  uint64
+	RegsMask uint64
+	Regs     [64]uint64
 	// Read holds the READ values (group members in order) with their ids,
 	// and the times; it keeps its capacity between decodes.
 	Read                 []ReadValue
@@ -200,6 +213,9 @@ func decodeChecked(body []byte, l Layout, s *Sample, read []ReadValue) error {
 		s.Raw = r.bytes(int(n))
 		r.align8(4 + int(n))
 	}
+	if st&unix.PERF_SAMPLE_REGS_USER != 0 {
+		r.regs(l.RegsUser, s)
+	}
 	if st&unix.PERF_SAMPLE_WEIGHT != 0 {
 		s.Weight = r.u64()
 	}
@@ -229,8 +245,8 @@ func decodeChecked(body []byte, l Layout, s *Sample, read []ReadValue) error {
 }
 
 // variable are the fields whose size a record gives: a group read, the
-// callchain, raw data.
-const variable = unix.PERF_SAMPLE_CALLCHAIN | unix.PERF_SAMPLE_RAW
+// callchain, raw data, and user registers (none when the abi is 0).
+const variable = unix.PERF_SAMPLE_CALLCHAIN | unix.PERF_SAMPLE_RAW | unix.PERF_SAMPLE_REGS_USER
 
 // fixedSize is the body size of a layout without variable fields.
 func fixedSize(l Layout) (int, bool) {
@@ -466,6 +482,23 @@ func (r *reader) bytes(n int) []byte {
 	v := r.b[:n:n]
 	r.b = r.b[n:]
 	return v
+}
+
+// regs reads REGS_USER: the abi, then one u64 per bit of mask (none when
+// the abi is 0), each stored at its register number.
+func (r *reader) regs(mask uint64, s *Sample) {
+	s.RegsABI = r.u64()
+	if s.RegsABI == 0 || r.err != nil {
+		return
+	}
+	if n := bits.OnesCount64(mask); n > len(r.b)/8 {
+		r.fail("%d user registers", n)
+		return
+	}
+	s.RegsMask = mask
+	for m := mask; m != 0; m &= m - 1 {
+		s.Regs[bits.TrailingZeros64(m)] = r.u64()
+	}
 }
 
 // align8 skips the padding after a block of n bytes that started 8-aligned.

@@ -153,11 +153,73 @@ func TestBookkeepingRecords(t *testing.T) {
 	}
 }
 
+// A timer sample with the user registers, as perf record -e cpu-clock:u
+// --user-regs=ax,dx,sp,ip,r8 writes it on x86-64: the abi word, then the
+// registers in the order of their bits (ax=0, dx=3, sp=7, ip=8, r8=16),
+// then the cgroup after them.
+const (
+	regsType = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU |
+		unix.PERF_SAMPLE_PERIOD | unix.PERF_SAMPLE_REGS_USER | unix.PERF_SAMPLE_CGROUP
+	regsMask = 1<<0 | 1<<3 | 1<<7 | 1<<8 | 1<<16
+)
+
+func regsRecord(abi uint64) []byte {
+	var r perffile.Record
+	r.U64(0x401a2b) // ip
+	r.U32(10)       // pid
+	r.U32(11)       // tid
+	r.U64(5000)     // time
+	r.U32(1)        // cpu
+	r.U32(0)
+	r.U64(250000) // period
+	r.U64(abi)
+	if abi != 0 {
+		for _, v := range []uint64{0xa0, 0xd3, 0x7ffc0000, 0x401a2b, 0x88} {
+			r.U64(v)
+		}
+	}
+	r.U64(99) // cgroup
+	return r.Bytes(TypeSample, unix.PERF_RECORD_MISC_USER)
+}
+
+func TestDecodeUserRegisters(t *testing.T) {
+	l := Layout{SampleType: regsType, RegsUser: regsMask}
+	var s Sample
+	if err := DecodeSample(regsRecord(2), l, &s); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]uint64{0: 0xa0, 3: 0xd3, 7: 0x7ffc0000, 8: 0x401a2b, 16: 0x88}
+	for i, v := range s.Regs {
+		if v != want[i] {
+			t.Errorf("register %d = %#x, want %#x", i, v, want[i])
+		}
+	}
+	if s.RegsABI != 2 || s.RegsMask != regsMask || s.Cgroup != 99 || s.Period != 250000 {
+		t.Errorf("abi %d mask %#x cgroup %d period %d", s.RegsABI, s.RegsMask, s.Cgroup, s.Period)
+	}
+	// A sample of a kernel thread dumps no registers (abi 0): the fields
+	// after it are where they would be without the registers.
+	if err := DecodeSample(regsRecord(0), l, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.RegsABI != 0 || s.RegsMask != 0 || s.Regs[8] != 0 || s.Cgroup != 99 {
+		t.Errorf("abi 0: abi %d mask %#x ip reg %#x cgroup %d", s.RegsABI, s.RegsMask, s.Regs[8], s.Cgroup)
+	}
+	// More registers promised than the record holds is an error.
+	if err := DecodeSample(regsRecord(2), Layout{SampleType: regsType, RegsUser: 1<<24 - 1}, &s); err == nil {
+		t.Error("a record shorter than its register mask decoded")
+	}
+	if err := (Layout{SampleType: regsType}).Check(); err == nil {
+		t.Error("REGS_USER without a mask passed Check")
+	}
+}
+
 func FuzzDecodeSample(f *testing.F) {
 	f.Add(pebsRecord(), uint64(pebsType), uint64(groupRead))
 	f.Add([]byte{9, 0, 0, 0, 0, 0, 16, 0, 1, 2, 3, 4, 5, 6, 7, 8}, uint64(unix.PERF_SAMPLE_RAW|unix.PERF_SAMPLE_CALLCHAIN), uint64(0))
+	f.Add(regsRecord(2), uint64(regsType), uint64(0))
 	f.Fuzz(func(t *testing.T, rec []byte, st, rf uint64) {
-		l := Layout{SampleType: st, ReadFormat: rf}
+		l := Layout{SampleType: st, ReadFormat: rf, RegsUser: regsMask}
 		if l.Check() != nil {
 			return
 		}
