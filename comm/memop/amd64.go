@@ -1,0 +1,261 @@
+package memop
+
+import (
+	"strings"
+
+	"golang.org/x/arch/x86/x86asm"
+)
+
+// perf's x86 register numbers (arch/x86/include/uapi/asm/perf_regs.h).
+const (
+	AMD64AX = 0
+	AMD64BX = 1
+	AMD64CX = 2
+	AMD64DX = 3
+	AMD64SI = 4
+	AMD64DI = 5
+	AMD64BP = 6
+	AMD64SP = 7
+	AMD64IP = 8
+	AMD64R8 = 16
+)
+
+// AMD64RegsMask is every general register perf dumps on x86-64: ax … ss
+// (0–11) and r8 … r15 (16–23); the kernel refuses ds, es, fs and gs.
+const AMD64RegsMask = 0xff0fff
+
+// gpr64 maps x86asm's order within a size (a, c, d, b, sp, bp, si, di,
+// r8 …) to perf's (ax, bx, cx, dx, si, di, bp, sp, …, r8 …).
+var gpr64 = [16]int8{AMD64AX, AMD64CX, AMD64DX, AMD64BX, AMD64SP, AMD64BP, AMD64SI, AMD64DI,
+	16, 17, 18, 19, 20, 21, 22, 23}
+
+// perfReg is the perf number of a general register of any size, or NoReg.
+func perfReg(r x86asm.Reg) int8 {
+	switch {
+	case r >= x86asm.AL && r <= x86asm.BL:
+		return gpr64[r-x86asm.AL]
+	case r >= x86asm.AH && r <= x86asm.BH:
+		return gpr64[r-x86asm.AH]
+	case r >= x86asm.SPB && r <= x86asm.R15B:
+		return gpr64[r-x86asm.SPB+4]
+	case r >= x86asm.AX && r <= x86asm.R15W:
+		return gpr64[r-x86asm.AX]
+	case r >= x86asm.EAX && r <= x86asm.R15L:
+		return gpr64[r-x86asm.EAX]
+	case r >= x86asm.RAX && r <= x86asm.R15:
+		return gpr64[r-x86asm.RAX]
+	case r == x86asm.RIP || r == x86asm.EIP:
+		return AMD64IP
+	}
+	return NoReg
+}
+
+// DecodeAMD64 decodes the x86-64 instruction at the start of code and
+// describes its explicit memory operand. Len is set whenever the bytes
+// decode, whatever the reason.
+func DecodeAMD64(code []byte) Operand {
+	in, err := x86asm.Decode(code, 64)
+	if err != nil || in.Op == 0 { // truncated bytes decode to a bare prefix, Op 0
+		return Operand{Reason: Undecodable}
+	}
+	o := Operand{Len: uint8(in.Len), Base: NoReg, Index: NoReg, AddrBits: 64}
+	pos := -1
+	var mem x86asm.Mem
+	for i, a := range in.Args {
+		if a == nil {
+			break
+		}
+		if m, ok := a.(x86asm.Mem); ok && pos < 0 {
+			pos, mem = i, m
+		}
+	}
+	o.Writes = writesAMD64(&in)
+	name := in.Op.String()
+	switch {
+	case stringOp(name):
+		o.Reason = String
+		return o
+	case pos < 0 || noAccess(name):
+		o.Reason = NoMemory
+		return o
+	case mem.Segment == x86asm.FS || mem.Segment == x86asm.GS:
+		o.Reason = Segment
+		return o
+	case mem.Index >= x86asm.X0:
+		o.Reason = Gather
+		return o
+	}
+	o.Base, o.Index, o.Scale, o.Disp = perfReg(mem.Base), perfReg(mem.Index), mem.Scale, mem.Disp
+	if mem.Base == 0 && mem.Index == 0 && vexRIPRelative(&in, code) {
+		o.Base = AMD64IP
+	}
+	if o.Base == AMD64IP {
+		o.Base, o.PCRel = NoReg, true
+	}
+	if in.AddrSize == 32 {
+		o.AddrBits = 32
+	}
+	o.Width = uint16(in.MemBytes)
+	if o.Width == 0 && x87m80(&in, code) {
+		o.Width = 10
+	}
+	o.Kind = kindAMD64(name, pos)
+	for _, p := range in.Prefix {
+		if p == 0 {
+			break
+		}
+		if p&0xFF == x86asm.PrefixLOCK && p&(x86asm.PrefixIgnored|x86asm.PrefixInvalid) == 0 {
+			o.Atomic = true
+		}
+	}
+	if in.Op == x86asm.XCHG {
+		o.Atomic = true
+	}
+	return o
+}
+
+// vexRIPRelative works around x86asm reporting a VEX or EVEX instruction's
+// RIP-relative operand as a bare displacement: in 64-bit mode ModRM mod=00
+// rm=101 is always RIP-relative (an absolute disp32 needs a SIB byte). The
+// ModRM byte follows the prefixes (VEX/EVEX payload included) and the one
+// opcode byte.
+func vexRIPRelative(in *x86asm.Inst, code []byte) bool {
+	n, vex := 0, false
+	for _, p := range in.Prefix {
+		if p == 0 {
+			break
+		}
+		if p.IsVEX() || p.IsEVEX() {
+			vex = true
+		}
+		n++
+	}
+	return vex && n+1 < len(code) && code[n+1]&0xC7 == 0x05
+}
+
+// x87m80 reports the x87 instructions on 80-bit memory, whose width x86asm
+// leaves at zero: fld/fstp m80 (DB /5, /7), fbld/fbstp (DF /4, /6).
+func x87m80(in *x86asm.Inst, code []byte) bool {
+	n := 0
+	for _, p := range in.Prefix {
+		if p == 0 {
+			break
+		}
+		n++
+	}
+	if n+1 >= len(code) {
+		return false
+	}
+	op, reg := code[n], code[n+1]>>3&7
+	return op == 0xDB && (reg == 5 || reg == 7) || op == 0xDF && (reg == 4 || reg == 6)
+}
+
+// kindAMD64 classifies by mnemonic and the operand's place: Intel order
+// puts the destination first.
+func kindAMD64(name string, pos int) Kind {
+	switch {
+	case rmwAlways[name]:
+		return RMW
+	case pos > 0:
+		return Load
+	case hasPrefix(name, storePrefixes):
+		return Store
+	case readOnlyDest[name] || hasPrefix(name, readOnlyPrefixes):
+		return Load
+	}
+	return RMW
+}
+
+func hasPrefix(name string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// rmwAlways read and write memory wherever the operand sits.
+var rmwAlways = map[string]bool{"XCHG": true, "XADD": true, "CMPXCHG": true, "CMPXCHG8B": true, "CMPXCHG16B": true}
+
+// storePrefixes are mnemonics that only write a memory destination: moves,
+// setcc, pops, x87 and SSE stores and state saves, extracts and
+// down-converting or compressing AVX-512 stores.
+var storePrefixes = []string{"MOV", "VMOV", "SET", "POP", "FST", "FIST", "FBSTP", "FNST", "FXSAVE", "XSAVE",
+	"STMXCSR", "VSTMXCSR", "PEXTR", "VPEXTR", "EXTRACTPS", "VEXTRACT", "VCVTPS2PH", "VPMOV", "VCOMPRESS",
+	"VPCOMPRESS", "VMASKMOV", "VPMASKMOV", "SGDT", "SIDT", "SLDT", "SMSW", "STR", "MASKMOV"}
+
+// readOnlyDest only read a first memory operand: compares, tests, pushes,
+// indirect branches, x87 loads and arithmetic, multiplies and divides
+// (whose result goes to registers), and state loads.
+var readOnlyDest = map[string]bool{"CMP": true, "TEST": true, "BT": true, "PUSH": true, "CALL": true, "JMP": true,
+	"LCALL": true, "LJMP": true, "MUL": true, "IMUL": true, "DIV": true, "IDIV": true, "PTEST": true, "VPTEST": true,
+	"BOUND": true, "VERR": true, "VERW": true, "LAR": true, "LSL": true, "LMSW": true, "LTR": true, "LLDT": true,
+	"LGDT": true, "LIDT": true, "LDMXCSR": true, "VLDMXCSR": true}
+
+var readOnlyPrefixes = []string{"FLD", "FILD", "FBLD", "FCOM", "FICOM", "FUCOM", "FADD", "FIADD", "FSUB", "FISUB",
+	"FMUL", "FIMUL", "FDIV", "FIDIV", "FRSTOR", "FXRSTOR", "XRSTOR", "UCOMIS", "COMIS", "VUCOMIS", "VCOMIS"}
+
+// noAccess are instructions with a memory operand that access no data:
+// address arithmetic, hinting nops, prefetches and cache-line flushes.
+func noAccess(name string) bool {
+	return name == "LEA" || name == "NOP" || strings.HasPrefix(name, "PREFETCH") || strings.HasPrefix(name, "CLFLUSH") ||
+		name == "CLWB" || name == "CLDEMOTE" || name == "INVLPG" || strings.HasPrefix(name, "BND")
+}
+
+// stringOp are the string instructions, whose address is in rsi/rdi and
+// moves as they repeat.
+func stringOp(name string) bool {
+	for _, p := range []string{"MOVS", "STOS", "LODS", "CMPS", "SCAS", "INS", "OUTS"} {
+		if strings.HasPrefix(name, p) && len(name) == len(p)+1 && strings.ContainsRune("BWDQ", rune(name[len(p)])) {
+			return true
+		}
+	}
+	return false
+}
+
+// writesAMD64 are the general registers an instruction writes: a register
+// destination, both operands of exchanges, and the implicit ones (the
+// stack pointer of pushes, pops, calls and returns; rax/rdx of multiplies,
+// divides and compare-exchanges; rsi/rdi/rcx of string instructions).
+func writesAMD64(in *x86asm.Inst) uint64 {
+	var w uint64
+	set := func(r int8) {
+		if r != NoReg {
+			w |= 1 << r
+		}
+	}
+	name := in.Op.String()
+	if r, ok := in.Args[0].(x86asm.Reg); ok && !readOnlyDest[name] && !strings.HasPrefix(name, "CMP") {
+		set(perfReg(r))
+	}
+	switch name {
+	case "XCHG", "XADD":
+		if r, ok := in.Args[1].(x86asm.Reg); ok {
+			set(perfReg(r))
+		}
+	case "CMPXCHG", "CMPXCHG8B", "CMPXCHG16B", "MUL", "IMUL", "DIV", "IDIV", "CPUID", "RDTSC", "RDTSCP", "CQO", "CDQ", "CWD":
+		set(AMD64AX)
+		set(AMD64DX)
+		if name == "CPUID" || name == "RDTSCP" {
+			set(AMD64BX)
+			set(AMD64CX)
+		}
+	case "PUSH", "POP", "CALL", "RET", "LCALL", "LRET", "ENTER", "LEAVE", "PUSHF", "POPF", "PUSHFQ", "POPFQ":
+		set(AMD64SP)
+		if name == "LEAVE" || name == "ENTER" {
+			set(AMD64BP)
+		}
+	case "SYSCALL":
+		set(AMD64AX)
+		set(AMD64CX)
+		set(17) // r11
+	}
+	if stringOp(name) {
+		set(AMD64SI)
+		set(AMD64DI)
+		set(AMD64CX)
+		set(AMD64AX)
+	}
+	return w
+}
