@@ -69,7 +69,9 @@ type cli struct {
 	td                           topdownFlags
 	sf                           samplesFlags
 	cf                           c2cFlags
+	mf                           commFlags
 	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
+	commCmd                      *kingpin.CmdClause
 	terminated                   int // exit code --help or --version asked for; -1: none
 }
 
@@ -134,6 +136,15 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full.").Default("4096").IntVar(&cf.max)
 	c.c2cCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&cf.input)
 
+	mf := &c.mf
+	c.commCmd = app.Command("comm", "Print ComDetective's communication matrices (thread × thread and CPU × CPU; all, true and false sharing) of a recording: perf record -e cpu-clock:u --user-regs="+amd64UserRegs+" (addresses decoded from the sampled instructions, no precise PMU needed), or perf mem record / perf c2c record.")
+	c.commCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream from standard input.").Short('i').Default("perf.data").StringVar(&mf.input)
+	c.commCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&mf.format, "text", "json")
+	c.commCmd.Flag("lines", "How many of the most shared lines to show per process.").Default("10").IntVar(&mf.lines)
+	c.commCmd.Flag("window", "How many of a reader's own samples a published store stays fresh for (0: the default for sampling alone).").Default("0").IntVar(&mf.window)
+	c.commCmd.Flag("pid", "Only this process (0: all).").Default("0").IntVar(&mf.pid)
+	c.commCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&mf.input)
+
 	return app
 }
 
@@ -149,7 +160,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return max(c.terminated, 0)
 	}
 	// kingpin hands a lone "-" (standard input) to a flag or argument as "".
-	for _, in := range []*string{&c.sf.input, &c.cf.input} {
+	for _, in := range []*string{&c.sf.input, &c.cf.input, &c.mf.input} {
 		if *in == "" {
 			*in = "-"
 		}
@@ -170,6 +181,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runSamples(sf, os.Stdin, stdout, stderr)
 	case c.c2cCmd.FullCommand():
 		return runC2C(cf, os.Stdin, stdout, stderr)
+	case c.commCmd.FullCommand():
+		return runComm(c.mf, os.Stdin, stdout, stderr)
 	default:
 		if err := f.opts.Validate(); err != nil {
 			fmt.Fprintf(stderr, "pmu_exporter: %v\n", err)

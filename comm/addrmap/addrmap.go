@@ -56,18 +56,26 @@ func (m *Maps) Has(pid uint32) bool { _, ok := m.procs[pid]; return ok }
 // Forget drops pid.
 func (m *Maps) Forget(pid uint32) { delete(m.procs, pid) }
 
-// Name is "mapping+0xoffset" for addr in pid (offset into the file, or
-// into the mapping when it has no file), or "" when no mapping holds it.
-func (m *Maps) Name(pid uint32, addr uint64) string {
+// Find is the mapping of pid that holds addr.
+func (m *Maps) Find(pid uint32, addr uint64) (Mapping, bool) {
 	maps := m.procs[pid]
 	i, found := slices.BinarySearchFunc(maps, addr, func(o Mapping, a uint64) int { return cmp.Compare(o.Start, a) })
 	if !found {
 		i--
 	}
 	if i < 0 || addr >= maps[i].End {
+		return Mapping{}, false
+	}
+	return maps[i], true
+}
+
+// Name is "mapping+0xoffset" for addr in pid (offset into the file, or
+// into the mapping when it has no file), or "" when no mapping holds it.
+func (m *Maps) Name(pid uint32, addr uint64) string {
+	mp, ok := m.Find(pid, addr)
+	if !ok {
 		return ""
 	}
-	mp := maps[i]
 	name := mp.Name
 	if name == "" {
 		name = "[anon]"

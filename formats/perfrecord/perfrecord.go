@@ -19,6 +19,7 @@ import (
 // Record types (perf_event_header.type).
 const (
 	TypeMmap          = unix.PERF_RECORD_MMAP
+	TypeComm          = unix.PERF_RECORD_COMM
 	TypeMmap2         = unix.PERF_RECORD_MMAP2
 	TypeLost          = unix.PERF_RECORD_LOST
 	TypeThrottle      = unix.PERF_RECORD_THROTTLE
@@ -588,4 +589,38 @@ func DecodeMmap(rec []byte) (Mmap, error) {
 	}
 	m.Filename = string(name)
 	return m, nil
+}
+
+// Comm is PERF_RECORD_COMM: a thread's name, set at exec (Exec) or by
+// prctl(PR_SET_NAME).
+type Comm struct {
+	PID, TID uint32
+	Name     string
+	Exec     bool
+}
+
+// DecodeComm decodes a comm record; the name ends at its NUL, before the
+// padding and any sample_id trailer.
+func DecodeComm(rec []byte) (Comm, error) {
+	h, err := ParseHeader(rec)
+	if err != nil {
+		return Comm{}, err
+	}
+	if h.Type != TypeComm {
+		return Comm{}, fmt.Errorf("record type %d is not a comm record", h.Type)
+	}
+	r := reader{b: rec[HeaderSize:min(int(h.Size), len(rec))]}
+	c := Comm{PID: r.u32(), TID: r.u32(), Exec: h.Misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0}
+	if r.err != nil {
+		return c, fmt.Errorf("comm record: %w", r.err)
+	}
+	name := r.b
+	for i, ch := range name {
+		if ch == 0 {
+			name = name[:i]
+			break
+		}
+	}
+	c.Name = string(name)
+	return c, nil
 }

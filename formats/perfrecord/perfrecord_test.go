@@ -229,6 +229,7 @@ func FuzzDecodeSample(f *testing.F) {
 		DecodeThrottle(rec)
 		DecodeSwitch(rec)
 		DecodeMmap(rec)
+		DecodeComm(rec)
 		DecodeSampleID(rec, Layout{SampleType: st, SampleIDAll: true})
 		if ev, err := NewEvents([]Attr{{SampleType: st, SampleIDAll: true}, {SampleType: st, SampleIDAll: true}}, [][]uint64{{1}, {2}}); err == nil {
 			ev.ForSample(rec)
@@ -297,5 +298,20 @@ func TestReusedSampleHasNoStaleFields(t *testing.T) {
 		if !reflect.DeepEqual(reused, fresh) {
 			t.Fatalf("layout %#x: reused %+v, fresh %+v", c.l.SampleType, reused, fresh)
 		}
+	}
+}
+
+func TestDecodeComm(t *testing.T) {
+	var r perffile.Record
+	r.U32(41)
+	r.U32(42)
+	r.Str("worker")
+	rec := r.Bytes(TypeComm, unix.PERF_RECORD_MISC_COMM_EXEC)
+	c, err := DecodeComm(rec)
+	if err != nil || c != (Comm{PID: 41, TID: 42, Name: "worker", Exec: true}) {
+		t.Errorf("%+v %v", c, err)
+	}
+	if _, err := DecodeComm(rec[:12]); err == nil {
+		t.Error("a comm record cut in its pid/tid decoded")
 	}
 }

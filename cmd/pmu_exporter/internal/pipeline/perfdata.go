@@ -6,6 +6,12 @@ import (
 	"io"
 	"os"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
@@ -68,3 +74,56 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 	})
 	return samples, bad, err
 }
+
+// Accesses turns a recording's samples into the sampled-access stream:
+// precise memory samples (perf mem, perf c2c) as they are, and timer
+// samples with user registers (perf record -e cpu-clock:u --user-regs=…)
+// by decoding the instruction at their IP, read from the files the
+// recording's MMAP2 records name.
+type Accesses struct {
+	Maps     *addrmap.Maps
+	Code     *codemap.Map
+	Resolver *memop.Resolver
+	Names    map[[2]uint32]string // (pid, tid) → comm
+}
+
+// NewAccesses reads code from the files as this machine has them.
+func NewAccesses() *Accesses {
+	maps := addrmap.New()
+	code := codemap.New(maps, func(_ uint32, name string) (codemap.File, string, error) {
+		f, err := os.Open(name)
+		return f, name, err
+	}, nil)
+	return &Accesses{Maps: maps, Code: code, Resolver: memop.NewResolver(code, memop.Auto), Names: map[[2]uint32]string{}}
+}
+
+// Record follows mappings and exec's.
+func (a *Accesses) Record(rec []byte, h perfrecord.Header) {
+	switch h.Type {
+	case perfrecord.TypeMmap, perfrecord.TypeMmap2:
+		if m, err := perfrecord.DecodeMmap(rec); err == nil {
+			a.Maps.Add(m.PID, addrmap.Mapping{Start: m.Addr, End: m.Addr + m.Len, PgOff: m.PgOff, Name: m.Filename})
+			a.Resolver.Unmap(m.PID, m.Addr, m.Addr+m.Len)
+		}
+	case perfrecord.TypeComm:
+		if c, err := perfrecord.DecodeComm(rec); err == nil {
+			if c.Exec {
+				a.Resolver.Forget(c.PID)
+				a.Code.Forget(c.PID)
+			}
+			a.Names[[2]uint32{c.PID, c.TID}] = c.Name
+		}
+	}
+}
+
+// Access is a sample's access, if it has one.
+func (a *Accesses) Access(attr perfrecord.Attr, s *perfrecord.Sample) (cacheline.Access, bool) {
+	if attr.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 {
+		acc, r := a.Resolver.Sample(s, attr.SamplePeriod())
+		return acc, r == memop.Resolved
+	}
+	return cacheline.AccessOf(s, attr.SamplePeriod())
+}
+
+// Close closes the files opened for code.
+func (a *Accesses) Close() { a.Code.Close() }

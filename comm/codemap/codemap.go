@@ -1,0 +1,249 @@
+// Package codemap finds, for a sampled instruction address of a process,
+// the ELF file mapped there, the function around it (debug/elf symbols:
+// .symtab, else .dynsym) and its bytes, so that the address sampler can
+// decode the instruction and the one before it, and reports can name code
+// as perf does (symbol+offset and shared object). Mappings come from a
+// perf.data file's MMAP2 records or a live process's maps; the bytes from
+// the file, or from the process's memory where a reader is given.
+package codemap
+
+import (
+	"cmp"
+	"debug/elf"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+)
+
+// File is an opened mapped file; Key identifies it across processes (its
+// device and inode, or its path where those are unknown).
+type File interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// Opener opens the file that pid maps under name.
+type Opener func(pid uint32, name string) (f File, key string, err error)
+
+// MemReader reads pid's memory at addr (live: /proc/PID/mem).
+type MemReader func(pid uint32, addr uint64, b []byte) (int, error)
+
+// Map resolves code addresses of processes.
+type Map struct {
+	Maps  *addrmap.Maps
+	open  Opener
+	mem   MemReader
+	files map[string]*binary // by Opener key
+	names map[fileName]*binary
+}
+
+type fileName struct {
+	pid  uint32
+	name string
+}
+
+// binary is one ELF file's executable segments and function symbols.
+type binary struct {
+	f     File
+	loads []elf.ProgHeader // PT_LOAD
+	syms  []symbol         // functions, by address
+	err   error
+}
+
+type symbol struct {
+	addr, size uint64
+	name       string
+}
+
+// New resolves through maps, opening files with open; mem, when set, reads
+// code from the processes' memory rather than from the files.
+func New(maps *addrmap.Maps, open Opener, mem MemReader) *Map {
+	return &Map{Maps: maps, open: open, mem: mem, files: map[string]*binary{}, names: map[fileName]*binary{}}
+}
+
+// Close closes the opened files.
+func (m *Map) Close() error {
+	for _, b := range m.files {
+		if b.f != nil {
+			b.f.Close()
+		}
+	}
+	m.files = map[string]*binary{}
+	m.names = map[fileName]*binary{}
+	return nil
+}
+
+// Forget drops what is known of pid's files (exec, exit).
+func (m *Map) Forget(pid uint32) {
+	for k := range m.names {
+		if k.pid == pid {
+			delete(m.names, k)
+		}
+	}
+}
+
+// kernelStart is where x86-64 and arm64 kernel addresses begin.
+const kernelStart = 0xffff800000000000
+
+// where locates ip: the mapping, its file, and ip's virtual address in the
+// file's own address space.
+func (m *Map) where(pid uint32, ip uint64) (addrmap.Mapping, *binary, uint64, memop.Reason) {
+	if ip >= kernelStart {
+		return addrmap.Mapping{}, nil, 0, memop.Kernel
+	}
+	mp, ok := m.Maps.Find(pid, ip)
+	if !ok {
+		return mp, nil, 0, memop.Unreadable
+	}
+	if mp.Name == "" || strings.HasPrefix(mp.Name, "[anon") || strings.HasPrefix(mp.Name, "//anon") || strings.HasPrefix(mp.Name, "/memfd:") {
+		return mp, nil, 0, memop.JIT
+	}
+	if strings.HasPrefix(mp.Name, "[") { // [vdso], [vsyscall]: no file to read
+		return mp, nil, 0, memop.Unreadable
+	}
+	b := m.binary(pid, mp.Name)
+	if b.err != nil {
+		return mp, b, 0, memop.Unreadable
+	}
+	off := ip - mp.Start + mp.PgOff
+	for _, l := range b.loads {
+		if off >= l.Off && off < l.Off+l.Filesz {
+			return mp, b, off - l.Off + l.Vaddr, memop.Resolved
+		}
+	}
+	return mp, b, 0, memop.Unreadable
+}
+
+func (m *Map) binary(pid uint32, name string) *binary {
+	k := fileName{pid, name}
+	if b := m.names[k]; b != nil {
+		return b
+	}
+	f, key, err := m.open(pid, name)
+	if err != nil {
+		b := &binary{err: err}
+		m.names[k] = b
+		return b
+	}
+	if b := m.files[key]; b != nil {
+		f.Close()
+		m.names[k] = b
+		return b
+	}
+	b := load(f)
+	m.files[key], m.names[k] = b, b
+	return b
+}
+
+// load reads an ELF file's segments and function symbols.
+func load(f File) *binary {
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		f.Close()
+		return &binary{err: fmt.Errorf("not an ELF file: %w", err)}
+	}
+	b := &binary{f: f}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			b.loads = append(b.loads, p.ProgHeader)
+		}
+	}
+	syms, err := ef.Symbols()
+	if err != nil || len(syms) == 0 {
+		syms, _ = ef.DynamicSymbols()
+	}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			b.syms = append(b.syms, symbol{s.Value, s.Size, s.Name})
+		}
+	}
+	slices.SortFunc(b.syms, func(x, y symbol) int { return cmp.Compare(x.addr, y.addr) })
+	return b
+}
+
+// function is the symbol holding vaddr.
+func (b *binary) function(vaddr uint64) (symbol, bool) {
+	i, found := slices.BinarySearchFunc(b.syms, vaddr, func(s symbol, a uint64) int { return cmp.Compare(s.addr, a) })
+	if !found {
+		i--
+	}
+	if i < 0 {
+		return symbol{}, false
+	}
+	s := b.syms[i]
+	if s.size != 0 && vaddr >= s.addr+s.size {
+		return symbol{}, false
+	}
+	return s, true
+}
+
+// Text implements memop.Code: the bytes from the start of ip's function
+// (or ip when no symbol holds it, or the function starts more than 16 KiB
+// before it) to MaxInsn bytes past ip.
+func (m *Map) Text(pid uint32, ip uint64, buf []byte) (uint64, []byte, memop.Reason) {
+	mp, b, vaddr, r := m.where(pid, ip)
+	if r != memop.Resolved {
+		return 0, nil, r
+	}
+	start := ip
+	if s, ok := b.function(vaddr); ok && vaddr-s.addr <= 16<<10 {
+		start = ip - (vaddr - s.addr)
+	}
+	if start < mp.Start {
+		start = ip
+	}
+	n := int(ip-start) + memop.MaxInsn
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	var got int
+	var err error
+	if m.mem != nil {
+		got, err = m.mem(pid, start, buf)
+	} else {
+		got, err = b.f.ReadAt(buf, int64(start-mp.Start+mp.PgOff))
+	}
+	if got <= int(ip-start) {
+		_ = err
+		return 0, nil, memop.Unreadable
+	}
+	return start, buf[:got], memop.Resolved
+}
+
+// Symbol is code named as perf names it.
+type Symbol struct {
+	Name   string // function, or "" where no symbol holds the address
+	Offset uint64 // from the function's start (or the file's start)
+	DSO    string // the mapped file, or [anon], [vdso], [kernel]
+}
+
+func (s Symbol) String() string {
+	if s.Name == "" {
+		return fmt.Sprintf("%s+%#x", s.DSO, s.Offset)
+	}
+	return fmt.Sprintf("%s+%#x (%s)", s.Name, s.Offset, s.DSO)
+}
+
+// Symbolize names ip of pid.
+func (m *Map) Symbolize(pid uint32, ip uint64) Symbol {
+	mp, b, vaddr, r := m.where(pid, ip)
+	switch {
+	case r == memop.Kernel:
+		return Symbol{DSO: "[kernel]", Offset: ip}
+	case b == nil || r != memop.Resolved:
+		name := mp.Name
+		if name == "" {
+			name = "[unknown]"
+		}
+		return Symbol{DSO: name, Offset: ip - mp.Start + mp.PgOff}
+	}
+	if s, ok := b.function(vaddr); ok {
+		return Symbol{Name: s.name, Offset: vaddr - s.addr, DSO: mp.Name}
+	}
+	return Symbol{DSO: mp.Name, Offset: ip - mp.Start + mp.PgOff}
+}

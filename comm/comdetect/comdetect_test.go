@@ -1,0 +1,122 @@
+package comdetect
+
+import (
+	"testing"
+)
+
+const lineA = 0x10000 // a line-aligned address
+
+func acc(tid, cpu uint32, time, addr uint64, store bool) *Access {
+	return &Access{PID: 1, TID: tid, CPU: cpu, Time: time, Addr: addr, Size: 8, Store: store, Period: 1000, IP: 0x400000 + uint64(tid)}
+}
+
+// Each case is a sequence of accesses with the detections counted by hand
+// from Alg. 1.
+func TestAlgorithmOne(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		window      int
+		seq         []*Access
+		true, false uint64 // raw detections
+	}{
+		{"false sharing: other slot of a published line", 8,
+			[]*Access{acc(10, 0, 1, lineA, true), acc(11, 1, 2, lineA+8, false)}, 0, 1},
+		{"true sharing: overlapping bytes", 8,
+			[]*Access{acc(10, 0, 1, lineA+8, true), acc(11, 1, 2, lineA+12, false)}, 1, 0},
+		{"one publication is counted once per reader (t_prev)", 8,
+			[]*Access{acc(10, 0, 1, lineA, true), acc(11, 1, 2, lineA, false), acc(11, 1, 3, lineA, false)}, 1, 0},
+		{"a new publication counts again", 8,
+			[]*Access{acc(10, 0, 1, lineA, true), acc(11, 1, 2, lineA, false), acc(10, 0, 3, lineA, true), acc(11, 1, 4, lineA, false)}, 2, 0},
+		{"loads do not publish", 8,
+			[]*Access{acc(10, 0, 1, lineA, false), acc(11, 1, 2, lineA, false)}, 0, 0},
+		{"a thread does not communicate with itself", 8,
+			[]*Access{acc(10, 0, 1, lineA, true), acc(10, 0, 2, lineA+8, false)}, 0, 0},
+		{"expired after Window of the reader's samples", 2,
+			[]*Access{acc(10, 0, 1, lineA, true), acc(11, 1, 2, 0x90000, false), acc(11, 1, 3, 0x90000, false), acc(11, 1, 4, lineA, false)}, 0, 0},
+		{"still fresh within the window", 3,
+			[]*Access{acc(10, 0, 1, lineA, true), acc(11, 1, 2, 0x90000, false), acc(11, 1, 3, 0x90000, false), acc(11, 1, 4, lineA, false)}, 1, 0},
+		{"a store of the reader replaces the publication", 8,
+			[]*Access{acc(10, 0, 1, lineA, true), acc(11, 1, 2, lineA+8, true), acc(10, 0, 3, lineA, false)}, 0, 2},
+		{"another line's fresh entry in the same board slot is kept", 8,
+			[]*Access{acc(10, 0, 1, lineA, true), acc(12, 0, 2, lineA+127*LineSize, true), acc(11, 1, 3, lineA, false)}, 1, 0},
+	} {
+		d := New(Options{Window: c.window})
+		for _, a := range c.seq {
+			d.Add(a)
+		}
+		var got Cell
+		if r := d.Report(1, 10); len(r) == 1 {
+			got = r[0].Totals
+		}
+		if got.TrueCount != c.true || got.FalseCount != c.false {
+			t.Errorf("%s: %d true, %d false detections; want %d, %d", c.name, got.TrueCount, got.FalseCount, c.true, c.false)
+		}
+		if got.All != 1000*(c.true+c.false) || got.True != 1000*c.true {
+			t.Errorf("%s: volume %d (true %d), want %d per detection", c.name, got.All, got.True, 1000)
+		}
+	}
+}
+
+// The matrices are symmetric with a zero diagonal, indexed like Threads
+// and CPUs; CPU pairs count only transfers between different CPUs.
+func TestMatrices(t *testing.T) {
+	d := New(Options{})
+	d.SetName(1, 1, "bench")
+	d.SetName(1, 11, "worker")
+	d.Add(acc(10, 0, 1, lineA, true))
+	d.Add(acc(11, 1, 2, lineA+8, true))  // 11↔10 false, CPUs 1↔0
+	d.Add(acc(12, 1, 3, lineA+8, false)) // 12↔11 true, same CPU
+	r := d.Report(0, 10)
+	if len(r) != 1 {
+		t.Fatalf("%d processes", len(r))
+	}
+	m := r[0]
+	if want := []uint32{10, 11, 12}; !equal(m.Threads, want) || m.Comm != "bench" || m.Names[1] != "worker" {
+		t.Fatalf("threads %v names %q comm %q", m.Threads, m.Names, m.Comm)
+	}
+	wantAll := [][]uint64{{0, 1000, 0}, {1000, 0, 1000}, {0, 1000, 0}}
+	wantFalse := [][]uint64{{0, 1000, 0}, {1000, 0, 0}, {0, 0, 0}}
+	for i := range wantAll {
+		for j := range wantAll[i] {
+			if m.All[i][j] != wantAll[i][j] || m.False[i][j] != wantFalse[i][j] || m.All[i][j] != m.True[i][j]+m.False[i][j] {
+				t.Errorf("cell %d,%d: all %d true %d false %d", i, j, m.All[i][j], m.True[i][j], m.False[i][j])
+			}
+		}
+	}
+	if !equal(m.CPUs, []uint32{0, 1}) || m.CPUAll[0][1] != 1000 || m.CPUAll[1][0] != 1000 || m.CPUAll[0][0] != 0 {
+		t.Errorf("cpus %v matrix %v", m.CPUs, m.CPUAll)
+	}
+	if len(m.Lines) != 1 || m.Lines[0].Addr != lineA || m.Lines[0].Detections != 2 || len(m.Lines[0].PCs) != 3 {
+		t.Errorf("lines %+v", m.Lines)
+	}
+}
+
+func equal(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Once threads and pairs are known, an access allocates nothing.
+func TestAddDoesNotAllocate(t *testing.T) {
+	d := New(Options{})
+	seq := []*Access{acc(10, 0, 1, lineA, true), acc(11, 1, 2, lineA+8, true), acc(10, 0, 3, lineA+64, false)}
+	for _, a := range seq {
+		d.Add(a)
+	}
+	n := testing.AllocsPerRun(1000, func() {
+		for _, a := range seq {
+			a.Time += 10
+			d.Add(a)
+		}
+	})
+	if n != 0 {
+		t.Errorf("%.1f allocations per run", n)
+	}
+}

@@ -1,0 +1,195 @@
+package memop
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+)
+
+// Code finds a process's instruction bytes. Text returns the bytes from
+// start (the start of the function holding ip where symbols say, else ip
+// itself) to at least MaxInsn bytes past ip, using buf when it is large
+// enough; a reason other than Resolved says why there are none (Kernel,
+// JIT, Unreadable).
+type Code interface {
+	Text(pid uint32, ip uint64, buf []byte) (start uint64, b []byte, r Reason)
+}
+
+// MaxInsn is the longest x86 instruction.
+const MaxInsn = 15
+
+// maxScan bounds how far before ip the previous instruction's boundary is
+// looked for, decoding forward from the function's start.
+const maxScan = 16 << 10
+
+// Access is a resolved sampled access.
+type Access struct {
+	Addr   uint64
+	PC     uint64 // the instruction's address
+	Width  uint16
+	Kind   Kind
+	Atomic bool
+	// Prev: the instruction is the one before the sampled IP (a timer
+	// interrupt is taken after it retired), not the one at it.
+	Prev bool
+}
+
+// Choice is which instruction a sample is attributed to.
+type Choice uint8
+
+const (
+	// Auto takes the previous instruction when it is an atomic one whose
+	// address registers survive it, or when the sampled one accesses no
+	// memory and the previous one's registers survive; else the sampled
+	// one. Measured on the ground-truth benchmarks (docs/sampling.md).
+	Auto   Choice = iota
+	AtIP          // always the instruction at the sampled IP
+	Before        // always the instruction before it (when its registers survive)
+)
+
+// entry is what the resolver caches per instruction address.
+type entry struct {
+	at, prev Operand
+	prevPC   uint64
+	reason   Reason // of the code lookup
+}
+
+// Resolver turns (pid, ip, registers) into an access, decoding each
+// distinct instruction address of a process once.
+type Resolver struct {
+	code   Code
+	choice Choice
+	procs  map[uint32]map[uint64]entry
+	buf    []byte
+	// Unresolved counts samples without an address, by Reason.
+	Unresolved [NumReasons]uint64
+	// Resolved counts samples with one, by candidate: [0] at the IP, [1]
+	// the instruction before it.
+	Resolved [2]uint64
+}
+
+// NewResolver reads code through code.
+func NewResolver(code Code, choice Choice) *Resolver {
+	return &Resolver{code: code, choice: choice, procs: map[uint32]map[uint64]entry{}, buf: make([]byte, 0, 4096)}
+}
+
+// Forget drops what is cached of pid: after an exec, or its exit.
+func (r *Resolver) Forget(pid uint32) { delete(r.procs, pid) }
+
+// Unmap drops pid's cached instructions in [start, end): a new mapping
+// took that range.
+func (r *Resolver) Unmap(pid uint32, start, end uint64) {
+	for ip := range r.procs[pid] {
+		if ip >= start && ip < end {
+			delete(r.procs[pid], ip)
+		}
+	}
+}
+
+// Resolve attributes a user-mode sample at ip with registers regs (nil or
+// abi 0: none) to an access, or says why it cannot.
+func (r *Resolver) Resolve(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
+	if regs == nil {
+		r.Unresolved[NoRegisters]++
+		return Access{}, NoRegisters
+	}
+	e := r.lookup(pid, ip)
+	if e.reason != Resolved {
+		r.Unresolved[e.reason]++
+		return Access{}, e.reason
+	}
+	usePrev := false
+	prevOK := e.prevPC != 0 && e.prev.ReadsAfter()
+	switch r.choice {
+	case Auto:
+		usePrev = prevOK && (e.prev.Atomic || e.at.Reason != Resolved)
+	case Before:
+		usePrev = prevOK
+	}
+	o, pc := &e.at, ip
+	if usePrev {
+		o, pc = &e.prev, e.prevPC
+	}
+	if o.Reason != Resolved {
+		r.Unresolved[o.Reason]++
+		return Access{}, o.Reason
+	}
+	k := 0
+	if usePrev {
+		k = 1
+	}
+	r.Resolved[k]++
+	return Access{Addr: o.Address(regs, pc), PC: pc, Width: o.Width, Kind: o.Kind, Atomic: o.Atomic, Prev: usePrev}, Resolved
+}
+
+func (r *Resolver) lookup(pid uint32, ip uint64) entry {
+	m := r.procs[pid]
+	if e, ok := m[ip]; ok {
+		return e
+	}
+	if m == nil {
+		m = map[uint64]entry{}
+		r.procs[pid] = m
+	}
+	e := r.decode(pid, ip)
+	m[ip] = e
+	return e
+}
+
+// decode reads the code around ip and decodes the instruction at it and,
+// decoding forward from the function's start, the one before it.
+func (r *Resolver) decode(pid uint32, ip uint64) entry {
+	start, b, reason := r.code.Text(pid, ip, r.buf[:cap(r.buf)])
+	if reason != Resolved {
+		return entry{reason: reason}
+	}
+	if ip < start || ip-start >= uint64(len(b)) {
+		return entry{reason: Unreadable}
+	}
+	e := entry{at: DecodeAMD64(b[ip-start:])}
+	if start == ip || ip-start > maxScan {
+		return e
+	}
+	pos := start
+	for pos < ip {
+		o := DecodeAMD64(b[pos-start:])
+		if o.Len == 0 {
+			return e
+		}
+		if pos+uint64(o.Len) == ip {
+			e.prev, e.prevPC = o, pos
+			return e
+		}
+		pos += uint64(o.Len)
+	}
+	return e // ip is not on an instruction boundary from the function's start
+}
+
+// Sample resolves a timer sample taken with PERF_SAMPLE_REGS_USER into the
+// sampled-access stream the cache-line table and the communication
+// matrices read; period is what it stands for when the record carries no
+// PERIOD. Samples in kernel mode, or of kernel threads, carry no user
+// registers at the IP.
+func (r *Resolver) Sample(s *perfrecord.Sample, period uint64) (cacheline.Access, Reason) {
+	if s.Has&unix.PERF_SAMPLE_PERIOD != 0 {
+		period = s.Period
+	}
+	var regs *Regs
+	if s.RegsABI != 0 {
+		regs = &s.Regs
+	}
+	if s.IP >= kernelStart {
+		r.Unresolved[Kernel]++
+		return cacheline.Access{}, Kernel
+	}
+	a, reason := r.Resolve(s.PID, s.IP, regs)
+	if reason != Resolved {
+		return cacheline.Access{}, reason
+	}
+	return cacheline.Access{Addr: a.Addr, Size: uint8(min(a.Width, 255)), PID: s.PID, TID: s.TID, CPU: s.CPU,
+		Store: a.Kind&Store != 0, Period: period, Time: s.Time, IP: a.PC}, Resolved
+}
+
+// kernelStart is where x86-64 and arm64 kernel addresses begin.
+const kernelStart = 0xffff800000000000
