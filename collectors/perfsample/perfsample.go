@@ -22,6 +22,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
@@ -44,6 +45,8 @@ type Options struct {
 	// AfterRead, if set, hears of each pass over the rings: how long it took
 	// and how many records it skipped as bad.
 	AfterRead func(took time.Duration, skipped int)
+	// Decoder resolves the samples of Decode configs (the address sampler).
+	Decoder *Decoder
 }
 
 // Failure is a configured event that could not be opened on a CPU.
@@ -187,7 +190,7 @@ func (s *Sampler) index() error {
 	attrs := make([]perfrecord.Attr, len(s.cfgs))
 	ids := make([][]uint64, len(s.cfgs))
 	for i, c := range s.cfgs {
-		attrs[i] = perfrecord.Attr{Type: c.Attr.Type, Config: c.Attr.Config, Period: c.Period, SampleType: c.SampleType, SampleIDAll: true}
+		attrs[i] = perfrecord.Attr{Type: c.Attr.Type, Config: c.Attr.Config, Period: c.Period, SampleType: c.SampleType, SampleIDAll: true, RegsUser: c.RegsUser}
 		for _, cpu := range s.order {
 			if ce := s.cpus[cpu]; ce.fds[i] >= 0 {
 				ids[i] = append(ids[i], ce.ids[i])
@@ -333,7 +336,12 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, lea
 	a.Read_format = 0
 	a.Sample = period
 	a.Sample_type = c.SampleType
+	a.Sample_regs_user = c.RegsUser
 	a.Bits |= unix.PerfBitDisabled | bitSampleIDAll | unix.PerfBitWatermark
+	if c.Decode {
+		// exec's COMM records tell the decoder a process's code changed.
+		a.Bits |= unix.PerfBitComm | unix.PerfBitCommExec
+	}
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
 	fd, err = perf.OpenFD(&a, pid, cpu, leader, flags)
 	if err != nil {
@@ -446,6 +454,9 @@ func (s *Sampler) ReadAll() []ReadError {
 		if decodeErr != nil {
 			errs = append(errs, ReadError{"decode", decodeErr})
 		}
+		if d := s.opts.Decoder; d != nil {
+			d.flush(b.Access)
+		}
 		if err != nil {
 			b.Error("ring")
 			errs = append(errs, ReadError{"ring", err})
@@ -472,7 +483,28 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 		if c.SampleType&unix.PERF_SAMPLE_PERIOD == 0 {
 			smp.Period = s.periods[i].Load() // the record stands for the period in force
 		}
+		if c.Decode && s.opts.Decoder != nil {
+			d := s.opts.Decoder
+			d.mu.Lock()
+			a, r := d.resolver.Sample(smp, smp.Period)
+			d.mu.Unlock()
+			if r != memop.Resolved {
+				b.Unresolved(i)
+				return nil
+			}
+			d.pending = append(d.pending, a)
+			d.cgroups = append(d.cgroups, smp.Cgroup)
+			d.hasCg = append(d.hasCg, smp.Has&unix.PERF_SAMPLE_CGROUP != 0)
+			d.evs = append(d.evs, i)
+			return nil
+		}
 		b.Sample(i, smp, c.Memory, c.AddrOnly)
+	case perfrecord.TypeComm:
+		if d := s.opts.Decoder; d != nil && h.Misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {
+			if c, err := perfrecord.DecodeComm(rec); err == nil && c.PID == c.TID {
+				d.exec(c.PID)
+			}
+		}
 	case perfrecord.TypeLost, perfrecord.TypeLostSamples: // the ring's losses, and the PMU's (PEBS, SPE)
 		l, err := perfrecord.DecodeLost(rec)
 		if err != nil {

@@ -56,6 +56,7 @@ type Access = cacheline.Access
 type Detector struct {
 	o     Options
 	procs map[uint32]*process
+	gone  Cell // totals of forgotten processes
 }
 
 // New makes a detector; zero options take the defaults.
@@ -182,7 +183,17 @@ func (d *Detector) SetName(pid, tid uint32, name string) {
 }
 
 // Forget drops a process (it exited, or a new program was exec'd).
-func (d *Detector) Forget(pid uint32) { delete(d.procs, pid) }
+func (d *Detector) Forget(pid uint32) {
+	if p := d.procs[pid]; p != nil {
+		d.gone.All += p.det.All
+		d.gone.True += p.det.True
+		d.gone.False += p.det.False
+		d.gone.Detections += p.det.Detections
+		d.gone.TrueCount += p.det.TrueCount
+		d.gone.FalseCount += p.det.FalseCount
+	}
+	delete(d.procs, pid)
+}
 
 // Add runs Alg. 1 on one access.
 func (d *Detector) Add(a *Access) {
@@ -412,3 +423,27 @@ func nonNil(v []uint32) []uint32 {
 }
 
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
+
+// Totals are every detection so far, of processes still known and gone
+// (a counter never goes down when a process exits).
+func (d *Detector) Totals() Cell {
+	t := d.gone
+	for _, p := range d.procs {
+		t.All += p.det.All
+		t.True += p.det.True
+		t.False += p.det.False
+		t.Detections += p.det.Detections
+		t.TrueCount += p.det.TrueCount
+		t.FalseCount += p.det.FalseCount
+	}
+	return t
+}
+
+// PIDs are the processes with state.
+func (d *Detector) PIDs() []uint32 {
+	out := make([]uint32, 0, len(d.procs))
+	for pid := range d.procs {
+		out = append(out, pid)
+	}
+	return out
+}

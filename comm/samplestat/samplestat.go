@@ -193,6 +193,24 @@ func (b Batch) Sample(ev int, s *perfrecord.Sample, memory, addrOnly bool) {
 	}
 }
 
+// Access adds a sample of event ev that the address sampler resolved to an
+// access (a timer sample decoded): it counts as the event's sample and
+// goes into the shared-line table; cgroup is its cgroup id when has.
+func (b Batch) Access(ev int, a *cacheline.Access, cgroup uint64, has bool) {
+	st := b.s
+	st.events[ev].Samples++
+	kind := st.lines.Add(*a)
+	if st.cgroups != nil && has {
+		cg := st.cgroupOf(cgroup)
+		cg.Samples[ev]++
+		cg.Sharing[kind] += a.Period
+	}
+}
+
+// Unresolved counts a sample of event ev the address sampler could not
+// resolve: it is still the event's sample.
+func (b Batch) Unresolved(ev int) { b.s.events[ev].Samples++ }
+
 // classEntry is a cached classification: the data_src word, and its
 // class as one index into Stats.classes (op, source, snoop), +1 so that
 // zero means empty.

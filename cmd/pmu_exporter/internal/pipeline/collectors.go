@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
@@ -53,6 +55,13 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("cpu-budget", "sampling.cpu-budget", "CPU the exporter may spend on sampling, in CPUs (0.01: 1% of one CPU); periods rise beyond it, as they do beyond half of perf_event_max_sample_rate.", func(fc *kingpin.FlagClause) { fc.Default("0.01").Float64Var(&f.sampling.budget) })
 				o.Flag("ring-pages", "sampling.ring-pages", "Data pages of each CPU's sampling ring buffer (a power of two).", func(fc *kingpin.FlagClause) { fc.Default("16").IntVar(&f.sampling.pages) })
 				o.Flag("max-lines", "sampling.max-lines", "Cache lines the shared-line table holds (/debug/cachelines); the coldest half is dropped when full.", func(fc *kingpin.FlagClause) { fc.Default("1024").IntVar(&f.sampling.maxLines) })
+			}},
+		registry.Collector[*build]{Name: "comm", Default: true, Needs: []string{capability.SystemWide}, Live: liveComm, Replay: replayComm,
+			Help: "Sample user-mode code on every CPU with its registers and decode each sampled instruction's memory operand (no precise PMU needed): ComDetective's communication matrices with true and false sharing (/debug/comm), and the shared-line table where no precise sampler feeds it",
+			Options: func(o registry.Options) {
+				o.Flag("period", "", "Nanoseconds of CPU time between the address sampler's samples on each CPU (1000000: 1 kHz); the governor raises it beyond --collector.comm.cpu-budget.", func(fc *kingpin.FlagClause) { fc.Default("1000000").Uint64Var(&f.comm.period) })
+				o.Flag("window", "", "How many of a reader's own samples a published store stays fresh for (ComDetective's expiry; the thesis' 2 suits PEBS with watchpoints, sampling alone needs more: docs/sampling.md).", func(fc *kingpin.FlagClause) { fc.Default(strconv.Itoa(comdetect.DefaultWindow)).IntVar(&f.comm.window) })
+				o.Flag("cpu-budget", "", "CPU the address sampler may spend, in CPUs (0.01: 1% of one CPU); its period rises beyond it.", func(fc *kingpin.FlagClause) { fc.Default("0.01").Float64Var(&f.comm.budget) })
 			}},
 	)
 	if err != nil {

@@ -31,6 +31,7 @@ type Options struct {
 	collectors          *registry.Registry[*build] // which collectors run
 	replay              replayFlags
 	sampling            samplingFlags
+	comm                commFlags
 }
 
 // NewOptions lists the collectors, their options bound to the result.

@@ -365,6 +365,16 @@ func (p *Pipeline) StartPods(ctx context.Context) {
 // Handlers are the extra endpoints (served only with --web.enable-debug).
 func (p *Pipeline) Handlers() []Handler { return p.handlers }
 
+// hasHandler says whether a collector already serves path.
+func (p *Pipeline) hasHandler(path string) bool {
+	for _, h := range p.handlers {
+		if h.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
 // Build puts the pipeline together from this host's counters, or from a
 // recording with --source=replay.
 func Build(o Options, logger *slog.Logger) (*Pipeline, error) {

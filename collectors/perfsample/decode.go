@@ -1,0 +1,146 @@
+package perfsample
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
+	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
+	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+)
+
+// Decoder resolves the address sampler's timer samples to accesses by
+// decoding the sampled instruction, read from the process's memory
+// (/proc/PID/mem; CAP_SYS_PTRACE) with its function found in the mapped
+// ELF file (/proc/PID/root), and feeds them, in time order, to the shared
+// line table and ComDetective's detector.
+type Decoder struct {
+	proc     string
+	fs       procfs.FS
+	maps     *addrmap.Maps
+	code     *codemap.Map
+	resolver *memop.Resolver
+	pending  []cacheline.Access
+	cgroups  []uint64 // beside pending: the sample's cgroup (has: cgroupSet)
+	hasCg    []bool
+	evs      []int
+
+	// mu guards the detector, the resolver and the code map, which the
+	// reader changes and /debug/comm and the metrics read.
+	mu  sync.Mutex
+	det *comdetect.Detector
+}
+
+// NewDecoder reads processes under proc (/proc).
+func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
+	fs, err := procfs.NewFS(proc)
+	if err != nil {
+		return nil, fmt.Errorf("address sampler: %w", err)
+	}
+	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det}
+	d.code = codemap.New(d.maps, d.open, d.readMem)
+	d.resolver = memop.NewResolver(d, memop.Auto)
+	return d, nil
+}
+
+// open opens the file pid maps as name, through the process's root (its
+// container's filesystem), keyed by device and inode so that one file
+// mapped by many processes is read once.
+func (d *Decoder) open(pid uint32, name string) (codemap.File, string, error) {
+	f, err := os.Open(fmt.Sprintf("%s/%d/root%s", d.proc, pid, name))
+	if err != nil {
+		return nil, "", err
+	}
+	key := name
+	if fi, err := f.Stat(); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			key = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+		}
+	}
+	return f, key, nil
+}
+
+// readMem reads pid's memory at addr.
+func (d *Decoder) readMem(pid uint32, addr uint64, b []byte) (int, error) {
+	f, err := os.Open(fmt.Sprintf("%s/%d/mem", d.proc, pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.ReadAt(b, int64(addr))
+}
+
+// Text implements memop.Code: it reads pid's mappings when ip lies in none
+// known (a new process, or a new mapping).
+func (d *Decoder) Text(pid uint32, ip uint64, buf []byte) (uint64, []byte, memop.Reason) {
+	if _, ok := d.maps.Find(pid, ip); !ok && ip < 0xffff800000000000 {
+		if m, err := procmaps.Read(d.fs, int(pid)); err == nil {
+			d.maps.Set(pid, m)
+			d.code.Forget(pid)
+		}
+		if p, err := d.fs.Proc(int(pid)); err == nil {
+			if name, err := p.Comm(); err == nil {
+				d.det.SetName(pid, pid, name)
+			}
+		}
+	}
+	return d.code.Text(pid, ip, buf)
+}
+
+// Exited forgets a process that is gone.
+func (d *Decoder) Exited(pid uint32) { d.exec(pid) }
+
+// exec forgets what was known of a process that ran a new program.
+func (d *Decoder) exec(pid uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.resolver.Forget(pid)
+	d.code.Forget(pid)
+	d.maps.Forget(pid)
+	d.det.Forget(pid)
+}
+
+// flush feeds the accesses of one pass over the rings in time order (each
+// CPU's ring is in order, the rings are not with each other).
+func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has bool)) {
+	if len(d.pending) == 0 {
+		return
+	}
+	idx := make([]int, len(d.pending))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(d.pending[a].Time, d.pending[b].Time) })
+	d.mu.Lock()
+	for _, i := range idx {
+		d.det.Add(&d.pending[i])
+	}
+	d.mu.Unlock()
+	for _, i := range idx {
+		add(d.evs[i], &d.pending[i], d.cgroups[i], d.hasCg[i])
+	}
+	d.pending, d.cgroups, d.hasCg, d.evs = d.pending[:0], d.cgroups[:0], d.hasCg[:0], d.evs[:0]
+}
+
+// View runs f with the detector and the resolver's counts held still.
+func (d *Decoder) View(f func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f(d.det, d.resolver.Unresolved, d.resolver.Resolved)
+}
+
+// Symbolize names an instruction of pid.
+func (d *Decoder) Symbolize(pid uint32, ip uint64) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.code.Symbolize(pid, ip).String()
+}
