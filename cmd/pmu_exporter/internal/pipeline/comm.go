@@ -118,7 +118,9 @@ func commHandler(dec *perfsample.Decoder) http.Handler {
 			n = k
 		}
 		var ms []comdetect.Matrix
-		dec.View(func(det *comdetect.Detector, _ [memop.NumReasons]uint64, _ [2]uint64) { ms = det.Report(uint32(pid), n) })
+		dec.View(func(det *comdetect.Detector, _ [memop.NumReasons]uint64, _ [2]uint64) {
+			ms = det.Report(uint32(pid), n)
+		})
 		rep := comdetect.JSON(ms, dec.Symbolize)
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
