@@ -66,19 +66,15 @@ type Config struct {
 const DecodeSampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID |
 	unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_REGS_USER
 
-// AMD64RegsUser is every general register perf dumps on x86-64 (ax … ss,
-// r8 … r15; the kernel refuses ds, es, fs and gs).
-const AMD64RegsUser = 0xff0fff
-
 // Decoded is the address sampler: cpu-clock in user mode every period ns on
-// every CPU, with the user registers.
-func Decoded(period uint64, cgroup bool) Config {
+// every CPU, with the user registers of regs (memop.RegsMask).
+func Decoded(period uint64, cgroup bool, regs uint64) Config {
 	st := uint64(DecodeSampleType)
 	if cgroup {
 		st |= Cgroup
 	}
 	return Config{Name: "decode", PMU: "software", Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, ExcludeKernel: true},
-		SampleType: st, Period: period, RegsUser: AMD64RegsUser, Decode: true}
+		SampleType: st, Period: period, RegsUser: regs, Decode: true}
 }
 
 // Align rounds a period up to what the event accepts.

@@ -33,7 +33,10 @@ func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer closeFile()
-	acc := pipeline.NewAccesses()
+	acc, err := pipeline.NewAccesses(pipeline.GoArch(file.Arch))
+	if err != nil {
+		return fail(err)
+	}
 	defer acc.Close()
 	det := comdetect.New(comdetect.Options{Window: cf.window})
 	var accesses uint64

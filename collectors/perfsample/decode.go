@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -48,7 +49,9 @@ func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
 	}
 	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det}
 	d.code = codemap.New(d.maps, d.open, d.readMem)
-	d.resolver = memop.NewResolver(d, memop.Auto)
+	if d.resolver, err = memop.NewResolver(d, memop.Auto, runtime.GOARCH); err != nil {
+		return nil, fmt.Errorf("address sampler: %w", err)
+	}
 	return d, nil
 }
 

@@ -83,6 +83,8 @@ type Operand struct {
 	// PCFromStart: a PC-relative address counts from the instruction's
 	// start (arm64), not its end (x86's RIP).
 	PCFromStart bool
+	// IndexExt extends the index before it is scaled (arm64 uxtw, sxtw).
+	IndexExt IndexExt
 	// AddrBits is the address size: 64, or 32 under an address-size
 	// override (the sum wraps at 32 bits).
 	AddrBits uint8
@@ -112,7 +114,14 @@ func (o *Operand) Address(r *Regs, pc uint64) uint64 {
 		a = r[o.Base]
 	}
 	if o.Index != NoReg {
-		a += r[o.Index] * uint64(o.Scale)
+		x := r[o.Index]
+		switch o.IndexExt {
+		case ExtUXTW:
+			x = uint64(uint32(x))
+		case ExtSXTW:
+			x = uint64(int64(int32(x)))
+		}
+		a += x * uint64(o.Scale)
 	}
 	a += uint64(o.Disp)
 	if o.AddrBits == 32 {

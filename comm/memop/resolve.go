@@ -1,6 +1,8 @@
 package memop
 
 import (
+	"fmt"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
@@ -58,10 +60,12 @@ type entry struct {
 // Resolver turns (pid, ip, registers) into an access, decoding each
 // distinct instruction address of a process once.
 type Resolver struct {
-	code   Code
-	choice Choice
-	procs  map[uint32]map[uint64]entry
-	buf    []byte
+	code       Code
+	choice     Choice
+	decodeInsn func([]byte) Operand
+	fixed      uint64 // the instruction length where it is fixed (arm64: 4), else 0
+	procs      map[uint32]map[uint64]entry
+	buf        []byte
 	// Unresolved counts samples without an address, by Reason.
 	Unresolved [NumReasons]uint64
 	// Resolved counts samples with one, by candidate: [0] at the IP, [1]
@@ -69,9 +73,28 @@ type Resolver struct {
 	Resolved [2]uint64
 }
 
-// NewResolver reads code through code.
-func NewResolver(code Code, choice Choice) *Resolver {
-	return &Resolver{code: code, choice: choice, procs: map[uint32]map[uint64]entry{}, buf: make([]byte, 0, 4096)}
+// NewResolver reads code through code, for arch (GOARCH spelling: amd64
+// or arm64).
+func NewResolver(code Code, choice Choice, arch string) (*Resolver, error) {
+	r := &Resolver{code: code, choice: choice, procs: map[uint32]map[uint64]entry{}, buf: make([]byte, 0, 4096)}
+	switch arch {
+	case "amd64":
+		r.decodeInsn = DecodeAMD64
+	case "arm64":
+		r.decodeInsn, r.fixed = DecodeARM64, 4
+	default:
+		return nil, fmt.Errorf("decoding %s instructions is not supported (amd64 and arm64 are)", arch)
+	}
+	return r, nil
+}
+
+// RegsMask is the sample_regs_user that gives the resolver every general
+// register of arch.
+func RegsMask(arch string) uint64 {
+	if arch == "arm64" {
+		return ARM64RegsMask
+	}
+	return AMD64RegsMask
 }
 
 // Forget drops what is cached of pid: after an exec, or its exit.
@@ -147,13 +170,17 @@ func (r *Resolver) decode(pid uint32, ip uint64) entry {
 	if ip < start || ip-start >= uint64(len(b)) {
 		return entry{reason: Unreadable}
 	}
-	e := entry{at: DecodeAMD64(b[ip-start:])}
+	e := entry{at: r.decodeInsn(b[ip-start:])}
+	if r.fixed != 0 && ip-start >= r.fixed {
+		e.prev, e.prevPC = r.decodeInsn(b[ip-start-r.fixed:]), ip-r.fixed
+		return e
+	}
 	if start == ip || ip-start > maxScan {
 		return e
 	}
 	pos := start
 	for pos < ip {
-		o := DecodeAMD64(b[pos-start:])
+		o := r.decodeInsn(b[pos-start:])
 		if o.Len == 0 {
 			return e
 		}

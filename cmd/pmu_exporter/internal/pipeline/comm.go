@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -38,7 +39,7 @@ func liveComm(b *build) error {
 	if err != nil {
 		return err
 	}
-	cfg := sampling.Decoded(o.period, false)
+	cfg := sampling.Decoded(o.period, false, memop.RegsMask(runtime.GOARCH))
 	stats := samplestat.New(1, b.f.sampling.maxLines)
 	stats.SetSharingWindow(b.f.sampling.sharingWindow)
 	smp, failures, err := perfsample.Open([]sampling.Config{cfg}, b.s.facts.OnlineCPUs, stats, perfsample.Options{

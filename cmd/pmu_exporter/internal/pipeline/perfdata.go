@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 
@@ -87,14 +88,19 @@ type Accesses struct {
 	Names    map[[2]uint32]string // (pid, tid) → comm
 }
 
-// NewAccesses reads code from the files as this machine has them.
-func NewAccesses() *Accesses {
+// NewAccesses reads code from the files as this machine has them; arch is
+// the recording machine's (perf.data's arch header), else this one's.
+func NewAccesses(arch string) (*Accesses, error) {
 	maps := addrmap.New()
 	code := codemap.New(maps, func(_ uint32, name string) (codemap.File, string, error) {
 		f, err := os.Open(name)
 		return f, name, err
 	}, nil)
-	return &Accesses{Maps: maps, Code: code, Resolver: memop.NewResolver(code, memop.Auto), Names: map[[2]uint32]string{}}
+	res, err := memop.NewResolver(code, memop.Auto, arch)
+	if err != nil {
+		return nil, err
+	}
+	return &Accesses{Maps: maps, Code: code, Resolver: res, Names: map[[2]uint32]string{}}, nil
 }
 
 // Record follows mappings and exec's.
@@ -127,3 +133,17 @@ func (a *Accesses) Access(attr perfrecord.Attr, s *perfrecord.Sample) (cacheline
 
 // Close closes the files opened for code.
 func (a *Accesses) Close() { a.Code.Close() }
+
+// GoArch is Go's name of a machine as uname -m (and perf.data's arch
+// header) names it; "" is this machine.
+func GoArch(machine string) string {
+	switch machine {
+	case "x86_64":
+		return "amd64"
+	case "aarch64", "arm64":
+		return "arm64"
+	case "":
+		return runtime.GOARCH
+	}
+	return machine
+}
