@@ -10,6 +10,7 @@ package codemap
 import (
 	"cmp"
 	"debug/elf"
+	"debug/gosym"
 	"fmt"
 	"io"
 	"slices"
@@ -51,6 +52,7 @@ type binary struct {
 	f     File
 	loads []elf.ProgHeader // PT_LOAD
 	syms  []symbol         // functions, by address
+	gotab *gosym.Table     // a Go binary's source lines, else nil
 	err   error
 }
 
@@ -161,8 +163,42 @@ func load(f File) *binary {
 			b.syms = append(b.syms, symbol{s.Value, s.Size, s.Name})
 		}
 	}
+	if len(b.syms) == 0 {
+		b.goFuncs(ef) // a stripped Go binary (go build -ldflags=-s, go test, go run)
+	} else if ef.Section(".gopclntab") != nil {
+		b.goLines(ef)
+	}
 	slices.SortFunc(b.syms, func(x, y symbol) int { return cmp.Compare(x.addr, y.addr) })
 	return b
+}
+
+// goLines reads a Go binary's pclntab, which -s keeps: function bounds
+// and source lines without a symbol table or DWARF.
+func (b *binary) goLines(ef *elf.File) *gosym.Table {
+	pcln, text := ef.Section(".gopclntab"), ef.Section(".text")
+	if pcln == nil || text == nil {
+		return nil
+	}
+	data, err := pcln.Data()
+	if err != nil {
+		return nil
+	}
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+	if err != nil {
+		return nil
+	}
+	b.gotab = tab
+	return tab
+}
+
+func (b *binary) goFuncs(ef *elf.File) {
+	tab := b.goLines(ef)
+	if tab == nil {
+		return
+	}
+	for _, fn := range tab.Funcs {
+		b.syms = append(b.syms, symbol{fn.Entry, fn.End - fn.Entry, fn.Name})
+	}
 }
 
 // function is the symbol holding vaddr.
@@ -220,13 +256,18 @@ type Symbol struct {
 	Name   string // function, or "" where no symbol holds the address
 	Offset uint64 // from the function's start (or the file's start)
 	DSO    string // the mapped file, or [anon], [vdso], [kernel]
+	Source string // file:line where the binary says (Go's pclntab)
 }
 
 func (s Symbol) String() string {
-	if s.Name == "" {
-		return fmt.Sprintf("%s+%#x", s.DSO, s.Offset)
+	out := fmt.Sprintf("%s+%#x", s.DSO, s.Offset)
+	if s.Name != "" {
+		out = fmt.Sprintf("%s+%#x (%s)", s.Name, s.Offset, s.DSO)
 	}
-	return fmt.Sprintf("%s+%#x (%s)", s.Name, s.Offset, s.DSO)
+	if s.Source != "" {
+		out += " " + s.Source
+	}
+	return out
 }
 
 // Symbolize names ip of pid.
@@ -243,7 +284,13 @@ func (m *Map) Symbolize(pid uint32, ip uint64) Symbol {
 		return Symbol{DSO: name, Offset: ip - mp.Start + mp.PgOff}
 	}
 	if s, ok := b.function(vaddr); ok {
-		return Symbol{Name: s.name, Offset: vaddr - s.addr, DSO: mp.Name}
+		sym := Symbol{Name: s.name, Offset: vaddr - s.addr, DSO: mp.Name}
+		if b.gotab != nil {
+			if file, line, _ := b.gotab.PCToLine(vaddr); file != "" {
+				sym.Source = fmt.Sprintf("%s:%d", file, line)
+			}
+		}
+		return sym
 	}
 	return Symbol{DSO: mp.Name, Offset: ip - mp.Start + mp.PgOff}
 }
