@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
-	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
@@ -34,18 +33,16 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer closeFile()
 	table := cacheline.New(cf.max)
-	maps := addrmap.New()
+	acc, err := pipeline.NewAccesses(pipeline.GoArch(file.Arch))
+	if err != nil {
+		return fail(err)
+	}
+	defer acc.Close()
 	var memSamples uint64
 	samples, bad, readErr := pipeline.EachSample(file, cf.input, stderr, pipeline.PerfDataVisitor{
-		Record: func(rec []byte, h perfrecord.Header) {
-			if h.Type == perfrecord.TypeMmap || h.Type == perfrecord.TypeMmap2 {
-				if m, err := perfrecord.DecodeMmap(rec); err == nil {
-					maps.Add(m.PID, addrmap.Mapping{Start: m.Addr, End: m.Addr + m.Len, PgOff: m.PgOff, Name: m.Filename})
-				}
-			}
-		},
+		Record: acc.Record,
 		Sample: func(i int, s *perfrecord.Sample) error {
-			if a, ok := cacheline.AccessOf(s, file.Events.Attrs[i].SamplePeriod()); ok {
+			if a, ok := acc.Access(file.Events.Attrs[i], s); ok {
 				memSamples++
 				table.Add(a)
 			}
@@ -53,10 +50,12 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		},
 	})
 	if memSamples == 0 && readErr == nil {
-		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: none of its %d samples is a load or store with a data source: record with perf c2c record or perf mem record\n", cf.input, samples)
+		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: none of its %d samples is a load or store: record with perf c2c record or perf mem record, or without a precise PMU perf record -e cpu-clock:u --user-regs=%s\n", cf.input, samples, amd64UserRegs)
 		return 1
 	}
-	report := table.Report(cf.lines, maps.Name)
+	// Lines are named by their mapping, code by its function where the
+	// mapped files have symbols.
+	report := table.Report(cf.lines, func(pid uint32, addr uint64) string { return acc.Code.Symbolize(pid, addr).String() })
 	w := bufio.NewWriter(stdout)
 	if cf.format == "json" {
 		enc := json.NewEncoder(w)
@@ -99,7 +98,10 @@ func writeC2CText(w io.Writer, r cacheline.Report) {
 				dash(th.Read), dash(th.Written), th.Samples)
 		}
 		for _, c := range l.Code {
-			fmt.Fprintf(tw, "\t  code %s\toffset %d\t%s\t%d samples\t%d HITM\t\t\t%s\n", c.IP, c.Offset, c.Op, c.Samples, c.HITM, c.Symbol)
+			fmt.Fprintf(tw, "\t  code %s\tat byte %d of the line\t%s\t%d samples\t%d HITM\t\t\t%s\n", c.IP, c.Offset, c.Op, c.Samples, c.HITM, c.Symbol)
+		}
+		for _, p := range l.Pairs {
+			fmt.Fprintf(tw, "\t  tids %d ↔ %d\t%d sharing events (estimated)\t\t\t\t\t\t\n", p.A, p.B, p.Events)
 		}
 	}
 	tw.Flush()

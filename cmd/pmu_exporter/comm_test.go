@@ -124,6 +124,83 @@ func TestGroundTruthRecorded(t *testing.T) {
 			}
 		}
 	})
+	// samples and c2c read the same recordings: every resolved sample of the
+	// benchmark's loop is an access to one of its slots, and the c2c table's
+	// hottest lines are its two.
+	t.Run("samples-and-c2c", func(t *testing.T) {
+		data, l := recordShareBench(t, perf, bench, "false-sharing", "0.5")
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"samples", data}, &stdout, &stderr); code != 0 {
+			t.Fatalf("samples: exit %d\n%s", code, stderr.String())
+		}
+		// The loop's atomics, as go tool objdump lists them.
+		dis, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "tool", "objdump", "-s", "main.work", bench).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		atomics := map[string]bool{}
+		for _, ln := range strings.Split(string(dis), "\n") {
+			if f := strings.Fields(ln); len(f) > 3 && strings.Contains(ln, "LOCK XADDQ") {
+				atomics[f[1]] = true
+			}
+		}
+		if len(atomics) != 2 {
+			t.Fatalf("main.work has %d lock xadds, want 2:\n%s", len(atomics), dis)
+		}
+		slots := map[string]bool{hex(l.Own[0]): true, hex(l.Own[1]): true, hex(l.Shared[0]): true}
+		var atAtomics, onSlots int
+		for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+			var smp struct {
+				Addr     string `json:"access_addr"`
+				Width    int    `json:"access_width"`
+				Access   string `json:"access"`
+				AccessIP string `json:"access_ip"`
+			}
+			if err := json.Unmarshal([]byte(line), &smp); err != nil {
+				t.Fatalf("samples line %q: %v", line, err)
+			}
+			if !atomics[smp.AccessIP] {
+				continue
+			}
+			atAtomics++
+			if slots[smp.Addr] && smp.Width == 8 && smp.Access == "store" {
+				onSlots++
+			} else if atAtomics-onSlots < 5 {
+				t.Errorf("an access of the loop's atomics off the benchmark's slots: %s", line)
+			}
+		}
+		if atAtomics < 1000 || onSlots != atAtomics {
+			t.Errorf("%d of %d samples attributed to the loop's atomics are 8-byte stores to the benchmark's slots", onSlots, atAtomics)
+		}
+		stdout.Reset()
+		if code := run([]string{"c2c", "--format", "json", "--lines", "2", data}, &stdout, &stderr); code != 0 {
+			t.Fatalf("c2c: exit %d\n%s", code, stderr.String())
+		}
+		var rep struct {
+			Lines []struct {
+				Address      string `json:"address"`
+				TrueSharing  uint64 `json:"true_sharing_events_estimated"`
+				FalseSharing uint64 `json:"false_sharing_events_estimated"`
+			} `json:"lines"`
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || len(rep.Lines) != 2 {
+			t.Fatalf("c2c: %v %s", err, stdout.String())
+		}
+		for _, ln := range rep.Lines {
+			switch ln.Address {
+			case hex(l.Own[0] &^ 63):
+				if ln.FalseSharing == 0 || ln.TrueSharing != 0 {
+					t.Errorf("slots' line %+v: want false sharing only", ln)
+				}
+			case hex(l.Shared[0] &^ 63):
+				if ln.TrueSharing == 0 || ln.FalseSharing != 0 {
+					t.Errorf("shared variable's line %+v: want true sharing only", ln)
+				}
+			default:
+				t.Errorf("hottest line %s is not the benchmark's", ln.Address)
+			}
+		}
+	})
 	t.Run("padded", func(t *testing.T) {
 		data, l := recordShareBench(t, perf, bench, "padded", "0.5")
 		p := commOf(t, data, l.PID)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
@@ -63,9 +64,15 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 	defer closeFile()
 	w := bufio.NewWriterSize(stdout, 1<<16)
 	lw := lineWriter{srcs: map[uint64][]byte{}}
+	acc, err := pipeline.NewAccesses(pipeline.GoArch(file.Arch))
+	if err != nil {
+		return fail(err)
+	}
+	defer acc.Close()
 	var lost uint64
 	samples, bad, err := pipeline.EachSample(file, sf.input, stderr, pipeline.PerfDataVisitor{
 		Record: func(rec []byte, h perfrecord.Header) {
+			acc.Record(rec, h)
 			if h.Type == perfrecord.TypeLost || h.Type == perfrecord.TypeLostSamples {
 				if l, err := perfrecord.DecodeLost(rec); err == nil {
 					lost += l.Lost
@@ -73,7 +80,11 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 			}
 		},
 		Sample: func(i int, s *perfrecord.Sample) error {
-			_, err := w.Write(lw.line(i, file.Names, file.Events.Attrs[i], s))
+			line := lw.line(i, file.Names, file.Events.Attrs[i], s)
+			if s.Has&unix.PERF_SAMPLE_REGS_USER != 0 {
+				line = appendDecoded(line[:len(line)-2], acc, s)
+			}
+			_, err := w.Write(line)
 			return err
 		},
 	})
@@ -88,6 +99,33 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 		return 1
 	}
 	return 0
+}
+
+// appendDecoded adds, to a sample line without its closing "}\n", the
+// access the address sampler resolves the sample to: "access" (load,
+// store or rmw), "access_addr", "access_width" and "access_ip" (the
+// instruction: the sampled one or the one before it), or "unresolved" and
+// why.
+func appendDecoded(b []byte, acc *pipeline.Accesses, s *perfrecord.Sample) []byte {
+	a, r := acc.Resolver.Sample(s, 0)
+	if r != memop.Resolved {
+		b = append(b, `,"unresolved":"`...)
+		b = append(b, r.String()...)
+		return append(b, "\"}\n"...)
+	}
+	kind := memop.Load
+	if a.Store {
+		kind = memop.Store
+	}
+	b = append(b, `,"access":"`...)
+	b = append(b, kind.String()...)
+	b = append(b, `","access_addr":"0x`...)
+	b = strconv.AppendUint(b, a.Addr, 16)
+	b = append(b, `","access_width":`...)
+	b = strconv.AppendUint(b, uint64(a.Size), 10)
+	b = append(b, `,"access_ip":"0x`...)
+	b = strconv.AppendUint(b, a.IP, 16)
+	return append(b, "\"}\n"...)
 }
 
 // lineWriter writes sample lines by appending to one buffer: the

@@ -260,6 +260,9 @@ type Symbol struct {
 }
 
 func (s Symbol) String() string {
+	if s.DSO == "" {
+		return ""
+	}
 	out := fmt.Sprintf("%s+%#x", s.DSO, s.Offset)
 	if s.Name != "" {
 		out = fmt.Sprintf("%s+%#x (%s)", s.Name, s.Offset, s.DSO)
@@ -276,10 +279,12 @@ func (m *Map) Symbolize(pid uint32, ip uint64) Symbol {
 	switch {
 	case r == memop.Kernel:
 		return Symbol{DSO: "[kernel]", Offset: ip}
+	case mp.End == 0: // in no mapping
+		return Symbol{}
 	case b == nil || r != memop.Resolved:
 		name := mp.Name
 		if name == "" {
-			name = "[unknown]"
+			name = "[anon]"
 		}
 		return Symbol{DSO: name, Offset: ip - mp.Start + mp.PgOff}
 	}

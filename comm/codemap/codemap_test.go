@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
@@ -62,7 +61,16 @@ func TestTextAndSymbolOfOwnCode(t *testing.T) {
 	if start != entry {
 		t.Errorf("function start %#x, want probe's entry %#x", start, entry)
 	}
-	mem := unsafe.Slice((*byte)(unsafe.Pointer(uintptr(start))), len(b))
+	// The code in memory, read through /proc/self/mem (not the file).
+	self, err := os.Open("/proc/self/mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	mem := make([]byte, len(b))
+	if _, err := self.ReadAt(mem, int64(start)); err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(b, mem) {
 		t.Errorf("bytes from the file differ from the code in memory")
 	}
