@@ -6,6 +6,8 @@ package perffile
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,10 +63,20 @@ type Event struct {
 // Feature bits the files carry.
 const (
 	featHostname  = 3
+	featNRCPUs    = 7
+	featNUMA      = 14
 	featEventDesc = 12
 	headerSize    = 104
 	magic         = 0x32454c4946524550
 )
+
+// Host is what a file's feature sections say of the recording machine:
+// perf c2c report needs the CPU count and the NUMA nodes (their CPU lists).
+type Host struct {
+	Name      string
+	CPUs      uint32   // NRCPUS (0: no section)
+	NUMANodes []string // NUMA_TOPOLOGY, e.g. {"0-3"} (nil: no section)
+}
 
 func str(s string) []byte {
 	n := (len(s) + 1 + 7) / 8 * 8
@@ -76,6 +88,11 @@ func str(s string) []byte {
 // arrays and attrs, the data section, then the feature index and the
 // HOSTNAME and EVENT_DESC sections.
 func File(events []Event, hostname string, records ...[]byte) []byte {
+	return FileOf(events, Host{Name: hostname}, records...)
+}
+
+// FileOf is File with more of the host described.
+func FileOf(events []Event, host Host, records ...[]byte) []byte {
 	var f bytes.Buffer
 	f.Write(make([]byte, headerSize))
 	idOff := make([]int, len(events))
@@ -104,18 +121,39 @@ func File(events []Event, hostname string, records ...[]byte) []byte {
 			desc = le.AppendUint64(desc, id)
 		}
 	}
-	host := str(hostname)
+	// Feature sections, in the order of their bits.
+	type section struct {
+		bit  int
+		body []byte
+	}
+	sections := []section{{featHostname, str(host.Name)}, {featEventDesc, desc}}
+	if host.CPUs > 0 {
+		sections = append(sections, section{featNRCPUs, le.AppendUint32(le.AppendUint32(nil, host.CPUs), host.CPUs)})
+	}
+	if host.NUMANodes != nil {
+		numa := le.AppendUint32(nil, uint32(len(host.NUMANodes)))
+		for i, cpus := range host.NUMANodes {
+			numa = le.AppendUint32(numa, uint32(i))
+			numa = le.AppendUint64(numa, 64<<30) // mem_total, kB
+			numa = le.AppendUint64(numa, 32<<30) // mem_free
+			numa = append(numa, str(cpus)...)
+		}
+		sections = append(sections, section{featNUMA, numa})
+	}
+	slices.SortFunc(sections, func(a, b section) int { return a.bit - b.bit })
 	index := f.Len()
-	f.Write(make([]byte, 32))
-	hostOff := f.Len()
-	f.Write(host)
-	descOff := f.Len()
-	f.Write(desc)
+	f.Write(make([]byte, 16*len(sections)))
+	offs := make([]int, len(sections))
+	for i, sec := range sections {
+		offs[i] = f.Len()
+		f.Write(sec.body)
+	}
 	b := f.Bytes()
-	le.PutUint64(b[index:], uint64(hostOff))
-	le.PutUint64(b[index+8:], uint64(len(host)))
-	le.PutUint64(b[index+16:], uint64(descOff))
-	le.PutUint64(b[index+24:], uint64(len(desc)))
+	for i, sec := range sections {
+		le.PutUint64(b[index+16*i:], uint64(offs[i]))
+		le.PutUint64(b[index+16*i+8:], uint64(len(sec.body)))
+		b[72+sec.bit/8] |= 1 << (sec.bit % 8)
+	}
 	le.PutUint64(b, magic)
 	le.PutUint64(b[8:], headerSize)
 	le.PutUint64(b[16:], 128+16)
@@ -123,8 +161,6 @@ func File(events []Event, hostname string, records ...[]byte) []byte {
 	le.PutUint64(b[32:], uint64(len(events)*(128+16)))
 	le.PutUint64(b[40:], uint64(dataOff))
 	le.PutUint64(b[48:], uint64(dataSize))
-	b[72+featHostname/8] |= 1 << (featHostname % 8)
-	b[72+featEventDesc/8] |= 1 << (featEventDesc % 8)
 	return b
 }
 
@@ -166,10 +202,18 @@ func (c *C2C) File() []byte {
 	st := Attr(4, 0x2cd, c.Period, C2CSampleType, true, 0)
 	var recs [][]byte
 	var exe, m Record
+	// Every record but samples ends in the sample_id trailer the attrs'
+	// sample_id_all promises (pid, tid, time, id, cpu, identifier for
+	// C2CSampleType), or perf script refuses the file.
+	trailer := func(r *Record, time uint64) {
+		r.U32(c.PID).U32(c.PID).U64(time).U64(1).U32(0).U32(0).U64(1)
+	}
 	exe.U32(c.PID).U32(c.PID).U64(0x400000).U64(0x2000).U64(0).U64(0).U64(0).U64(0).U32(5).U32(2).Str("/opt/fsbench/bench")
-	recs = append(recs, exe.Bytes(unix.PERF_RECORD_MMAP2, 0))
+	trailer(&exe, 1e9-2)
+	recs = append(recs, exe.Bytes(unix.PERF_RECORD_MMAP2, unix.PERF_RECORD_MISC_USER))
 	m.U32(c.PID).U32(c.PID).U64(c.Heap).U64(0x21000).U64(0).U64(0).U64(0).U64(0).U32(3).U32(2).Str("[heap]")
-	recs = append(recs, m.Bytes(unix.PERF_RECORD_MMAP2, 0))
+	trailer(&m, 1e9-1)
+	recs = append(recs, m.Bytes(unix.PERF_RECORD_MMAP2, unix.PERF_RECORD_MISC_USER|unix.PERF_RECORD_MISC_MMAP_DATA))
 	r := newRand(c.Seed)
 	c.SlotLine, c.SharedLn = c.Heap+0x100, c.Heap+0x140
 	time := uint64(1e9)
@@ -200,7 +244,8 @@ func (c *C2C) File() []byte {
 			}
 		}
 	}
-	return File([]Event{{Attr: ldlat, IDs: []uint64{1}, Name: "cpu/mem-loads,ldlat=30/P"}, {Attr: st, IDs: []uint64{2}, Name: "cpu/mem-stores/P"}}, "skx", recs...)
+	host := Host{Name: "skx", CPUs: uint32(c.Threads), NUMANodes: []string{fmt.Sprintf("0-%d", c.Threads-1)}}
+	return FileOf([]Event{{Attr: ldlat, IDs: []uint64{1}, Name: "cpu/mem-loads,ldlat=30/P"}, {Attr: st, IDs: []uint64{2}, Name: "cpu/mem-stores/P"}}, host, recs...)
 }
 
 // rng is a small PCG-style generator, so that generated files do not
