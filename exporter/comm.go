@@ -3,14 +3,18 @@ package exporter
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 )
 
 // CommSource is the address sampler's state: ComDetective's detector and
-// the decoder's outcome counts, held still while f runs.
+// the decoder's outcome counts, held still while f runs, and the
+// communication folded to last-level cache domains.
 type CommSource interface {
 	View(f func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64))
+	Domains(f func(a, b string, c comdetect.Cell))
 }
 
 // CommCollector exports communication between threads, node-wide, and what
@@ -18,7 +22,12 @@ type CommSource interface {
 type CommCollector struct {
 	src                          CommSource
 	outcomes, detections, volume *prometheus.Desc
-	window                       *prometheus.Desc
+	window, domains              *prometheus.Desc
+
+	stats    *samplestat.Stats // per-cgroup sharing (nil: none)
+	cgroups  CgroupIDs
+	names    PodNames
+	cgVolume *prometheus.Desc
 }
 
 // NewComm exports src.
@@ -35,7 +44,20 @@ func NewComm(src CommSource) *CommCollector {
 			[]string{"kind"}, nil),
 		window: prometheus.NewDesc("pmu_comm_window_samples",
 			"How many of a reader's own samples a published store stays fresh for.", nil, nil),
+		domains: prometheus.NewDesc("pmu_comm_domain_volume_total",
+			"Communication between threads on CPUs of two last-level cache domains (named by their CPU lists; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².",
+			[]string{"domain_a", "domain_b", "kind"}, nil),
 	}
+}
+
+// PerCgroup adds the communication of each cgroup's threads (as readers)
+// from stats' per-cgroup totals, the ids named by ids and pods by names.
+func (c *CommCollector) PerCgroup(stats *samplestat.Stats, ids CgroupIDs, names PodNames) *CommCollector {
+	c.stats, c.cgroups, c.names = stats, ids, names
+	c.cgVolume = prometheus.NewDesc("pmu_cgroup_comm_volume_total",
+		"Communication of the cgroup's threads with other threads of their process (ComDetective detections of the address sampler, summed sampling periods: nanoseconds of sampled CPU time), by kind. cgroup=\"other\" holds the cgroups beyond the bound.",
+		append(append([]string(nil), identityLabels[:]...), "kind"), nil)
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -44,6 +66,10 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.detections
 	ch <- c.volume
 	ch <- c.window
+	ch <- c.domains
+	if c.stats != nil {
+		ch <- c.cgVolume
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -63,4 +89,18 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.False), "false_sharing")
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(det.Window()))
 	})
+	c.src.Domains(func(a, b string, cell comdetect.Cell) {
+		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.True), a, b, "true_sharing")
+		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.False), a, b, "false_sharing")
+	})
+	if c.stats == nil {
+		return
+	}
+	s := Sampling{cgroups: c.cgroups, names: c.names}
+	for id, cg := range c.stats.Snapshot().Cgroups {
+		l := s.cgroupLabels(id)
+		for _, k := range []cacheline.Kind{cacheline.TrueSharing, cacheline.FalseSharing} {
+			ch <- prometheus.MustNewConstMetric(c.cgVolume, prometheus.CounterValue, float64(cg.Sharing[k]), append(append([]string(nil), l...), k.String())...)
+		}
+	}
 }

@@ -3,12 +3,16 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
@@ -90,5 +94,113 @@ func TestServeCommLive(t *testing.T) {
 		if !strings.Contains(body, s) {
 			t.Errorf("/metrics lacks %s", s)
 		}
+	}
+}
+
+// runBench starts sharebench (in the cgroup dir when set) and returns its
+// layout once it runs; wait ends it.
+func runBench(t *testing.T, bench, dir, f string) (benchLayout, func()) {
+	t.Helper()
+	cmd := exec.Command(bench, "-mode", "false-sharing", "-f", f, "-duration", "3s")
+	if dir != "" {
+		cg, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	line, _ := r.ReadBytes('\n')
+	var l benchLayout
+	if err := json.Unmarshal(line, &l); err != nil {
+		t.Fatalf("layout %q: %v", line, err)
+	}
+	return l, func() { io.Copy(io.Discard, r); cmd.Wait() }
+}
+
+// commProcess is /debug/comm's process pid, if the exporter has one.
+func commProcess(t *testing.T, addr string, pid int) (comdetect.ProcessJSON, bool) {
+	resp, err := http.Get("http://" + addr + "/debug/comm?pid=" + strconv.Itoa(pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep comdetect.ReportJSON
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Processes) != 1 {
+		return comdetect.ProcessJSON{}, false
+	}
+	return rep.Processes[0], true
+}
+
+// With --collector.comm.cgroup the sampler sees only that cgroup's tasks
+// (perf's cgroup mode): of two benchmarks run side by side, only the one
+// inside has communication; its cgroup's series hold exactly its
+// detections, and the CPU pairs are folded to this host's last-level cache
+// domains.
+func TestServeCommSelectedCgroup(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the address sampler decodes x86-64 here")
+	}
+	testenv.RequireRoot(t)
+	bench := buildShareBench(t)
+	top, dirs := testenv.Cgroups(t, "job")
+	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2",
+		"--collector.comm.cgroup="+top+"/job")
+	in, waitIn := runBench(t, bench, dirs[0], "1")
+	out, waitOut := runBench(t, bench, "", "1")
+	waitIn()
+	waitOut()
+	var inside comdetect.ProcessJSON
+	for range 20 {
+		var ok bool
+		if inside, ok = commProcess(t, p.addr, in.PID); ok && inside.Detections.False > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if inside.Detections.False < 20 {
+		t.Fatalf("the benchmark in %s/job: %+v", top, inside.Detections)
+	}
+	if o, ok := commProcess(t, p.addr, out.PID); ok {
+		t.Errorf("the benchmark outside the selected cgroup was sampled: %+v", o.Detections)
+	}
+	_, mfs := p.scrape(t)
+	var volume uint64
+	for i := range inside.False {
+		for j := range inside.False[i] {
+			volume += inside.False[i][j]
+		}
+	}
+	got := mustValue(t, mfs, "pmu_cgroup_comm_volume_total", map[string]string{"cgroup": top + "/job", "kind": "false_sharing"})
+	if uint64(got) != volume/2 {
+		t.Errorf("pmu_cgroup_comm_volume_total of %s/job: %.0f, the benchmark's matrix holds %d", top, got, volume/2)
+	}
+	var folded float64
+	for _, m := range mfs["pmu_comm_domain_volume_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "kind" && l.GetValue() == "false_sharing" {
+				folded += m.GetCounter().GetValue()
+			}
+		}
+	}
+	var cpuVolume uint64
+	for i := range inside.CPUAll {
+		for j := range inside.CPUAll[i] {
+			cpuVolume += inside.CPUAll[i][j]
+		}
+	}
+	if uint64(folded) != cpuVolume/2 {
+		t.Errorf("domain-folded false sharing %.0f, the benchmark's CPU matrix holds %d", folded, cpuVolume/2)
 	}
 }

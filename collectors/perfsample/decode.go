@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -30,15 +31,25 @@ type Decoder struct {
 	maps     *addrmap.Maps
 	code     *codemap.Map
 	resolver *memop.Resolver
+	// pending and the slices beside it are the reader's: touched only in
+	// ReadAll and drain, under the stats' batch lock, which the samplers
+	// sharing a decoder (one per selected cgroup) also share.
 	pending  []cacheline.Access
 	cgroups  []uint64 // beside pending: the sample's cgroup (has: cgroupSet)
 	hasCg    []bool
 	evs      []int
 
-	// mu guards the detector, the resolver and the code map, which the
-	// reader changes and /debug/comm and the metrics read.
+	order   []int            // flush's time order, kept between passes
+	kinds   []cacheline.Kind // what the detector found, by order
+
+	// mu guards the detector, the resolver, the code map and the domain
+	// matrix, which the reader changes and /debug/comm and the metrics read.
 	mu  sync.Mutex
 	det *comdetect.Detector
+	// domains are the last-level cache domain of each CPU, and the
+	// communication between domains by (reader's, publisher's) pair.
+	domainOf map[uint32]string
+	domains  map[DomainPair]*comdetect.Cell
 }
 
 // NewDecoder reads processes under proc (/proc).
@@ -47,7 +58,7 @@ func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("address sampler: %w", err)
 	}
-	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det}
+	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det, domains: map[DomainPair]*comdetect.Cell{}}
 	d.code = codemap.New(d.maps, d.open, d.readMem)
 	if d.resolver, err = memop.NewResolver(d, memop.Auto, runtime.GOARCH); err != nil {
 		return nil, fmt.Errorf("address sampler: %w", err)
@@ -114,24 +125,80 @@ func (d *Decoder) exec(pid uint32) {
 
 // flush feeds the accesses of one pass over the rings in time order (each
 // CPU's ring is in order, the rings are not with each other).
-func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has bool)) {
+func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has bool, kind cacheline.Kind)) {
 	if len(d.pending) == 0 {
 		return
 	}
-	idx := make([]int, len(d.pending))
-	for i := range idx {
-		idx[i] = i
+	d.order = d.order[:0]
+	for i := range d.pending {
+		d.order = append(d.order, i)
 	}
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(d.pending[a].Time, d.pending[b].Time) })
+	slices.SortFunc(d.order, func(a, b int) int { return cmp.Compare(d.pending[a].Time, d.pending[b].Time) })
+	d.kinds = d.kinds[:0]
 	d.mu.Lock()
-	for _, i := range idx {
-		d.det.Add(&d.pending[i])
+	for _, i := range d.order {
+		a := &d.pending[i]
+		found := d.det.Add(a)
+		d.kinds = append(d.kinds, found.Kind)
+		if found.Kind != cacheline.NotShared && a.CPU != found.PeerCPU {
+			d.foldDomains(a.CPU, found.PeerCPU, a.Period, found.Kind)
+		}
 	}
 	d.mu.Unlock()
-	for _, i := range idx {
-		add(d.evs[i], &d.pending[i], d.cgroups[i], d.hasCg[i])
+	for k, i := range d.order {
+		add(d.evs[i], &d.pending[i], d.cgroups[i], d.hasCg[i], d.kinds[k])
 	}
 	d.pending, d.cgroups, d.hasCg, d.evs = d.pending[:0], d.cgroups[:0], d.hasCg[:0], d.evs[:0]
+}
+
+// DomainPair is two last-level cache domains, A <= B.
+type DomainPair struct{ A, B string }
+
+// SetDomains gives the last-level cache domain of each CPU (host.LLCDomains);
+// communication between CPUs is then also folded by domain pair.
+func (d *Decoder) SetDomains(of map[int]string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.domainOf = map[uint32]string{}
+	for cpu, dom := range of {
+		d.domainOf[uint32(cpu)] = dom
+	}
+}
+
+func (d *Decoder) foldDomains(cpu, peer uint32, period uint64, kind cacheline.Kind) {
+	a, b := d.domainOf[cpu], d.domainOf[peer]
+	if a == "" {
+		a = strconv.Itoa(int(cpu))
+	}
+	if b == "" {
+		b = strconv.Itoa(int(peer))
+	}
+	if a > b {
+		a, b = b, a
+	}
+	c := d.domains[DomainPair{a, b}]
+	if c == nil {
+		c = &comdetect.Cell{}
+		d.domains[DomainPair{a, b}] = c
+	}
+	c.All += period
+	c.Detections++
+	if kind == cacheline.TrueSharing {
+		c.True += period
+		c.TrueCount++
+	} else {
+		c.False += period
+		c.FalseCount++
+	}
+}
+
+// Domains calls f with each domain pair's communication (a <= b).
+func (d *Decoder) Domains(f func(a, b string, c comdetect.Cell)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for p, c := range d.domains {
+		f(p.A, p.B, *c)
+	}
 }
 
 // View runs f with the detector and the resolver's counts held still.

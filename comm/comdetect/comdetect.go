@@ -195,8 +195,17 @@ func (d *Detector) Forget(pid uint32) {
 	delete(d.procs, pid)
 }
 
+// Detection is what Add found: nothing (Kind NotShared), or communication
+// of the access's thread with Peer, which published from PeerCPU.
+type Detection struct {
+	Kind    cacheline.Kind
+	Peer    uint32
+	PeerCPU uint32
+}
+
 // Add runs Alg. 1 on one access.
-func (d *Detector) Add(a *Access) {
+func (d *Detector) Add(a *Access) Detection {
+	var found Detection
 	p := d.process(a.PID)
 	t := d.thread(p, a.TID)
 	line := a.Addr &^ (LineSize - 1)
@@ -206,11 +215,16 @@ func (d *Detector) Add(a *Access) {
 		trueSharing := a.Addr < e.addr+uint64(max(e.width, 1)) && e.addr < a.Addr+uint64(max(a.Size, 1))
 		d.detect(p, a, e, trueSharing)
 		t.tprev[slot] = e.time
+		found = Detection{Kind: cacheline.FalseSharing, Peer: e.tid, PeerCPU: e.cpu}
+		if trueSharing {
+			found.Kind = cacheline.TrueSharing
+		}
 	}
 	if a.Store && (!e.valid || e.line == line || !d.thread(p, e.tid).fresh(e.time)) {
 		*e = publication{line: line, addr: a.Addr, time: a.Time, pc: a.IP, tid: a.TID, cpu: a.CPU, width: a.Size, valid: true}
 	}
 	t.push(a.Time)
+	return found
 }
 
 func (d *Detector) detect(p *process, a *Access, e *publication, trueSharing bool) {

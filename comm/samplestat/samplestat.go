@@ -195,11 +195,13 @@ func (b Batch) Sample(ev int, s *perfrecord.Sample, memory, addrOnly bool) {
 
 // Access adds a sample of event ev that the address sampler resolved to an
 // access (a timer sample decoded): it counts as the event's sample and
-// goes into the shared-line table; cgroup is its cgroup id when has.
-func (b Batch) Access(ev int, a *cacheline.Access, cgroup uint64, has bool) {
+// goes into the shared-line table; cgroup is its cgroup id when has, and
+// kind what ComDetective's detector found of it, which the cgroup's
+// sharing totals take.
+func (b Batch) Access(ev int, a *cacheline.Access, cgroup uint64, has bool, kind cacheline.Kind) {
 	st := b.s
 	st.events[ev].Samples++
-	kind := st.lines.Add(*a)
+	st.lines.Add(*a)
 	if st.cgroups != nil && has {
 		cg := st.cgroupOf(cgroup)
 		cg.Samples[ev]++

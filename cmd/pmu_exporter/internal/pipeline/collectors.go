@@ -62,6 +62,8 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("period", "", "Nanoseconds of CPU time between the address sampler's samples on each CPU (1000000: 1 kHz); the governor raises it beyond --collector.comm.cpu-budget.", func(fc *kingpin.FlagClause) { fc.Default("1000000").Uint64Var(&f.comm.period) })
 				o.Flag("window", "", "How many of a reader's own samples a published store stays fresh for (ComDetective's expiry; the thesis' 2 suits PEBS with watchpoints, sampling alone needs more: docs/sampling.md).", func(fc *kingpin.FlagClause) { fc.Default(strconv.Itoa(comdetect.DefaultWindow)).IntVar(&f.comm.window) })
 				o.Flag("cpu-budget", "", "CPU the address sampler may spend, in CPUs (0.01: 1% of one CPU); its period rises beyond it.", func(fc *kingpin.FlagClause) { fc.Default("0.01").Float64Var(&f.comm.budget) })
+				o.Flag("per-cgroup", "", "Record each sample's cgroup and export pmu_cgroup_comm_volume_total per namespace, pod and container, bounded by --collector.cgroup.max-series.", func(fc *kingpin.FlagClause) { fc.Default("true").BoolVar(&f.comm.perCgroup) })
+				o.Flag("cgroup", "", "Sample only this cgroup's tasks (path below the perf_event hierarchy, as in /proc/<pid>/cgroup; repeatable), with perf's cgroup mode: other workloads are not sampled at all. Default: every task.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.comm.cgroups) })
 			}},
 	)
 	if err != nil {

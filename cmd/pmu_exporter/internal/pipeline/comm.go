@@ -10,21 +10,26 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 
 // commFlags are the comm collector's options.
 type commFlags struct {
-	period uint64 // ns of CPU time between samples, per CPU
-	window int
-	budget float64
+	period    uint64 // ns of CPU time between samples, per CPU
+	window    int
+	budget    float64
+	perCgroup bool
+	cgroups   []string // sample only these cgroups' tasks (perf's cgroup mode)
 }
 
 // liveComm runs the address sampler: cpu-clock in user mode on every CPU
@@ -39,36 +44,93 @@ func liveComm(b *build) error {
 	if err != nil {
 		return err
 	}
-	cfg := sampling.Decoded(o.period, false, memop.RegsMask(runtime.GOARCH))
+	if doms, err := host.LLCDomains(b.f.sysfs, b.s.facts.OnlineCPUs); err != nil {
+		b.log.Warn("communication not folded by last-level cache", "err", err)
+	} else {
+		dec.SetDomains(doms)
+	}
+	root, _ := cgroupRoot(b.f.cgroups, *b.s)
+	perCgroup := o.perCgroup && root != ""
+	cfg := sampling.Decoded(o.period, perCgroup, memop.RegsMask(runtime.GOARCH))
 	stats := samplestat.New(1, b.f.sampling.maxLines)
 	stats.SetSharingWindow(b.f.sampling.sharingWindow)
-	smp, failures, err := perfsample.Open([]sampling.Config{cfg}, b.s.facts.OnlineCPUs, stats, perfsample.Options{
-		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: 100 * time.Millisecond, Govern: 500 * time.Millisecond,
-		Governor:  sampling.NewGovernor(o.budget, b.s.facts.MaxSampleRate),
-		AfterRead: func(took time.Duration, _ int) { p.health.Observe("comm", took, nil) },
-		Decoder:   dec,
-	})
-	for _, fl := range failures {
-		b.log.Warn("address sampler not opened on a CPU", "cpu", fl.CPU, "err", fl.Err)
+	if perCgroup {
+		stats.TrackCgroups(b.f.cgroups.maxSeries)
 	}
-	if err != nil {
-		return fmt.Errorf("address sampler: %w", err)
+	// One sampler on every CPU, or one per selected cgroup (perf's cgroup
+	// mode: only their tasks are sampled, and cost nothing elsewhere).
+	targets := []string{""}
+	if len(o.cgroups) > 0 {
+		if root == "" {
+			return errors.New("--collector.comm.cgroup: no cgroup hierarchy holds the perf_event controller")
+		}
+		targets = o.cgroups
 	}
-	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window())
-	p.collectors = append(p.collectors, exporter.NewComm(dec))
+	var smps []*perfsample.Sampler
+	for _, target := range targets {
+		opts := perfsample.Options{
+			Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: 100 * time.Millisecond, Govern: 500 * time.Millisecond,
+			Governor:  sampling.NewGovernor(o.budget/float64(len(targets)), b.s.facts.MaxSampleRate),
+			AfterRead: func(took time.Duration, _ int) { p.health.Observe("comm", took, nil) },
+			Decoder:   dec,
+		}
+		if target != "" {
+			f, err := os.Open(filepath.Join(root, target))
+			if err != nil {
+				return fmt.Errorf("--collector.comm.cgroup: %w", err)
+			}
+			p.closers = append(p.closers, func() { f.Close() })
+			opts.Cgroup = f
+		}
+		smp, failures, err := perfsample.Open([]sampling.Config{cfg}, b.s.facts.OnlineCPUs, stats, opts)
+		for _, fl := range failures {
+			b.log.Warn("address sampler not opened on a CPU", "cpu", fl.CPU, "cgroup", target, "err", fl.Err)
+		}
+		if err != nil {
+			return fmt.Errorf("address sampler: %w", err)
+		}
+		smps = append(smps, smp)
+		p.closers = append(p.closers, func() { smp.Close() })
+		p.cpuResets = append(p.cpuResets, smp.ResetCPU)
+	}
+	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups))
+	coll := exporter.NewComm(dec)
+	var cgNames *cgroupNames
+	if perCgroup {
+		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
+		coll.PerCgroup(stats, cgNames, b.names)
+	}
+	p.collectors = append(p.collectors, coll)
 	if !p.hasHandler("/debug/cachelines") { // no precise sampler: this one feeds the table
-		p.collectors = append(p.collectors, exporter.NewSampling(smp, stats))
+		p.collectors = append(p.collectors, exporter.NewSampling(smps[0], stats))
 		p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return nil })})
 	}
 	p.handlers = append(p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N)", commHandler(dec)})
-	p.closers = append(p.closers, func() { smp.Close() })
-	p.cpuResets = append(p.cpuResets, smp.ResetCPU)
 	p.beside = append(p.beside, func(ctx context.Context) {
-		go forgetExited(ctx, dec, b.f.procfs)
-		if err := smp.Run(ctx); err != nil {
-			b.log.Error("address sampler stopped", "err", err)
-			p.health.Observe("comm", 0, err)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			forgetExited(ctx, dec, b.f.procfs)
+		}()
+		if cgNames != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cgNames.sweepEvery(ctx, stats, b.f.cgroups.grace)
+			}()
 		}
+		for _, smp := range smps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := smp.Run(ctx); err != nil {
+					b.log.Error("address sampler stopped", "err", err)
+					p.health.Observe("comm", 0, err)
+				}
+			}()
+		}
+		wg.Wait()
 	})
 	return nil
 }
