@@ -34,13 +34,13 @@ type Decoder struct {
 	// pending and the slices beside it are the reader's: touched only in
 	// ReadAll and drain, under the stats' batch lock, which the samplers
 	// sharing a decoder (one per selected cgroup) also share.
-	pending  []cacheline.Access
-	cgroups  []uint64 // beside pending: the sample's cgroup (has: cgroupSet)
-	hasCg    []bool
-	evs      []int
+	pending []cacheline.Access
+	cgroups []uint64 // beside pending: the sample's cgroup (has: cgroupSet)
+	hasCg   []bool
+	evs     []int
 
-	order   []int            // flush's time order, kept between passes
-	kinds   []cacheline.Kind // what the detector found, by order
+	order []int            // flush's time order, kept between passes
+	kinds []cacheline.Kind // what the detector found, by order
 
 	// mu guards the detector, the resolver, the code map and the domain
 	// matrix, which the reader changes and /debug/comm and the metrics read.
