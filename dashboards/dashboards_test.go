@@ -237,7 +237,14 @@ func TestQueriesReturnData(t *testing.T) {
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/skx-c2c.data")
 	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.counting.interval=500ms",
-		"--collector.sampling.event=page-faults", "--collector.sampling.period=100")
+		"--collector.sampling.event=page-faults", "--collector.sampling.period=100", "--collector.comm.period=200000")
+	// Threads that share lines, for the data locality dashboard: the
+	// False-Sharing benchmark, half its adds on its own slots.
+	bench := filepath.Join(dir, "sharebench")
+	if out, err := exec.Command("go", "build", "-o", bench, "../internal/groundtruth/sharebench").CombinedOutput(); err != nil {
+		t.Fatalf("go build sharebench: %v\n%s", err, out)
+	}
+	startProcess(t, filepath.Join(dir, "sharebench.log"), bench, "-f", "0.5", "-duration", "90s")
 	rules, err := filepath.Abs("../deploy/prometheus/pmu_exporter.rules.yml")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package exporter
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
@@ -22,7 +24,8 @@ type CommSource interface {
 type CommCollector struct {
 	src                          CommSource
 	outcomes, detections, volume *prometheus.Desc
-	window, domains              *prometheus.Desc
+	window, domains, period      *prometheus.Desc
+	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
 
 	stats    *samplestat.Stats // per-cgroup sharing (nil: none)
 	cgroups  CgroupIDs
@@ -44,10 +47,19 @@ func NewComm(src CommSource) *CommCollector {
 			[]string{"kind"}, nil),
 		window: prometheus.NewDesc("pmu_comm_window_samples",
 			"How many of a reader's own samples a published store stays fresh for.", nil, nil),
+		period: prometheus.NewDesc("pmu_comm_sample_period_seconds",
+			"CPU time between two of the address sampler's samples on a CPU, as its governor set it (cpu-clock's period), per sampler (one, or one per --collector.comm.cgroup).",
+			[]string{"sampler"}, nil),
 		domains: prometheus.NewDesc("pmu_comm_domain_volume_total",
 			"Communication between threads on CPUs of two last-level cache domains (named by their CPU lists; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².",
 			[]string{"domain_a", "domain_b", "kind"}, nil),
 	}
+}
+
+// WithPeriods exports the samplers' periods (ns).
+func (c *CommCollector) WithPeriods(f func() []uint64) *CommCollector {
+	c.periods = f
+	return c
 }
 
 // PerCgroup adds the communication of each cgroup's threads (as readers)
@@ -67,6 +79,9 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.volume
 	ch <- c.window
 	ch <- c.domains
+	if c.periods != nil {
+		ch <- c.period
+	}
 	if c.stats != nil {
 		ch <- c.cgVolume
 	}
@@ -89,6 +104,11 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.False), "false_sharing")
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(det.Window()))
 	})
+	if c.periods != nil {
+		for i, ns := range c.periods() {
+			ch <- prometheus.MustNewConstMetric(c.period, prometheus.GaugeValue, float64(ns)/1e9, strconv.Itoa(i))
+		}
+	}
 	c.src.Domains(func(a, b string, cell comdetect.Cell) {
 		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.True), a, b, "true_sharing")
 		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.False), a, b, "false_sharing")

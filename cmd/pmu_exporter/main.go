@@ -102,7 +102,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	serve.Flag("web.idle-timeout", "How long an idle keep-alive connection is kept before the exporter closes it (its file descriptors are needed for perf events).").
 		Default("30s").DurationVar(&f.idleTimeout)
 	serve.Flag("web.write-timeout", "Longest time to write one response, longer than the slowest scrape.").Default("2m").DurationVar(&f.writeTimeout)
-	serve.Flag("web.enable-debug", "Serve /debug/cachelines (pids, tids, addresses and binary paths) and Go's /debug/pprof/, under the same web configuration (TLS, basic auth) as the metrics. Off by default: anyone who reaches the port could read them.").
+	serve.Flag("web.enable-debug", "Serve /debug/cachelines and /debug/comm (pids, tids, addresses and binary paths) and Go's /debug/pprof/, under the same web configuration (TLS, basic auth) as the metrics. Off by default: anyone who reaches the port could read them.").
 		BoolVar(&f.debug)
 	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
 		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)

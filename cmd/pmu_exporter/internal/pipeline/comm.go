@@ -94,7 +94,13 @@ func liveComm(b *build) error {
 		p.cpuResets = append(p.cpuResets, smp.ResetCPU)
 	}
 	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups))
-	coll := exporter.NewComm(dec)
+	coll := exporter.NewComm(dec).WithPeriods(func() []uint64 {
+		out := make([]uint64, len(smps))
+		for i, smp := range smps {
+			out[i] = smp.Period(0)
+		}
+		return out
+	})
 	var cgNames *cgroupNames
 	if perCgroup {
 		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
