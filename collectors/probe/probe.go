@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
@@ -35,7 +40,8 @@ func Live(f host.Facts) capability.Probes {
 			}
 			return nil
 		},
-		Breakpoint: perf.ProbeBreakpoint,
+		Breakpoint:      perf.ProbeBreakpoint,
+		AddressSampling: addressSampling,
 		EBPF: func() error {
 			err := features.HaveProgramType(ebpf.PerfEvent)
 			if errors.Is(err, ebpf.ErrNotSupported) {
@@ -56,4 +62,81 @@ func Live(f host.Facts) capability.Probes {
 			return perf.ProbeCgroup(int(d.Fd()), 0)
 		},
 	}
+}
+
+// addressSampling samples this thread's user-mode CPU time with its
+// registers for a few milliseconds and checks that a sample carries them,
+// its instruction pointer register equal to the sample's IP, and that the
+// code there can be read through /proc/self/mem as the sampler reads other
+// processes'.
+func addressSampling() error {
+	if _, err := memop.NewResolver(nil, memop.Auto, runtime.GOARCH); err != nil {
+		return fmt.Errorf("%w: %v", capability.ErrNotSupported, err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const st = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_REGS_USER
+	a := perf.Attr(eventspec.Attr{Type: pmu.TypeSoftware, Config: unix.PERF_COUNT_SW_CPU_CLOCK, ExcludeKernel: true})
+	a.Read_format = 0
+	a.Sample = 100000 // 100 µs
+	a.Sample_type = st
+	a.Sample_regs_user = memop.RegsMask(runtime.GOARCH)
+	a.Bits |= unix.PerfBitDisabled | unix.PerfBitExcludeHv
+	fd, err := perf.OpenFD(&a, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ring, err := perfring.Open(fd, 1)
+	if err != nil {
+		return err
+	}
+	defer ring.Close()
+	if err := perf.Enable(fd); err != nil {
+		return err
+	}
+	for start := time.Now(); time.Since(start) < 20*time.Millisecond; {
+	}
+	ipReg := memop.AMD64IP
+	if runtime.GOARCH == "arm64" {
+		ipReg = memop.ARM64PC
+	}
+	l := perfrecord.Layout{SampleType: st, RegsUser: a.Sample_regs_user}
+	var s perfrecord.Sample
+	var samples, withRegs int
+	var codeErr error
+	ring.Read(func(rec []byte) bool {
+		if perfrecord.DecodeSample(rec, l, &s) != nil {
+			return true
+		}
+		samples++
+		if s.RegsABI != 0 && s.Regs[ipReg] == s.IP {
+			withRegs++
+			if withRegs == 1 {
+				codeErr = readOwnCode(s.IP)
+			}
+		}
+		return true
+	})
+	switch {
+	case samples == 0:
+		return errors.New("20 ms of this thread's CPU time gave no user-mode cpu-clock sample")
+	case withRegs == 0:
+		return fmt.Errorf("none of %d samples carried the user registers with the instruction pointer at the sample's IP", samples)
+	case codeErr != nil:
+		return fmt.Errorf("the sampled code cannot be read from process memory: %w", codeErr)
+	}
+	return nil
+}
+
+// readOwnCode reads 16 bytes at ip through /proc/self/mem.
+func readOwnCode(ip uint64) error {
+	f, err := os.Open("/proc/self/mem")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var b [16]byte
+	_, err = f.ReadAt(b[:], int64(ip))
+	return err
 }

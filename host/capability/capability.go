@@ -25,8 +25,12 @@ const (
 	IBS              = "ibs"
 	SPE              = "spe"
 	Breakpoints      = "breakpoints"
-	EBPF             = "ebpf"
-	CgroupEvents     = "cgroup_events"
+	// AddressSampling: user-mode timer samples carry the registers, so the
+	// sampled instruction's memory operand gives the data address without
+	// a precise PMU.
+	AddressSampling = "address_sampling"
+	EBPF            = "ebpf"
+	CgroupEvents    = "cgroup_events"
 	// CgroupAttribution is judged by serve and check, which load the eBPF
 	// attribution program: it is not in Build's report.
 	CgroupAttribution = "cgroup_attribution"
@@ -91,8 +95,11 @@ type Probes struct {
 	Hardware   func() error // a generic hardware event on this thread
 	SystemWide func() error // a software event on every CPU, all tasks
 	Breakpoint func() error // a hardware watchpoint on this thread
-	EBPF       func() error // loading a perf_event BPF program
-	Cgroup     func() error // a cgroup-scoped event
+	// AddressSampling: a user-mode cpu-clock sample of this thread with
+	// its registers, whose instruction pointer register is the sample's IP.
+	AddressSampling func() error
+	EBPF            func() error // loading a perf_event BPF program
+	Cgroup          func() error // a cgroup-scoped event
 }
 
 // Build judges every feature.
@@ -231,6 +238,11 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 		bp = Feature{Name: Breakpoints, Reason: "no breakpoint PMU", Fix: "the kernel lacks CONFIG_HAVE_HW_BREAKPOINT"}
 	}
 	r.add(bp)
+
+	if p.AddressSampling != nil {
+		r.add(feature(AddressSampling, p.AddressSampling(), "user-mode timer samples carry the registers: data addresses from the sampled instructions, no precise PMU needed",
+			"needs perf_event_paranoid <= 2 or CAP_PERFMON, PERF_SAMPLE_REGS_USER (Linux 3.7, x86-64 or arm64), and CAP_SYS_PTRACE to read other processes' code"))
+	}
 
 	bpfFix := "eBPF needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) and a kernel with CONFIG_BPF_SYSCALL"
 	r.add(feature(EBPF, p.EBPF(), "perf_event BPF programs load", bpfFix))

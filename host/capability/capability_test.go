@@ -16,7 +16,7 @@ import (
 func ok() error { return nil }
 
 // allWork are the probe results of a bare-metal host run as root.
-var allWork = Probes{Hardware: ok, SystemWide: ok, Breakpoint: ok, EBPF: ok, Cgroup: ok}
+var allWork = Probes{Hardware: ok, SystemWide: ok, Breakpoint: ok, EBPF: ok, Cgroup: ok, AddressSampling: ok}
 
 func report(t *testing.T, h fixture.Host, p Probes) Report {
 	t.Helper()
@@ -80,7 +80,7 @@ func TestVMWithoutPMU(t *testing.T) {
 		return &model.OpenError{Event: "probe", Err: unix.ENOENT, Reason: model.ReasonUnsupported}
 	}
 	r := report(t, fixture.NoPMU(), p)
-	want(t, r, map[string]bool{HardwareCounters: false, PreciseSampling: false, SystemWide: true, Breakpoints: true})
+	want(t, r, map[string]bool{HardwareCounters: false, PreciseSampling: false, SystemWide: true, Breakpoints: true, AddressSampling: true})
 	if hw := r.Feature(HardwareCounters); !strings.Contains(hw.Reason, "this VM does not expose a PMU") {
 		t.Errorf("reason %q", hw.Reason)
 	}
@@ -93,9 +93,12 @@ func TestUnprivileged(t *testing.T) {
 	denied := func() error {
 		return &model.OpenError{Event: "probe", Err: unix.EACCES, Reason: model.ReasonPermission}
 	}
-	p := Probes{Hardware: ok, SystemWide: denied, Breakpoint: ok, EBPF: func() error { return unix.EPERM }, Cgroup: denied}
+	p := Probes{Hardware: ok, SystemWide: denied, Breakpoint: ok, EBPF: func() error { return unix.EPERM }, Cgroup: denied, AddressSampling: denied}
 	r := report(t, fixture.IntelSkylake(), p)
-	want(t, r, map[string]bool{SystemWide: false, EBPF: false, CgroupEvents: false, HardwareCounters: true})
+	want(t, r, map[string]bool{SystemWide: false, EBPF: false, CgroupEvents: false, HardwareCounters: true, AddressSampling: false})
+	if fix := r.Feature(AddressSampling).Fix; !strings.Contains(fix, "CAP_SYS_PTRACE") {
+		t.Errorf("address sampling fix = %q", fix)
+	}
 	if r.Runnable {
 		t.Error("runnable without system-wide counting")
 	}

@@ -56,7 +56,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("ring-pages", "sampling.ring-pages", "Data pages of each CPU's sampling ring buffer (a power of two).", func(fc *kingpin.FlagClause) { fc.Default("16").IntVar(&f.sampling.pages) })
 				o.Flag("max-lines", "sampling.max-lines", "Cache lines the shared-line table holds (/debug/cachelines); the coldest half is dropped when full.", func(fc *kingpin.FlagClause) { fc.Default("1024").IntVar(&f.sampling.maxLines) })
 			}},
-		registry.Collector[*build]{Name: "comm", Default: true, Needs: []string{capability.SystemWide}, Live: liveComm, Replay: replayComm,
+		registry.Collector[*build]{Name: "comm", Default: true, Needs: []string{capability.SystemWide, capability.AddressSampling}, Live: liveComm, Replay: replayComm,
 			Help: "Sample user-mode code on every CPU with its registers and decode each sampled instruction's memory operand (no precise PMU needed): ComDetective's communication matrices with true and false sharing (/debug/comm), and the shared-line table where no precise sampler feeds it",
 			Options: func(o registry.Options) {
 				o.Flag("period", "", "Nanoseconds of CPU time between the address sampler's samples on each CPU (1000000: 1 kHz); the governor raises it beyond --collector.comm.cpu-budget.", func(fc *kingpin.FlagClause) { fc.Default("1000000").Uint64Var(&f.comm.period) })
