@@ -154,11 +154,30 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 	}
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
-	top, dirs := testenv.Cgroups(t, "job")
+	// A cgroup where a kubelet puts a pod (cgroupfs driver), so that
+	// /debug/comm?pod= finds it by its UID.
+	const uid = "0c7d8f16-1111-2222-3333-444455556666"
+	const job = "kubepods/pod" + uid
+	top, dirs := testenv.Cgroups(t, "kubepods", job)
 	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2",
-		"--collector.comm.cgroup="+top+"/job")
-	in, waitIn := runBench(t, bench, dirs[0], "1")
+		"--collector.comm.cgroup="+top+"/"+job)
+	in, waitIn := runBench(t, bench, dirs[1], "1")
 	out, waitOut := runBench(t, bench, "", "1")
+	// While the benchmarks run (the pod of a process is read from its
+	// /proc/PID/cgroup), the pod filter keeps the one inside.
+	time.Sleep(1500 * time.Millisecond)
+	for pod, want := range map[string]int{uid: 1, "0c7d8f16-0000-0000-0000-000000000000": 0} {
+		resp, err := http.Get("http://" + p.addr + "/debug/comm?pod=" + pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep comdetect.ReportJSON
+		json.NewDecoder(resp.Body).Decode(&rep)
+		resp.Body.Close()
+		if len(rep.Processes) != want || want == 1 && rep.Processes[0].PID != uint32(in.PID) {
+			t.Errorf("/debug/comm?pod=%s: %d processes, want %d (the benchmark's)", pod, len(rep.Processes), want)
+		}
+	}
 	waitIn()
 	waitOut()
 	var inside comdetect.ProcessJSON
@@ -170,7 +189,7 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if inside.Detections.False < 20 {
-		t.Fatalf("the benchmark in %s/job: %+v", top, inside.Detections)
+		t.Fatalf("the benchmark in %s/%s: %+v", top, job, inside.Detections)
 	}
 	if o, ok := commProcess(t, p.addr, out.PID); ok {
 		t.Errorf("the benchmark outside the selected cgroup was sampled: %+v", o.Detections)
@@ -182,9 +201,9 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 			volume += inside.False[i][j]
 		}
 	}
-	got := mustValue(t, mfs, "pmu_cgroup_comm_volume_total", map[string]string{"cgroup": top + "/job", "kind": "false_sharing"})
+	got := mustValue(t, mfs, "pmu_cgroup_comm_volume_total", map[string]string{"cgroup": top + "/" + job, "pod": uid, "kind": "false_sharing"})
 	if uint64(got) != volume/2 {
-		t.Errorf("pmu_cgroup_comm_volume_total of %s/job: %.0f, the benchmark's matrix holds %d", top, got, volume/2)
+		t.Errorf("pmu_cgroup_comm_volume_total of %s/%s: %.0f, the benchmark's matrix holds %d", top, job, got, volume/2)
 	}
 	var folded float64
 	for _, m := range mfs["pmu_comm_domain_volume_total"].GetMetric() {

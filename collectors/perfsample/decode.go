@@ -18,6 +18,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
 // Decoder resolves the address sampler's timer samples to accesses by
@@ -108,6 +109,17 @@ func (d *Decoder) Text(pid uint32, ip uint64, buf []byte) (uint64, []byte, memop
 		}
 	}
 	return d.code.Text(pid, ip, buf)
+}
+
+// mapped follows a new executable mapping: what was decoded in its range
+// is stale.
+func (d *Decoder) mapped(m perfrecord.Mmap) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.maps.Has(m.PID) {
+		d.maps.Add(m.PID, addrmap.Mapping{Start: m.Addr, End: m.Addr + m.Len, PgOff: m.PgOff, Name: m.Filename})
+	}
+	d.resolver.Unmap(m.PID, m.Addr, m.Addr+m.Len)
 }
 
 // Exited forgets a process that is gone.

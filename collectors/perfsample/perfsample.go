@@ -339,8 +339,9 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, lea
 	a.Sample_regs_user = c.RegsUser
 	a.Bits |= unix.PerfBitDisabled | bitSampleIDAll | unix.PerfBitWatermark
 	if c.Decode {
-		// exec's COMM records tell the decoder a process's code changed.
-		a.Bits |= unix.PerfBitComm | unix.PerfBitCommExec
+		// exec's COMM records tell the decoder a process's code changed, and
+		// MMAP2 records of executable mappings that a range was remapped.
+		a.Bits |= unix.PerfBitComm | unix.PerfBitCommExec | unix.PerfBitMmap | unix.PerfBitMmap2
 	}
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
 	fd, err = perf.OpenFD(&a, pid, cpu, leader, flags)
@@ -499,6 +500,12 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 			return nil
 		}
 		b.Sample(i, smp, c.Memory, c.AddrOnly)
+	case perfrecord.TypeMmap, perfrecord.TypeMmap2:
+		if d := s.opts.Decoder; d != nil {
+			if m, err := perfrecord.DecodeMmap(rec); err == nil {
+				d.mapped(m)
+			}
+		}
 	case perfrecord.TypeComm:
 		if d := s.opts.Decoder; d != nil && h.Misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {
 			if c, err := perfrecord.DecodeComm(rec); err == nil && c.PID == c.TID {

@@ -52,14 +52,15 @@ func main() {
 	f := flag.Float64("f", 0.5, "probability of the first kind of access")
 	threads := flag.Int("threads", 2, "threads (p2p: 4)")
 	d := flag.Duration("duration", 2*time.Second, "how long to run")
+	iters := flag.Int("iters", 0, "instead of -duration: adds per thread, and print the elapsed time")
 	flag.Parse()
-	if err := run(*mode, *f, *threads, *d); err != nil {
+	if err := run(*mode, *f, *threads, *d, *iters); err != nil {
 		fmt.Fprintln(os.Stderr, "sharebench:", err)
 		os.Exit(2)
 	}
 }
 
-func run(mode string, f float64, threads int, d time.Duration) error {
+func run(mode string, f float64, threads int, d time.Duration, iters int) error {
 	if mode == "p2p" {
 		threads = 4
 	}
@@ -106,7 +107,7 @@ func run(mode string, f float64, threads int, d time.Duration) error {
 			if mode == "p2p" || mode == "volume" { // f is the sharing fraction
 				first, second = second, first
 			}
-			work(first, second, threshold, uint64(t)*0x9E3779B97F4A7C15+1, &stop)
+			work(first, second, threshold, uint64(t)*0x9E3779B97F4A7C15+1, iters, &stop)
 			done.Done()
 		}()
 	}
@@ -114,25 +115,30 @@ func run(mode string, f float64, threads int, d time.Duration) error {
 	if err := json.NewEncoder(os.Stdout).Encode(l); err != nil {
 		return err
 	}
+	began := time.Now()
 	close(start)
-	time.Sleep(d)
-	stop.Store(true)
+	if iters == 0 {
+		time.Sleep(d)
+		stop.Store(true)
+	}
 	done.Wait()
+	elapsed := time.Since(began)
 	// The exact accesses, as a second line: each slot's final count.
 	counts := map[string]uint64{}
 	for t := range threads {
 		counts[fmt.Sprintf("%#x", l.Own[t])] = atomic.LoadUint64(own[t])
 		counts[fmt.Sprintf("%#x", l.Shared[t])] = atomic.LoadUint64(shared[t])
 	}
-	return json.NewEncoder(os.Stdout).Encode(map[string]any{"counts": counts})
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"counts": counts, "elapsed_seconds": elapsed.Seconds()})
 }
 
 // work is the measured loop: for the first kind (probability threshold /
-// 2^63) an atomic add to first, else to second.
+// 2^63) an atomic add to first, else to second; iters adds, or (0) until
+// stop.
 //
 //go:noinline
-func work(first, second *uint64, threshold, x uint64, stop *atomic.Bool) {
-	for i := 0; ; i++ {
+func work(first, second *uint64, threshold, x uint64, iters int, stop *atomic.Bool) {
+	for i := 0; iters == 0 || i < iters; i++ {
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17

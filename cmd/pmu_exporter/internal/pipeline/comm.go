@@ -9,9 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
@@ -20,6 +23,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 
@@ -111,7 +115,7 @@ func liveComm(b *build) error {
 		p.collectors = append(p.collectors, exporter.NewSampling(smps[0], stats))
 		p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return nil })})
 	}
-	p.handlers = append(p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N)", commHandler(dec)})
+	p.handlers = append(p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N, ?pod=NAME)", commHandler(dec, podOfPID(b.f.procfs, b.names))})
 	p.beside = append(p.beside, func(ctx context.Context) {
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -165,9 +169,44 @@ func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
 	}
 }
 
+// podOfPID names the pod of a process from its cgroups (/proc/PID/cgroup):
+// "namespace/pod" where the API names it, else the pod's UID; "" outside
+// pods.
+func podOfPID(proc string, names exporter.PodNames) func(pid uint32) []string {
+	fs, err := procfs.NewFS(proc)
+	return func(pid uint32) []string {
+		if err != nil {
+			return nil
+		}
+		p, err := fs.Proc(int(pid))
+		if err != nil {
+			return nil
+		}
+		cgs, err := p.Cgroups()
+		if err != nil {
+			return nil
+		}
+		for _, cg := range cgs {
+			id, ok := podcgroup.Parse(cg.Path)
+			if !ok {
+				continue
+			}
+			out := []string{id.PodUID}
+			if names != nil {
+				if ns, pod, _, ok := names.Names(id); ok {
+					out = append(out, pod, ns+"/"+pod)
+				}
+			}
+			return out
+		}
+		return nil
+	}
+}
+
 // commHandler serves the matrices as `pmu_exporter comm --format json`
-// prints them; ?pid=N keeps one process.
-func commHandler(dec *perfsample.Decoder) http.Handler {
+// prints them; ?pid=N keeps one process, ?pod= the processes of a pod
+// (its name, namespace/name or UID).
+func commHandler(dec *perfsample.Decoder, podOf func(pid uint32) []string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var pid uint64
 		if v := r.URL.Query().Get("pid"); v != "" {
@@ -190,6 +229,15 @@ func commHandler(dec *perfsample.Decoder) http.Handler {
 		dec.View(func(det *comdetect.Detector, _ [memop.NumReasons]uint64, _ [2]uint64) {
 			ms = det.Report(uint32(pid), n)
 		})
+		if pod := r.URL.Query().Get("pod"); pod != "" {
+			kept := ms[:0]
+			for _, m := range ms {
+				if slices.Contains(podOf(m.PID), pod) {
+					kept = append(kept, m)
+				}
+			}
+			ms = kept
+		}
 		rep := comdetect.JSON(ms, dec.Symbolize)
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
