@@ -9,6 +9,7 @@ package codemap
 
 import (
 	"cmp"
+	"debug/dwarf"
 	"debug/elf"
 	"debug/gosym"
 	"fmt"
@@ -53,6 +54,9 @@ type binary struct {
 	loads []elf.ProgHeader // PT_LOAD
 	syms  []symbol         // functions, by address
 	gotab *gosym.Table     // a Go binary's source lines, else nil
+	ef    *elf.File
+	lines []lineEntry // DWARF's line table by address, read on first use
+	read  bool        // lines was read (or found absent)
 	err   error
 }
 
@@ -148,7 +152,7 @@ func load(f File) *binary {
 		f.Close()
 		return &binary{err: fmt.Errorf("not an ELF file: %w", err)}
 	}
-	b := &binary{f: f}
+	b := &binary{f: f, ef: ef}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
 			b.loads = append(b.loads, p.ProgHeader)
@@ -290,12 +294,78 @@ func (m *Map) Symbolize(pid uint32, ip uint64) Symbol {
 	}
 	if s, ok := b.function(vaddr); ok {
 		sym := Symbol{Name: s.name, Offset: vaddr - s.addr, DSO: mp.Name}
-		if b.gotab != nil {
-			if file, line, _ := b.gotab.PCToLine(vaddr); file != "" {
-				sym.Source = fmt.Sprintf("%s:%d", file, line)
-			}
-		}
+		sym.Source = b.source(vaddr)
 		return sym
 	}
 	return Symbol{DSO: mp.Name, Offset: ip - mp.Start + mp.PgOff}
+}
+
+// lineEntry is a row of a DWARF line table: code from addr on comes from
+// file:line.
+type lineEntry struct {
+	addr uint64
+	file string
+	line int
+	end  bool // end_sequence: no code from here
+}
+
+// source is file:line of vaddr: from Go's pclntab, else DWARF's line
+// tables (C and C++ built with -g), else "".
+func (b *binary) source(vaddr uint64) string {
+	if b.gotab != nil {
+		if file, line, _ := b.gotab.PCToLine(vaddr); file != "" {
+			return fmt.Sprintf("%s:%d", file, line)
+		}
+		return ""
+	}
+	return b.dwarfSource(vaddr)
+}
+
+func (b *binary) dwarfSource(vaddr uint64) string {
+	if !b.read {
+		b.read = true
+		b.lines = dwarfLines(b.ef)
+	}
+	i, found := slices.BinarySearchFunc(b.lines, vaddr, func(e lineEntry, a uint64) int { return cmp.Compare(e.addr, a) })
+	if !found {
+		i--
+	}
+	if i < 0 || b.lines[i].end {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d", b.lines[i].file, b.lines[i].line)
+}
+
+// dwarfLines reads every compilation unit's line table, by address.
+func dwarfLines(ef *elf.File) []lineEntry {
+	d, err := ef.DWARF()
+	if err != nil {
+		return nil
+	}
+	var out []lineEntry
+	r := d.Reader()
+	for {
+		cu, err := r.Next()
+		if err != nil || cu == nil {
+			break
+		}
+		if cu.Tag != dwarf.TagCompileUnit {
+			r.SkipChildren()
+			continue
+		}
+		lr, err := d.LineReader(cu)
+		if err == nil && lr != nil {
+			var e dwarf.LineEntry
+			for lr.Next(&e) == nil {
+				le := lineEntry{addr: e.Address, line: e.Line, end: e.EndSequence}
+				if e.File != nil {
+					le.file = e.File.Name
+				}
+				out = append(out, le)
+			}
+		}
+		r.SkipChildren()
+	}
+	slices.SortStableFunc(out, func(x, y lineEntry) int { return cmp.Compare(x.addr, y.addr) })
+	return out
 }

@@ -3,7 +3,10 @@ package codemap
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -89,4 +92,41 @@ func TestTextAndSymbolOfOwnCode(t *testing.T) {
 		t.Errorf("unmapped address: %v", r)
 	}
 	runtime.KeepAlive(probe(1))
+}
+
+// DWARF's line tables (what C and C++ binaries built with -g carry) give
+// the same file:line as Go's own pclntab, on a Go binary built with both.
+func TestDWARFLinesAgreeWithPclntab(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gofmt")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "cmd/gofmt")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	f, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := load(f)
+	defer f.Close()
+	if b.gotab == nil || len(b.syms) < 1000 {
+		t.Fatalf("pclntab %v, %d functions", b.gotab != nil, len(b.syms))
+	}
+	var compared, agree int
+	for i, s := range b.syms {
+		if i%5 != 0 || s.size < 8 {
+			continue
+		}
+		pc := s.addr + s.size/2
+		file, line, _ := b.gotab.PCToLine(pc)
+		compared++
+		if got := b.dwarfSource(pc); got == fmt.Sprintf("%s:%d", file, line) {
+			agree++
+		} else if compared-agree <= 5 {
+			t.Logf("%s+%#x: DWARF %s, pclntab %s:%d", s.name, pc-s.addr, got, file, line)
+		}
+	}
+	t.Logf("DWARF agrees with pclntab on %d of %d addresses", agree, compared)
+	if compared < 100 || agree*100 < compared*99 {
+		t.Errorf("DWARF agrees with pclntab on %d of %d addresses", agree, compared)
+	}
 }

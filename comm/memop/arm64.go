@@ -87,8 +87,8 @@ func DecodeARM64(code []byte) Operand {
 			o.Base = arm64Reg(m.Base)
 			off, writeback := memImmediate(m)
 			o.Disp = off
-			if writeback {
-				o.Writes |= 1 << o.Base
+			if writeback && o.Base != NoReg {
+				o.Writes |= 1 << o.Base // pre- and post-index update the base
 			}
 		case arm64asm.MemExtend:
 			pos = i
