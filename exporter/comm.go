@@ -40,11 +40,11 @@ func NewComm(src CommSource) *CommCollector {
 			"Timer samples of the address sampler by outcome: resolved from the instruction at the sampled IP (at_ip) or the one before it (before_ip), or why no address (no_memory_operand, segment_relative, gather, string_instruction, undecodable, unreadable_code, kernel, jit, no_registers).",
 			[]string{"outcome"}, nil),
 		detections: prometheus.NewDesc("pmu_comm_detections_total",
-			"ComDetective detections: a sampled access of one thread to a cache line another thread's sampled store published, by kind (true_sharing: overlapping bytes; false_sharing: not). Raw counts behind pmu_comm_volume_total.",
-			[]string{"kind"}, nil),
+			"ComDetective detections: a sampled access of one thread to a cache line another thread's sampled store published, by kind (true_sharing: overlapping bytes; false_sharing: not), and the sampler whose accesses found it (source=decode: the address sampler). Raw counts behind pmu_comm_volume_total.",
+			[]string{"kind", "source"}, nil),
 		volume: prometheus.NewDesc("pmu_comm_volume_total",
 			"Communication between threads estimated from the detections, by kind: the sum of the detecting samples' periods (the address sampler's: nanoseconds of sampled CPU time, so a share of time, not of accesses).",
-			[]string{"kind"}, nil),
+			[]string{"kind", "source"}, nil),
 		window: prometheus.NewDesc("pmu_comm_window_samples",
 			"How many of a reader's own samples a published store stays fresh for.", nil, nil),
 		period: prometheus.NewDesc("pmu_comm_sample_period_seconds",
@@ -98,10 +98,10 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		t := det.Totals()
-		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.TrueCount), "true_sharing")
-		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.FalseCount), "false_sharing")
-		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.True), "true_sharing")
-		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.False), "false_sharing")
+		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.TrueCount), "true_sharing", "decode")
+		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.FalseCount), "false_sharing", "decode")
+		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.True), "true_sharing", "decode")
+		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.False), "false_sharing", "decode")
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(det.Window()))
 	})
 	if c.periods != nil {

@@ -90,7 +90,7 @@ func TestServeCommLive(t *testing.T) {
 		}
 	}
 	body, _ := p.scrape(t)
-	for _, s := range []string{`pmu_address_samples_total{outcome="before_ip"}`, `pmu_comm_detections_total{kind="false_sharing"}`, `pmu_collector_success{collector="comm"} 1`} {
+	for _, s := range []string{`pmu_address_samples_total{outcome="before_ip"}`, `pmu_comm_detections_total{kind="false_sharing",source="decode"}`, `pmu_collector_success{collector="comm"} 1`} {
 		if !strings.Contains(body, s) {
 			t.Errorf("/metrics lacks %s", s)
 		}
