@@ -5,14 +5,21 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
@@ -221,5 +228,128 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 	}
 	if uint64(folded) != cpuVolume/2 {
 		t.Errorf("domain-folded false sharing %.0f, the benchmark's CPU matrix holds %d", folded, cpuVolume/2)
+	}
+}
+
+// fakeAPIServer answers a node's pod list and watch as the API server
+// does (streaming lists included) with pods.
+type fakeAPIServer struct{ pods []corev1.Pod }
+
+func (s *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/api/v1/pods" {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	raw := func(p corev1.Pod) (out k8sruntime.RawExtension) {
+		out.Raw, _ = json.Marshal(p)
+		return out
+	}
+	enc := json.NewEncoder(w)
+	if r.URL.Query().Get("watch") != "true" {
+		enc.Encode(corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: s.pods})
+		return
+	}
+	if r.URL.Query().Get("sendInitialEvents") == "true" {
+		for _, p := range s.pods {
+			enc.Encode(metav1.WatchEvent{Type: "ADDED", Object: raw(p)})
+		}
+		end := corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+		enc.Encode(metav1.WatchEvent{Type: "BOOKMARK", Object: raw(end)})
+	}
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
+}
+
+// kubeconfigFor writes a kubeconfig that points at url.
+func kubeconfigFor(t *testing.T, url string) string {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+url+`"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// With --collector.comm.pods=annotated only the pods annotated
+// pmu-exporter.io/comm=true are sampled (each in perf's cgroup mode): of two
+// pods running the benchmark, the annotated one's threads communicate on
+// /debug/comm (by its name, from the API), the other's are never sampled.
+func TestServeCommAnnotatedPods(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the address sampler decodes x86-64 here")
+	}
+	testenv.RequireRoot(t)
+	bench := buildShareBench(t)
+	const on, off = "1a2b3c4d-0000-1111-2222-333344445555", "9f8e7d6c-0000-1111-2222-333344445555"
+	_, dirs := testenv.Cgroups(t, "kubepods", "kubepods/pod"+on, "kubepods/pod"+off)
+	mk := func(name, uid string, annotated bool) corev1.Pod {
+		p := corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "lab", UID: types.UID(uid), ResourceVersion: "1"},
+			Spec:       corev1.PodSpec{NodeName: "node-a"}}
+		if annotated {
+			p.Annotations = map[string]string{"pmu-exporter.io/comm": "true"}
+		}
+		return p
+	}
+	srv := httptest.NewServer(&fakeAPIServer{pods: []corev1.Pod{mk("chosen", on, true), mk("other", off, false)}})
+	t.Cleanup(srv.Close)
+	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2",
+		"--collector.comm.pods=annotated", "--kubernetes.node-name=node-a", "--kubernetes.kubeconfig="+kubeconfigFor(t, srv.URL))
+	run := func(dir string) (benchLayout, func()) {
+		cmd := exec.Command(bench, "-mode", "false-sharing", "-f", "1", "-duration", "12s")
+		cg, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(out)
+		line, _ := r.ReadBytes('\n')
+		var l benchLayout
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatalf("layout %q: %v", line, err)
+		}
+		return l, func() { cmd.Process.Kill(); io.Copy(io.Discard, r); cmd.Wait() }
+	}
+	in, stopIn := run(dirs[1])
+	defer stopIn()
+	out, stopOut := run(dirs[2])
+	defer stopOut()
+	// The pods are looked for every 5 s, once the API has listed them.
+	deadline := time.Now().Add(11 * time.Second)
+	var rep comdetect.ReportJSON
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + p.addr + "/debug/comm?pod=lab/chosen")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep = comdetect.ReportJSON{}
+		json.NewDecoder(resp.Body).Decode(&rep)
+		resp.Body.Close()
+		if len(rep.Processes) == 1 && rep.Processes[0].Detections.False >= 20 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if len(rep.Processes) != 1 || rep.Processes[0].PID != uint32(in.PID) || rep.Processes[0].Detections.False < 20 {
+		t.Fatalf("/debug/comm?pod=lab/chosen: %+v, want the annotated pod's benchmark (pid %d) communicating\n%s", rep.Processes, in.PID, p.log)
+	}
+	if o, ok := commProcess(t, p.addr, out.PID); ok {
+		t.Errorf("the benchmark of the pod without the annotation was sampled: %+v", o.Detections)
+	}
+	if !strings.Contains(p.log.String(), "sampling annotated pod") {
+		t.Errorf("the log does not say which pod is sampled:\n%s", p.log)
 	}
 }

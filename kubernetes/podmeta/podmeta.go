@@ -30,6 +30,10 @@ import (
 
 const byUID = "uid"
 
+// CommAnnotation, set to "true" on a pod, selects it for the address
+// sampler when --collector.comm.pods=annotated.
+const CommAnnotation = "pmu-exporter.io/comm"
+
 // Index answers pod names by UID from the informer's cache.
 type Index struct {
 	informer cache.SharedIndexInformer
@@ -132,6 +136,9 @@ func trim(obj any) (any, error) {
 		return obj, nil // a tombstone
 	}
 	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}}
+	if v, ok := p.Annotations[CommAnnotation]; ok {
+		out.Annotations = map[string]string{CommAnnotation: v}
+	}
 	out.Status.ContainerStatuses = trimStatuses(p.Status.ContainerStatuses)
 	out.Status.InitContainerStatuses = trimStatuses(p.Status.InitContainerStatuses)
 	out.Status.EphemeralContainerStatuses = trimStatuses(p.Status.EphemeralContainerStatuses)
@@ -157,6 +164,18 @@ func (x *Index) WatchErrors() uint64 { return x.errors.Load() }
 
 // Pods is the number of pods known.
 func (x *Index) Pods() int { return len(x.informer.GetStore().ListKeys()) }
+
+// Annotated lists the UIDs of this node's pods whose annotation key is
+// "true" (key: CommAnnotation; the cache keeps no other).
+func (x *Index) Annotated(key string) []string {
+	var out []string
+	for _, obj := range x.informer.GetStore().List() {
+		if p, ok := obj.(*corev1.Pod); ok && p.Annotations[key] == "true" {
+			out = append(out, string(p.UID))
+		}
+	}
+	return out
+}
 
 // Names returns the namespace, pod name and (for a container's cgroup) the
 // container name of id; container is "" for the pod's own cgroup. ok is false

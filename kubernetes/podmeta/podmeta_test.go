@@ -80,6 +80,8 @@ func TestNamesFromAPIServer(t *testing.T) {
 		list:  []corev1.Pod{pod("cart-7f9", "0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c", "app", "containerd://"+ctrID, "sidecar", "containerd://beef")},
 		added: pod("late", "11111111-2222-3333-4444-555555555555"),
 	}
+	api.list[0].Annotations = map[string]string{CommAnnotation: "true", "other": "dropped"}
+	api.added.Annotations = map[string]string{CommAnnotation: "false"}
 	api.added.ResourceVersion = "2"
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close) // after the index stops watching: Close waits for open watches
@@ -98,6 +100,10 @@ func TestNamesFromAPIServer(t *testing.T) {
 		}
 	}
 	api.mu.Unlock()
+	// The pods selected for the address sampler by annotation.
+	if got := x.Annotated(CommAnnotation); len(got) != 1 || got[0] != "0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c" {
+		t.Errorf("annotated pods %v, want the cart pod's UID", got)
+	}
 	for _, c := range []struct {
 		id           podcgroup.Identity
 		ns, pod, ctr string

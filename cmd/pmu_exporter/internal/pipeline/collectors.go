@@ -63,6 +63,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("window", "", "How many of a reader's own samples a published store stays fresh for (ComDetective's expiry; the thesis' 2 suits PEBS with watchpoints, sampling alone needs more: docs/sampling.md).", func(fc *kingpin.FlagClause) { fc.Default(strconv.Itoa(comdetect.DefaultWindow)).IntVar(&f.comm.window) })
 				o.Flag("cpu-budget", "", "CPU the address sampler may spend, in CPUs (0.01: 1% of one CPU); its period rises beyond it.", func(fc *kingpin.FlagClause) { fc.Default("0.01").Float64Var(&f.comm.budget) })
 				o.Flag("per-cgroup", "", "Record each sample's cgroup and export pmu_cgroup_comm_volume_total per namespace, pod and container, bounded by --collector.cgroup.max-series.", func(fc *kingpin.FlagClause) { fc.Default("true").BoolVar(&f.comm.perCgroup) })
+				o.Flag("pods", "", "Which pods' tasks to sample: all (every task, as without Kubernetes), or annotated: only pods annotated pmu-exporter.io/comm=\"true\" on this node, each with perf's cgroup mode (needs --kubernetes.node-name); others are not sampled at all.", func(fc *kingpin.FlagClause) { fc.Default("all").EnumVar(&f.comm.pods, "all", "annotated") })
 				o.Flag("cgroup", "", "Sample only this cgroup's tasks (path below the perf_event hierarchy, as in /proc/<pid>/cgroup; repeatable), with perf's cgroup mode: other workloads are not sampled at all. Default: every task.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.comm.cgroups) })
 			}},
 	)

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
 
@@ -34,6 +37,7 @@ type commFlags struct {
 	budget    float64
 	perCgroup bool
 	cgroups   []string // sample only these cgroups' tasks (perf's cgroup mode)
+	pods      string   // all, or annotated: only pods annotated pmu-exporter.io/comm=true
 }
 
 // liveComm runs the address sampler: cpu-clock in user mode on every CPU
@@ -61,50 +65,38 @@ func liveComm(b *build) error {
 	if perCgroup {
 		stats.TrackCgroups(b.f.cgroups.maxSeries)
 	}
+	set := &commSamplers{b: b, cfg: cfg, stats: stats, dec: dec, root: root, running: map[string]*commSampler{}}
 	// One sampler on every CPU, or one per selected cgroup (perf's cgroup
-	// mode: only their tasks are sampled, and cost nothing elsewhere).
-	targets := []string{""}
-	if len(o.cgroups) > 0 {
+	// mode: only their tasks are sampled, and cost nothing elsewhere), or
+	// one per pod annotated pmu-exporter.io/comm=true, followed as pods come
+	// and go.
+	var annotated interface{ Annotated(key string) []string }
+	switch {
+	case o.pods == "annotated":
+		var ok bool
+		if annotated, ok = b.names.(interface{ Annotated(string) []string }); !ok || root == "" {
+			return errors.New("--collector.comm.pods=annotated needs the pods' annotations (--kubernetes.node-name) and a cgroup hierarchy with the perf_event controller")
+		}
+	case len(o.cgroups) > 0:
 		if root == "" {
 			return errors.New("--collector.comm.cgroup: no cgroup hierarchy holds the perf_event controller")
 		}
-		targets = o.cgroups
-	}
-	var smps []*perfsample.Sampler
-	for _, target := range targets {
-		opts := perfsample.Options{
-			Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: 100 * time.Millisecond, Govern: 500 * time.Millisecond,
-			Governor:  sampling.NewGovernor(o.budget/float64(len(targets)), b.s.facts.MaxSampleRate),
-			AfterRead: func(took time.Duration, _ int) { p.health.Observe("comm", took, nil) },
-			Decoder:   dec,
-		}
-		if target != "" {
-			f, err := os.Open(filepath.Join(root, target))
-			if err != nil {
+		set.budgetShare = len(o.cgroups)
+		for _, cg := range o.cgroups {
+			if err := set.open(cg); err != nil {
+				set.closeAll()
 				return fmt.Errorf("--collector.comm.cgroup: %w", err)
 			}
-			p.closers = append(p.closers, func() { f.Close() })
-			opts.Cgroup = f
 		}
-		smp, failures, err := perfsample.Open([]sampling.Config{cfg}, b.s.facts.OnlineCPUs, stats, opts)
-		for _, fl := range failures {
-			b.log.Warn("address sampler not opened on a CPU", "cpu", fl.CPU, "cgroup", target, "err", fl.Err)
+	default:
+		if err := set.open(""); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("address sampler: %w", err)
-		}
-		smps = append(smps, smp)
-		p.closers = append(p.closers, func() { smp.Close() })
-		p.cpuResets = append(p.cpuResets, smp.ResetCPU)
 	}
-	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups))
-	coll := exporter.NewComm(dec).WithPeriods(func() []uint64 {
-		out := make([]uint64, len(smps))
-		for i, smp := range smps {
-			out[i] = smp.Period(0)
-		}
-		return out
-	})
+	p.closers = append(p.closers, set.closeAll)
+	p.cpuResets = append(p.cpuResets, set.resetCPU)
+	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
+	coll := exporter.NewComm(dec).WithPeriods(set.periods)
 	var cgNames *cgroupNames
 	if perCgroup {
 		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
@@ -112,7 +104,7 @@ func liveComm(b *build) error {
 	}
 	p.collectors = append(p.collectors, coll)
 	if !p.hasHandler("/debug/cachelines") { // no precise sampler: this one feeds the table
-		p.collectors = append(p.collectors, exporter.NewSampling(smps[0], stats))
+		p.collectors = append(p.collectors, exporter.NewSampling(set, stats))
 		p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return nil })})
 	}
 	p.handlers = append(p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N, ?pod=NAME)", commHandler(dec, podOfPID(b.f.procfs, b.names))})
@@ -130,19 +122,240 @@ func liveComm(b *build) error {
 				cgNames.sweepEvery(ctx, stats, b.f.cgroups.grace)
 			}()
 		}
-		for _, smp := range smps {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := smp.Run(ctx); err != nil {
-					b.log.Error("address sampler stopped", "err", err)
-					p.health.Observe("comm", 0, err)
-				}
-			}()
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			set.run(ctx, annotated)
+		}()
 		wg.Wait()
 	})
 	return nil
+}
+
+// commSamplers are the address sampler's samplers, by target cgroup ("":
+// every task), each with its reader goroutine once running.
+type commSamplers struct {
+	b           *build
+	cfg         sampling.Config
+	stats       *samplestat.Stats
+	dec         *perfsample.Decoder
+	root        string
+	budgetShare int // the budget is split among this many samplers (0: 1)
+
+	mu      sync.Mutex
+	running map[string]*commSampler
+}
+
+type commSampler struct {
+	smp    *perfsample.Sampler
+	cgroup *os.File
+	stop   context.CancelFunc // nil until its reader runs
+	done   chan struct{}
+}
+
+// open opens a sampler for target (a cgroup below root, or "" for every
+// task).
+func (c *commSamplers) open(target string) error {
+	b := c.b
+	share := float64(max(c.budgetShare, 1))
+	opts := perfsample.Options{
+		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: 100 * time.Millisecond, Govern: 500 * time.Millisecond,
+		Governor:  sampling.NewGovernor(b.f.comm.budget/share, b.s.facts.MaxSampleRate),
+		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
+		Decoder:   c.dec,
+	}
+	cs := &commSampler{}
+	if target != "" {
+		f, err := os.Open(filepath.Join(c.root, target))
+		if err != nil {
+			return err
+		}
+		cs.cgroup, opts.Cgroup = f, f
+	}
+	smp, failures, err := perfsample.Open([]sampling.Config{c.cfg}, b.s.facts.OnlineCPUs, c.stats, opts)
+	for _, fl := range failures {
+		b.log.Warn("address sampler not opened on a CPU", "cpu", fl.CPU, "cgroup", target, "err", fl.Err)
+	}
+	if err != nil {
+		if cs.cgroup != nil {
+			cs.cgroup.Close()
+		}
+		return fmt.Errorf("address sampler: %w", err)
+	}
+	cs.smp = smp
+	c.mu.Lock()
+	c.running[target] = cs
+	c.mu.Unlock()
+	return nil
+}
+
+// start runs a sampler's reader until ctx ends or it is closed.
+func (c *commSamplers) start(ctx context.Context, cs *commSampler) {
+	ctx, cs.stop = context.WithCancel(ctx)
+	cs.done = make(chan struct{})
+	go func() {
+		defer close(cs.done)
+		if err := cs.smp.Run(ctx); err != nil {
+			c.b.log.Error("address sampler stopped", "err", err)
+			c.b.p.health.Observe("comm", 0, err)
+		}
+	}()
+}
+
+// close stops and closes the sampler of target.
+func (c *commSamplers) close(target string) {
+	c.mu.Lock()
+	cs := c.running[target]
+	delete(c.running, target)
+	c.mu.Unlock()
+	if cs == nil {
+		return
+	}
+	if cs.stop != nil {
+		cs.stop()
+		<-cs.done
+	}
+	cs.smp.Close()
+	if cs.cgroup != nil {
+		cs.cgroup.Close()
+	}
+}
+
+func (c *commSamplers) closeAll() {
+	for _, t := range c.targets() {
+		c.close(t)
+	}
+}
+
+func (c *commSamplers) targets() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.running))
+	for t := range c.running {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (c *commSamplers) resetCPU(cpu int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cs := range c.running {
+		cs.smp.ResetCPU(cpu)
+	}
+}
+
+// periods are the samplers' periods, in target order.
+func (c *commSamplers) periods() []uint64 {
+	var out []uint64
+	for _, t := range c.targets() {
+		c.mu.Lock()
+		if cs := c.running[t]; cs != nil {
+			out = append(out, cs.smp.Period(0))
+		}
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// run reads the samplers until ctx ends; with annotated, it follows the
+// annotated pods every podsEvery: a sampler per pod cgroup.
+func (c *commSamplers) run(ctx context.Context, annotated interface{ Annotated(string) []string }) {
+	c.mu.Lock()
+	for _, cs := range c.running {
+		c.start(ctx, cs)
+	}
+	c.mu.Unlock()
+	if annotated != nil {
+		t := time.NewTicker(podsEvery)
+		defer t.Stop()
+		for ctx.Err() == nil {
+			c.follow(ctx, annotated.Annotated(podmeta.CommAnnotation))
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+		}
+	}
+	<-ctx.Done()
+	c.mu.Lock()
+	var done []chan struct{}
+	for _, cs := range c.running {
+		if cs.done != nil {
+			done = append(done, cs.done)
+		}
+	}
+	c.mu.Unlock()
+	for _, d := range done {
+		<-d
+	}
+}
+
+// Configs and Period make the set the sampling collector's source: one
+// event, at the period of the first sampler (or the configured one).
+func (c *commSamplers) Configs() []sampling.Config { return []sampling.Config{c.cfg} }
+
+// Period implements exporter.SamplingSource.
+func (c *commSamplers) Period(int) uint64 {
+	if p := c.periods(); len(p) > 0 {
+		return p[0]
+	}
+	return c.cfg.Period
+}
+
+// podsEvery is how often the annotated pods are looked for.
+const podsEvery = 5 * time.Second
+
+// follow opens samplers for the cgroups of pods newly annotated and closes
+// those of pods gone or no longer annotated.
+func (c *commSamplers) follow(ctx context.Context, uids []string) {
+	want := podCgroups(c.root, uids)
+	have := c.targets()
+	for _, t := range have {
+		if !slices.Contains(want, t) {
+			c.close(t)
+			c.b.log.Info("address sampler: pod no longer selected", "cgroup", t)
+		}
+	}
+	for _, t := range want {
+		if slices.Contains(have, t) {
+			continue
+		}
+		if err := c.open(t); err != nil {
+			c.b.log.Warn("address sampler: annotated pod not sampled", "cgroup", t, "err", err)
+			continue
+		}
+		c.mu.Lock()
+		c.start(ctx, c.running[t])
+		c.mu.Unlock()
+		c.b.log.Info("address sampler: sampling annotated pod", "cgroup", t)
+	}
+}
+
+// podCgroups finds the pod-level cgroups (below root) of the pods uids, as
+// the kubelet lays them out (podcgroup.Parse).
+func podCgroups(root string, uids []string) []string {
+	if len(uids) == 0 {
+		return nil
+	}
+	var out []string
+	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		if strings.Count(rel, "/") > 6 {
+			return filepath.SkipDir
+		}
+		if id, ok := podcgroup.Parse(rel); ok && id.PodUID != "" && id.ContainerID == "" && slices.Contains(uids, id.PodUID) {
+			out = append(out, "/"+rel)
+			return filepath.SkipDir // its containers are inside it
+		}
+		return nil
+	})
+	slices.Sort(out)
+	return out
 }
 
 // forgetExited drops, every minute, the matrices of processes that exited.
