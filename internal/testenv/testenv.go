@@ -143,10 +143,13 @@ func BurnIn(t testing.TB, dir string, d time.Duration) *exec.Cmd {
 	}
 	defer f.Close()
 	cmd := exec.Command("timeout", strconv.FormatFloat(d.Seconds(), 'f', 3, 64), "sh", "-c", "while :; do :; done")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	// Its own process group, killed whole when the test ends: killing
+	// timeout alone (Process.Kill) would leave the shell spinning forever.
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd()), Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	return cmd
 }
 
