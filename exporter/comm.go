@@ -26,6 +26,7 @@ type CommCollector struct {
 	outcomes, detections, volume *prometheus.Desc
 	window, domains, period      *prometheus.Desc
 	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
+	source                       string          // the sampler whose accesses the detections come from
 
 	stats    *samplestat.Stats // per-cgroup sharing (nil: none)
 	cgroups  CgroupIDs
@@ -35,7 +36,7 @@ type CommCollector struct {
 
 // NewComm exports src.
 func NewComm(src CommSource) *CommCollector {
-	return &CommCollector{src: src,
+	return &CommCollector{src: src, source: "decode",
 		outcomes: prometheus.NewDesc("pmu_address_samples_total",
 			"Timer samples of the address sampler by outcome: resolved from the instruction at the sampled IP (at_ip) or the one before it (before_ip), or why no address (no_memory_operand, segment_relative, gather, string_instruction, undecodable, unreadable_code, kernel, jit, no_registers).",
 			[]string{"outcome"}, nil),
@@ -56,6 +57,13 @@ func NewComm(src CommSource) *CommCollector {
 	}
 }
 
+// WithSource names the sampler the accesses come from: decode (the
+// address sampler), pebs, ibs or spe.
+func (c *CommCollector) WithSource(source string) *CommCollector {
+	c.source = source
+	return c
+}
+
 // WithPeriods exports the samplers' periods (ns).
 func (c *CommCollector) WithPeriods(f func() []uint64) *CommCollector {
 	c.periods = f
@@ -74,7 +82,9 @@ func (c *CommCollector) PerCgroup(stats *samplestat.Stats, ids CgroupIDs, names 
 
 // Describe implements prometheus.Collector.
 func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.outcomes
+	if c.source == "decode" {
+		ch <- c.outcomes
+	}
 	ch <- c.detections
 	ch <- c.volume
 	ch <- c.window
@@ -90,18 +100,20 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 	c.src.View(func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64) {
-		ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(resolved[0]), "at_ip")
-		ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(resolved[1]), "before_ip")
-		for r, n := range unresolved {
-			if memop.Reason(r) != memop.Resolved {
-				ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(n), memop.Reason(r).String())
+		if c.source == "decode" {
+			ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(resolved[0]), "at_ip")
+			ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(resolved[1]), "before_ip")
+			for r, n := range unresolved {
+				if memop.Reason(r) != memop.Resolved {
+					ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(n), memop.Reason(r).String())
+				}
 			}
 		}
 		t := det.Totals()
-		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.TrueCount), "true_sharing", "decode")
-		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.FalseCount), "false_sharing", "decode")
-		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.True), "true_sharing", "decode")
-		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.False), "false_sharing", "decode")
+		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.TrueCount), "true_sharing", c.source)
+		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.FalseCount), "false_sharing", c.source)
+		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.True), "true_sharing", c.source)
+		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.False), "false_sharing", c.source)
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(det.Window()))
 	})
 	if c.periods != nil {

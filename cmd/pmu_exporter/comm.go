@@ -38,7 +38,14 @@ func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer acc.Close()
-	det := comdetect.New(comdetect.Options{Window: cf.window})
+	window := cf.window
+	if window == 0 {
+		window = comdetect.DefaultWindow
+		if pipeline.RecordedSampler(file.Events.Attrs, file.Names) != "decode" {
+			window = comdetect.PreciseWindow
+		}
+	}
+	det := comdetect.New(comdetect.Options{Window: window})
 	var accesses uint64
 	samples, bad, readErr := pipeline.EachSample(file, cf.input, stderr, pipeline.PerfDataVisitor{
 		Record: acc.Record,

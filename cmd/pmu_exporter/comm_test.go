@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -269,4 +270,40 @@ func TestGroundTruthRecorded(t *testing.T) {
 			}
 		}
 	})
+}
+
+// With counting samples (PEBS, IBS: each access sampled with the same
+// probability) the false-sharing fraction follows the share of accesses:
+// the synthetic perf c2c recording of the False-Sharing benchmark puts 70%
+// of its adds on the threads' own slots (examples/replay/gen_c2c.go), and
+// `comm` finds 0.70 ± 0.05 with the thesis' window, a matrix over its four
+// threads, and names the sampler.
+func TestCommOnPreciseRecording(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"comm", "--format", "json", "../../examples/replay/skx-c2c.data"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("comm: exit %d\n%s", code, stderr.String())
+	}
+	var r comdetect.ReportJSON
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil || len(r.Processes) != 1 {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	p := r.Processes[0]
+	if got := fsFraction(p); got < 0.65 || got > 0.75 {
+		t.Errorf("false-sharing fraction %.3f (%+v), the recording's share of adds on own slots is 0.70", got, p.Detections)
+	}
+	if want := []uint32{4243, 4244, 4245, 4246}; !slices.Equal(p.Threads, want) {
+		t.Errorf("threads %v, want %v", p.Threads, want)
+	}
+	for i := range p.All {
+		for j := range p.All[i] {
+			if p.All[i][j] != p.All[j][i] || i == j && p.All[i][j] != 0 || i != j && p.All[i][j] == 0 {
+				t.Errorf("matrix cell %d,%d = %d (transposed %d): want symmetric, zero diagonal, every pair communicating", i, j, p.All[i][j], p.All[j][i])
+			}
+		}
+	}
+	stdout.Reset()
+	run([]string{"comm", "../../examples/replay/skx-c2c.data"}, &stdout, &stderr)
+	if !strings.Contains(stdout.String(), "window: 2 of a reader's samples") {
+		t.Errorf("text report does not give the precise sampler's window:\n%s", stdout.String())
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
@@ -24,6 +26,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
@@ -47,7 +50,11 @@ type commFlags struct {
 // (/debug/cachelines and pmu_sampling_*).
 func liveComm(b *build) error {
 	p, o := b.p, b.f.comm
-	det := comdetect.New(comdetect.Options{Window: o.window})
+	window := o.window
+	if window == 0 {
+		window = comdetect.DefaultWindow
+	}
+	det := comdetect.New(comdetect.Options{Window: window})
 	dec, err := perfsample.NewDecoder(b.f.procfs, det)
 	if err != nil {
 		return err
@@ -382,6 +389,12 @@ func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
 	}
 }
 
+// commView is the detector as /debug/comm reads it, live or replayed.
+type commView interface {
+	View(f func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64))
+	Symbolize(pid uint32, ip uint64) string
+}
+
 // podOfPID names the pod of a process from its cgroups (/proc/PID/cgroup):
 // "namespace/pod" where the API names it, else the pod's UID; "" outside
 // pods.
@@ -419,7 +432,7 @@ func podOfPID(proc string, names exporter.PodNames) func(pid uint32) []string {
 // commHandler serves the matrices as `pmu_exporter comm --format json`
 // prints them; ?pid=N keeps one process, ?pod= the processes of a pod
 // (its name, namespace/name or UID).
-func commHandler(dec *perfsample.Decoder, podOf func(pid uint32) []string) http.Handler {
+func commHandler(dec commView, podOf func(pid uint32) []string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var pid uint64
 		if v := r.URL.Query().Get("pid"); v != "" {
@@ -457,4 +470,88 @@ func commHandler(dec *perfsample.Decoder, podOf func(pid uint32) []string) http.
 		enc.SetIndent("", "  ")
 		enc.Encode(rep)
 	})
+}
+
+// replayComm runs ComDetective over the samples of --replay.samples (a
+// perf c2c or perf mem recording, or a timer recording with user
+// registers) and serves /debug/comm and pmu_comm_* from them, labelled
+// with the sampler that recorded them.
+func replayComm(b *build) error {
+	path := b.f.replay.samples
+	if path == "" {
+		return fmt.Errorf("%w: no --replay.samples (the address sampler itself runs live)", errNotRecorded)
+	}
+	file, closeFile, err := OpenPerfData(path, nil)
+	if err != nil {
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	defer closeFile()
+	acc, err := NewAccesses(GoArch(file.Arch))
+	if err != nil {
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	source := RecordedSampler(file.Events.Attrs, file.Names)
+	window := b.f.comm.window
+	if window == 0 {
+		window = comdetect.DefaultWindow
+		if source != "decode" {
+			window = comdetect.PreciseWindow
+		}
+	}
+	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: window}), acc: acc}
+	_, _, err = EachSample(file, path, io.Discard, PerfDataVisitor{
+		Record: acc.Record,
+		Sample: func(i int, s *perfrecord.Sample) error {
+			if a, ok := acc.Access(file.Events.Attrs[i], s); ok {
+				r.det.Add(&a)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		acc.Close()
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	for k, name := range acc.Names {
+		r.det.SetName(k[0], k[1], name)
+	}
+	b.p.closers = append(b.p.closers, acc.Close)
+	b.p.collectors = append(b.p.collectors, exporter.NewComm(r).WithSource(source))
+	b.p.handlers = append(b.p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N)", commHandler(r, func(uint32) []string { return nil })})
+	return nil
+}
+
+// RecordedSampler names the sampler of a recording's events: decode for
+// timer samples with user registers, else ibs, spe or pebs by the events.
+func RecordedSampler(attrs []perfrecord.Attr, names []string) string {
+	for _, a := range attrs {
+		if a.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 {
+			return "decode"
+		}
+	}
+	for _, n := range names {
+		switch {
+		case strings.Contains(n, "ibs"):
+			return "ibs"
+		case strings.Contains(n, "arm_spe"):
+			return "spe"
+		}
+	}
+	return "pebs"
+}
+
+// replayedComm is a recording's detector, fixed once read.
+type replayedComm struct {
+	det *comdetect.Detector
+	acc *Accesses
+}
+
+func (r *replayedComm) View(f func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64)) {
+	f(r.det, r.acc.Resolver.Unresolved, r.acc.Resolver.Resolved)
+}
+
+func (r *replayedComm) Domains(func(a, b string, c comdetect.Cell)) {} // the recording host's caches are unknown
+
+func (r *replayedComm) Symbolize(pid uint32, ip uint64) string {
+	return r.acc.Code.Symbolize(pid, ip).String()
 }

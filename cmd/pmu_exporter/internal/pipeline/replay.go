@@ -133,11 +133,6 @@ func replaySampling(b *build) error {
 	return nil
 }
 
-// replayComm has nothing to play: `pmu_exporter comm` reads recordings.
-func replayComm(*build) error {
-	return fmt.Errorf("%w: the address sampler runs live (pmu_exporter comm reads recordings)", errNotRecorded)
-}
-
 // startReplay builds the player over what the factories gathered; it plays
 // counting, Top-Down and cgroups at each recorded interval, and they report
 // their health together.
