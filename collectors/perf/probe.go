@@ -1,12 +1,16 @@
 package perf
 
 import (
+	"encoding/binary"
+	"fmt"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
@@ -23,27 +27,63 @@ func Probe(a eventspec.Attr) error {
 	return unix.Close(fd)
 }
 
-// hwBreakpointRW is HW_BREAKPOINT_R|HW_BREAKPOINT_W from linux/hw_breakpoint.h.
-const hwBreakpointRW = 3
+// HW_BREAKPOINT_W from linux/hw_breakpoint.h.
+const (
+	hwBreakpointW = 2
+)
 
-// ProbeBreakpoint asks whether a hardware watchpoint (PERF_TYPE_BREAKPOINT) can be
-// set on the calling thread: an 8-byte read/write watch on a local variable.
+// probeWrites is how many writes the breakpoint probe makes: at ~12 µs a
+// trap in a VM, 12 ms.
+const probeWrites = 1000
+
+// ProbeBreakpoint proves that hardware watchpoints fire here, not only that
+// they open (some hypervisors accept the event but never pass the debug
+// registers through): a write watchpoint on a variable of this thread,
+// written probeWrites times, must count exactly probeWrites.
 func ProbeBreakpoint() error {
-	var watched uint64
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	watched := new(uint64)
 	u := unix.PerfEventAttr{
 		Type:    unix.PERF_TYPE_BREAKPOINT,
 		Size:    attrSize,
-		Bp_type: hwBreakpointRW,
-		Ext1:    uint64(uintptr(unsafe.Pointer(&watched))),
+		Bp_type: hwBreakpointW,
+		Ext1:    uint64(uintptr(unsafe.Pointer(watched))),
 		Ext2:    8,
 		Bits:    unix.PerfBitDisabled | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv,
 	}
 	fd, err := unix.PerfEventOpen(&u, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
-	runtime.KeepAlive(&watched)
 	if err != nil {
 		return &model.OpenError{Event: "breakpoint", CPU: -1, Err: err, Reason: classify(err)}
 	}
-	return unix.Close(fd)
+	defer unix.Close(fd)
+	if err := Enable(fd); err != nil {
+		return err
+	}
+	writeN(watched, probeWrites)
+	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0); err != nil {
+		return fmt.Errorf("breakpoint: disable: %w", err)
+	}
+	var b [8]byte
+	if _, err := unix.Read(fd, b[:]); err != nil {
+		return fmt.Errorf("breakpoint: read: %w", err)
+	}
+	runtime.KeepAlive(watched)
+	if n := binary.LittleEndian.Uint64(b[:]); n != probeWrites {
+		return fmt.Errorf("%w: a write watchpoint opened but counted %d of %d writes: the debug registers do not reach this machine (a hypervisor that does not pass them through)",
+			capability.ErrNotSupported, n, probeWrites)
+	}
+	return nil
+}
+
+// writeN writes *p n times, each a real store (atomic: the compiler keeps
+// every one).
+//
+//go:noinline
+func writeN(p *uint64, n int) {
+	for i := range n {
+		atomic.StoreUint64(p, uint64(i))
+	}
 }
 
 // ProbeCgroup asks whether events can be scoped to the cgroup whose directory fd

@@ -233,7 +233,11 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 	r.add(ibs)
 	r.add(spe)
 
-	bp := feature(Breakpoints, p.Breakpoint(), "hardware watchpoints (PERF_TYPE_BREAKPOINT)", privilege)
+	bpErr := p.Breakpoint()
+	bp := feature(Breakpoints, bpErr, "hardware watchpoints fire (a write watchpoint counted each of 1000 writes)", privilege)
+	if errors.Is(bpErr, ErrNotSupported) {
+		bp.Fix = "watchpoints need the CPU's debug registers: KVM passes them to guests; where a hypervisor does not, run on bare metal or another instance type"
+	}
 	if byName["breakpoint"] == nil {
 		bp = Feature{Name: Breakpoints, Reason: "no breakpoint PMU", Fix: "the kernel lacks CONFIG_HAVE_HW_BREAKPOINT"}
 	}

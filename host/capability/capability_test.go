@@ -2,6 +2,7 @@ package capability
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -111,5 +112,19 @@ func TestUnprivileged(t *testing.T) {
 		if !strings.Contains(buf.String(), s) {
 			t.Errorf("text report lacks %q:\n%s", s, buf.String())
 		}
+	}
+}
+
+// A watchpoint that opens but does not fire (a hypervisor without debug
+// registers) is no breakpoints, with the reason and what to do.
+func TestBreakpointsThatDoNotFire(t *testing.T) {
+	p := allWork
+	p.Breakpoint = func() error {
+		return fmt.Errorf("%w: a write watchpoint opened but counted 0 of 1000 writes", ErrNotSupported)
+	}
+	r := report(t, fixture.NoPMU(), p)
+	bp := r.Feature(Breakpoints)
+	if bp.Available || !strings.Contains(bp.Reason, "0 of 1000") || !strings.Contains(bp.Fix, "debug registers") {
+		t.Errorf("%+v", bp)
 	}
 }
