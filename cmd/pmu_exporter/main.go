@@ -70,6 +70,8 @@ type cli struct {
 	sf                           samplesFlags
 	cf                           c2cFlags
 	mf                           commFlags
+	rf                           reuseFlags
+	reuseCmd                     *kingpin.CmdClause
 	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
 	commCmd                      *kingpin.CmdClause
 	terminated                   int // exit code --help or --version asked for; -1: none
@@ -145,6 +147,17 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.commCmd.Flag("pid", "Only this process (0: all).").Default("0").IntVar(&mf.pid)
 	c.commCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&mf.input)
 
+	rf := &c.rf
+	c.reuseCmd = app.Command("reuse", "Run ReuseTracker (sampled accesses, hardware watchpoints: reuse distances and invalidations) over an access trace, one access per line: TID R|W 0xADDR SIZE, with the debug registers' semantics.")
+	c.reuseCmd.Flag("trace", "Trace file; - reads standard input.").Default("-").StringVar(&rf.trace)
+	c.reuseCmd.Flag("period", "Each thread's accesses between samples, on average (uniform in [period/2, 3·period/2]).").Default("1000").Uint64Var(&rf.period)
+	c.reuseCmd.Flag("arm-delay", "Accesses (of any thread) before a new watchpoint takes effect.").Default("0").Uint64Var(&rf.armDelay)
+	c.reuseCmd.Flag("seed", "Seed of the sampling and reservoir randomisation.").Default("1").Uint64Var(&rf.seed)
+	c.reuseCmd.Flag("slots", "Debug registers per thread.").Default("4").IntVar(&rf.slots)
+	c.reuseCmd.Flag("mode", "private: reuse by the same thread; shared: by another thread of the same cache domain (--domain).").Default("private").EnumVar(&rf.mode, "private", "shared")
+	c.reuseCmd.Flag("domain", "Threads' cache domains for --mode shared: TID=D,... (threads not listed share no cache).").StringVar(&rf.domains)
+	c.reuseCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&rf.format, "text", "json")
+
 	return app
 }
 
@@ -160,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return max(c.terminated, 0)
 	}
 	// kingpin hands a lone "-" (standard input) to a flag or argument as "".
-	for _, in := range []*string{&c.sf.input, &c.cf.input, &c.mf.input} {
+	for _, in := range []*string{&c.sf.input, &c.cf.input, &c.mf.input, &c.rf.trace} {
 		if *in == "" {
 			*in = "-"
 		}
@@ -183,6 +196,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runC2C(cf, os.Stdin, stdout, stderr)
 	case c.commCmd.FullCommand():
 		return runComm(c.mf, os.Stdin, stdout, stderr)
+	case c.reuseCmd.FullCommand():
+		return runReuse(c.rf, os.Stdin, stdout, stderr)
 	default:
 		if err := f.opts.Validate(); err != nil {
 			fmt.Fprintf(stderr, "pmu_exporter: %v\n", err)

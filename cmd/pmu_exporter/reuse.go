@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+)
+
+// reuseFlags are the options of `pmu_exporter reuse`.
+type reuseFlags struct {
+	trace, format, mode, domains string
+	period, armDelay, seed       uint64
+	slots                        int
+}
+
+// reuseJSON is `reuse --format json`: reuses and invalidations are the
+// traps observed; time_distance_log2[k] estimates the sampled accesses
+// reused at a time distance d with floor(log2 d) = k, each observed reuse
+// weighted by the inverse of its chance to be observed (its sample taking
+// a slot and the slot surviving replacement), observed_time_distance_log2
+// the raw counts.
+type reuseJSON struct {
+	Mode                   string   `json:"mode"`
+	Unit                   string   `json:"unit"`
+	Samples                uint64   `json:"samples"`
+	Dropped                uint64   `json:"dropped"`
+	Reuses                 uint64   `json:"reuses"`
+	Invalidations          uint64   `json:"invalidations"`
+	EstimatedInvalidations uint64   `json:"estimated_invalidations"`
+	TimeDistanceLog2       []uint64 `json:"time_distance_log2"`
+	Observed               []uint64 `json:"observed_time_distance_log2"`
+}
+
+// runReuse runs ReuseTracker over an access trace with the watchpoint
+// registers' semantics.
+func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "pmu_exporter reuse: %s: %v\n", rf.trace, err)
+		return 1
+	}
+	o := reuse.ReplayOptions{Options: reuse.Options{Slots: rf.slots, Seed: rf.seed}, Period: rf.period, ArmDelay: rf.armDelay}
+	if rf.mode == "shared" {
+		o.Mode = reuse.Shared
+		dom, err := parseDomains(rf.domains)
+		if err != nil {
+			return fail(fmt.Errorf("--domain: %w", err))
+		}
+		o.Domain = func(tid uint32) int {
+			if d, ok := dom[tid]; ok {
+				return d
+			}
+			return -1 - int(tid) // a thread nobody placed shares no cache
+		}
+	}
+	in := stdin
+	if rf.trace != "-" {
+		f, err := os.Open(rf.trace)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		in = f
+	}
+	r := reuse.NewReplay(o)
+	if err := r.Run(bufio.NewReaderSize(in, 1<<16)); err != nil {
+		return fail(err)
+	}
+	t := r.Tracker
+	out := reuseJSON{Mode: o.Mode.String(), Unit: "accesses", Samples: t.Samples, Dropped: t.Dropped, Reuses: t.Reuses,
+		Invalidations: t.Invalidations, EstimatedInvalidations: uint64(math.Round(t.EstimatedInvalidations)),
+		TimeDistanceLog2: t.Histogram(), Observed: t.Raw()}
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	if rf.format == "json" {
+		enc := json.NewEncoder(w)
+		enc.Encode(out)
+		return 0
+	}
+	fmt.Fprintf(w, "Mode %s, distances in accesses: %d samples (%d dropped: no slot took them), %d reuses and %d invalidations observed\n",
+		out.Mode, out.Samples, out.Dropped, out.Reuses, out.Invalidations)
+	fmt.Fprintf(w, "%-24s %12s %10s\n", "time distance", "estimated", "observed")
+	for k, c := range out.TimeDistanceLog2 {
+		if c == 0 && out.Observed[k] == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "[%d, %d)%*s %12d %10d\n", uint64(1)<<k, uint64(1)<<(k+1), 22-len(fmt.Sprintf("[%d, %d)", uint64(1)<<k, uint64(1)<<(k+1))), "", c, out.Observed[k])
+	}
+	return 0
+}
+
+// parseDomains reads "TID=D,TID=D".
+func parseDomains(s string) (map[uint32]int, error) {
+	out := map[uint32]int{}
+	if s == "" {
+		return nil, fmt.Errorf("shared mode needs the threads' cache domains, e.g. 1=0,2=0,3=1")
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		tid, err1 := strconv.ParseUint(k, 10, 32)
+		d, err2 := strconv.Atoi(v)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%q: want TID=DOMAIN", kv)
+		}
+		out[uint32(tid)] = d
+	}
+	return out, nil
+}

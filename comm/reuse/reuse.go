@@ -1,0 +1,250 @@
+// Package reuse is ReuseTracker (Sasongko et al.; thesis chapter 6, Algs.
+// 2 and 3): a sampled access arms a watchpoint on its address in one of a
+// few global slots (reservoir replacement keeps every sampled address an
+// equal chance), read/write in the sampling thread and write-only in the
+// others; the first trap gives one outcome per sample: a reuse, at the
+// time distance between use and reuse on the thread's (or cache domain's)
+// access clock, or an invalidation by another thread's store. It is pure:
+// a Backend arms and disarms the registers (perf breakpoints live, a trace
+// replay in tests and `pmu_exporter reuse`).
+package reuse
+
+import (
+	"math"
+	"math/bits"
+	"math/rand/v2"
+)
+
+// Trap is what a watchpoint traps on.
+type Trap uint8
+
+const (
+	TrapRW Trap = 1 // loads and stores
+	TrapW  Trap = 2 // stores only
+)
+
+// Backend sets the debug registers of the threads.
+type Backend interface {
+	Threads() []uint32
+	Arm(tid uint32, slot int, addr uint64, size uint8, trap Trap)
+	Disarm(tid uint32, slot int)
+}
+
+// Mode is what a reuse is.
+type Mode uint8
+
+const (
+	// Private: reuse by the same thread (its private caches); another
+	// thread's store in between is an invalidation.
+	Private Mode = iota
+	// Shared: reuse by another thread of the same cache domain (a shared
+	// cache); a store from another domain is an invalidation.
+	Shared
+)
+
+func (m Mode) String() string {
+	if m == Shared {
+		return "shared"
+	}
+	return "private"
+}
+
+// Options shape the tracker.
+type Options struct {
+	Mode  Mode
+	Slots int // debug registers per thread (4 on x86 and most Arm cores)
+	// Domain is a thread's cache domain (Shared mode).
+	Domain func(tid uint32) int
+	Seed   uint64
+}
+
+// Bins are the log2 bins of the time distance: bin k counts distances d
+// with floor(log2 d) = k.
+const Bins = 64
+
+// Tracker is the global slots and the outcomes so far.
+type Tracker struct {
+	o     Options
+	b     Backend
+	rng   *rand.Rand
+	slots []slot
+
+	Samples, Dropped, Reuses, Invalidations uint64
+	// Distance counts reuses by log2 bin of their time distance.
+	Distance [Bins]uint64
+	// Estimated and EstimatedInvalidations weigh each outcome by the
+	// inverse of its chance to be observed (Horvitz–Thompson): that its
+	// sample took a slot, and that the slot survived replacement until it
+	// trapped. A reuse far away waits through more samples, each of which
+	// may take its slot, so raw counts favour short distances and quick
+	// invalidations; the weighted ones estimate the outcomes of all
+	// sampled accesses (× period: of all accesses).
+	Estimated              [Bins]float64
+	EstimatedInvalidations float64
+}
+
+type slot struct {
+	active  bool
+	owner   uint32
+	domain  int
+	addr    uint64
+	size    uint8
+	p0      uint64
+	samples float64 // samples that visited it since it was armed (1 when free)
+	survive float64 // the chance it survived every visit so far
+}
+
+// New tracks through b.
+func New(b Backend, o Options) *Tracker {
+	if o.Slots <= 0 {
+		o.Slots = 4
+	}
+	if o.Domain == nil {
+		o.Domain = func(uint32) int { return 0 }
+	}
+	t := &Tracker{o: o, b: b, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9E3779B97F4A7C15)), slots: make([]slot, o.Slots)}
+	for i := range t.slots {
+		t.slots[i].samples = 1
+	}
+	return t
+}
+
+// Sample handles a sampled access of tid at clock (its own access count in
+// Private mode, its domain's in Shared): Alg. 2's PMUSampleHandler.
+func (t *Tracker) Sample(tid uint32, addr uint64, size uint8, clock uint64) {
+	t.Samples++
+	// The chance this sample takes a slot: certain with one free, else
+	// that some active slot accepts it. Its outcome's weight divides by it.
+	accept := 1.0
+	free := false
+	for i := range t.slots {
+		free = free || !t.slots[i].active
+	}
+	if !free {
+		none := 1.0
+		for i := range t.slots {
+			none *= 1 - 1/t.slots[i].samples
+		}
+		accept = 1 - none
+	}
+	pick := -1
+	for pass := 0; pass < 2 && pick < 0; pass++ { // free slots first
+		for i := range t.slots {
+			s := &t.slots[i]
+			if s.active != (pass == 1) {
+				continue
+			}
+			accept := t.rng.Float64() <= 1/s.samples
+			if !accept && s.active {
+				s.survive *= 1 - 1/s.samples
+			}
+			s.samples++
+			if accept {
+				pick = i
+				break
+			}
+		}
+	}
+	if pick < 0 {
+		t.Dropped++
+		return
+	}
+	s := &t.slots[pick]
+	*s = slot{active: true, owner: tid, domain: t.o.Domain(tid), addr: addr, size: size, p0: clock, samples: 2, survive: accept}
+	for _, other := range t.b.Threads() {
+		t.arm(other, pick)
+	}
+}
+
+// arm sets slot i's watchpoint in thread tid: read/write in the owner
+// (Private) or its domain's other threads (Shared), write-only elsewhere.
+func (t *Tracker) arm(tid uint32, i int) {
+	s := &t.slots[i]
+	switch {
+	case t.o.Mode == Private && tid == s.owner:
+		t.b.Arm(tid, i, s.addr, s.size, TrapRW)
+	case t.o.Mode == Shared && tid == s.owner:
+		t.b.Disarm(tid, i) // the sampler's own reuse is private
+	case t.o.Mode == Shared && t.o.Domain(tid) == s.domain:
+		t.b.Arm(tid, i, s.addr, s.size, TrapRW)
+	default:
+		t.b.Arm(tid, i, s.addr, s.size, TrapW)
+	}
+}
+
+// Join arms the watched addresses in a thread that started after they were
+// armed (live: a new thread of a traced process).
+func (t *Tracker) Join(tid uint32) {
+	for i := range t.slots {
+		if t.slots[i].active {
+			t.arm(tid, i)
+		}
+	}
+}
+
+// Trapped handles a trap of slot in tid at clock: Alg. 3's WPTrapHandler.
+// The slot is freed and disarmed everywhere: one outcome per sample.
+func (t *Tracker) Trapped(tid uint32, i int, clock uint64) {
+	if i < 0 || i >= len(t.slots) {
+		return
+	}
+	s := &t.slots[i]
+	if s.active {
+		reuse := tid == s.owner
+		if t.o.Mode == Shared {
+			reuse = tid != s.owner && t.o.Domain(tid) == s.domain
+		}
+		w := 1 / s.survive
+		if reuse && clock > s.p0 {
+			t.Reuses++
+			k := bits.Len64(clock-s.p0) - 1
+			t.Distance[k]++
+			t.Estimated[k] += w
+		} else if !reuse {
+			t.Invalidations++
+			t.EstimatedInvalidations += w
+		}
+	}
+	*s = slot{samples: 1}
+	for _, other := range t.b.Threads() {
+		t.b.Disarm(other, i)
+	}
+}
+
+// Histogram is the estimated reuses by distance bin (rounded), up to the
+// last bin used.
+func (t *Tracker) Histogram() []uint64 {
+	n := 0
+	for k, c := range t.Distance {
+		if c > 0 {
+			n = k + 1
+		}
+	}
+	out := make([]uint64, n)
+	for k := range out {
+		out[k] = uint64(math.Round(t.Estimated[k]))
+	}
+	return out
+}
+
+// Raw is the observed reuses by distance bin, up to the last one used.
+func (t *Tracker) Raw() []uint64 {
+	n := 0
+	for k, c := range t.Distance {
+		if c > 0 {
+			n = k + 1
+		}
+	}
+	return append([]uint64{}, t.Distance[:n]...)
+}
+
+// Slots is how many slots hold a watched address now.
+func (t *Tracker) Slots() int {
+	n := 0
+	for _, s := range t.slots {
+		if s.active {
+			n++
+		}
+	}
+	return n
+}
