@@ -217,7 +217,7 @@ func (d *Detector) Add(a *Access) Detection {
 	e := &p.board[slot]
 	if e.valid && e.line == line && e.tid != a.TID && e.time > t.tprev[slot] && t.fresh(e.time) {
 		trueSharing := a.Addr < e.addr+uint64(max(e.width, 1)) && e.addr < a.Addr+uint64(max(a.Size, 1))
-		d.detect(p, a, e, trueSharing)
+		d.detect(p, a, e, trueSharing, a.Period)
 		t.tprev[slot] = e.time
 		found = Detection{Kind: cacheline.FalseSharing, Peer: e.tid, PeerCPU: e.cpu}
 		if trueSharing {
@@ -231,21 +231,21 @@ func (d *Detector) Add(a *Access) Detection {
 	return found
 }
 
-func (d *Detector) detect(p *process, a *Access, e *publication, trueSharing bool) {
-	p.det.add(a.Period, trueSharing)
+func (d *Detector) detect(p *process, a *Access, e *publication, trueSharing bool, volume uint64) {
+	p.det.add(volume, trueSharing)
 	c := p.pairs[pairOf(a.TID, e.tid)]
 	if c == nil {
 		c = &Cell{}
 		p.pairs[pairOf(a.TID, e.tid)] = c
 	}
-	c.add(a.Period, trueSharing)
+	c.add(volume, trueSharing)
 	if a.CPU != e.cpu {
 		c := p.cpus[pairOf(a.CPU, e.cpu)]
 		if c == nil {
 			c = &Cell{}
 			p.cpus[pairOf(a.CPU, e.cpu)] = c
 		}
-		c.add(a.Period, trueSharing)
+		c.add(volume, trueSharing)
 	}
 	l := p.lines[e.line]
 	if l == nil {
@@ -255,7 +255,7 @@ func (d *Detector) detect(p *process, a *Access, e *publication, trueSharing boo
 		l = &Line{Addr: e.line, PCs: map[uint64]uint64{}}
 		p.lines[e.line] = l
 	}
-	l.add(a.Period, trueSharing)
+	l.add(volume, trueSharing)
 	for _, pc := range [2]uint64{a.IP, e.pc} {
 		if _, ok := l.PCs[pc]; ok || len(l.PCs) < maxPCsPerLine {
 			l.PCs[pc]++

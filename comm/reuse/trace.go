@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/wpsim"
 )
 
 // Access is one access of a trace.
@@ -50,39 +52,25 @@ func ParseAccess(line string) (Access, error) {
 	return a, nil
 }
 
-// Replay runs a tracker over a trace with the debug registers' semantics:
-// per thread Slots registers, a read/write register traps on either, a
-// write register on stores, the first matching access after it is armed
-// (ArmDelay accesses later) traps; each thread's accesses are sampled every
-// Period accesses on average (uniform in [Period/2, 3·Period/2], seeded).
-// The clock is the thread's own access count (Private) or its domain's
-// (Shared).
+// Replay runs a tracker over a trace on simulated debug registers
+// (wpsim): Slots registers per thread, the first matching access after an
+// arm (ArmDelay accesses later) traps; each thread's accesses are sampled
+// every Period accesses on average (uniform in [Period/2, 3·Period/2],
+// seeded). The clock is the thread's own access count (Private) or its
+// domain's (Shared).
 type Replay struct {
-	Tracker  *Tracker
-	period   uint64
-	armDelay uint64
-	rng      *rand.Rand
-	mode     Mode
-	domain   func(uint32) int
-	threads  map[uint32]*thread
-	order    []uint32
-	clocks   map[int]uint64
-	global   uint64 // accesses so far, all threads
-	skip     func(uint32) bool
+	Tracker *Tracker
+	regs    *wpsim.Registers
+	period  uint64
+	rng     *rand.Rand
+	mode    Mode
+	domain  func(uint32) int
+	threads map[uint32]*thread
+	clocks  map[int]uint64
+	skip    func(uint32) bool
 }
 
-type thread struct {
-	n, next uint64
-	regs    []register
-}
-
-type register struct {
-	armed bool
-	addr  uint64
-	size  uint8
-	trap  Trap
-	from  uint64 // global access index from which it traps
-}
+type thread struct{ n, next uint64 }
 
 // ReplayOptions are the harness's.
 type ReplayOptions struct {
@@ -101,30 +89,29 @@ func NewReplay(o ReplayOptions) *Replay {
 	if o.Domain == nil {
 		o.Domain = func(uint32) int { return 0 }
 	}
-	r := &Replay{period: max(o.Period, 1), armDelay: o.ArmDelay, mode: o.Mode, domain: o.Domain,
+	r := &Replay{regs: wpsim.New(o.Slots, o.ArmDelay), period: max(o.Period, 1), mode: o.Mode, domain: o.Domain,
 		rng: rand.New(rand.NewPCG(o.Seed+1, o.Seed^0x5851F42D4C957F2D)), threads: map[uint32]*thread{}, clocks: map[int]uint64{}, skip: o.Unsampled}
 	r.Tracker = New(r, o.Options)
 	return r
 }
 
 // Threads implements Backend: the threads seen so far.
-func (r *Replay) Threads() []uint32 { return r.order }
+func (r *Replay) Threads() []uint32 { return r.regs.Threads() }
 
 // Arm implements Backend.
 func (r *Replay) Arm(tid uint32, slot int, addr uint64, size uint8, trap Trap) {
-	r.threads[tid].regs[slot] = register{armed: true, addr: addr, size: size, trap: trap, from: r.global + 1 + r.armDelay}
+	r.regs.Arm(tid, slot, addr, size, trap == TrapW)
 }
 
 // Disarm implements Backend.
-func (r *Replay) Disarm(tid uint32, slot int) { r.threads[tid].regs[slot].armed = false }
+func (r *Replay) Disarm(tid uint32, slot int) { r.regs.Disarm(tid, slot) }
 
 func (r *Replay) thread(tid uint32) *thread {
 	t := r.threads[tid]
 	if t == nil {
-		t = &thread{regs: make([]register, len(r.Tracker.slots))}
-		t.next = r.gap()
+		t = &thread{next: r.gap()}
 		r.threads[tid] = t
-		r.order = append(r.order, tid)
+		r.regs.Join(tid)
 		r.Tracker.Join(tid)
 	}
 	return t
@@ -138,7 +125,6 @@ func (r *Replay) gap() uint64 {
 // then a sample if its thread's sampling period elapsed.
 func (r *Replay) Access(a Access) {
 	t := r.thread(a.TID)
-	r.global++
 	t.n++
 	dom := r.domain(a.TID)
 	r.clocks[dom]++
@@ -146,12 +132,8 @@ func (r *Replay) Access(a Access) {
 	if r.mode == Shared {
 		clock = r.clocks[dom]
 	}
-	for i, reg := range t.regs {
-		if reg.armed && r.global >= reg.from && (reg.trap == TrapRW || a.Write) &&
-			a.Addr < reg.addr+uint64(reg.size) && reg.addr < a.Addr+uint64(a.Size) {
-			r.Tracker.Trapped(a.TID, i, clock)
-			break
-		}
+	if slot := r.regs.Access(a.TID, a.Write, a.Addr, a.Size); slot >= 0 {
+		r.Tracker.Trapped(a.TID, slot, clock)
 	}
 	if t.n >= t.next && (r.skip == nil || !r.skip(a.TID)) {
 		t.next = t.n + r.gap()
