@@ -67,7 +67,7 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 		memSamples: prometheus.NewDesc(namespace+"_mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class, nil),
 		memAccesses: prometheus.NewDesc(namespace+"_mem_accesses_estimated_total",
 			"Memory accesses estimated from the samples: each sample stands for its sampling period.", class, nil),
-		latency: prometheus.NewDesc(namespace+"_mem_load_latency_cycles", "Latency of the sampled loads in core cycles (PEBS load latency above --collector.sampling.ldlat, IBS DC miss latency), as a native histogram.", nil, nil),
+		latency: prometheus.NewDesc(namespace+"_mem_load_latency_cycles", "Latency of the sampled loads in core cycles (PEBS load latency above --collector.sampling.ldlat, IBS DC miss latency), as a native histogram, with classic buckets at the powers of two.", nil, nil),
 		sharing: prometheus.NewDesc(namespace+"_cacheline_sharing_events_estimated_total",
 			"Sampled accesses to cache lines another thread wrote, estimated: kind=true_sharing when the bytes overlap, false_sharing when they do not.", []string{"kind"}, nil),
 	}
@@ -156,11 +156,7 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	l := snap.Latency
-	if h, err := prometheus.NewConstNativeHistogram(s.latency, l.Count, l.Sum, l.Buckets, nil, l.Zero, samplestat.Schema, 0, s.started); err == nil {
-		ch <- h
-	} else {
-		ch <- prometheus.NewInvalidMetric(s.latency, err)
-	}
+	ch <- newNativeHistogram(s.latency, l.Count, l.Sum, l.Buckets, l.Zero, samplestat.Schema, s.started)
 	counter(s.sharing, snap.Sharing[cacheline.TrueSharing], "true_sharing")
 	counter(s.sharing, snap.Sharing[cacheline.FalseSharing], "false_sharing")
 }
