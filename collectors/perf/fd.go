@@ -58,3 +58,25 @@ func SetPeriod(fd int, period uint64) error {
 	}
 	return nil
 }
+
+// Disable stops the event fd (PERF_EVENT_IOC_DISABLE).
+func Disable(fd int) error {
+	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0); err != nil {
+		return fmt.Errorf("PERF_EVENT_IOC_DISABLE: %w", err)
+	}
+	return nil
+}
+
+// ModifyAttributes changes an open event's attributes in place
+// (PERF_EVENT_IOC_MODIFY_ATTRIBUTES, Linux 4.17; breakpoints only: the
+// watched address, length and type), far cheaper than closing and opening
+// it again.
+func ModifyAttributes(fd int, attr *unix.PerfEventAttr) error {
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_MODIFY_ATTRIBUTES, uintptr(unsafe.Pointer(attr))); errno != 0 {
+		return fmt.Errorf("PERF_EVENT_IOC_MODIFY_ATTRIBUTES: %w", errno)
+	}
+	return nil
+}
+
+// AttrSize is the perf_event_attr size this build passes.
+func AttrSize() uint32 { return attrSize }

@@ -1,0 +1,300 @@
+// Package watch arms hardware watchpoints in other processes' threads with
+// perf breakpoint events, as a DaemonSet must (from outside, no
+// LD_PRELOAD): per target thread a task-clock leader, counting, and one
+// breakpoint event per debug register, sampling every trap with the
+// group's values (PERF_SAMPLE_READ: the thread's CPU time at the trap, the
+// distance clock) into one ring per thread. Arming re-targets an open
+// event with PERF_EVENT_IOC_MODIFY_ATTRIBUTES instead of reopening it. All
+// perf_event_open and ioctl calls go through collectors/perf.
+package watch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+)
+
+// HW_BREAKPOINT_* types (linux/hw_breakpoint.h).
+const (
+	bpW  = 2
+	bpRW = 3
+)
+
+const (
+	sampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME |
+		unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_READ
+	readFormat = unix.PERF_FORMAT_GROUP | unix.PERF_FORMAT_ID
+)
+
+// Slots asks the kernel how many watchpoints one thread can hold: it opens
+// disabled breakpoints on the calling thread until the kernel refuses one
+// (ENOSPC), at most max.
+func Slots(max int) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var v uint64
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for len(fds) < max {
+		a := breakpoint(uint64(uintptr(unsafe.Pointer(&v))), 8, false)
+		fd, err := perf.OpenFD(&a, 0, -1, -1, 0)
+		if errors.Is(err, unix.ENOSPC) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("breakpoint %d: %w", len(fds)+1, err)
+		}
+		fds = append(fds, fd)
+	}
+	runtime.KeepAlive(&v)
+	if len(fds) == 0 {
+		return 0, errors.New("the kernel gave no breakpoint to this thread")
+	}
+	return len(fds), nil
+}
+
+// breakpoint is the attr of a disabled user-mode watchpoint on [addr,
+// addr+size), trapping on stores (writesOnly) or on loads and stores,
+// sampling every trap.
+func breakpoint(addr uint64, size uint8, writesOnly bool) unix.PerfEventAttr {
+	typ := uint32(bpRW)
+	if writesOnly {
+		typ = bpW
+	}
+	return unix.PerfEventAttr{Type: unix.PERF_TYPE_BREAKPOINT, Size: perf.AttrSize(), Bp_type: typ, Ext1: addr, Ext2: uint64(size),
+		Sample: 1, Sample_type: sampleType, Read_format: readFormat,
+		Bits: unix.PerfBitDisabled | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | bitSampleIDAll}
+}
+
+const bitSampleIDAll = 1 << 18
+
+// Trap is one watchpoint trap.
+type Trap struct {
+	TID, CPU uint32
+	Slot     int
+	IP       uint64 // the instruction after the trapping access (x86), or at it (arm64)
+	Time     uint64 // perf clock, ns
+	Clock    uint64 // the thread's CPU time at the trap, ns (its task-clock)
+}
+
+// Engine holds the watchpoint events of the threads it was given.
+type Engine struct {
+	slots   int
+	pages   int
+	threads map[uint32]*thread
+	events  *perfrecord.Events
+	ids     map[uint64]trapID
+	attrs   []perfrecord.Attr
+	idLists [][]uint64
+}
+
+type trapID struct {
+	tid  uint32
+	slot int
+}
+
+type thread struct {
+	leader int   // task-clock, counting
+	bps    []int // one breakpoint per slot
+	armed  []bool
+	ring   *perfring.Ring
+}
+
+// New makes an engine of slots watchpoints per thread, with rings of pages
+// data pages.
+func New(slots, pages int) *Engine {
+	return &Engine{slots: slots, pages: pages, threads: map[uint32]*thread{}, ids: map[uint64]trapID{}}
+}
+
+// placeholder is a harmless address for a disabled breakpoint to watch
+// until it is armed: the page at 4 KiB, which no process maps.
+const placeholder = 0x1000
+
+// Add opens the events of thread tid, disarmed.
+func (e *Engine) Add(tid uint32) (err error) {
+	if _, ok := e.threads[tid]; ok {
+		return nil
+	}
+	t := &thread{leader: -1, armed: make([]bool, e.slots)}
+	defer func() {
+		if err != nil {
+			t.close()
+		}
+	}()
+	// The leader counts the thread's CPU time; its own reads are one value
+	// (the members' samples read the whole group).
+	clock := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK, Size: perf.AttrSize(),
+		Bits: unix.PerfBitExcludeHv}
+	if t.leader, err = perf.OpenFD(&clock, int(tid), -1, -1, 0); err != nil {
+		return fmt.Errorf("thread %d: task-clock: %w", tid, err)
+	}
+	ids := make([]uint64, e.slots)
+	for slot := range e.slots {
+		a := breakpoint(placeholder, 8, true)
+		fd, err := perf.OpenFD(&a, int(tid), -1, t.leader, 0)
+		if err != nil {
+			return fmt.Errorf("thread %d: watchpoint %d: %w", tid, slot, err)
+		}
+		t.bps = append(t.bps, fd)
+		if slot == 0 {
+			if t.ring, err = perfring.Open(fd, e.pages); err != nil {
+				return fmt.Errorf("thread %d: %w", tid, err)
+			}
+		} else if err := perf.SetOutput(fd, t.bps[0]); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+		if ids[slot], err = perf.ID(fd); err != nil {
+			return err
+		}
+	}
+	e.threads[tid] = t
+	for slot, id := range ids {
+		e.ids[id] = trapID{tid, slot}
+	}
+	return e.index()
+}
+
+// index rebuilds the record decoder over every open breakpoint.
+func (e *Engine) index() error {
+	a := breakpoint(placeholder, 8, true)
+	attr := perfrecord.Attr{Type: a.Type, SampleType: a.Sample_type, ReadFormat: a.Read_format, SampleIDAll: true, Period: 1}
+	var ids []uint64
+	for id := range e.ids {
+		ids = append(ids, id)
+	}
+	ev, err := perfrecord.NewEvents([]perfrecord.Attr{attr}, [][]uint64{ids})
+	if err != nil {
+		return err
+	}
+	e.events = ev
+	return nil
+}
+
+// Remove closes thread tid's events (it exited).
+func (e *Engine) Remove(tid uint32) {
+	t := e.threads[tid]
+	if t == nil {
+		return
+	}
+	for id, ti := range e.ids {
+		if ti.tid == tid {
+			delete(e.ids, id)
+		}
+	}
+	t.close()
+	delete(e.threads, tid)
+	e.index()
+}
+
+func (t *thread) close() {
+	if t.ring != nil {
+		t.ring.Close()
+	}
+	for _, fd := range t.bps {
+		unix.Close(fd)
+	}
+	if t.leader >= 0 {
+		unix.Close(t.leader)
+	}
+}
+
+// Close closes every thread's events.
+func (e *Engine) Close() {
+	for tid := range e.threads {
+		e.Remove(tid)
+	}
+}
+
+// Threads are the threads with events.
+func (e *Engine) Threads() []uint32 {
+	out := make([]uint32, 0, len(e.threads))
+	for tid := range e.threads {
+		out = append(out, tid)
+	}
+	return out
+}
+
+// Arm points thread tid's watchpoint slot at [addr, addr+size) and enables
+// it: the size must be 1, 2, 4 or 8 and the address aligned to it.
+func (e *Engine) Arm(tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error {
+	t := e.threads[tid]
+	if t == nil || slot < 0 || slot >= len(t.bps) {
+		return fmt.Errorf("thread %d has no watchpoint %d", tid, slot)
+	}
+	a := breakpoint(addr, size, writesOnly)
+	if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
+		return fmt.Errorf("thread %d: watchpoint %d on %#x/%d: %w", tid, slot, addr, size, err)
+	}
+	if !t.armed[slot] {
+		if err := perf.Enable(t.bps[slot]); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+		t.armed[slot] = true
+	}
+	return nil
+}
+
+// Disarm disables thread tid's watchpoint slot.
+func (e *Engine) Disarm(tid uint32, slot int) error {
+	t := e.threads[tid]
+	if t == nil || slot < 0 || slot >= len(t.bps) || !t.armed[slot] {
+		return nil
+	}
+	t.armed[slot] = false
+	return perf.Disable(t.bps[slot])
+}
+
+// Read drains every thread's ring, handing each trap to fn; it returns the
+// records it could not read.
+func (e *Engine) Read(fn func(Trap)) (bad int) {
+	var s perfrecord.Sample
+	for _, t := range e.threads {
+		t.ring.Read(func(rec []byte) bool {
+			h, err := perfrecord.ParseHeader(rec)
+			if err != nil || h.Type != perfrecord.TypeSample {
+				return true
+			}
+			if err := perfrecord.DecodeSample(rec, e.events.Attrs[0].Layout(), &s); err != nil {
+				bad++
+				return true
+			}
+			ti, ok := e.ids[s.ID]
+			if !ok {
+				bad++
+				return true
+			}
+			tr := Trap{TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time}
+			if len(s.Read) > 0 {
+				tr.Clock = s.Read[0].Value // the leader: task-clock
+			}
+			fn(tr)
+			return true
+		})
+	}
+	return bad
+}
+
+// Clock is thread tid's CPU time now (its task-clock), ns.
+func (e *Engine) Clock(tid uint32) (uint64, error) {
+	t := e.threads[tid]
+	if t == nil {
+		return 0, fmt.Errorf("thread %d is not watched", tid)
+	}
+	var b [8]byte
+	if _, err := unix.Read(t.leader, b[:]); err != nil {
+		return 0, fmt.Errorf("thread %d: reading its task-clock: %w", tid, err)
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
