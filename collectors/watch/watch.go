@@ -19,6 +19,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -29,8 +30,11 @@ const (
 )
 
 const (
+	// A trap records who, where and when, the group's values (the distance
+	// clock) and the user registers, with which the trapping instruction's
+	// exact access is decoded.
 	sampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME |
-		unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_READ
+		unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_READ | unix.PERF_SAMPLE_REGS_USER
 	readFormat = unix.PERF_FORMAT_GROUP | unix.PERF_FORMAT_ID
 )
 
@@ -74,7 +78,7 @@ func breakpoint(addr uint64, size uint8, writesOnly bool) unix.PerfEventAttr {
 		typ = bpW
 	}
 	return unix.PerfEventAttr{Type: unix.PERF_TYPE_BREAKPOINT, Size: perf.AttrSize(), Bp_type: typ, Ext1: addr, Ext2: uint64(size),
-		Sample: 1, Sample_type: sampleType, Read_format: readFormat,
+		Sample: 1, Sample_type: sampleType, Read_format: readFormat, Sample_regs_user: memop.RegsMask(runtime.GOARCH),
 		Bits: unix.PerfBitDisabled | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | bitSampleIDAll}
 }
 
@@ -82,11 +86,14 @@ const bitSampleIDAll = 1 << 18
 
 // Trap is one watchpoint trap.
 type Trap struct {
-	TID, CPU uint32
-	Slot     int
-	IP       uint64 // the instruction after the trapping access (x86), or at it (arm64)
-	Time     uint64 // perf clock, ns
-	Clock    uint64 // the thread's CPU time at the trap, ns (its task-clock)
+	PID, TID, CPU uint32
+	Slot          int
+	IP            uint64 // the instruction after the trapping access (x86), or at it (arm64)
+	Time          uint64 // perf clock, ns
+	Clock         uint64 // the thread's CPU time at the trap, ns (its task-clock)
+	// Regs are the user registers at the trap (nil: none), valid during
+	// the callback only.
+	Regs *memop.Regs
 }
 
 // Engine holds the watchpoint events of the threads it was given.
@@ -169,7 +176,7 @@ func (e *Engine) Add(tid uint32) (err error) {
 // index rebuilds the record decoder over every open breakpoint.
 func (e *Engine) index() error {
 	a := breakpoint(placeholder, 8, true)
-	attr := perfrecord.Attr{Type: a.Type, SampleType: a.Sample_type, ReadFormat: a.Read_format, SampleIDAll: true, Period: 1}
+	attr := perfrecord.Attr{Type: a.Type, SampleType: a.Sample_type, ReadFormat: a.Read_format, SampleIDAll: true, Period: 1, RegsUser: a.Sample_regs_user}
 	var ids []uint64
 	for id := range e.ids {
 		ids = append(ids, id)
@@ -257,12 +264,19 @@ func (e *Engine) Disarm(tid uint32, slot int) error {
 }
 
 // Read drains every thread's ring, handing each trap to fn; it returns the
-// records it could not read.
-func (e *Engine) Read(fn func(Trap)) (bad int) {
+// records it could not read and the traps the kernel dropped for a full
+// ring (PERF_RECORD_LOST).
+func (e *Engine) Read(fn func(Trap)) (bad int, lost uint64) {
 	var s perfrecord.Sample
 	for _, t := range e.threads {
 		t.ring.Read(func(rec []byte) bool {
 			h, err := perfrecord.ParseHeader(rec)
+			if err == nil && h.Type == perfrecord.TypeLost {
+				if l, err := perfrecord.DecodeLost(rec); err == nil {
+					lost += l.Lost
+				}
+				return true
+			}
 			if err != nil || h.Type != perfrecord.TypeSample {
 				return true
 			}
@@ -275,15 +289,18 @@ func (e *Engine) Read(fn func(Trap)) (bad int) {
 				bad++
 				return true
 			}
-			tr := Trap{TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time}
+			tr := Trap{PID: s.PID, TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time}
 			if len(s.Read) > 0 {
 				tr.Clock = s.Read[0].Value // the leader: task-clock
+			}
+			if s.RegsABI != 0 {
+				tr.Regs = &s.Regs
 			}
 			fn(tr)
 			return true
 		})
 	}
-	return bad
+	return bad, lost
 }
 
 // Clock is thread tid's CPU time now (its task-clock), ns.

@@ -10,6 +10,12 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/prometheus/procfs"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
+	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -69,7 +75,7 @@ func TestEngineTrapsExactly(t *testing.T) {
 		t.Errorf("%d watchpoints per thread on x86-64, which has 4 debug registers", slots)
 	}
 	w := startWorker(t)
-	e := New(slots, 64)
+	e := New(slots, 256) // 1 MiB: a thousand traps with their registers
 	defer e.Close()
 	if err := e.Add(w.tid); err != nil {
 		t.Fatal(err)
@@ -78,7 +84,10 @@ func TestEngineTrapsExactly(t *testing.T) {
 	a, b := &vars[0], &vars[8]
 	count := func() map[int]int {
 		n := map[int]int{}
-		e.Read(func(tr Trap) {
+		_, lost := e.Read(func(tr Trap) {
+			if tr.Regs == nil || tr.Regs[memop.AMD64IP] != tr.IP && runtime.GOARCH == "amd64" {
+				t.Errorf("trap without the registers at its IP")
+			}
 			if tr.TID != w.tid {
 				t.Errorf("trap of thread %d, watching %d", tr.TID, w.tid)
 			}
@@ -87,6 +96,9 @@ func TestEngineTrapsExactly(t *testing.T) {
 			}
 			n[tr.Slot]++
 		})
+		if lost > 0 {
+			t.Errorf("%d traps lost", lost)
+		}
 		return n
 	}
 	if err := e.Arm(w.tid, 0, addr(a), 8, true); err != nil {
@@ -108,9 +120,22 @@ func TestEngineTrapsExactly(t *testing.T) {
 	}
 	var clocks []uint64
 	w.run(func() { store(a, 100); load(b, 250); store(b, 50) })
-	e.Read(func(tr Trap) { clocks = append(clocks, tr.Clock) })
-	if len(clocks) != 300 {
-		t.Errorf("read/write watchpoint on b: %d traps, want 250 loads + 50 stores", len(clocks))
+	// Each trap's access, decoded from the instruction before its IP with
+	// its registers, is the watched variable: 250 loads, then 50 stores.
+	res := resolver(t)
+	kinds := map[memop.Kind]int{}
+	e.Read(func(tr Trap) {
+		clocks = append(clocks, tr.Clock)
+		acc, r := res.Before(tr.PID, tr.IP, tr.Regs)
+		if r != memop.Resolved || acc.Addr != addr(b) || acc.Width != 8 {
+			t.Errorf("trap at %#x decodes to %+v (%v), want the 8 bytes at %#x", tr.IP, acc, r, addr(b))
+			return
+		}
+		kinds[acc.Kind]++
+	})
+	// atomic.StoreUint64 is an xchg on x86-64: a read-modify-write.
+	if len(clocks) != 300 || kinds[memop.Load] != 250 || kinds[memop.Store]+kinds[memop.RMW] != 50 {
+		t.Errorf("read/write watchpoint on b: %d traps (decoded %v), want 250 loads + 50 stores", len(clocks), kinds)
 	}
 	for i := 1; i < len(clocks); i++ {
 		if clocks[i] < clocks[i-1] {
@@ -165,4 +190,28 @@ func BenchmarkTrap(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/store")
 		})
 	}
+}
+
+// resolver decodes this process's code.
+func resolver(t *testing.T) *memop.Resolver {
+	fs, err := procfs.NewFS("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps := addrmap.New()
+	m, err := procmaps.Read(fs, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Set(uint32(os.Getpid()), m)
+	code := codemap.New(maps, func(_ uint32, name string) (codemap.File, string, error) {
+		f, err := os.Open(name)
+		return f, name, err
+	}, nil)
+	t.Cleanup(func() { code.Close() })
+	r, err := memop.NewResolver(code, memop.Auto, runtime.GOARCH)
+	if err != nil {
+		t.Skip(err)
+	}
+	return r
 }

@@ -159,18 +159,23 @@ func load(f File) *binary {
 		}
 	}
 	syms, err := ef.Symbols()
-	if err != nil || len(syms) == 0 {
-		syms, _ = ef.DynamicSymbols()
-	}
-	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
-			b.syms = append(b.syms, symbol{s.Value, s.Size, s.Name})
+	if (err != nil || len(syms) == 0) && ef.Section(".gopclntab") != nil {
+		// A stripped Go binary (go build -ldflags=-s, go test, go run): its
+		// pclntab has every function; a cgo one's dynamic symbols only name
+		// its imports.
+		b.goFuncs(ef)
+	} else {
+		if err != nil || len(syms) == 0 {
+			syms, _ = ef.DynamicSymbols()
 		}
-	}
-	if len(b.syms) == 0 {
-		b.goFuncs(ef) // a stripped Go binary (go build -ldflags=-s, go test, go run)
-	} else if ef.Section(".gopclntab") != nil {
-		b.goLines(ef)
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+				b.syms = append(b.syms, symbol{s.Value, s.Size, s.Name})
+			}
+		}
+		if ef.Section(".gopclntab") != nil {
+			b.goLines(ef)
+		}
 	}
 	slices.SortFunc(b.syms, func(x, y symbol) int { return cmp.Compare(x.addr, y.addr) })
 	return b

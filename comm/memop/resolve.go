@@ -146,6 +146,28 @@ func (r *Resolver) Resolve(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 	return Access{Addr: o.Address(regs, pc), PC: pc, Width: o.Width, Kind: o.Kind, Atomic: o.Atomic, Prev: usePrev}, Resolved
 }
 
+// Before resolves the instruction that ran just before ip: a data
+// watchpoint traps after the access (x86), so its IP is the next
+// instruction's; regs are those at the trap.
+func (r *Resolver) Before(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
+	if regs == nil {
+		return Access{}, NoRegisters
+	}
+	e := r.lookup(pid, ip)
+	switch {
+	case e.reason != Resolved:
+		return Access{}, e.reason
+	case e.prevPC == 0:
+		return Access{}, Unreadable // no instruction boundary found before ip
+	case e.prev.Reason != Resolved:
+		return Access{}, e.prev.Reason
+	case !e.prev.ReadsAfter():
+		return Access{}, NoRegisters // it overwrote its own address registers
+	}
+	o := &e.prev
+	return Access{Addr: o.Address(regs, e.prevPC), PC: e.prevPC, Width: o.Width, Kind: o.Kind, Atomic: o.Atomic, Prev: true}, Resolved
+}
+
 func (r *Resolver) lookup(pid uint32, ip uint64) entry {
 	m := r.procs[pid]
 	if e, ok := m[ip]; ok {
