@@ -27,6 +27,8 @@ type CommCollector struct {
 	window, domains, period      *prometheus.Desc
 	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
 	source                       string          // the sampler whose accesses the detections come from
+	watch                        func() WatchStats
+	traps, arms, watchedThreads  *prometheus.Desc
 
 	stats    *samplestat.Stats // per-cgroup sharing (nil: none)
 	cgroups  CgroupIDs
@@ -55,6 +57,23 @@ func NewComm(src CommSource) *CommCollector {
 			"Communication between threads on CPUs of two last-level cache domains (named by their CPU lists; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².",
 			[]string{"domain_a", "domain_b", "kind"}, nil),
 	}
+}
+
+// WatchStats are the watchpoint trap path's totals.
+type WatchStats struct {
+	Traps, Unresolved, Lost, Arms, Recorded uint64
+	Threads                                 int
+}
+
+// WithWatch exports the trap path's totals.
+func (c *CommCollector) WithWatch(f func() WatchStats) *CommCollector {
+	c.watch = f
+	c.traps = prometheus.NewDesc("pmu_comm_watchpoint_traps_total",
+		"Watchpoint traps read (ComDetective's trap path), by outcome: recorded (its access, decoded from the trapping instruction, counted as communication with the line's publisher), ignored (it came after its thread was armed elsewhere), undecodable, lost (the kernel's ring was full).",
+		[]string{"outcome"}, nil)
+	c.arms = prometheus.NewDesc("pmu_comm_watchpoint_arms_total", "Watchpoints armed in other threads by sampled stores.", nil, nil)
+	c.watchedThreads = prometheus.NewDesc("pmu_comm_watched_threads", "Threads with watchpoint events open.", nil, nil)
+	return c
 }
 
 // WithSource names the sampler the accesses come from: decode (the
@@ -92,6 +111,11 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	if c.periods != nil {
 		ch <- c.period
 	}
+	if c.watch != nil {
+		ch <- c.traps
+		ch <- c.arms
+		ch <- c.watchedThreads
+	}
 	if c.stats != nil {
 		ch <- c.cgVolume
 	}
@@ -120,6 +144,15 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		for i, ns := range c.periods() {
 			ch <- prometheus.MustNewConstMetric(c.period, prometheus.GaugeValue, float64(ns)/1e9, strconv.Itoa(i))
 		}
+	}
+	if c.watch != nil {
+		w := c.watch()
+		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Recorded), "recorded")
+		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Traps-w.Unresolved-w.Recorded), "ignored")
+		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Unresolved), "undecodable")
+		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Lost), "lost")
+		ch <- prometheus.MustNewConstMetric(c.arms, prometheus.CounterValue, float64(w.Arms))
+		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.Threads))
 	}
 	c.src.Domains(func(a, b string, cell comdetect.Cell) {
 		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.True), a, b, "true_sharing")

@@ -353,3 +353,46 @@ func TestServeCommAnnotatedPods(t *testing.T) {
 		t.Errorf("the log does not say which pod is sampled:\n%s", p.log)
 	}
 }
+
+// With --collector.comm.watchpoints the selected workload's threads are
+// armed on lines their process published, and their traps, decoded from
+// the trapping instructions, add communication of the right kind: the
+// slots' line only false sharing, the shared variable's only true.
+func TestServeCommWatchpoints(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the address sampler decodes x86-64 here")
+	}
+	testenv.RequireRoot(t)
+	bench := buildShareBench(t)
+	top, dirs := testenv.Cgroups(t, "job")
+	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2",
+		"--collector.comm.cgroup="+top+"/job", "--collector.comm.watchpoints")
+	l, wait := runBench(t, bench, dirs[0], "0.5")
+	var proc comdetect.ProcessJSON
+	var traps float64
+	for range 40 {
+		time.Sleep(100 * time.Millisecond)
+		_, mfs := p.scrape(t)
+		traps, _ = value(t, mfs, "pmu_comm_watchpoint_traps_total", map[string]string{"outcome": "recorded"})
+		if pr, ok := commProcess(t, p.addr, l.PID); ok && traps > 20 {
+			proc = pr
+			break
+		}
+	}
+	wait()
+	if traps <= 20 || proc.Detections.True+proc.Detections.False == 0 {
+		t.Fatalf("%.0f traps recorded, detections %+v\n%s", traps, proc.Detections, p.log)
+	}
+	for _, line := range proc.Lines {
+		switch line.Addr {
+		case hex(l.Own[0] &^ 63):
+			if line.True != 0 || line.False == 0 {
+				t.Errorf("the slots' line: %+v", line)
+			}
+		case hex(l.Shared[0] &^ 63):
+			if line.False != 0 || line.True == 0 {
+				t.Errorf("the shared variable's line: %+v", line)
+			}
+		}
+	}
+}

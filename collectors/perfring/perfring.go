@@ -168,6 +168,11 @@ func (p *Poller) Remove(r *Ring) error {
 // Wait blocks up to timeoutMS (-1: forever) and returns the rings that are
 // ready to read (none on timeout). EINTR is a timeout, not an error.
 func (p *Poller) Wait(timeoutMS int) ([]*Ring, error) {
+	if len(p.events) == 0 {
+		// No ring yet: epoll_wait refuses maxevents 0 (EINVAL), but a
+		// watcher whose threads come later must still wait.
+		p.events = make([]unix.EpollEvent, 1)
+	}
 	n, err := unix.EpollWait(p.epfd, p.events, timeoutMS)
 	if errors.Is(err, unix.EINTR) {
 		return nil, nil

@@ -234,3 +234,17 @@ func TestCorruptRecordIsDropped(t *testing.T) {
 		t.Errorf("after the drop: %d records %v, %v", n, got, err)
 	}
 }
+
+// A poller with no ring yet waits out its timeout rather than failing
+// (epoll_wait refuses room for no events).
+func TestPollerWithoutRings(t *testing.T) {
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ready, err := p.Wait(10)
+	if err != nil || len(ready) != 0 {
+		t.Errorf("%v %v", ready, err)
+	}
+}

@@ -2,6 +2,7 @@ package perfsample
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -9,10 +10,12 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/procfs"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
+	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
 	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
@@ -51,6 +54,13 @@ type Decoder struct {
 	// communication between domains by (reader's, publisher's) pair.
 	domainOf map[uint32]string
 	domains  map[DomainPair]*comdetect.Cell
+
+	// The trap path, where Watch turned it on.
+	engine                                 *watch.Engine
+	watcher                                *comdetect.Watcher
+	watched                                map[uint32][]uint32 // pid → its watched threads
+	lastOf                                 map[[2]uint32]int   // flush: each thread's last sample of the batch
+	traps, trapUnresolved, trapsLost, arms uint64
 }
 
 // NewDecoder reads processes under proc (/proc).
@@ -129,6 +139,12 @@ func (d *Decoder) Exited(pid uint32) { d.exec(pid) }
 func (d *Decoder) exec(pid uint32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.engine != nil {
+		for _, tid := range d.watched[pid] {
+			d.engine.Remove(tid)
+		}
+		delete(d.watched, pid)
+	}
 	d.resolver.Forget(pid)
 	d.code.Forget(pid)
 	d.maps.Forget(pid)
@@ -148,9 +164,20 @@ func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has boo
 	slices.SortFunc(d.order, func(a, b int) int { return cmp.Compare(d.pending[a].Time, d.pending[b].Time) })
 	d.kinds = d.kinds[:0]
 	d.mu.Lock()
-	for _, i := range d.order {
+	if d.watcher != nil {
+		clear(d.lastOf)
+		for k, i := range d.order {
+			d.lastOf[[2]uint32{d.pending[i].PID, d.pending[i].TID}] = k
+		}
+	}
+	for k, i := range d.order {
 		a := &d.pending[i]
-		found := d.det.Add(a)
+		var found comdetect.Detection
+		if d.watcher != nil && d.watched[a.PID] != nil {
+			found = d.watcher.Sampled(a, d.lastOf[[2]uint32{a.PID, a.TID}] == k)
+		} else {
+			found = d.det.Add(a)
+		}
 		d.kinds = append(d.kinds, found.Kind)
 		if found.Kind != cacheline.NotShared && a.CPU != found.PeerCPU {
 			d.foldDomains(a.CPU, found.PeerCPU, a.Period, found.Kind)
@@ -225,4 +252,118 @@ func (d *Decoder) Symbolize(pid uint32, ip uint64) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.code.Symbolize(pid, ip).String()
+}
+
+// watchBackend arms ComDetective's watchpoints through the engine.
+type watchBackend struct{ d *Decoder }
+
+func (w watchBackend) Threads(pid uint32) []uint32 { return w.d.watched[pid] }
+
+func (w watchBackend) Arm(_, tid uint32, slot int, addr uint64, size uint8) {
+	if err := w.d.engine.Arm(tid, slot, addr&^7, 8, false); err == nil {
+		w.d.arms++
+	}
+}
+
+func (w watchBackend) Disarm(_, tid uint32, slot int) { w.d.engine.Disarm(tid, slot) }
+
+// Watch adds ComDetective's trap path: the stores sampled in the processes
+// given to SetWatched arm the debug registers of their other threads
+// through e (registers per thread).
+func (d *Decoder) Watch(e *watch.Engine, registers int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.engine = e
+	d.watched = map[uint32][]uint32{}
+	d.lastOf = map[[2]uint32]int{}
+	d.watcher = comdetect.NewWatcher(d.det, watchBackend{d}, registers, 1)
+}
+
+// SetWatched makes tids the watched threads of pid (none: unwatched),
+// opening and closing their watchpoint events.
+func (d *Decoder) SetWatched(pid uint32, tids []uint32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.engine == nil {
+		return nil
+	}
+	var errs []error
+	for _, old := range d.watched[pid] {
+		if !slices.Contains(tids, old) {
+			d.engine.Remove(old)
+		}
+	}
+	var kept []uint32
+	for _, tid := range tids {
+		if err := d.engine.Add(tid); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		kept = append(kept, tid)
+	}
+	if len(kept) == 0 {
+		delete(d.watched, pid)
+	} else {
+		d.watched[pid] = kept
+	}
+	return errors.Join(errs...)
+}
+
+// WatchedThreads is how many threads have watchpoint events.
+func (d *Decoder) WatchedThreads() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, tids := range d.watched {
+		n += len(tids)
+	}
+	return n
+}
+
+// ReadTraps drains the watchpoint rings: each trap's access is decoded from
+// the instruction before its IP and recorded as communication with the
+// line's publisher, weighing period (the sampler's) × L/(D×M).
+func (d *Decoder) ReadTraps(period uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.engine == nil {
+		return
+	}
+	_, lost := d.engine.Read(func(tr watch.Trap) {
+		d.traps++
+		acc, r := d.resolver.Before(tr.PID, tr.IP, tr.Regs)
+		if r != memop.Resolved {
+			d.trapUnresolved++
+			return
+		}
+		a := cacheline.Access{Addr: acc.Addr, Size: uint8(min(acc.Width, 255)), PID: tr.PID, TID: tr.TID, CPU: tr.CPU,
+			Store: acc.Kind&memop.Store != 0, Period: period, Time: tr.Time, IP: acc.PC}
+		d.watcher.Trapped(&a, period)
+	})
+	d.trapsLost += lost
+}
+
+// WaitTraps blocks until a watchpoint trapped or timeout passed.
+func (d *Decoder) WaitTraps(timeout time.Duration) error {
+	d.mu.Lock()
+	e := d.engine
+	d.mu.Unlock()
+	if e == nil {
+		time.Sleep(timeout)
+		return nil
+	}
+	return e.Wait(timeout)
+}
+
+// WatchStats are the trap path's totals: traps read, traps whose access
+// could not be decoded, traps the kernel dropped, arms, and traps counted
+// as communication (the others came after their thread was re-armed
+// elsewhere, or were a thread's own line).
+func (d *Decoder) WatchStats() (traps, unresolved, lost, arms, recorded uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.watcher != nil {
+		recorded = d.watcher.Traps
+	}
+	return d.traps, d.trapUnresolved, d.trapsLost, d.arms, recorded
 }

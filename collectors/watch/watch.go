@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -79,7 +80,8 @@ func breakpoint(addr uint64, size uint8, writesOnly bool) unix.PerfEventAttr {
 	}
 	return unix.PerfEventAttr{Type: unix.PERF_TYPE_BREAKPOINT, Size: perf.AttrSize(), Bp_type: typ, Ext1: addr, Ext2: uint64(size),
 		Sample: 1, Sample_type: sampleType, Read_format: readFormat, Sample_regs_user: memop.RegsMask(runtime.GOARCH),
-		Bits: unix.PerfBitDisabled | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | bitSampleIDAll}
+		Wakeup: 1, // wake the reader at each trap
+		Bits:   unix.PerfBitDisabled | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | bitSampleIDAll}
 }
 
 const bitSampleIDAll = 1 << 18
@@ -98,6 +100,7 @@ type Trap struct {
 
 // Engine holds the watchpoint events of the threads it was given.
 type Engine struct {
+	poller  *perfring.Poller
 	slots   int
 	pages   int
 	threads map[uint32]*thread
@@ -121,8 +124,12 @@ type thread struct {
 
 // New makes an engine of slots watchpoints per thread, with rings of pages
 // data pages.
-func New(slots, pages int) *Engine {
-	return &Engine{slots: slots, pages: pages, threads: map[uint32]*thread{}, ids: map[uint64]trapID{}}
+func New(slots, pages int) (*Engine, error) {
+	p, err := perfring.NewPoller()
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{poller: p, slots: slots, pages: pages, threads: map[uint32]*thread{}, ids: map[uint64]trapID{}}, nil
 }
 
 // placeholder is a harmless address for a disabled breakpoint to watch
@@ -157,6 +164,9 @@ func (e *Engine) Add(tid uint32) (err error) {
 		t.bps = append(t.bps, fd)
 		if slot == 0 {
 			if t.ring, err = perfring.Open(fd, e.pages); err != nil {
+				return fmt.Errorf("thread %d: %w", tid, err)
+			}
+			if err := e.poller.Add(t.ring); err != nil {
 				return fmt.Errorf("thread %d: %w", tid, err)
 			}
 		} else if err := perf.SetOutput(fd, t.bps[0]); err != nil {
@@ -200,6 +210,9 @@ func (e *Engine) Remove(tid uint32) {
 			delete(e.ids, id)
 		}
 	}
+	if t.ring != nil {
+		e.poller.Remove(t.ring)
+	}
 	t.close()
 	delete(e.threads, tid)
 	e.index()
@@ -222,6 +235,7 @@ func (e *Engine) Close() {
 	for tid := range e.threads {
 		e.Remove(tid)
 	}
+	e.poller.Close()
 }
 
 // Threads are the threads with events.
@@ -234,23 +248,32 @@ func (e *Engine) Threads() []uint32 {
 }
 
 // Arm points thread tid's watchpoint slot at [addr, addr+size) and enables
-// it: the size must be 1, 2, 4 or 8 and the address aligned to it.
+// it; the size must be 1, 2, 4 or 8 and the address aligned to it. It
+// traps on every matching access until Disarm: the algorithms want one
+// outcome per arm, so their reader wakes on each trap (Wait) and disarms.
+// (PERF_EVENT_IOC_REFRESH 1 would make the kernel disable it after one
+// trap, but on Linux 6.18 here such a watchpoint never trapped again,
+// whatever was modified, refreshed or enabled after: docs/benchmarks.md.)
 func (e *Engine) Arm(tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error {
 	t := e.threads[tid]
 	if t == nil || slot < 0 || slot >= len(t.bps) {
 		return fmt.Errorf("thread %d has no watchpoint %d", tid, slot)
 	}
+	// MODIFY_ATTRIBUTES copies the disabled bit with the address, length
+	// and type: clear, it leaves the watchpoint enabled.
 	a := breakpoint(addr, size, writesOnly)
+	a.Bits &^= unix.PerfBitDisabled
 	if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
 		return fmt.Errorf("thread %d: watchpoint %d on %#x/%d: %w", tid, slot, addr, size, err)
 	}
-	if !t.armed[slot] {
-		if err := perf.Enable(t.bps[slot]); err != nil {
-			return fmt.Errorf("thread %d: %w", tid, err)
-		}
-		t.armed[slot] = true
-	}
+	t.armed[slot] = true
 	return nil
+}
+
+// Wait blocks until a trap is ready to read or timeout passes.
+func (e *Engine) Wait(timeout time.Duration) error {
+	_, err := e.poller.Wait(int(timeout / time.Millisecond))
+	return err
 }
 
 // Disarm disables thread tid's watchpoint slot.

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"unsafe"
@@ -61,10 +60,12 @@ func load(p *uint64, n int) (s uint64) {
 	return s
 }
 
-// Watchpoints armed from outside a thread trap exactly on its accesses to
-// the watched bytes, stores only or loads too, and re-arming moves them
-// (PERF_EVENT_IOC_MODIFY_ATTRIBUTES): counted against the accesses the
-// thread made, with the trapping code and the thread's CPU time.
+// Watchpoints armed from outside a thread trap on each of its accesses to
+// the watched bytes while armed (stores only, or loads too), counted
+// against the accesses it made; re-arming moves them (MODIFY_ATTRIBUTES);
+// each trap's access, decoded from the instruction before its IP with its
+// registers, is the watched variable; the distance clock is the thread's
+// CPU time.
 func TestEngineTrapsExactly(t *testing.T) {
 	testenv.RequireRoot(t)
 	slots, err := Slots(16)
@@ -75,78 +76,83 @@ func TestEngineTrapsExactly(t *testing.T) {
 		t.Errorf("%d watchpoints per thread on x86-64, which has 4 debug registers", slots)
 	}
 	w := startWorker(t)
-	e := New(slots, 256) // 1 MiB: a thousand traps with their registers
+	e, err := New(slots, 256) // 1 MiB: hundreds of traps with their registers
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer e.Close()
 	if err := e.Add(w.tid); err != nil {
 		t.Fatal(err)
 	}
+	res := resolver(t)
 	vars := make([]uint64, 16) // distinct 8-byte slots
 	a, b := &vars[0], &vars[8]
-	count := func() map[int]int {
-		n := map[int]int{}
+	// traps counts by slot and by decoded (address, kind).
+	type access struct {
+		addr uint64
+		kind memop.Kind
+	}
+	traps := func() (map[int]int, map[access]int, []uint64) {
+		slots, accs := map[int]int{}, map[access]int{}
+		var clocks []uint64
 		_, lost := e.Read(func(tr Trap) {
-			if tr.Regs == nil || tr.Regs[memop.AMD64IP] != tr.IP && runtime.GOARCH == "amd64" {
-				t.Errorf("trap without the registers at its IP")
-			}
 			if tr.TID != w.tid {
 				t.Errorf("trap of thread %d, watching %d", tr.TID, w.tid)
 			}
-			if name := runtime.FuncForPC(uintptr(tr.IP) - 1).Name(); !strings.Contains(name, "watch.store") && !strings.Contains(name, "watch.load") {
-				t.Errorf("trap at %#x in %s", tr.IP, name)
+			acc, r := res.Before(tr.PID, tr.IP, tr.Regs)
+			if r != memop.Resolved || acc.Width != 8 {
+				t.Errorf("trap at %#x decodes to %+v (%v)", tr.IP, acc, r)
 			}
-			n[tr.Slot]++
+			slots[tr.Slot]++
+			accs[access{acc.Addr, acc.Kind}]++
+			clocks = append(clocks, tr.Clock)
 		})
 		if lost > 0 {
 			t.Errorf("%d traps lost", lost)
 		}
-		return n
+		return slots, accs, clocks
 	}
+	before, _ := e.Clock(w.tid)
 	if err := e.Arm(w.tid, 0, addr(a), 8, true); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := e.Clock(w.tid)
-	w.run(func() { store(a, 1000); load(a, 700); store(b, 300) })
+	w.run(func() { store(a, 300); load(a, 700); store(b, 300) })
 	after, _ := e.Clock(w.tid)
-	if n := count(); n[0] != 1000 || len(n) != 1 {
-		t.Errorf("store watchpoint on a: %v, want 1000 traps on slot 0 (the 700 loads and b's stores do not trap)", n)
+	// atomic.StoreUint64 is an xchg on x86-64: a read-modify-write.
+	st := memop.RMW
+	if runtime.GOARCH != "amd64" {
+		st = memop.Store
 	}
-	if after <= before {
-		t.Errorf("task-clock %d then %d", before, after)
+	s, accs, clocks := traps()
+	if s[0] != 300 || len(s) != 1 || accs[access{addr(a), st}] != 300 {
+		t.Errorf("store watchpoint on a: slots %v, accesses %v; want the 300 stores to a", s, accs)
 	}
-	// Re-armed on b for loads and stores, in slot 2.
+	for i, c := range clocks {
+		if c < before || c > after || i > 0 && c < clocks[i-1] {
+			t.Errorf("trap %d at CPU time %d, outside %d..%d or before the previous", i, c, before, after)
+			break
+		}
+	}
+	// Loads too, on b, in slot 2; then re-armed while armed, on a.
 	e.Disarm(w.tid, 0)
 	if err := e.Arm(w.tid, 2, addr(b), 8, false); err != nil {
 		t.Fatal(err)
 	}
-	var clocks []uint64
 	w.run(func() { store(a, 100); load(b, 250); store(b, 50) })
-	// Each trap's access, decoded from the instruction before its IP with
-	// its registers, is the watched variable: 250 loads, then 50 stores.
-	res := resolver(t)
-	kinds := map[memop.Kind]int{}
-	e.Read(func(tr Trap) {
-		clocks = append(clocks, tr.Clock)
-		acc, r := res.Before(tr.PID, tr.IP, tr.Regs)
-		if r != memop.Resolved || acc.Addr != addr(b) || acc.Width != 8 {
-			t.Errorf("trap at %#x decodes to %+v (%v), want the 8 bytes at %#x", tr.IP, acc, r, addr(b))
-			return
-		}
-		kinds[acc.Kind]++
-	})
-	// atomic.StoreUint64 is an xchg on x86-64: a read-modify-write.
-	if len(clocks) != 300 || kinds[memop.Load] != 250 || kinds[memop.Store]+kinds[memop.RMW] != 50 {
-		t.Errorf("read/write watchpoint on b: %d traps (decoded %v), want 250 loads + 50 stores", len(clocks), kinds)
+	if s, accs, _ := traps(); s[2] != 300 || accs[access{addr(b), memop.Load}] != 250 || accs[access{addr(b), st}] != 50 {
+		t.Errorf("read/write watchpoint on b: slots %v, accesses %v; want 250 loads and 50 stores of b", s, accs)
 	}
-	for i := 1; i < len(clocks); i++ {
-		if clocks[i] < clocks[i-1] {
-			t.Errorf("the distance clock went back: %d after %d", clocks[i], clocks[i-1])
-			break
-		}
+	if err := e.Arm(w.tid, 2, addr(a), 8, true); err != nil {
+		t.Fatal(err)
+	}
+	w.run(func() { store(b, 40); store(a, 40) })
+	if s, _, _ := traps(); s[2] != 40 || len(s) != 1 {
+		t.Errorf("re-armed on a: %v, want 40 traps on slot 2", s)
 	}
 	e.Disarm(w.tid, 2)
-	w.run(func() { store(b, 100) })
-	if n := count(); len(n) != 0 {
-		t.Errorf("disarmed: %v", n)
+	w.run(func() { store(b, 100); store(a, 100) })
+	if s, _, _ := traps(); len(s) != 0 {
+		t.Errorf("disarmed: %v", s)
 	}
 }
 
@@ -157,7 +163,10 @@ func addr(p *uint64) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }
 // watched store over an unwatched one.
 func BenchmarkArm(b *testing.B) {
 	w := startWorker(b)
-	e := New(1, 8)
+	e, err := New(1, 8)
+	if err != nil {
+		b.Skip(err)
+	}
 	defer e.Close()
 	if err := e.Add(w.tid); err != nil {
 		b.Skip(err)
@@ -173,7 +182,10 @@ func BenchmarkTrap(b *testing.B) {
 	for _, watched := range []bool{false, true} {
 		b.Run(map[bool]string{false: "unwatched", true: "watched"}[watched], func(b *testing.B) {
 			w := startWorker(b)
-			e := New(1, 256)
+			e, err := New(1, 256)
+			if err != nil {
+				b.Skip(err)
+			}
 			defer e.Close()
 			if err := e.Add(w.tid); err != nil {
 				b.Skip(err)

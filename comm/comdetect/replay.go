@@ -78,7 +78,7 @@ func (r *Replay) Access(tid uint32, store bool, addr uint64, size uint8) {
 		t.next = t.n + r.gap()
 		r.Samples++
 		if r.W != nil {
-			r.W.Sampled(&a)
+			r.W.Sampled(&a, true)
 		} else {
 			r.Det.Add(&a)
 		}

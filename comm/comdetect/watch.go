@@ -15,20 +15,23 @@ type Backend interface {
 	Disarm(pid, tid uint32, slot int)
 }
 
-// Watcher adds ComDetective's trap path (thesis §5.3.1, notes §2.2–2.3)
-// to the detector: a sampled store publishes its line on the board and
-// arms the other threads of its process on Registers randomly chosen
-// 8-byte chunks of that line; the first access of one of them to a watched
-// chunk traps and is a communication with the publisher, true or false
-// sharing by the overlap rule, weighing period × L/(D × M) (each trap
-// stands for the accesses to the line's other chunks too), after which the
-// trapping thread is disarmed.
+// Watcher adds ComDetective's trap path (thesis §5.3.1, Alg. 1's
+// TryArmWatchpoint; notes §2.2–2.3) to the detector: at each of its
+// samples a thread arms its own debug registers on Registers randomly
+// chosen 8-byte chunks of a line another thread of its process recently
+// published (a sampled store), replacing what it watched; its first access
+// to a watched chunk traps and is a communication with the publisher, true
+// or false sharing by the overlap rule, weighing period × L/(D × M) (each
+// trap stands for the accesses to the line's other chunks too); the trap
+// disarms the thread until its next sample. Arming only the sampling
+// thread keeps the arms at one per sample, however many threads there are.
 type Watcher struct {
 	det       *Detector
 	b         Backend
 	registers int
 	rng       *rand.Rand
 	watch     map[watchKey]watched // per thread: the line its registers watch
+	recent    map[uint32][]publication
 	// Traps counts detections by trap; samples' own are the detector's.
 	Traps uint64
 }
@@ -40,30 +43,48 @@ type watched struct {
 	pub  publication
 }
 
+// recentPublications is how many of a process's latest publications a
+// thread may arm on.
+const recentPublications = 16
+
 // NewWatcher arms through b, registers debug registers per thread.
 func NewWatcher(det *Detector, b Backend, registers int, seed uint64) *Watcher {
-	return &Watcher{det: det, b: b, registers: max(registers, 1), rng: rand.New(rand.NewPCG(seed, seed^0xA5A5)), watch: map[watchKey]watched{}}
+	return &Watcher{det: det, b: b, registers: max(registers, 1), rng: rand.New(rand.NewPCG(seed, seed^0xA5A5)),
+		watch: map[watchKey]watched{}, recent: map[uint32][]publication{}}
 }
 
-// Sampled runs Alg. 1 on a sampled access and, for a store, arms the
-// other threads on its line.
-func (w *Watcher) Sampled(a *Access) Detection {
+// Sampled runs Alg. 1 on a sampled access, keeps a store among its
+// process's recent publications, and, with arm, arms the sampling thread on
+// a line another thread published among them (chosen at random). A reader
+// that gets samples in batches (out of process) arms at a thread's last
+// sample of the batch only: the earlier arms would be replaced at once.
+func (w *Watcher) Sampled(a *Access, arm bool) Detection {
 	found := w.det.Add(a)
-	if !a.Store {
+	line := a.Addr &^ (LineSize - 1)
+	if a.Store {
+		pubs := w.recent[a.PID]
+		if len(pubs) >= recentPublications {
+			pubs = pubs[1:]
+		}
+		w.recent[a.PID] = append(pubs, publication{line: line, addr: a.Addr, time: a.Time, pc: a.IP, tid: a.TID, cpu: a.CPU, width: a.Size, valid: true})
+	}
+	if !arm {
 		return found
 	}
-	line := a.Addr &^ (LineSize - 1)
-	chunks := w.rng.Perm(LineSize / 8)[:min(w.registers, LineSize/8)]
-	pub := publication{line: line, addr: a.Addr, time: a.Time, pc: a.IP, tid: a.TID, cpu: a.CPU, width: a.Size, valid: true}
-	for _, tid := range w.b.Threads(a.PID) {
-		if tid == a.TID {
-			continue
+	var others []int
+	for i, p := range w.recent[a.PID] {
+		if p.tid != a.TID {
+			others = append(others, i)
 		}
-		for slot, c := range chunks {
-			w.b.Arm(a.PID, tid, slot, line+8*uint64(c), 8)
-		}
-		w.watch[watchKey{a.PID, tid}] = watched{line: line, pub: pub}
 	}
+	if len(others) == 0 {
+		return found
+	}
+	pub := w.recent[a.PID][others[w.rng.IntN(len(others))]]
+	for slot, c := range w.rng.Perm(LineSize / 8)[:min(w.registers, LineSize/8)] {
+		w.b.Arm(a.PID, a.TID, slot, pub.line+8*uint64(c), 8)
+	}
+	w.watch[watchKey{a.PID, a.TID}] = watched{line: pub.line, pub: pub}
 	return found
 }
 
@@ -81,13 +102,7 @@ func (w *Watcher) Trapped(a *Access, period uint64) Detection {
 	volume := period * LineSize / (uint64(w.registers) * 8)
 	w.det.detect(w.det.process(a.PID), a, &e, trueSharing, volume)
 	w.Traps++
-	// Disarm the trapping thread only. The thesis disarms the line in
-	// every thread; with one trap per publication a line whose threads
-	// each own a chunk (false sharing: any of them may be watched) traps
-	// far more often than a line of one shared variable (watched or not
-	// for all), which biased the false-sharing fraction on the
-	// False-Sharing benchmark (8 threads, f = 0.25: 0.32); per thread,
-	// every access has the same chance D×M/L to be watched (0.25 → 0.25).
+	// One trap per arm: the thread is disarmed until its next sample.
 	for slot := range w.registers {
 		w.b.Disarm(a.PID, a.TID, slot)
 	}

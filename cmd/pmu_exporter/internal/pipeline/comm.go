@@ -22,6 +22,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
+	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
@@ -41,6 +42,10 @@ type commFlags struct {
 	perCgroup bool
 	cgroups   []string // sample only these cgroups' tasks (perf's cgroup mode)
 	pods      string   // all, or annotated: only pods annotated pmu-exporter.io/comm=true
+	// watchpoints adds ComDetective's trap path in the selected workloads'
+	// threads, at most maxWatched of them.
+	watchpoints bool
+	maxWatched  int
 }
 
 // liveComm runs the address sampler: cpu-clock in user mode on every CPU
@@ -102,8 +107,33 @@ func liveComm(b *build) error {
 	}
 	p.closers = append(p.closers, set.closeAll)
 	p.cpuResets = append(p.cpuResets, set.resetCPU)
+	var engine *watch.Engine
+	if o.watchpoints {
+		if len(o.cgroups) == 0 && o.pods != "annotated" {
+			set.closeAll()
+			return errors.New("--collector.comm.watchpoints arms every thread of what is sampled: select the workloads (--collector.comm.cgroup or --collector.comm.pods=annotated)")
+		}
+		slots, err := watch.Slots(16)
+		if err != nil {
+			set.closeAll()
+			return fmt.Errorf("--collector.comm.watchpoints: %w", err)
+		}
+		if engine, err = watch.New(slots, 64); err != nil {
+			set.closeAll()
+			return fmt.Errorf("--collector.comm.watchpoints: %w", err)
+		}
+		dec.Watch(engine, slots)
+		p.closers = append(p.closers, engine.Close)
+		b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched)
+	}
 	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
 	coll := exporter.NewComm(dec).WithPeriods(set.periods)
+	if engine != nil {
+		coll.WithWatch(func() exporter.WatchStats {
+			traps, unresolved, lost, arms, recorded := dec.WatchStats()
+			return exporter.WatchStats{Traps: traps, Unresolved: unresolved, Lost: lost, Arms: arms, Recorded: recorded, Threads: dec.WatchedThreads()}
+		})
+	}
 	var cgNames *cgroupNames
 	if perCgroup {
 		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
@@ -134,6 +164,13 @@ func liveComm(b *build) error {
 			defer wg.Done()
 			set.run(ctx, annotated)
 		}()
+		if engine != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				set.watchThreads(ctx, o.maxWatched)
+			}()
+		}
 		wg.Wait()
 	})
 	return nil
@@ -165,8 +202,12 @@ type commSampler struct {
 func (c *commSamplers) open(target string) error {
 	b := c.b
 	share := float64(max(c.budgetShare, 1))
+	poll := 100 * time.Millisecond
+	if b.f.comm.watchpoints {
+		poll = 10 * time.Millisecond // arms follow the samples this closely
+	}
 	opts := perfsample.Options{
-		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: 100 * time.Millisecond, Govern: 500 * time.Millisecond,
+		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: poll, Govern: 500 * time.Millisecond,
 		Governor:  sampling.NewGovernor(b.f.comm.budget/share, b.s.facts.MaxSampleRate),
 		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
 		Decoder:   c.dec,
@@ -309,6 +350,97 @@ func (c *commSamplers) Period(int) uint64 {
 		return p[0]
 	}
 	return c.cfg.Period
+}
+
+// watchThreads gives the decoder the threads of the sampled cgroups, every
+// second, at most max of them, and reads the traps as they come.
+func (c *commSamplers) watchThreads(ctx context.Context, max int) {
+	follow := time.NewTicker(time.Second)
+	defer follow.Stop()
+	// The traps are read as they come: a watchpoint traps on every access
+	// until the reader disarms it.
+	go func() {
+		for ctx.Err() == nil {
+			if err := c.dec.WaitTraps(100 * time.Millisecond); err != nil {
+				c.b.log.Error("watchpoint traps not read", "err", err)
+				return
+			}
+			c.dec.ReadTraps(c.Period(0))
+		}
+	}()
+	watched := map[uint32]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-follow.C:
+			byPID := map[uint32][]uint32{}
+			n := 0
+			for _, target := range c.targets() {
+				for _, tid := range cgroupThreads(filepath.Join(c.root, target)) {
+					if n >= max {
+						break
+					}
+					if pid, ok := tgid(c.b.f.procfs, tid); ok {
+						byPID[pid] = append(byPID[pid], tid)
+						n++
+					}
+				}
+			}
+			for pid := range watched {
+				if byPID[pid] == nil {
+					c.dec.SetWatched(pid, nil)
+					delete(watched, pid)
+				}
+			}
+			for pid, tids := range byPID {
+				if err := c.dec.SetWatched(pid, tids); err != nil {
+					c.b.log.Debug("watchpoints not opened in some threads", "pid", pid, "err", err)
+				}
+				watched[pid] = true
+			}
+		}
+	}
+}
+
+// cgroupThreads lists the threads of a cgroup and its descendants
+// (cgroup.threads on v2, tasks on v1).
+func cgroupThreads(dir string) []uint32 {
+	var out []uint32
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		for _, name := range []string{"cgroup.threads", "tasks"} {
+			b, err := os.ReadFile(filepath.Join(path, name))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if tid, err := strconv.ParseUint(f, 10, 32); err == nil {
+					out = append(out, uint32(tid))
+				}
+			}
+			break
+		}
+		return nil
+	})
+	return out
+}
+
+// tgid is the process of a thread (/proc/TID/status).
+func tgid(proc string, tid uint32) (uint32, bool) {
+	b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(int(tid)), "status"))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			return uint32(n), err == nil
+		}
+	}
+	return 0, false
 }
 
 // podsEvery is how often the annotated pods are looked for.
