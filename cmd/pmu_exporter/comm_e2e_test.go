@@ -31,9 +31,7 @@ import (
 // access goes to the threads' own slots of one line (f = 1) and all true
 // sharing when every access goes to the one shared variable (f = 0).
 func TestServeCommLive(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the address sampler decodes x86-64 here")
-	}
+	testenv.Require(t, runtime.GOARCH == "amd64", "the ground-truth benchmark's code is checked as x86-64 here")
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
 	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2")
@@ -156,9 +154,7 @@ func commProcess(t *testing.T, addr string, pid int) (comdetect.ProcessJSON, boo
 // detections, and the CPU pairs are folded to this host's last-level cache
 // domains.
 func TestServeCommSelectedCgroup(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the address sampler decodes x86-64 here")
-	}
+	testenv.Require(t, runtime.GOARCH == "amd64", "the ground-truth benchmark's code is checked as x86-64 here")
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
 	// A cgroup where a kubelet puts a pod (cgroupfs driver), so that
@@ -283,9 +279,7 @@ current-context: c
 // pods running the benchmark, the annotated one's threads communicate on
 // /debug/comm (by its name, from the API), the other's are never sampled.
 func TestServeCommAnnotatedPods(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the address sampler decodes x86-64 here")
-	}
+	testenv.Require(t, runtime.GOARCH == "amd64", "the ground-truth benchmark's code is checked as x86-64 here")
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
 	const on, off = "1a2b3c4d-0000-1111-2222-333344445555", "9f8e7d6c-0000-1111-2222-333344445555"
@@ -359,9 +353,7 @@ func TestServeCommAnnotatedPods(t *testing.T) {
 // the trapping instructions, add communication of the right kind: the
 // slots' line only false sharing, the shared variable's only true.
 func TestServeCommWatchpoints(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the address sampler decodes x86-64 here")
-	}
+	testenv.Require(t, runtime.GOARCH == "amd64", "the ground-truth benchmark's code is checked as x86-64 here")
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
 	top, dirs := testenv.Cgroups(t, "job")

@@ -90,9 +90,7 @@ func fsFraction(p comdetect.ProcessJSON) float64 {
 // and 1), the padded variant, the point-to-point pairs, and that private
 // writes never communicate.
 func TestGroundTruthRecorded(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the address sampler decodes x86-64 here")
-	}
+	testenv.Require(t, runtime.GOARCH == "amd64", "the ground-truth benchmark's code is checked as x86-64 here")
 	perf := testenv.RequireTool(t, "perf")
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)

@@ -165,11 +165,11 @@ func BenchmarkArm(b *testing.B) {
 	w := startWorker(b)
 	e, err := New(1, 8)
 	if err != nil {
-		b.Skip(err)
+		b.Fatal(err)
 	}
 	defer e.Close()
 	if err := e.Add(w.tid); err != nil {
-		b.Skip(err)
+		b.Fatal(err)
 	}
 	var v [2]uint64
 	b.ResetTimer()
@@ -184,11 +184,11 @@ func BenchmarkTrap(b *testing.B) {
 			w := startWorker(b)
 			e, err := New(1, 256)
 			if err != nil {
-				b.Skip(err)
+				b.Fatal(err)
 			}
 			defer e.Close()
 			if err := e.Add(w.tid); err != nil {
-				b.Skip(err)
+				b.Fatal(err)
 			}
 			var v uint64
 			if watched {
@@ -223,7 +223,7 @@ func resolver(t *testing.T) *memop.Resolver {
 	t.Cleanup(func() { code.Close() })
 	r, err := memop.NewResolver(code, memop.Auto, runtime.GOARCH)
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	return r
 }

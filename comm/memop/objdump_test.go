@@ -38,9 +38,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // and its load/store classification agree with GNU objdump's disassembly
 // of whole binaries for at least 99.9% of the instructions that have one.
 func TestAgreesWithObjdump(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the binaries on this machine are not x86-64")
-	}
+	testenv.Require(t, runtime.GOARCH == "amd64", "the binaries on this machine must be x86-64")
 	testenv.RequireTool(t, "objdump")
 	bins := oracleBinaries(t)
 	if len(bins) < 3 {
