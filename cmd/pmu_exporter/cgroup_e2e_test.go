@@ -136,17 +136,7 @@ func TestServeWithoutBPF(t *testing.T) {
 // UIDs.
 func TestServeAPIServerUnreachable(t *testing.T) {
 	testenv.RequireRoot(t)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-users: [{name: u, user: {}}]
-current-context: c
-`), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := kubeconfigFor(t, "http://127.0.0.1:1")
 	p := start(t, nil, "--kubernetes.node-name=node-a", "--kubernetes.kubeconfig="+kubeconfig)
 	deadline := time.Now().Add(10 * time.Second)
 	for {

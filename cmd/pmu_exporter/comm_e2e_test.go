@@ -39,40 +39,17 @@ func TestServeCommLive(t *testing.T) {
 		f         string
 		wantFalse bool
 	}{{"1", true}, {"0", false}} {
-		cmd := exec.Command(bench, "-mode", "false-sharing", "-f", c.f, "-duration", "3s")
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		r := bufio.NewReader(out)
-		line, _ := r.ReadBytes('\n')
-		var l benchLayout
-		if err := json.Unmarshal(line, &l); err != nil {
-			t.Fatalf("layout %q: %v", line, err)
-		}
-		r.ReadBytes('\n') // the counts, at the end
-		cmd.Wait()
+		l, wait := runBench(t, bench, "", c.f, "3s")
+		wait()
 		// The sampler reads its rings every 100 ms; the process's state stays
 		// until the exporter sees it gone (a minute).
 		var proc comdetect.ProcessJSON
 		for range 20 {
-			resp, err := http.Get("http://" + p.addr + "/debug/comm?pid=" + strconv.Itoa(l.PID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var rep comdetect.ReportJSON
-			err = json.NewDecoder(resp.Body).Decode(&rep)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(rep.Processes) == 1 {
-				proc = rep.Processes[0]
+			var ok bool
+			if proc, ok = commProcess(t, p.addr, l.PID); ok {
 				break
 			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		d := proc.Detections
 		t.Logf("f=%s: %d true, %d false sharing detections, threads %v, lines %d", c.f, d.True, d.False, proc.Threads, len(proc.Lines))
@@ -102,11 +79,11 @@ func TestServeCommLive(t *testing.T) {
 	}
 }
 
-// runBench starts sharebench (in the cgroup dir when set) and returns its
-// layout once it runs; wait ends it.
-func runBench(t *testing.T, bench, dir, f string) (benchLayout, func()) {
+// runBench starts sharebench (in the cgroup dir when set) for duration and
+// returns its layout once it runs; wait waits for it to end.
+func runBench(t *testing.T, bench, dir, f, duration string) (benchLayout, func()) {
 	t.Helper()
-	cmd := exec.Command(bench, "-mode", "false-sharing", "-f", f, "-duration", "3s")
+	cmd := exec.Command(bench, "-mode", "false-sharing", "-f", f, "-duration", duration)
 	if dir != "" {
 		cg, err := os.Open(dir)
 		if err != nil {
@@ -164,8 +141,8 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 	top, dirs := testenv.Cgroups(t, "kubepods", job)
 	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2",
 		"--collector.comm.cgroup="+top+"/"+job)
-	in, waitIn := runBench(t, bench, dirs[1], "1")
-	out, waitOut := runBench(t, bench, "", "1")
+	in, waitIn := runBench(t, bench, dirs[1], "1", "3s")
+	out, waitOut := runBench(t, bench, "", "1", "3s")
 	// While the benchmarks run (the pod of a process is read from its
 	// /proc/PID/cgroup), the pod filter keeps the one inside.
 	time.Sleep(1500 * time.Millisecond)
@@ -297,29 +274,9 @@ func TestServeCommAnnotatedPods(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2",
 		"--collector.comm.pods=annotated", "--kubernetes.node-name=node-a", "--kubernetes.kubeconfig="+kubeconfigFor(t, srv.URL))
-	run := func(dir string) (benchLayout, func()) {
-		cmd := exec.Command(bench, "-mode", "false-sharing", "-f", "1", "-duration", "12s")
-		cg, err := os.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cg.Close()
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-		out, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		r := bufio.NewReader(out)
-		line, _ := r.ReadBytes('\n')
-		var l benchLayout
-		if err := json.Unmarshal(line, &l); err != nil {
-			t.Fatalf("layout %q: %v", line, err)
-		}
-		return l, func() { cmd.Process.Kill(); io.Copy(io.Discard, r); cmd.Wait() }
-	}
-	in, stopIn := run(dirs[1])
+	in, stopIn := runBench(t, bench, dirs[1], "1", "12s")
 	defer stopIn()
-	out, stopOut := run(dirs[2])
+	out, stopOut := runBench(t, bench, dirs[2], "1", "12s")
 	defer stopOut()
 	// The pods are looked for every 5 s, once the API has listed them.
 	deadline := time.Now().Add(11 * time.Second)
@@ -359,7 +316,7 @@ func TestServeCommWatchpoints(t *testing.T) {
 	top, dirs := testenv.Cgroups(t, "job")
 	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2",
 		"--collector.comm.cgroup="+top+"/job", "--collector.comm.watchpoints")
-	l, wait := runBench(t, bench, dirs[0], "0.5")
+	l, wait := runBench(t, bench, dirs[0], "0.5", "3s")
 	var proc comdetect.ProcessJSON
 	var traps float64
 	for range 40 {
