@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -136,8 +137,8 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 	bench := buildShareBench(t)
 	// A cgroup where a kubelet puts a pod (cgroupfs driver), so that
 	// /debug/comm?pod= finds it by its UID.
-	const uid = "0c7d8f16-1111-2222-3333-444455556666"
-	const job = "kubepods/pod" + uid
+	uid := fmt.Sprintf("0c7d8f16-%04x-2222-3333-444455556666", os.Getpid()&0xffff)
+	job := "kubepods/pod" + uid
 	top, dirs := testenv.Cgroups(t, "kubepods", job)
 	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2",
 		"--collector.comm.cgroup="+top+"/"+job)
@@ -259,7 +260,10 @@ func TestServeCommAnnotatedPods(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the ground-truth benchmark's code is checked as x86-64 here")
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
-	const on, off = "1a2b3c4d-0000-1111-2222-333344445555", "9f8e7d6c-0000-1111-2222-333344445555"
+	// UIDs of this run's own: the exporter looks for the pods' cgroups in
+	// the whole hierarchy, where another run of this test may be.
+	on := fmt.Sprintf("1a2b3c4d-%04x-1111-2222-333344445555", os.Getpid()&0xffff)
+	off := fmt.Sprintf("9f8e7d6c-%04x-1111-2222-333344445555", os.Getpid()&0xffff)
 	_, dirs := testenv.Cgroups(t, "kubepods", "kubepods/pod"+on, "kubepods/pod"+off)
 	mk := func(name, uid string, annotated bool) corev1.Pod {
 		p := corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
