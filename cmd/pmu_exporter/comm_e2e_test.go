@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -348,4 +349,77 @@ func TestServeCommWatchpoints(t *testing.T) {
 			}
 		}
 	}
+}
+
+// With --collector.comm.reuse the selected workload's sampled accesses arm
+// ReuseTracker's watchpoints: on a thread that stores to every slot of an
+// array in turn, each reuse comes a walk after its use (the program times
+// its own walk), so no reuse is shorter than about one walk, and one
+// thread alone is never invalidated.
+func TestServeReuseLive(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	bench := filepath.Join(dir, "reusebench")
+	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bench, "../../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
+		t.Fatalf("building reusebench: %v\n%s", err, out)
+	}
+	top, dirs := testenv.Cgroups(t, "job")
+	p := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse")
+	cg, err := os.Open(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	cmd := exec.Command(bench, "-slots", "4194304", "-duration", "3s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run struct {
+		WalkNS int64 `json:"walk_ns"`
+	}
+	if err := json.Unmarshal(out, &run); err != nil || run.WalkNS == 0 {
+		t.Fatalf("reusebench said %q: %v", out, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, mfs := p.scrape(t)
+	lbl := map[string]string{"cgroup": top + "/job"}
+	var h *dto.Histogram
+	for _, m := range mfs["pmu_reuse_time_distance_seconds"].GetMetric() {
+		if labelsMatch(m, lbl) {
+			h = m.GetHistogram()
+		}
+	}
+	if h == nil || h.GetSampleCount() < 10 {
+		t.Fatalf("reuse histogram of %s/job: %v\n%s", top, h, p.log)
+	}
+	walk := float64(run.WalkNS) * 1e-9
+	var below uint64
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() <= walk/2 {
+			below = b.GetCumulativeCount()
+		}
+	}
+	t.Logf("walk %.2f ms; %d reuses estimated, %d at under half a walk; buckets %v", walk*1e3, h.GetSampleCount(), below, h.GetBucket())
+	if below*10 > h.GetSampleCount() {
+		t.Errorf("%d of %d reuses at under half the walk time %.2f ms", below, h.GetSampleCount(), walk*1e3)
+	}
+	if v := mustValue(t, mfs, "pmu_reuse_invalidations_total", lbl); v != 0 {
+		t.Errorf("%v invalidations of a single thread", v)
+	}
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	n := 0
+	for _, lp := range m.GetLabel() {
+		if v, ok := want[lp.GetName()]; ok {
+			if v != lp.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(want)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -56,10 +57,15 @@ type Decoder struct {
 	domains  map[DomainPair]*comdetect.Cell
 
 	// The trap path, where Watch turned it on.
-	engine                                 *watch.Engine
-	watcher                                *comdetect.Watcher
-	watched                                map[uint32][]uint32 // pid → its watched threads
-	lastOf                                 map[[2]uint32]int   // flush: each thread's last sample of the batch
+	engine  *watch.Engine
+	watcher *comdetect.Watcher
+	watched map[uint32][]uint32 // pid → its watched threads
+	lastOf  map[[2]uint32]int   // flush: each thread's last sample of the batch
+	// ReuseTracker instead of ComDetective on the watchpoints (WatchReuse).
+	trackers                               map[uint32]*reuse.Tracker
+	reuseCgroup                            map[uint32]uint64
+	reuseGone                              map[uint64]*reuse.Tracker // per cgroup: the totals of processes gone
+	reuseSlots                             int
 	traps, trapUnresolved, trapsLost, arms uint64
 }
 
@@ -144,6 +150,15 @@ func (d *Decoder) exec(pid uint32) {
 			d.engine.Remove(tid)
 		}
 		delete(d.watched, pid)
+		if t := d.trackers[pid]; t != nil {
+			cg := d.reuseCgroup[pid]
+			if d.reuseGone[cg] == nil {
+				d.reuseGone[cg] = reuse.New(nil, reuse.Options{})
+			}
+			d.reuseGone[cg].Merge(t)
+		}
+		delete(d.trackers, pid)
+		delete(d.reuseCgroup, pid)
 	}
 	d.resolver.Forget(pid)
 	d.code.Forget(pid)
@@ -164,7 +179,7 @@ func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has boo
 	slices.SortFunc(d.order, func(a, b int) int { return cmp.Compare(d.pending[a].Time, d.pending[b].Time) })
 	d.kinds = d.kinds[:0]
 	d.mu.Lock()
-	if d.watcher != nil {
+	if d.watcher != nil || d.trackers != nil {
 		clear(d.lastOf)
 		for k, i := range d.order {
 			d.lastOf[[2]uint32{d.pending[i].PID, d.pending[i].TID}] = k
@@ -173,7 +188,13 @@ func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has boo
 	for k, i := range d.order {
 		a := &d.pending[i]
 		var found comdetect.Detection
-		if d.watcher != nil && d.watched[a.PID] != nil {
+		if d.trackers != nil && d.watched[a.PID] != nil {
+			found = d.det.Add(a)
+			d.tracker(a.PID).Sample(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), a.Time)
+			if d.hasCg[i] {
+				d.reuseCgroup[a.PID] = d.cgroups[i]
+			}
+		} else if d.watcher != nil && d.watched[a.PID] != nil {
 			found = d.watcher.Sampled(a, d.lastOf[[2]uint32{a.PID, a.TID}] == k)
 		} else {
 			found = d.det.Add(a)
@@ -301,6 +322,13 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32) error {
 		}
 		kept = append(kept, tid)
 	}
+	if t := d.trackers[pid]; t != nil {
+		for _, tid := range kept {
+			if !slices.Contains(d.watched[pid], tid) {
+				t.Join(tid) // a new thread gets the watched addresses too
+			}
+		}
+	}
 	if len(kept) == 0 {
 		delete(d.watched, pid)
 	} else {
@@ -327,6 +355,16 @@ func (d *Decoder) ReadTraps(period uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.engine == nil {
+		return
+	}
+	if d.trackers != nil {
+		_, lost := d.engine.Read(func(tr watch.Trap) {
+			d.traps++
+			if t := d.trackers[tr.PID]; t != nil {
+				t.Trapped(tr.TID, tr.Slot, tr.Time)
+			}
+		})
+		d.trapsLost += lost
 		return
 	}
 	_, lost := d.engine.Read(func(tr watch.Trap) {

@@ -47,6 +47,9 @@ type Options struct {
 	AfterRead func(took time.Duration, skipped int)
 	// Decoder resolves the samples of Decode configs (the address sampler).
 	Decoder *Decoder
+	// WakeEach wakes the reader at every sample of Decode configs (the
+	// watchpoints are armed from them) instead of once a page has filled.
+	WakeEach bool
 }
 
 // Failure is a configured event that could not be opened on a CPU.
@@ -125,7 +128,7 @@ func (s *Sampler) addCPU(cpu int) []Failure {
 		if c.CPUs != nil && !cpuset.Contains(c.CPUs, cpu) {
 			continue
 		}
-		fd, leader, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup)
+		fd, leader, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, s.opts.WakeEach)
 		if err == nil {
 			err = s.attach(ce, fd)
 			if err == nil {
@@ -318,7 +321,7 @@ func (s *Sampler) closeCPU(cpu int) error {
 
 // openOn opens c on cpu at period, disabled, after its leader when it has
 // one; for cgroup's tasks alone when cgroup is set.
-func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, leader int, err error) {
+func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach bool) (fd, leader int, err error) {
 	leader = -1
 	pid, flags := -1, unix.PERF_FLAG_FD_CLOEXEC
 	if cgroup != nil {
@@ -344,6 +347,12 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File) (fd, lea
 		a.Bits |= unix.PerfBitComm | unix.PerfBitCommExec | unix.PerfBitMmap | unix.PerfBitMmap2
 	}
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
+	if c.Decode && wakeEach {
+		// Watchpoints are armed from the samples: wake at each one, so that
+		// an arm follows its sample by the reader's reaction, not a page.
+		a.Bits &^= unix.PerfBitWatermark
+		a.Wakeup = 1
+	}
 	fd, err = perf.OpenFD(&a, pid, cpu, leader, flags)
 	if err != nil {
 		if leader >= 0 {

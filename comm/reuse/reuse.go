@@ -248,3 +248,17 @@ func (t *Tracker) Slots() int {
 	}
 	return n
 }
+
+// Merge adds o's outcomes to t (the totals of a process that is gone kept
+// in its cgroup's, so that no counter goes down).
+func (t *Tracker) Merge(o *Tracker) {
+	t.Samples += o.Samples
+	t.Dropped += o.Dropped
+	t.Reuses += o.Reuses
+	t.Invalidations += o.Invalidations
+	t.EstimatedInvalidations += o.EstimatedInvalidations
+	for k := range t.Distance {
+		t.Distance[k] += o.Distance[k]
+		t.Estimated[k] += o.Estimated[k]
+	}
+}

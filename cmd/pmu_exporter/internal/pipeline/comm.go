@@ -46,6 +46,8 @@ type commFlags struct {
 	// threads, at most maxWatched of them.
 	watchpoints bool
 	maxWatched  int
+	// reuse runs ReuseTracker on the watchpoints instead.
+	reuse bool
 }
 
 // liveComm runs the address sampler: cpu-clock in user mode on every CPU
@@ -108,10 +110,14 @@ func liveComm(b *build) error {
 	p.closers = append(p.closers, set.closeAll)
 	p.cpuResets = append(p.cpuResets, set.resetCPU)
 	var engine *watch.Engine
-	if o.watchpoints {
+	if o.watchpoints && o.reuse {
+		set.closeAll()
+		return errors.New("--collector.comm.watchpoints and --collector.comm.reuse both want the debug registers: choose one")
+	}
+	if o.watchpoints || o.reuse {
 		if len(o.cgroups) == 0 && o.pods != "annotated" {
 			set.closeAll()
-			return errors.New("--collector.comm.watchpoints arms every thread of what is sampled: select the workloads (--collector.comm.cgroup or --collector.comm.pods=annotated)")
+			return errors.New("watchpoints (--collector.comm.watchpoints, --collector.comm.reuse) arm every thread of what is sampled: select the workloads (--collector.comm.cgroup or --collector.comm.pods=annotated)")
 		}
 		slots, err := watch.Slots(16)
 		if err != nil {
@@ -122,7 +128,11 @@ func liveComm(b *build) error {
 			set.closeAll()
 			return fmt.Errorf("--collector.comm.watchpoints: %w", err)
 		}
-		dec.Watch(engine, slots)
+		if o.reuse {
+			dec.WatchReuse(engine, slots)
+		} else {
+			dec.Watch(engine, slots)
+		}
 		p.closers = append(p.closers, engine.Close)
 		b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched)
 	}
@@ -138,6 +148,13 @@ func liveComm(b *build) error {
 	if perCgroup {
 		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
 		coll.PerCgroup(stats, cgNames, b.names)
+	}
+	if o.reuse {
+		var ids exporter.CgroupIDs
+		if cgNames != nil {
+			ids = cgNames
+		}
+		p.collectors = append(p.collectors, exporter.NewReuse(dec, ids, b.names))
 	}
 	p.collectors = append(p.collectors, coll)
 	if !p.hasHandler("/debug/cachelines") { // no precise sampler: this one feeds the table
@@ -203,11 +220,12 @@ func (c *commSamplers) open(target string) error {
 	b := c.b
 	share := float64(max(c.budgetShare, 1))
 	poll := 100 * time.Millisecond
-	if b.f.comm.watchpoints {
+	watching := b.f.comm.watchpoints || b.f.comm.reuse
+	if watching {
 		poll = 10 * time.Millisecond // arms follow the samples this closely
 	}
 	opts := perfsample.Options{
-		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: poll, Govern: 500 * time.Millisecond,
+		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: poll, Govern: 500 * time.Millisecond, WakeEach: watching,
 		Governor:  sampling.NewGovernor(b.f.comm.budget/share, b.s.facts.MaxSampleRate),
 		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
 		Decoder:   c.dec,

@@ -1,0 +1,63 @@
+package perfsample
+
+import (
+	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
+	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+)
+
+// reuseBackend arms one process's threads for its ReuseTracker.
+type reuseBackend struct {
+	d   *Decoder
+	pid uint32
+}
+
+func (r reuseBackend) Threads() []uint32 { return r.d.watched[r.pid] }
+
+func (r reuseBackend) Arm(tid uint32, slot int, addr uint64, size uint8, trap reuse.Trap) {
+	if err := r.d.engine.Arm(tid, slot, addr, size, trap == reuse.TrapW); err == nil {
+		r.d.arms++
+	}
+}
+
+func (r reuseBackend) Disarm(tid uint32, slot int) { r.d.engine.Disarm(tid, slot) }
+
+// WatchReuse makes the watchpoints serve ReuseTracker instead of
+// ComDetective: each watched process gets a tracker (private mode; its
+// slots shared by its threads), sampled accesses arm them, traps are
+// reuses or invalidations. The distance clock is the perf clock (ns): the
+// time between the sampled use and the trapping reuse, the thread's CPU
+// time where it ran throughout.
+func (d *Decoder) WatchReuse(e *watch.Engine, slots int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.engine = e
+	d.watched = map[uint32][]uint32{}
+	d.lastOf = map[[2]uint32]int{}
+	d.reuseSlots = slots
+	d.trackers = map[uint32]*reuse.Tracker{}
+	d.reuseCgroup = map[uint32]uint64{}
+	d.reuseGone = map[uint64]*reuse.Tracker{}
+}
+
+func (d *Decoder) tracker(pid uint32) *reuse.Tracker {
+	t := d.trackers[pid]
+	if t == nil {
+		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Seed: uint64(pid)})
+		d.trackers[pid] = t
+	}
+	return t
+}
+
+// ReuseView calls f with each watched process's tracker and the cgroup its
+// samples came from, and each cgroup's totals of processes gone (pid 0),
+// held still.
+func (d *Decoder) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for pid, t := range d.trackers {
+		f(pid, d.reuseCgroup[pid], t)
+	}
+	for cg, t := range d.reuseGone {
+		f(0, cg, t)
+	}
+}

@@ -1,0 +1,113 @@
+package exporter
+
+import (
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+)
+
+// ReuseSource is the live ReuseTracker of each watched process.
+type ReuseSource interface {
+	ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker))
+}
+
+// ReuseCollector exports ReuseTracker's outcomes per cgroup: the reuse
+// time distance as a histogram (classic buckets at the powers of two of
+// nanoseconds; each observed reuse weighted by the inverse of its chance to
+// be observed), invalidations, samples and the samples no slot took.
+type ReuseCollector struct {
+	src                                       ReuseSource
+	cgroups                                   CgroupIDs
+	names                                     PodNames
+	distance, invalidations, samples, dropped *prometheus.Desc
+}
+
+// NewReuse exports src; ids and names label the cgroups (ids nil: by id).
+func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
+	l := append(append([]string(nil), identityLabels[:]...), "mode")
+	return &ReuseCollector{src: src, cgroups: ids, names: names,
+		distance:      prometheus.NewDesc("pmu_reuse_time_distance_seconds", "Time from a sampled access to its thread's next access to the same bytes (ReuseTracker, private mode, on watchpoints), estimated for all sampled accesses; buckets at the powers of two of nanoseconds. Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l, nil),
+		invalidations: prometheus.NewDesc("pmu_reuse_invalidations_total", "Sampled accesses whose line another thread stored to before their thread reused it.", l, nil),
+		samples:       prometheus.NewDesc("pmu_reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l, nil),
+		dropped:       prometheus.NewDesc("pmu_reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.distance
+	ch <- c.invalidations
+	ch <- c.samples
+	ch <- c.dropped
+}
+
+type reuseTotals struct {
+	bins                            [reuse.Bins]float64
+	invalidations, samples, dropped uint64
+}
+
+// Collect implements prometheus.Collector: processes summed per cgroup.
+func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
+	per := map[uint64]*reuseTotals{}
+	c.src.ReuseView(func(_ uint32, cgroup uint64, t *reuse.Tracker) {
+		r := per[cgroup]
+		if r == nil {
+			r = &reuseTotals{}
+			per[cgroup] = r
+		}
+		for k, v := range t.Estimated {
+			r.bins[k] += v
+		}
+		r.invalidations += uint64(math.Round(t.EstimatedInvalidations))
+		r.samples += t.Samples
+		r.dropped += t.Dropped
+	})
+	s := Sampling{cgroups: c.cgroups, names: c.names}
+	for id, r := range per {
+		var l []string
+		if c.cgroups != nil {
+			l = s.cgroupLabels(id)
+		} else {
+			l = []string{"id:" + strconv.FormatUint(id, 10), "", "", ""}
+		}
+		if id == samplestat.OtherCgroup {
+			l = []string{"other", "", "", ""}
+		}
+		l = append(l, "private")
+		buckets := map[float64]uint64{}
+		var count uint64
+		var sum float64
+		for k, v := range r.bins {
+			n := uint64(math.Round(v))
+			if n == 0 {
+				continue
+			}
+			count += n
+			sum += float64(n) * math.Ldexp(1.5, k) * 1e-9 // a bin's mid-point
+			buckets[math.Ldexp(1, k+1)*1e-9] = 0
+		}
+		bounds := make([]float64, 0, len(buckets))
+		for b := range buckets {
+			bounds = append(bounds, b)
+		}
+		sort.Float64s(bounds)
+		var cum uint64
+		for _, b := range bounds {
+			for k, v := range r.bins {
+				if n := uint64(math.Round(v)); n > 0 && math.Ldexp(1, k+1)*1e-9 == b {
+					cum += n
+				}
+			}
+			buckets[b] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(c.distance, count, sum, buckets, l...)
+		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, float64(r.invalidations), l...)
+		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(r.dropped), l...)
+	}
+}
