@@ -208,6 +208,11 @@ func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has boo
 	for k, i := range d.order {
 		add(d.evs[i], &d.pending[i], d.cgroups[i], d.hasCg[i], d.kinds[k])
 	}
+	if d.engine != nil {
+		d.mu.Lock()
+		d.engine.Flush() // the pass's arms, in effect now
+		d.mu.Unlock()
+	}
 	d.pending, d.cgroups, d.hasCg, d.evs = d.pending[:0], d.cgroups[:0], d.hasCg[:0], d.evs[:0]
 }
 
@@ -357,6 +362,7 @@ func (d *Decoder) ReadTraps(period uint64) {
 	if d.engine == nil {
 		return
 	}
+	defer d.engine.Flush() // the disarms of the traps read, in effect now
 	if d.trackers != nil {
 		_, lost := d.engine.Read(func(tr watch.Trap) {
 			d.traps++

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/prometheus/procfs"
@@ -116,6 +117,7 @@ func TestEngineTrapsExactly(t *testing.T) {
 	if err := e.Arm(w.tid, 0, addr(a), 8, true); err != nil {
 		t.Fatal(err)
 	}
+	e.Flush()
 	w.run(func() { store(a, 300); load(a, 700); store(b, 300) })
 	after, _ := e.Clock(w.tid)
 	// atomic.StoreUint64 is an xchg on x86-64: a read-modify-write.
@@ -135,9 +137,11 @@ func TestEngineTrapsExactly(t *testing.T) {
 	}
 	// Loads too, on b, in slot 2; then re-armed while armed, on a.
 	e.Disarm(w.tid, 0)
+	e.Flush()
 	if err := e.Arm(w.tid, 2, addr(b), 8, false); err != nil {
 		t.Fatal(err)
 	}
+	e.Flush()
 	w.run(func() { store(a, 100); load(b, 250); store(b, 50) })
 	if s, accs, _ := traps(); s[2] != 300 || accs[access{addr(b), memop.Load}] != 250 || accs[access{addr(b), st}] != 50 {
 		t.Errorf("read/write watchpoint on b: slots %v, accesses %v; want 250 loads and 50 stores of b", s, accs)
@@ -145,11 +149,13 @@ func TestEngineTrapsExactly(t *testing.T) {
 	if err := e.Arm(w.tid, 2, addr(a), 8, true); err != nil {
 		t.Fatal(err)
 	}
+	e.Flush()
 	w.run(func() { store(b, 40); store(a, 40) })
 	if s, _, _ := traps(); s[2] != 40 || len(s) != 1 {
 		t.Errorf("re-armed on a: %v, want 40 traps on slot 2", s)
 	}
 	e.Disarm(w.tid, 2)
+	e.Flush()
 	w.run(func() { store(b, 100); store(a, 100) })
 	if s, _, _ := traps(); len(s) != 0 {
 		t.Errorf("disarmed: %v", s)
@@ -175,6 +181,7 @@ func BenchmarkArm(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		e.Arm(w.tid, 0, addr(&v[i%2]), 8, true)
+		e.Flush()
 	}
 }
 
@@ -193,6 +200,7 @@ func BenchmarkTrap(b *testing.B) {
 			var v uint64
 			if watched {
 				e.Arm(w.tid, 0, addr(&v), 8, true)
+				e.Flush()
 			}
 			b.ResetTimer()
 			for b.Loop() {
@@ -226,4 +234,63 @@ func resolver(t *testing.T) *memop.Resolver {
 		t.Fatal(err)
 	}
 	return r
+}
+
+//go:noinline
+func walkArray(a []uint64) {
+	for i := range a {
+		a[i]++
+	}
+}
+
+// A watchpoint armed in a thread that is running (on another CPU) traps
+// from the next access on: a thread walking an array reuses each slot once
+// a walk, so in the 20 ms after each re-arm it must trap about once a walk,
+// not a handful of times (before the engine rescheduled the group: 5 to 7
+// traps per window instead of about 50).
+func TestArmTakesEffectAtOnce(t *testing.T) {
+	testenv.RequireRoot(t)
+	w := startWorker(t)
+	e, err := New(1, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Add(w.tid); err != nil {
+		t.Fatal(err)
+	}
+	a := make([]uint64, 1<<20)
+	var stop atomic.Bool
+	walks := make(chan int, 1)
+	go w.run(func() {
+		n := 0
+		for !stop.Load() {
+			walkArray(a)
+			n++
+		}
+		walks <- n
+	})
+	time.Sleep(50 * time.Millisecond)
+	var traps, windows int
+	start := time.Now()
+	for k := range 6 {
+		if err := e.Arm(w.tid, 0, addr(&a[1000+k]), 8, false); err != nil {
+			t.Fatal(err)
+		}
+		e.Flush()
+		time.Sleep(20 * time.Millisecond)
+		e.Disarm(w.tid, 0)
+		e.Flush()
+		e.Read(func(Trap) { traps++ })
+		windows++
+	}
+	armed := time.Duration(windows) * 20 * time.Millisecond
+	elapsed := time.Since(start) + 50*time.Millisecond
+	stop.Store(true)
+	n := <-walks
+	expected := float64(n) * float64(armed) / float64(elapsed)
+	t.Logf("%d traps in %d re-armed windows of 20 ms; about %.0f walks meanwhile", traps, windows, expected)
+	if float64(traps) < 0.5*expected {
+		t.Errorf("%d traps, about %.0f walks while armed: re-arms take effect late", traps, expected)
+	}
 }

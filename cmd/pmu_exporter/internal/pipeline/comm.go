@@ -138,7 +138,7 @@ func liveComm(b *build) error {
 	}
 	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
 	coll := exporter.NewComm(dec).WithPeriods(set.periods)
-	if engine != nil {
+	if engine != nil && o.watchpoints {
 		coll.WithWatch(func() exporter.WatchStats {
 			traps, unresolved, lost, arms, recorded := dec.WatchStats()
 			return exporter.WatchStats{Traps: traps, Unresolved: unresolved, Lost: lost, Arms: arms, Recorded: recorded, Threads: dec.WatchedThreads()}
