@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -379,9 +380,10 @@ func TestServeReuseLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	var run struct {
-		WalkNS int64 `json:"walk_ns"`
+		WalkNS int64 `json:"mean_walk_ns"`
 	}
-	if err := json.Unmarshal(out, &run); err != nil || run.WalkNS == 0 {
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	if err := json.Unmarshal(lines[len(lines)-1], &run); err != nil || run.WalkNS == 0 {
 		t.Fatalf("reusebench said %q: %v", out, err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -405,14 +407,16 @@ func TestServeReuseLive(t *testing.T) {
 		if n > best {
 			best, bestUpper = n, b.GetUpperBound()
 		}
-		if lower >= walk/2 && b.GetUpperBound() <= walk*2*2 {
-			near += n // bins within [walk/2, 4·walk): the walk's and its neighbours
+		if b.GetUpperBound() > walk/2 && lower < walk*2 {
+			near += n // bins meeting [walk/2, 2·walk]
 		}
 		prev = b.GetCumulativeCount()
 	}
-	t.Logf("walk %.2f ms; %d reuses estimated, the most in the bin up to %.2f ms, %d near the walk; buckets %v",
+	t.Logf("mean walk %.2f ms; %d reuses estimated, the most in the bin up to %.2f ms, %d near the walk; buckets %v",
 		walk*1e3, h.GetSampleCount(), bestUpper*1e3, near, h.GetBucket())
-	if !(bestUpper/2 <= walk*1.25 && walk*0.8 < bestUpper) {
+	// Walks vary (the mean over the run is the expectation): the walk
+	// time must lie in the dominant bin or within half a bin of it.
+	if !(bestUpper/2/1.5 <= walk && walk <= bestUpper*1.5) {
 		t.Errorf("the dominant bin [%.2f, %.2f) ms does not hold the walk time %.2f ms", bestUpper*500, bestUpper*1e3, walk*1e3)
 	}
 	if near*10 < h.GetSampleCount()*6 {

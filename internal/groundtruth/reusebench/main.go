@@ -2,7 +2,8 @@
 // one locked OS thread stores to each 8-byte slot of an array in turn,
 // over and over, so every access reuses its slot one walk later. It
 // measures its own walk time and prints it, as one JSON line, before
-// running for -duration: the reuse time distance a tracker must find.
+// running for -duration, and its mean walk time over the run after: the
+// reuse time distance a tracker must find.
 package main
 
 import (
@@ -37,9 +38,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	for end := time.Now().Add(*d); time.Now().Before(end); {
+	// The walk time while it ran, as a second line: the reuse distance a
+	// tracker sampling it meanwhile must find.
+	began, walks := time.Now(), 0
+	for end := began.Add(*d); time.Now().Before(end); walks++ {
 		walk(a)
 	}
+	mean := time.Since(began) / time.Duration(max(walks, 1))
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": mean.Nanoseconds()})
 }
 
 // walk stores to every slot once.
