@@ -80,13 +80,3 @@ func ModifyAttributes(fd int, attr *unix.PerfEventAttr) error {
 
 // AttrSize is the perf_event_attr size this build passes.
 func AttrSize() uint32 { return attrSize }
-
-// Refresh enables a sampling event for n more samples, after which the
-// kernel disables it by itself (PERF_EVENT_IOC_REFRESH): a watchpoint that
-// traps once, at once, however long its reader takes to come.
-func Refresh(fd, n int) error {
-	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_REFRESH, n); err != nil {
-		return fmt.Errorf("PERF_EVENT_IOC_REFRESH: %w", err)
-	}
-	return nil
-}
