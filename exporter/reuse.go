@@ -2,7 +2,6 @@ package exporter
 
 import (
 	"math"
-	"sort"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +78,7 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			l = []string{"other", "", "", ""}
 		}
 		l = append(l, "private")
+		// Bin k is [2^k, 2^(k+1)) ns: cumulative counts at 2^(k+1) ns.
 		buckets := map[float64]uint64{}
 		var count uint64
 		var sum float64
@@ -89,21 +89,7 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			count += n
 			sum += float64(n) * math.Ldexp(1.5, k) * 1e-9 // a bin's mid-point
-			buckets[math.Ldexp(1, k+1)*1e-9] = 0
-		}
-		bounds := make([]float64, 0, len(buckets))
-		for b := range buckets {
-			bounds = append(bounds, b)
-		}
-		sort.Float64s(bounds)
-		var cum uint64
-		for _, b := range bounds {
-			for k, v := range r.bins {
-				if n := uint64(math.Round(v)); n > 0 && math.Ldexp(1, k+1)*1e-9 == b {
-					cum += n
-				}
-			}
-			buckets[b] = cum
+			buckets[math.Ldexp(1, k+1)*1e-9] = count
 		}
 		ch <- prometheus.MustNewConstHistogram(c.distance, count, sum, buckets, l...)
 		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, float64(r.invalidations), l...)

@@ -3,6 +3,7 @@ package host
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
@@ -42,7 +43,7 @@ func TestLLCDomains(t *testing.T) {
 	}
 }
 
-func itoa(n int) string { return string(rune('0' + n)) }
+func itoa(n int) string { return strconv.Itoa(n) }
 
 // This machine's own sysfs: every online CPU has a domain, and CPUs that
 // share one list it identically.

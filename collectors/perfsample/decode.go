@@ -77,7 +77,7 @@ func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
 	}
 	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det, domains: map[DomainPair]*comdetect.Cell{}}
 	d.code = codemap.New(d.maps, d.open, d.readMem)
-	if d.resolver, err = memop.NewResolver(d, memop.Auto, runtime.GOARCH); err != nil {
+	if d.resolver, err = memop.NewResolver(d, runtime.GOARCH); err != nil {
 		return nil, fmt.Errorf("address sampler: %w", err)
 	}
 	return d, nil
@@ -246,15 +246,7 @@ func (d *Decoder) foldDomains(cpu, peer uint32, period uint64, kind cacheline.Ki
 		c = &comdetect.Cell{}
 		d.domains[DomainPair{a, b}] = c
 	}
-	c.All += period
-	c.Detections++
-	if kind == cacheline.TrueSharing {
-		c.True += period
-		c.TrueCount++
-	} else {
-		c.False += period
-		c.FalseCount++
-	}
+	c.Add(period, kind == cacheline.TrueSharing)
 }
 
 // Domains calls f with each domain pair's communication (a <= b).

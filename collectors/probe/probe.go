@@ -70,7 +70,7 @@ func Live(f host.Facts) capability.Probes {
 // code there can be read through /proc/self/mem as the sampler reads other
 // processes'.
 func addressSampling() error {
-	if _, err := memop.NewResolver(nil, memop.Auto, runtime.GOARCH); err != nil {
+	if _, err := memop.NewResolver(nil, runtime.GOARCH); err != nil {
 		return fmt.Errorf("%w: %v", capability.ErrNotSupported, err)
 	}
 	runtime.LockOSThread()

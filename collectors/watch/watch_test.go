@@ -229,7 +229,7 @@ func resolver(t *testing.T) *memop.Resolver {
 		return f, name, err
 	}, nil)
 	t.Cleanup(func() { code.Close() })
-	r, err := memop.NewResolver(code, memop.Auto, runtime.GOARCH)
+	r, err := memop.NewResolver(code, runtime.GOARCH)
 	if err != nil {
 		t.Fatal(err)
 	}

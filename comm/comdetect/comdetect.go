@@ -122,7 +122,8 @@ type Cell struct {
 	Detections, TrueCount, FalseCount uint64 // raw detections
 }
 
-func (c *Cell) add(period uint64, trueSharing bool) {
+// Add counts one detection weighing period.
+func (c *Cell) Add(period uint64, trueSharing bool) {
 	c.All += period
 	c.Detections++
 	if trueSharing {
@@ -132,6 +133,16 @@ func (c *Cell) add(period uint64, trueSharing bool) {
 		c.False += period
 		c.FalseCount++
 	}
+}
+
+// merge adds o's totals to c.
+func (c *Cell) merge(o Cell) {
+	c.All += o.All
+	c.True += o.True
+	c.False += o.False
+	c.Detections += o.Detections
+	c.TrueCount += o.TrueCount
+	c.FalseCount += o.FalseCount
 }
 
 // Line is one shared cache line's communication, with the code behind it.
@@ -189,12 +200,7 @@ func (d *Detector) SetName(pid, tid uint32, name string) {
 // Forget drops a process (it exited, or a new program was exec'd).
 func (d *Detector) Forget(pid uint32) {
 	if p := d.procs[pid]; p != nil {
-		d.gone.All += p.det.All
-		d.gone.True += p.det.True
-		d.gone.False += p.det.False
-		d.gone.Detections += p.det.Detections
-		d.gone.TrueCount += p.det.TrueCount
-		d.gone.FalseCount += p.det.FalseCount
+		d.gone.merge(p.det)
 	}
 	delete(d.procs, pid)
 }
@@ -232,20 +238,20 @@ func (d *Detector) Add(a *Access) Detection {
 }
 
 func (d *Detector) detect(p *process, a *Access, e *publication, trueSharing bool, volume uint64) {
-	p.det.add(volume, trueSharing)
+	p.det.Add(volume, trueSharing)
 	c := p.pairs[pairOf(a.TID, e.tid)]
 	if c == nil {
 		c = &Cell{}
 		p.pairs[pairOf(a.TID, e.tid)] = c
 	}
-	c.add(volume, trueSharing)
+	c.Add(volume, trueSharing)
 	if a.CPU != e.cpu {
 		c := p.cpus[pairOf(a.CPU, e.cpu)]
 		if c == nil {
 			c = &Cell{}
 			p.cpus[pairOf(a.CPU, e.cpu)] = c
 		}
-		c.add(volume, trueSharing)
+		c.Add(volume, trueSharing)
 	}
 	l := p.lines[e.line]
 	if l == nil {
@@ -255,7 +261,7 @@ func (d *Detector) detect(p *process, a *Access, e *publication, trueSharing boo
 		l = &Line{Addr: e.line, PCs: map[uint64]uint64{}}
 		p.lines[e.line] = l
 	}
-	l.add(volume, trueSharing)
+	l.Add(volume, trueSharing)
 	for _, pc := range [2]uint64{a.IP, e.pc} {
 		if _, ok := l.PCs[pc]; ok || len(l.PCs) < maxPCsPerLine {
 			l.PCs[pc]++
@@ -447,12 +453,7 @@ func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 func (d *Detector) Totals() Cell {
 	t := d.gone
 	for _, p := range d.procs {
-		t.All += p.det.All
-		t.True += p.det.True
-		t.False += p.det.False
-		t.Detections += p.det.Detections
-		t.TrueCount += p.det.TrueCount
-		t.FalseCount += p.det.FalseCount
+		t.merge(p.det)
 	}
 	return t
 }

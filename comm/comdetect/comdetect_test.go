@@ -1,6 +1,7 @@
 package comdetect
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -71,7 +72,7 @@ func TestMatrices(t *testing.T) {
 		t.Fatalf("%d processes", len(r))
 	}
 	m := r[0]
-	if want := []uint32{10, 11, 12}; !equal(m.Threads, want) || m.Comm != "bench" || m.Names[1] != "worker" {
+	if want := []uint32{10, 11, 12}; !slices.Equal(m.Threads, want) || m.Comm != "bench" || m.Names[1] != "worker" {
 		t.Fatalf("threads %v names %q comm %q", m.Threads, m.Names, m.Comm)
 	}
 	wantAll := [][]uint64{{0, 1000, 0}, {1000, 0, 1000}, {0, 1000, 0}}
@@ -83,24 +84,12 @@ func TestMatrices(t *testing.T) {
 			}
 		}
 	}
-	if !equal(m.CPUs, []uint32{0, 1}) || m.CPUAll[0][1] != 1000 || m.CPUAll[1][0] != 1000 || m.CPUAll[0][0] != 0 {
+	if !slices.Equal(m.CPUs, []uint32{0, 1}) || m.CPUAll[0][1] != 1000 || m.CPUAll[1][0] != 1000 || m.CPUAll[0][0] != 0 {
 		t.Errorf("cpus %v matrix %v", m.CPUs, m.CPUAll)
 	}
 	if len(m.Lines) != 1 || m.Lines[0].Addr != lineA || m.Lines[0].Detections != 2 || len(m.Lines[0].PCs) != 3 {
 		t.Errorf("lines %+v", m.Lines)
 	}
-}
-
-func equal(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Once threads and pairs are known, an access allocates nothing.

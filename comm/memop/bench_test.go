@@ -29,7 +29,7 @@ func BenchmarkDecodeClassifyBoard(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, _ := NewResolver(loopCode{code}, Auto, "amd64")
+	r, _ := NewResolver(loopCode{code}, "amd64")
 	det := comdetect.New(comdetect.Options{})
 	ips := []uint64{0x4ccadb, 0x4ccae8, 0x4ccad6, 0x4ccac2}
 	var s perfrecord.Sample
@@ -49,7 +49,7 @@ func BenchmarkDecodeClassifyBoard(b *testing.B) {
 
 func TestLoopResolves(t *testing.T) {
 	code, _ := hex.DecodeString(loopHex)
-	r, _ := NewResolver(loopCode{code}, Auto, "amd64")
+	r, _ := NewResolver(loopCode{code}, "amd64")
 	var regs Regs
 	regs[AMD64AX], regs[AMD64BX] = 0x600680, 0x600700
 	for ip, want := range map[uint64]uint64{0x4ccadb: 0x600680, 0x4ccae8: 0x600700, 0x4ccad6: 0x600680} {

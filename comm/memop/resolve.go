@@ -37,19 +37,6 @@ type Access struct {
 	Prev bool
 }
 
-// Choice is which instruction a sample is attributed to.
-type Choice uint8
-
-const (
-	// Auto takes the previous instruction when it is an atomic one whose
-	// address registers survive it, or when the sampled one accesses no
-	// memory and the previous one's registers survive; else the sampled
-	// one. Measured on the ground-truth benchmarks (docs/sampling.md).
-	Auto   Choice = iota
-	AtIP          // always the instruction at the sampled IP
-	Before        // always the instruction before it (when its registers survive)
-)
-
 // entry is what the resolver caches per instruction address.
 type entry struct {
 	at, prev Operand
@@ -61,7 +48,6 @@ type entry struct {
 // distinct instruction address of a process once.
 type Resolver struct {
 	code       Code
-	choice     Choice
 	decodeInsn func([]byte) Operand
 	fixed      uint64 // the instruction length where it is fixed (arm64: 4), else 0
 	procs      map[uint32]map[uint64]entry
@@ -75,8 +61,8 @@ type Resolver struct {
 
 // NewResolver reads code through code, for arch (GOARCH spelling: amd64
 // or arm64).
-func NewResolver(code Code, choice Choice, arch string) (*Resolver, error) {
-	r := &Resolver{code: code, choice: choice, procs: map[uint32]map[uint64]entry{}, buf: make([]byte, 0, 4096)}
+func NewResolver(code Code, arch string) (*Resolver, error) {
+	r := &Resolver{code: code, procs: map[uint32]map[uint64]entry{}, buf: make([]byte, 0, 4096)}
 	switch arch {
 	case "amd64":
 		r.decodeInsn = DecodeAMD64
@@ -122,14 +108,13 @@ func (r *Resolver) Resolve(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 		r.Unresolved[e.reason]++
 		return Access{}, e.reason
 	}
-	usePrev := false
+	// The instruction before the IP when it is atomic (a timer interrupt
+	// is taken after the locked instruction that held it: 84% of samples
+	// on the ground-truth benchmark, docs/sampling.md) or when the IP's own
+	// instruction accesses no memory, provided its address registers
+	// survive it; else the instruction at the IP.
 	prevOK := e.prevPC != 0 && e.prev.ReadsAfter()
-	switch r.choice {
-	case Auto:
-		usePrev = prevOK && (e.prev.Atomic || e.at.Reason != Resolved)
-	case Before:
-		usePrev = prevOK
-	}
+	usePrev := prevOK && (e.prev.Atomic || e.at.Reason != Resolved)
 	o, pc := &e.at, ip
 	if usePrev {
 		o, pc = &e.prev, e.prevPC

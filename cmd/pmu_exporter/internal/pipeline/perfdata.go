@@ -96,7 +96,7 @@ func NewAccesses(arch string) (*Accesses, error) {
 		f, err := os.Open(name)
 		return f, name, err
 	}, nil)
-	res, err := memop.NewResolver(code, memop.Auto, arch)
+	res, err := memop.NewResolver(code, arch)
 	if err != nil {
 		return nil, err
 	}
