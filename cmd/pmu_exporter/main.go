@@ -157,6 +157,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.reuseCmd.Flag("mode", "private: reuse by the same thread; shared: by another thread of the same cache domain (--domain).").Default("private").EnumVar(&rf.mode, "private", "shared")
 	c.reuseCmd.Flag("domain", "Threads' cache domains for --mode shared: TID=D,... (threads not listed share no cache).").StringVar(&rf.domains)
 	c.reuseCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&rf.format, "text", "json")
+	c.reuseCmd.Flag("cache", "Also print the miss ratio of an LRU cache of this many data (distinct watched locations; repeatable), from the footprint of the reuse times.").Uint64ListVar(&rf.caches)
 
 	return app
 }

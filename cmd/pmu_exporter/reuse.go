@@ -18,6 +18,7 @@ type reuseFlags struct {
 	trace, format, mode, domains string
 	period, armDelay, seed       uint64
 	slots                        int
+	caches                       []uint64
 }
 
 // reuseJSON is `reuse --format json`: reuses and invalidations are the
@@ -36,6 +37,14 @@ type reuseJSON struct {
 	EstimatedInvalidations uint64   `json:"estimated_invalidations"`
 	TimeDistanceLog2       []uint64 `json:"time_distance_log2"`
 	Observed               []uint64 `json:"observed_time_distance_log2"`
+	// StackDistanceLog2[k] estimates the reuses whose LRU stack distance s
+	// (distinct data from use to reuse, the datum included, by the
+	// footprint of the whole run) has floor(log2 s) = k.
+	StackDistanceLog2 []uint64 `json:"stack_distance_log2"`
+	// MissRatio is the share of the sampled accesses that an LRU cache of
+	// --cache data would miss (never reused and invalidated ones
+	// included), keyed by the cache's size.
+	MissRatio map[string]float64 `json:"miss_ratio,omitempty"`
 }
 
 // runReuse runs ReuseTracker over an access trace with the watchpoint
@@ -76,6 +85,27 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	out := reuseJSON{Mode: o.Mode.String(), Unit: "accesses", Samples: t.Samples, Dropped: t.Dropped, Reuses: t.Reuses,
 		Invalidations: t.Invalidations, EstimatedInvalidations: uint64(math.Round(t.EstimatedInvalidations)),
 		TimeDistanceLog2: t.Histogram(), Observed: t.Raw()}
+	fp := reuse.NewFootprint(t.Fine[:], float64(t.Samples))
+	var bounds []float64
+	for k := range len(out.TimeDistanceLog2) + 2 {
+		bounds = append(bounds, math.Ldexp(1, k+1)-0.5) // below 2^(k+1)
+	}
+	below := fp.StackDistances(t.Fine[:], bounds)
+	var prev uint64
+	for _, c := range below {
+		n := uint64(math.Round(c))
+		out.StackDistanceLog2 = append(out.StackDistanceLog2, n-min(prev, n))
+		prev = max(prev, n)
+	}
+	for len(out.StackDistanceLog2) > 0 && out.StackDistanceLog2[len(out.StackDistanceLog2)-1] == 0 {
+		out.StackDistanceLog2 = out.StackDistanceLog2[:len(out.StackDistanceLog2)-1]
+	}
+	if len(rf.caches) > 0 {
+		out.MissRatio = map[string]float64{}
+		for _, c := range rf.caches {
+			out.MissRatio[strconv.FormatUint(c, 10)] = math.Round(fp.MissRatio(float64(c))*1e4) / 1e4
+		}
+	}
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
 	if rf.format == "json" {
@@ -91,6 +121,15 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 			continue
 		}
 		fmt.Fprintf(w, "[%d, %d)%*s %12d %10d\n", uint64(1)<<k, uint64(1)<<(k+1), 22-len(fmt.Sprintf("[%d, %d)", uint64(1)<<k, uint64(1)<<(k+1))), "", c, out.Observed[k])
+	}
+	fmt.Fprintf(w, "\n%-24s %12s\n", "LRU stack distance", "estimated")
+	for k, c := range out.StackDistanceLog2 {
+		if c > 0 {
+			fmt.Fprintf(w, "%-24s %12d\n", fmt.Sprintf("[%d, %d)", uint64(1)<<k, uint64(1)<<(k+1)), c)
+		}
+	}
+	for _, c := range rf.caches {
+		fmt.Fprintf(w, "LRU cache of %d data: miss ratio %.4f\n", c, out.MissRatio[strconv.FormatUint(c, 10)])
 	}
 	return 0
 }

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,5 +75,47 @@ func TestReuseCommandErrors(t *testing.T) {
 		if code := run(append([]string{"reuse"}, strings.Fields(args)...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), want) {
 			t.Errorf("reuse %s: exit %d, %q; want %q", args, code, stderr.String(), want)
 		}
+	}
+}
+
+// `reuse --cache`: uniformly random accesses to N lines, so an LRU cache of
+// c lines misses 1 − c/N of them; the command predicts it from the sampled
+// reuse times, and its stack distances hold as many reuses as its time
+// distances.
+func TestReuseCommandMissRatio(t *testing.T) {
+	const N = 1024
+	rng := rand.New(rand.NewPCG(7, 8))
+	var trace strings.Builder
+	for range 300_000 {
+		fmt.Fprintf(&trace, "1 R %#x 8\n", 0x10000+64*rng.Uint64N(N))
+	}
+	path := filepath.Join(t.TempDir(), "trace")
+	if err := os.WriteFile(path, []byte(trace.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := []string{"reuse", "--trace", path, "--period", "32", "--format", "json", "--cache", "256", "--cache", "768"}
+	if code := run(cmd, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var out reuseJSON
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	for _, c := range []float64{256, 768} {
+		got, ok := out.MissRatio[fmt.Sprint(c)]
+		if want := 1 - c/N; !ok || math.Abs(got-want) > 0.05 {
+			t.Errorf("miss ratio of %v lines = %v (present %v), want %.3f", c, got, ok, want)
+		}
+	}
+	var timeSum, stackSum float64
+	for _, c := range out.TimeDistanceLog2 {
+		timeSum += float64(c)
+	}
+	for _, c := range out.StackDistanceLog2 {
+		stackSum += float64(c)
+	}
+	if timeSum == 0 || math.Abs(stackSum-timeSum) > 0.01*timeSum+float64(len(out.TimeDistanceLog2)) {
+		t.Errorf("stack distances hold %v reuses, time distances %v", stackSum, timeSum)
 	}
 }

@@ -81,6 +81,9 @@ type Tracker struct {
 	// sampled accesses (× period: of all accesses).
 	Estimated              [Bins]float64
 	EstimatedInvalidations float64
+	// Fine is Estimated in SubBins linear sub-bins per bin (FineBin), for
+	// the footprint's stack distances.
+	Fine [Bins * SubBins]float64
 }
 
 type slot struct {
@@ -200,6 +203,7 @@ func (t *Tracker) Trapped(tid uint32, i int, clock uint64) {
 			k := bits.Len64(clock-s.p0) - 1
 			t.Distance[k]++
 			t.Estimated[k] += w
+			t.Fine[FineBin(clock-s.p0)] += w
 		} else if !reuse {
 			t.Invalidations++
 			t.EstimatedInvalidations += w
@@ -260,5 +264,8 @@ func (t *Tracker) Merge(o *Tracker) {
 	for k := range t.Distance {
 		t.Distance[k] += o.Distance[k]
 		t.Estimated[k] += o.Estimated[k]
+	}
+	for j := range t.Fine {
+		t.Fine[j] += o.Fine[j]
 	}
 }
