@@ -2,7 +2,7 @@ package reuse
 
 import (
 	"math"
-		"math/rand/v2"
+	"math/rand/v2"
 	"testing"
 )
 
