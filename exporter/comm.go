@@ -29,6 +29,8 @@ type CommCollector struct {
 	source                       string          // the sampler whose accesses the detections come from
 	watch                        func() WatchStats
 	traps, arms, watchedThreads  *prometheus.Desc
+	budget, trapCost, targetCPU  *prometheus.Desc
+	trapCPU, denied              *prometheus.Desc
 
 	stats    *samplestat.Stats // per-cgroup sharing (nil: none)
 	cgroups  CgroupIDs
@@ -63,6 +65,13 @@ func NewComm(src CommSource) *CommCollector {
 type WatchStats struct {
 	Traps, Unresolved, Lost, Arms, Recorded uint64
 	Threads                                 int
+	// The governor's (Governed false: none): its budget (a share of the
+	// targets' CPU time), a trap's measured cost (s), the targets' CPU
+	// time while watched (s), what their traps cost them (s), and the
+	// samples it kept from arming.
+	Governed                    bool
+	Budget, TrapCost, CPU, Cost float64
+	Denied                      uint64
 }
 
 // WithWatch exports the trap path's totals.
@@ -73,6 +82,11 @@ func (c *CommCollector) WithWatch(f func() WatchStats) *CommCollector {
 		[]string{"outcome"}, nil)
 	c.arms = prometheus.NewDesc("pmu_comm_watchpoint_arms_total", "Watchpoints armed in other threads by sampled stores.", nil, nil)
 	c.watchedThreads = prometheus.NewDesc("pmu_comm_watched_threads", "Threads with watchpoint events open.", nil, nil)
+	c.budget = prometheus.NewDesc("pmu_comm_watchpoint_budget_ratio", "The share of a watched process's CPU time its watchpoint traps may cost it (--collector.comm.watch-budget).", nil, nil)
+	c.trapCost = prometheus.NewDesc("pmu_comm_watchpoint_trap_cost_seconds", "What one trap costs the trapping thread, measured at start on the exporter's own thread (CPU time of stores watched minus unwatched, per store).", nil, nil)
+	c.targetCPU = prometheus.NewDesc("pmu_comm_watchpoint_target_cpu_seconds_total", "CPU time the watched processes ran while watched.", nil, nil)
+	c.trapCPU = prometheus.NewDesc("pmu_comm_watchpoint_trap_cpu_seconds_total", "CPU time the watched processes' traps cost them (traps × the measured cost); divided by pmu_comm_watchpoint_target_cpu_seconds_total it stays within the budget.", nil, nil)
+	c.denied = prometheus.NewDesc("pmu_comm_watchpoint_arms_denied_total", "Sampled accesses used without watchpoints because their process's traps had spent its budget.", nil, nil)
 	return c
 }
 
@@ -115,6 +129,11 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.traps
 		ch <- c.arms
 		ch <- c.watchedThreads
+		ch <- c.budget
+		ch <- c.trapCost
+		ch <- c.targetCPU
+		ch <- c.trapCPU
+		ch <- c.denied
 	}
 	if c.stats != nil {
 		ch <- c.cgVolume
@@ -153,6 +172,13 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Lost), "lost")
 		ch <- prometheus.MustNewConstMetric(c.arms, prometheus.CounterValue, float64(w.Arms))
 		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.Threads))
+		if w.Governed {
+			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, w.Budget)
+			ch <- prometheus.MustNewConstMetric(c.trapCost, prometheus.GaugeValue, w.TrapCost)
+			ch <- prometheus.MustNewConstMetric(c.targetCPU, prometheus.CounterValue, w.CPU)
+			ch <- prometheus.MustNewConstMetric(c.trapCPU, prometheus.CounterValue, w.Cost)
+			ch <- prometheus.MustNewConstMetric(c.denied, prometheus.CounterValue, float64(w.Denied))
+		}
 	}
 	c.src.Domains(func(a, b string, cell comdetect.Cell) {
 		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.True), a, b, "true_sharing")

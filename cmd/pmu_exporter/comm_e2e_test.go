@@ -84,7 +84,7 @@ func TestServeCommLive(t *testing.T) {
 
 // runBench starts sharebench (in the cgroup dir when set) for duration and
 // returns its layout once it runs; wait waits for it to end.
-func runBench(t *testing.T, bench, dir, f, duration string) (benchLayout, func()) {
+func runBench(t *testing.T, bench, dir, f, duration string) (benchLayout, func() *os.ProcessState) {
 	t.Helper()
 	cmd := exec.Command(bench, "-mode", "false-sharing", "-f", f, "-duration", duration)
 	if dir != "" {
@@ -108,7 +108,7 @@ func runBench(t *testing.T, bench, dir, f, duration string) (benchLayout, func()
 	if err := json.Unmarshal(line, &l); err != nil {
 		t.Fatalf("layout %q: %v", line, err)
 	}
-	return l, func() { io.Copy(io.Discard, r); cmd.Wait() }
+	return l, func() *os.ProcessState { io.Copy(io.Discard, r); cmd.Wait(); return cmd.ProcessState }
 }
 
 // commProcess is /debug/comm's process pid, if the exporter has one.
@@ -349,6 +349,43 @@ func TestServeCommWatchpoints(t *testing.T) {
 				t.Errorf("the shared variable's line: %+v", line)
 			}
 		}
+	}
+}
+
+// The governor keeps what the traps cost the workload within its budget
+// (here 0.1% of its CPU time): the traps' cost stays under budget × the
+// CPU time the exporter saw the benchmark run, which is at most what the
+// kernel accounted to the benchmark (its rusage), plus the allowance of
+// 16 traps and up to 48 traps of arms made before the budget ran out; and
+// it has to refuse arms to get there.
+func TestServeCommWatchBudget(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the ground-truth benchmark's code is checked as x86-64 here")
+	testenv.RequireRoot(t)
+	bench := buildShareBench(t)
+	top, dirs := testenv.Cgroups(t, "job")
+	p := start(t, nil, "--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2",
+		"--collector.comm.cgroup="+top+"/job", "--collector.comm.watchpoints", "--collector.comm.watch-budget=0.001")
+	_, wait := runBench(t, bench, dirs[0], "0.5", "3s")
+	ps := wait()
+	time.Sleep(300 * time.Millisecond)
+	_, mfs := p.scrape(t)
+	get := func(name string) float64 {
+		v, _ := value(t, mfs, name, nil)
+		return v
+	}
+	cpu, spent, cost := get("pmu_comm_watchpoint_target_cpu_seconds_total"), get("pmu_comm_watchpoint_trap_cpu_seconds_total"), get("pmu_comm_watchpoint_trap_cost_seconds")
+	denied, budget := get("pmu_comm_watchpoint_arms_denied_total"), get("pmu_comm_watchpoint_budget_ratio")
+	ran := (ps.UserTime() + ps.SystemTime()).Seconds()
+	t.Logf("benchmark ran %.2f s (rusage), %.2f s watched; traps cost %.2f ms at %.1f µs each (%.3f%%), %v arms refused",
+		ran, cpu, spent*1e3, cost*1e6, 100*spent/max(cpu, 1e-9), denied)
+	if budget != 0.001 || cost <= 0 || cpu <= 0.5 || cpu > ran+0.1 {
+		t.Fatalf("budget %v, trap cost %v, watched CPU %.2f s of the benchmark's %.2f s\n%s", budget, cost, cpu, ran, p.log)
+	}
+	if spent > budget*cpu+64*cost {
+		t.Errorf("traps cost %.2f ms, over 0.1%% of %.2f s + 64 traps", spent*1e3, cpu)
+	}
+	if denied == 0 {
+		t.Errorf("no arm refused at 0.1%%: the budget never bound")
 	}
 }
 

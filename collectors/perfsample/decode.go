@@ -20,6 +20,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/comm/governor"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
@@ -67,6 +68,9 @@ type Decoder struct {
 	reuseGone                              map[uint64]*reuse.Tracker // per cgroup: the totals of processes gone
 	reuseSlots                             int
 	traps, trapUnresolved, trapsLost, arms uint64
+	// gov keeps each watched process's traps within its budget (nil: no
+	// limit).
+	gov *governor.Governor
 }
 
 // NewDecoder reads processes under proc (/proc).
@@ -159,6 +163,9 @@ func (d *Decoder) exec(pid uint32) {
 		}
 		delete(d.trackers, pid)
 		delete(d.reuseCgroup, pid)
+		if d.gov != nil {
+			d.gov.Forget(pid)
+		}
 	}
 	d.resolver.Forget(pid)
 	d.code.Forget(pid)
@@ -188,13 +195,14 @@ func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has boo
 	for k, i := range d.order {
 		a := &d.pending[i]
 		var found comdetect.Detection
-		if d.trackers != nil && d.watched[a.PID] != nil {
+		armable := d.watched[a.PID] != nil && (d.gov == nil || d.gov.Allow(a.PID))
+		if d.trackers != nil && armable {
 			found = d.det.Add(a)
 			d.tracker(a.PID).Sample(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), a.Time)
 			if d.hasCg[i] {
 				d.reuseCgroup[a.PID] = d.cgroups[i]
 			}
-		} else if d.watcher != nil && d.watched[a.PID] != nil {
+		} else if d.watcher != nil && armable {
 			found = d.watcher.Sampled(a, d.lastOf[[2]uint32{a.PID, a.TID}] == k)
 		} else {
 			found = d.det.Add(a)
@@ -355,9 +363,11 @@ func (d *Decoder) ReadTraps(period uint64) {
 		return
 	}
 	defer d.engine.Flush() // the disarms of the traps read, in effect now
+	defer d.disarmOverBudget()
 	if d.trackers != nil {
 		_, lost := d.engine.Read(func(tr watch.Trap) {
 			d.traps++
+			d.charge(tr.PID)
 			if t := d.trackers[tr.PID]; t != nil {
 				t.Trapped(tr.TID, tr.Slot, tr.Time)
 			}
@@ -367,6 +377,7 @@ func (d *Decoder) ReadTraps(period uint64) {
 	}
 	_, lost := d.engine.Read(func(tr watch.Trap) {
 		d.traps++
+		d.charge(tr.PID)
 		acc, r := d.resolver.Before(tr.PID, tr.IP, tr.Regs)
 		if r != memop.Resolved {
 			d.trapUnresolved++
@@ -401,5 +412,64 @@ func (d *Decoder) WatchStats() (traps, unresolved, lost, arms, recorded uint64) 
 	if d.watcher != nil {
 		recorded = d.watcher.Traps
 	}
+	if d.trackers != nil {
+		recorded = d.traps // each is a sample's outcome
+	}
 	return d.traps, d.trapUnresolved, d.trapsLost, d.arms, recorded
+}
+
+// Govern limits each watched process's traps to budget (a share of its CPU
+// time) at cost seconds a trap: a sample of a process over its budget is
+// used without watchpoints. A process just watched may trap 16 times
+// before it has run long enough to pay for them.
+func (d *Decoder) Govern(budget float64, cost time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gov = governor.New(budget, cost.Seconds(), 16)
+}
+
+// disarmOverBudget disarms every watchpoint of the processes whose traps
+// spent their budget: an armed watchpoint traps until it is disarmed.
+// (ComDetective's and ReuseTracker's slots stay theirs; they are armed
+// again, or replaced, by later samples within budget.)
+func (d *Decoder) disarmOverBudget() {
+	if d.gov == nil {
+		return
+	}
+	for pid, tids := range d.watched {
+		if !d.gov.Over(pid) {
+			continue
+		}
+		for _, tid := range tids {
+			for slot := range d.engine.Slots() {
+				d.engine.Disarm(tid, slot)
+			}
+		}
+	}
+}
+
+func (d *Decoder) charge(pid uint32) {
+	if d.gov != nil {
+		d.gov.Trapped(pid, 1)
+	}
+}
+
+// Ran tells the governor how much CPU time a watched process has run in
+// all (seconds).
+func (d *Decoder) Ran(pid uint32, cpu float64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gov != nil {
+		d.gov.Ran(pid, cpu)
+	}
+}
+
+// Governed is what the governor did, and its settings (ok false: none).
+func (d *Decoder) Governed() (t governor.Totals, budget, cost float64, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gov == nil {
+		return t, 0, 0, false
+	}
+	return d.gov.Totals(), d.gov.Budget(), d.gov.Cost(), true
 }

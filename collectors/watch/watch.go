@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -239,6 +240,9 @@ func (e *Engine) Close() {
 	e.poller.Close()
 }
 
+// Slots is how many watchpoints each thread has.
+func (e *Engine) Slots() int { return e.slots }
+
 // Threads are the threads with events.
 func (e *Engine) Threads() []uint32 {
 	out := make([]uint32, 0, len(e.threads))
@@ -369,4 +373,58 @@ func (e *Engine) Clock(tid uint32) (uint64, error) {
 		return 0, fmt.Errorf("thread %d: reading its task-clock: %w", tid, err)
 	}
 	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// TrapCost measures what one trap costs the trapping thread, as the
+// engine traps (registers, a wakeup): the calling thread's CPU time over n
+// stores to a variable of its own, watched minus unwatched, per store. The
+// governor charges each trap this much of its target's budget.
+func TrapCost(n int) (time.Duration, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	e, err := New(1, 256)
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close()
+	tid := uint32(unix.Gettid())
+	if err := e.Add(tid); err != nil {
+		return 0, err
+	}
+	v := new(uint64)
+	stores := func() (time.Duration, error) {
+		var t0, t1 unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0); err != nil {
+			return 0, err
+		}
+		for i := range n {
+			atomic.StoreUint64(v, uint64(i))
+		}
+		if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t1); err != nil {
+			return 0, err
+		}
+		return time.Duration(t1.Nano() - t0.Nano()), nil
+	}
+	unwatched, err := stores()
+	if err != nil {
+		return 0, err
+	}
+	if err := e.Arm(tid, 0, uint64(uintptr(unsafe.Pointer(v))), 8, true); err != nil {
+		return 0, err
+	}
+	if err := e.Flush(); err != nil {
+		return 0, err
+	}
+	watched, err := stores()
+	if err != nil {
+		return 0, err
+	}
+	e.Disarm(tid, 0)
+	e.Flush()
+	traps := uint64(0)
+	_, lost := e.Read(func(Trap) { traps++ })
+	if traps += lost; traps == 0 {
+		return 0, errors.New("the watchpoint never trapped")
+	}
+	return max(watched-unwatched, 0) / time.Duration(traps), nil
 }

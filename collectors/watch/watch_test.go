@@ -294,3 +294,17 @@ func TestArmTakesEffectAtOnce(t *testing.T) {
 		t.Errorf("%d traps, about %.0f walks while armed: re-arms take effect late", traps, expected)
 	}
 }
+
+// A trap costs the trapping thread something: more than nothing, less
+// than a millisecond (it is tens of microseconds in this project's VMs).
+func TestTrapCost(t *testing.T) {
+	testenv.RequireRoot(t)
+	c, err := TrapCost(2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c <= 0 || c > time.Millisecond {
+		t.Errorf("a trap costs %v", c)
+	}
+	t.Logf("a trap costs %v", c)
+}

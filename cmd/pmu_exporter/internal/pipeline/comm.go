@@ -46,6 +46,7 @@ type commFlags struct {
 	// threads, at most maxWatched of them.
 	watchpoints bool
 	maxWatched  int
+	watchBudget float64 // share of a watched process's CPU time its traps may cost
 	// reuse runs ReuseTracker on the watchpoints instead.
 	reuse bool
 }
@@ -134,14 +135,27 @@ func liveComm(b *build) error {
 			dec.Watch(engine, slots)
 		}
 		p.closers = append(p.closers, engine.Close)
-		b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched)
+		if o.watchBudget <= 0 || o.watchBudget > 1 {
+			set.closeAll()
+			return fmt.Errorf("--collector.comm.watch-budget=%v: want a share of CPU time in (0, 1]", o.watchBudget)
+		}
+		cost, err := watch.TrapCost(1000)
+		if err != nil {
+			set.closeAll()
+			return fmt.Errorf("--collector.comm.watchpoints: measuring a trap's cost: %w", err)
+		}
+		dec.Govern(o.watchBudget, cost)
+		b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched,
+			"trap_cost", cost, "budget", o.watchBudget)
 	}
 	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
 	coll := exporter.NewComm(dec).WithPeriods(set.periods)
-	if engine != nil && o.watchpoints {
+	if engine != nil {
 		coll.WithWatch(func() exporter.WatchStats {
 			traps, unresolved, lost, arms, recorded := dec.WatchStats()
-			return exporter.WatchStats{Traps: traps, Unresolved: unresolved, Lost: lost, Arms: arms, Recorded: recorded, Threads: dec.WatchedThreads()}
+			g, budget, cost, ok := dec.Governed()
+			return exporter.WatchStats{Traps: traps, Unresolved: unresolved, Lost: lost, Arms: arms, Recorded: recorded, Threads: dec.WatchedThreads(),
+				Governed: ok, Budget: budget, TrapCost: cost, CPU: g.CPU, Cost: g.Spent, Denied: g.Denied}
 		})
 	}
 	var cgNames *cgroupNames
@@ -375,6 +389,11 @@ func (c *commSamplers) Period(int) uint64 {
 func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 	follow := time.NewTicker(time.Second)
 	defer follow.Stop()
+	// The governor's budget grows with the watched processes' CPU time,
+	// read ten times a second so that a process just watched need not
+	// wait a second for its first arms.
+	ran := time.NewTicker(100 * time.Millisecond)
+	defer ran.Stop()
 	// The traps are read as they come: a watchpoint traps on every access
 	// until the reader disarms it.
 	go func() {
@@ -391,6 +410,12 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-ran.C:
+			for pid := range watched {
+				if cpu, ok := processCPU(c.b.f.procfs, pid); ok {
+					c.dec.Ran(pid, cpu)
+				}
+			}
 		case <-follow.C:
 			byPID := map[uint32][]uint32{}
 			n := 0
@@ -415,10 +440,32 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 				if err := c.dec.SetWatched(pid, tids); err != nil {
 					c.b.log.Debug("watchpoints not opened in some threads", "pid", pid, "err", err)
 				}
+				if !watched[pid] {
+					if cpu, ok := processCPU(c.b.f.procfs, pid); ok {
+						c.dec.Ran(pid, cpu) // the time it ran unwatched does not count
+					}
+				}
 				watched[pid] = true
 			}
 		}
 	}
+}
+
+// processCPU is a process's user + system time so far, in seconds.
+func processCPU(proc string, pid uint32) (float64, bool) {
+	fs, err := procfs.NewFS(proc)
+	if err != nil {
+		return 0, false
+	}
+	p, err := fs.Proc(int(pid))
+	if err != nil {
+		return 0, false
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, false
+	}
+	return st.CPUTime(), true
 }
 
 // cgroupThreads lists the threads of a cgroup and its descendants
