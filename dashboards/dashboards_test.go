@@ -198,12 +198,26 @@ func TestQueriesParse(t *testing.T) {
 // startProcess runs argv until the test ends.
 func startProcess(t *testing.T, log string, argv ...string) {
 	t.Helper()
+	startIn(t, "", log, argv...)
+}
+
+// startIn starts argv in the cgroup directory dir ("": the test's own).
+func startIn(t *testing.T, dir, log string, argv ...string) {
+	t.Helper()
 	out, err := os.Create(log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
+	if dir != "" {
+		cg, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -220,9 +234,10 @@ func startProcess(t *testing.T, log string, argv ...string) {
 	})
 }
 
-// TestQueriesReturnData starts the exporter twice — on the synthetic skx
-// replay (pods, Top-Down) and live on this host (capabilities, cgroup
-// switches) — and Debian's Prometheus scraping both every second with the
+// TestQueriesReturnData starts the exporter three times — on the synthetic
+// skx replay (pods, Top-Down), live on this host (capabilities, cgroup
+// switches, communication) and live with ReuseTracker on a cgroup's
+// watchpoints — and Debian's Prometheus scraping them every second with the
 // shipped rules loaded; every query of every dashboard must return a series.
 func TestQueriesReturnData(t *testing.T) {
 	prom := testenv.RequireTool(t, "prometheus")
@@ -245,6 +260,17 @@ func TestQueriesReturnData(t *testing.T) {
 		t.Fatalf("go build sharebench: %v\n%s", err, out)
 	}
 	startProcess(t, filepath.Join(dir, "sharebench.log"), bench, "-f", "0.5", "-duration", "90s")
+	// A third exporter runs ReuseTracker on the watchpoints of a cgroup
+	// where a thread walks an array, for the reuse row.
+	reusebench := filepath.Join(dir, "reusebench")
+	if out, err := exec.Command("go", "build", "-o", reusebench, "../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
+		t.Fatalf("go build reusebench: %v\n%s", err, out)
+	}
+	top, dirs := testenv.Cgroups(t, "reuse")
+	reuseAddr := testenv.FreeAddr(t)
+	startProcess(t, filepath.Join(dir, "reuse.log"), bin, "--web.listen-address="+reuseAddr,
+		"--collector.comm.cgroup="+top+"/reuse", "--collector.comm.reuse")
+	startIn(t, dirs[0], filepath.Join(dir, "reusebench.log"), reusebench, "-slots", "4194304", "-duration", "90s")
 	rules, err := filepath.Abs("../deploy/prometheus/pmu_exporter.rules.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +284,9 @@ scrape_configs:
         labels: {instance: replay-node}
       - targets: [%q]
         labels: {instance: live-node}
-`, rules, replayAddr, liveAddr)
+      - targets: [%q]
+        labels: {instance: reuse-node}
+`, rules, replayAddr, liveAddr, reuseAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgFile, []byte(cfg), 0o644)
 	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--enable-feature=native-histograms",
@@ -289,7 +317,7 @@ scrape_configs:
 		t.Errorf("%s: no data after 60 s\n%s", q.where, q.expr)
 	}
 	if t.Failed() {
-		for _, l := range []string{"replay.log", "live.log", "prometheus.log"} {
+		for _, l := range []string{"replay.log", "live.log", "reuse.log", "prometheus.log"} {
 			b, _ := os.ReadFile(filepath.Join(dir, l))
 			t.Logf("%s:\n%s", l, tail(string(b), 2000))
 		}
