@@ -3,6 +3,7 @@ package exporter
 import (
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,11 +17,13 @@ type ReuseSource interface {
 }
 
 // ReuseCollector exports ReuseTracker's outcomes per cgroup: the reuse
-// time distance as a histogram (classic buckets at the powers of two of
-// nanoseconds; each observed reuse weighted by the inverse of its chance to
-// be observed), invalidations, samples and the samples no slot took.
+// time distance as a native histogram (schema 0: buckets at the powers of
+// two of seconds) with the same buckets as classic ones, each observed reuse
+// weighted by the inverse of its chance to be observed; invalidations,
+// samples and the samples no slot took.
 type ReuseCollector struct {
 	src                                       ReuseSource
+	started                                   time.Time
 	cgroups                                   CgroupIDs
 	names                                     PodNames
 	distance, invalidations, samples, dropped *prometheus.Desc
@@ -29,8 +32,8 @@ type ReuseCollector struct {
 // NewReuse exports src; ids and names label the cgroups (ids nil: by id).
 func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 	l := append(append([]string(nil), identityLabels[:]...), "mode")
-	return &ReuseCollector{src: src, cgroups: ids, names: names,
-		distance:      prometheus.NewDesc("pmu_reuse_time_distance_seconds", "Time from a sampled access to its thread's next access to the same bytes (ReuseTracker, private mode, on watchpoints), estimated for all sampled accesses; buckets at the powers of two of nanoseconds. Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l, nil),
+	return &ReuseCollector{src: src, cgroups: ids, names: names, started: time.Now(),
+		distance:      prometheus.NewDesc("pmu_reuse_time_distance_seconds", "Time from a sampled access to its thread's next access to the same bytes (ReuseTracker, private mode, on watchpoints), estimated for all sampled accesses; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l, nil),
 		invalidations: prometheus.NewDesc("pmu_reuse_invalidations_total", "Sampled accesses whose line another thread stored to before their thread reused it.", l, nil),
 		samples:       prometheus.NewDesc("pmu_reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l, nil),
 		dropped:       prometheus.NewDesc("pmu_reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l, nil),
@@ -78,8 +81,9 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			l = []string{"other", "", "", ""}
 		}
 		l = append(l, "private")
-		// Bin k is [2^k, 2^(k+1)) ns: cumulative counts at 2^(k+1) ns.
-		buckets := map[float64]uint64{}
+		// Bin k is [2^(k−30), 2^(k−29)) s (perfsample.ReuseClock): the
+		// native bucket k−29 at schema 0, (2^(k−30), 2^(k−29)].
+		buckets := map[int]int64{}
 		var count uint64
 		var sum float64
 		for k, v := range r.bins {
@@ -88,10 +92,10 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			count += n
-			sum += float64(n) * math.Ldexp(1.5, k) * 1e-9 // a bin's mid-point
-			buckets[math.Ldexp(1, k+1)*1e-9] = count
+			sum += float64(n) * math.Ldexp(1.5, k-30) // a bin's mid-point
+			buckets[k-29] = int64(n)
 		}
-		ch <- prometheus.MustNewConstHistogram(c.distance, count, sum, buckets, l...)
+		ch <- newNativeHistogram(c.distance, count, sum, buckets, 0, 0, c.started, l...)
 		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, float64(r.invalidations), l...)
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(r.dropped), l...)

@@ -198,7 +198,7 @@ func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has boo
 		armable := d.watched[a.PID] != nil && (d.gov == nil || d.gov.Allow(a.PID))
 		if d.trackers != nil && armable {
 			found = d.det.Add(a)
-			d.tracker(a.PID).Sample(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), a.Time)
+			d.tracker(a.PID).Sample(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), ReuseClock(a.Time))
 			if d.hasCg[i] {
 				d.reuseCgroup[a.PID] = d.cgroups[i]
 			}
@@ -369,7 +369,7 @@ func (d *Decoder) ReadTraps(period uint64) {
 			d.traps++
 			d.charge(tr.PID)
 			if t := d.trackers[tr.PID]; t != nil {
-				t.Trapped(tr.TID, tr.Slot, tr.Time)
+				t.Trapped(tr.TID, tr.Slot, ReuseClock(tr.Time))
 			}
 		})
 		d.trapsLost += lost

@@ -21,12 +21,20 @@ func (r reuseBackend) Arm(tid uint32, slot int, addr uint64, size uint8, trap re
 
 func (r reuseBackend) Disarm(tid uint32, slot int) { r.d.engine.Disarm(tid, slot) }
 
+// ReuseClock is the live distance clock: the perf clock in units of 2⁻³⁰
+// s (0.93 ns), so that the tracker's log2 bins are powers of two of
+// seconds: bin k is [2^(k−30), 2^(k−29)) s, the native histogram's bucket
+// k−29 at schema 0.
+func ReuseClock(ns uint64) uint64 {
+	return ns/1e9<<30 + (ns%1e9)<<30/1e9
+}
+
 // WatchReuse makes the watchpoints serve ReuseTracker instead of
 // ComDetective: each watched process gets a tracker (private mode; its
 // slots shared by its threads), sampled accesses arm them, traps are
-// reuses or invalidations. The distance clock is the perf clock (ns): the
-// time between the sampled use and the trapping reuse, the thread's CPU
-// time where it ran throughout.
+// reuses or invalidations. The distance clock is the perf clock
+// (ReuseClock): the time between the sampled use and the trapping reuse,
+// the thread's CPU time where it ran throughout.
 func (d *Decoder) WatchReuse(e *watch.Engine, slots int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

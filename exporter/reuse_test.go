@@ -1,0 +1,90 @@
+package exporter
+
+import (
+	"math"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
+	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+)
+
+type oneTracker struct{ t *reuse.Tracker }
+
+func (o oneTracker) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker)) { f(1, 42, o.t) }
+
+// Reuses 3 µs and 0.7 ms after their use (on the live clock), and one
+// invalidation: a native histogram at schema 0 with them in the buckets
+// (2^-19, 2^-18] s (3 µs) and (2^-11, 2^-10] s (0.7 ms), and the same as
+// classic buckets: ≤ 2^-18 s: 1 … ≤ 2^-10 s: 2.
+func TestReuseHistogramNativeAndClassic(t *testing.T) {
+	if got := perfsample.ReuseClock(1e9); got != 1<<30 {
+		t.Fatalf("ReuseClock(1 s) = %d, want 2^30", got)
+	}
+	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 4})
+	tr.Sample(1, 0x1000, 8, perfsample.ReuseClock(1e9))
+	tr.Trapped(1, 0, perfsample.ReuseClock(1e9+3000))
+	tr.Sample(1, 0x2000, 8, perfsample.ReuseClock(2e9))
+	tr.Trapped(1, 0, perfsample.ReuseClock(2e9+700_000))
+	tr.Sample(1, 0x3000, 8, perfsample.ReuseClock(3e9))
+	tr.Trapped(2, 0, perfsample.ReuseClock(3e9+10)) // another thread's store
+	c := NewReuse(oneTracker{tr}, nil, nil)
+	ch := make(chan prometheus.Metric, 10)
+	c.Collect(ch)
+	close(ch)
+	var h *dto.Histogram
+	for m := range ch {
+		var out dto.Metric
+		if err := m.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		if out.Histogram != nil {
+			h = out.Histogram
+		}
+		if out.Counter != nil && m.Desc() == c.invalidations && out.Counter.GetValue() != 1 {
+			t.Errorf("invalidations %v, want 1", out.Counter.GetValue())
+		}
+	}
+	if h == nil || h.GetSampleCount() != 2 || h.GetSchema() != 0 {
+		t.Fatalf("histogram %v", h)
+	}
+	// Native: bucket indexes -18 (3 µs ≤ 2^-18 s = 3.8 µs) and -10
+	// (0.7 ms ≤ 2^-10 s = 0.98 ms).
+	nonzero := map[int32]int64{}
+	i, d, n := int32(0), 0, int64(0)
+	for _, sp := range h.GetPositiveSpan() {
+		i += sp.GetOffset()
+		for range sp.GetLength() {
+			if n += h.GetPositiveDelta()[d]; n != 0 {
+				nonzero[i] = n
+			}
+			i, d = i+1, d+1
+		}
+	}
+	if len(nonzero) != 2 || nonzero[-18] != 1 || nonzero[-10] != 1 {
+		t.Errorf("native buckets %v, want -18: 1 and -10: 1", nonzero)
+	}
+	for _, b := range h.GetBucket() {
+		want := uint64(0)
+		if b.GetUpperBound() >= math.Ldexp(1, -18) {
+			want = 1
+		}
+		if b.GetUpperBound() >= math.Ldexp(1, -10) {
+			want = 2
+		}
+		if b.GetCumulativeCount() != want {
+			t.Errorf("classic le=%g: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
+		}
+	}
+	if len(h.GetBucket()) < 2 {
+		t.Errorf("classic buckets %v", h.GetBucket())
+	}
+}
+
+type nopBackend struct{}
+
+func (nopBackend) Threads() []uint32                          { return []uint32{1, 2} }
+func (nopBackend) Arm(uint32, int, uint64, uint8, reuse.Trap) {}
+func (nopBackend) Disarm(uint32, int)                         {}
