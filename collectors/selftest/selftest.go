@@ -1,0 +1,271 @@
+// Package selftest runs validation kernels and counts them (CAT's on-node
+// self-test, notes §1.5): on a thread bound to one CPU, one event at a time
+// on that thread alone, never multiplexed (a count whose running time fell
+// short of its enabled time is refused), around the kernel's work only.
+// Besides the pure kernels of validate/kernels it holds the ones that need
+// the kernel: fresh pages (minor faults), pipe round trips (context
+// switches), a spin of known CPU time (task-clock) and writes under a
+// watchpoint (breakpoint hits). Its perf_event_open calls go through
+// collectors/perf.
+package selftest
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/validate/kernels"
+)
+
+// Kernel is work of a given size with a count known in advance; it calls
+// measure around exactly the part that is counted (setup and teardown stay
+// outside).
+type Kernel struct {
+	Name string
+	// Unit is what one unit of size is (the expected slope's denominator).
+	Unit  string
+	Sizes []int
+	Run   func(size int, measure func(work func()) error) error
+	// Kernel counts the kernel-mode part too (page faults and context
+	// switches happen there); the others count user mode only.
+	Kernel bool
+}
+
+// Counter is an event to count, or the breakpoint on the kernel's own
+// variable (Breakpoint).
+type Counter struct {
+	Name       string
+	Attr       eventspec.Attr
+	Breakpoint bool
+}
+
+// ErrMultiplexed is a count that did not run all the time it was enabled.
+var ErrMultiplexed = errors.New("multiplexed: the event did not count all the time it was enabled (another user of the counters?)")
+
+// Measure runs k at each of its sizes on cpu, counting c on the kernel's
+// thread, and returns the counts by size.
+func Measure(cpu int, c Counter, k Kernel) (counts []float64, err error) {
+	rerr := cpubind.RunOn(cpu, func() {
+		for _, size := range k.Sizes {
+			var n uint64
+			if err = k.Run(size, func(work func()) error {
+				v, err := countOnce(c, k.Kernel, work)
+				n = v
+				return err
+			}); err != nil {
+				return
+			}
+			counts = append(counts, float64(n))
+		}
+	})
+	if rerr != nil {
+		return nil, rerr
+	}
+	return counts, err
+}
+
+// watched is the variable the breakpoint kernel writes; one per process,
+// and the watchpoint is on the counting thread only.
+var watched uint64
+
+func countOnce(c Counter, withKernel bool, work func()) (uint64, error) {
+	u := perf.Attr(c.Attr)
+	if c.Breakpoint {
+		u = unix.PerfEventAttr{Type: unix.PERF_TYPE_BREAKPOINT, Size: perf.AttrSize(), Bp_type: 2, // HW_BREAKPOINT_W
+			Ext1: uint64(uintptr(unsafe.Pointer(&watched))), Ext2: 8}
+	}
+	u.Read_format = unix.PERF_FORMAT_TOTAL_TIME_ENABLED | unix.PERF_FORMAT_TOTAL_TIME_RUNNING
+	u.Bits |= unix.PerfBitDisabled | unix.PerfBitExcludeHv
+	if !withKernel {
+		u.Bits |= unix.PerfBitExcludeKernel
+	}
+	fd, err := perf.OpenFD(&u, 0, -1, -1, 0)
+	if err != nil {
+		return 0, perf.NewOpenError(c.Name, -1, err)
+	}
+	defer unix.Close(fd)
+	if err := perf.Enable(fd); err != nil {
+		return 0, fmt.Errorf("%s: enable: %w", c.Name, err)
+	}
+	work()
+	if err := perf.Disable(fd); err != nil {
+		return 0, fmt.Errorf("%s: disable: %w", c.Name, err)
+	}
+	var b [24]byte
+	if _, err := unix.Read(fd, b[:]); err != nil {
+		return 0, fmt.Errorf("%s: read: %w", c.Name, err)
+	}
+	v := *(*[3]uint64)(unsafe.Pointer(&b))
+	if v[2] < v[1] {
+		return 0, fmt.Errorf("%s: %w (ran %d of %d ns)", c.Name, ErrMultiplexed, v[2], v[1])
+	}
+	return v[0], nil
+}
+
+// geometric is n sizes from start, each twice the one before.
+func geometric(start, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = start << i
+	}
+	return out
+}
+
+// InstructionLoop: 1 + 3·n user-mode instructions (slope 3 per iteration).
+func InstructionLoop(quick bool) Kernel {
+	n := 6
+	if quick {
+		n = 4
+	}
+	return Kernel{Name: "instruction-loop", Unit: "iteration", Sizes: geometric(100_000, n), Run: func(size int, measure func(func()) error) error {
+		return measure(func() { kernels.InstrLoop(uint64(size)) })
+	}}
+}
+
+// Branch is CAT's branch kernel k (0-based), size iterations.
+func Branch(k int, quick bool) Kernel {
+	n := 6
+	if quick {
+		n = 4
+	}
+	f := kernels.Branches[k]
+	return Kernel{Name: fmt.Sprintf("branch-%d", k+1), Unit: "iteration", Sizes: geometric(50_000, n), Run: func(size int, measure func(func()) error) error {
+		return measure(func() { f(uint64(size)) })
+	}}
+}
+
+// FreshPages touches n pages of a new anonymous mapping (huge pages off):
+// n minor faults.
+func FreshPages(quick bool) Kernel {
+	n := 7
+	if quick {
+		n = 5
+	}
+	page := unix.Getpagesize()
+	return Kernel{Name: "fresh-pages", Unit: "page", Sizes: geometric(64, n), Kernel: true, Run: func(size int, measure func(func()) error) error {
+		mem, err := unix.Mmap(-1, 0, size*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return fmt.Errorf("fresh-pages: mmap %d pages: %w", size, err)
+		}
+		defer unix.Munmap(mem)
+		unix.Madvise(mem, unix.MADV_NOHUGEPAGE) // one fault per page, not per 2 MiB
+		return measure(func() {
+			for i := 0; i < len(mem); i += page {
+				mem[i] = 1
+			}
+		})
+	}}
+}
+
+// PipeRoundTrips sends a byte to a partner thread on the same CPU and
+// waits for its answer, n times: the counting thread blocks once per round
+// trip (one context switch each).
+func PipeRoundTrips(quick bool) Kernel {
+	n := 6
+	if quick {
+		n = 4
+	}
+	return Kernel{Name: "pipe-round-trips", Unit: "round trip", Sizes: geometric(100, n), Kernel: true, Run: func(size int, measure func(func()) error) error {
+		var there, back [2]int
+		if err := unix.Pipe2(there[:], unix.O_CLOEXEC); err != nil {
+			return fmt.Errorf("pipe-round-trips: %w", err)
+		}
+		if err := unix.Pipe2(back[:], unix.O_CLOEXEC); err != nil {
+			unix.Close(there[0])
+			unix.Close(there[1])
+			return fmt.Errorf("pipe-round-trips: %w", err)
+		}
+		defer func() {
+			for _, fd := range []int{there[0], there[1], back[0], back[1]} {
+				unix.Close(fd)
+			}
+		}()
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &set); err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { // the partner, bound to the counting thread's CPU
+			runtime.LockOSThread()
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				done <- err
+				return
+			}
+			b := []byte{0}
+			for range size {
+				if _, err := unix.Read(there[0], b); err != nil {
+					done <- err
+					return
+				}
+				if _, err := unix.Write(back[1], b); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		var ioErr error
+		err := measure(func() {
+			b := []byte{0}
+			for range size {
+				if _, ioErr = unix.Write(there[1], b); ioErr != nil {
+					return
+				}
+				if _, ioErr = unix.Read(back[0], b); ioErr != nil {
+					return
+				}
+			}
+		})
+		if perr := <-done; perr != nil {
+			return fmt.Errorf("pipe-round-trips: partner: %w", perr)
+		}
+		if ioErr != nil {
+			return fmt.Errorf("pipe-round-trips: %w", ioErr)
+		}
+		return err
+	}}
+}
+
+// Spin runs on the CPU until the thread's CPU time (CLOCK_THREAD_CPUTIME_ID)
+// advanced by size ns: task-clock counts 1 ns per unit.
+func Spin(quick bool) Kernel {
+	n := 6
+	if quick {
+		n = 4
+	}
+	return Kernel{Name: "spin", Unit: "ns of thread CPU time", Sizes: geometric(1_000_000, n), Run: func(size int, measure func(func()) error) error {
+		return measure(func() {
+			var t0, t unix.Timespec
+			unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0)
+			for {
+				unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t)
+				if t.Nano()-t0.Nano() >= int64(size) {
+					return
+				}
+			}
+		})
+	}}
+}
+
+// WatchedWrites stores n times to the variable the breakpoint counter
+// watches: n hits.
+func WatchedWrites(quick bool) Kernel {
+	n := 6
+	if quick {
+		n = 4
+	}
+	return Kernel{Name: "watched-writes", Unit: "write", Sizes: geometric(100, n), Run: func(size int, measure func(func()) error) error {
+		return measure(func() {
+			for i := range size {
+				atomic.StoreUint64(&watched, uint64(i))
+			}
+		})
+	}}
+}

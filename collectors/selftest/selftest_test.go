@@ -1,0 +1,112 @@
+package selftest
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/model"
+	"github.com/pmu-exporter/pmu_exporter/validate"
+)
+
+func sw(name string, config uint64) Counter {
+	return Counter{Name: name, Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: config}}
+}
+
+func sizes(k Kernel) []float64 {
+	var out []float64
+	for _, s := range k.Sizes {
+		out = append(out, float64(s))
+	}
+	return out
+}
+
+// The kernels every host can run, counted on this machine: one minor
+// fault per fresh page, one context switch per pipe round trip, a ns of
+// task-clock per ns of thread CPU time, one breakpoint hit per watched
+// write, each a slope the analysis passes; and a deliberately wrong
+// expectation (two faults a page) fails.
+func TestSoftwareKernels(t *testing.T) {
+	testenv.RequireRoot(t)
+	cases := []struct {
+		c     Counter
+		k     Kernel
+		slope float64
+	}{
+		{sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS), FreshPages(false), 1},
+		{sw("minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN), FreshPages(true), 1},
+		{sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES), PipeRoundTrips(false), 1},
+		{sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK), Spin(true), 1},
+		{Counter{Name: "breakpoint", Breakpoint: true}, WatchedWrites(false), 1},
+	}
+	for _, c := range cases {
+		counts, err := Measure(0, c.c, c.k)
+		if err != nil {
+			t.Errorf("%s on %s: %v", c.c.Name, c.k.Name, err)
+			continue
+		}
+		r := validate.Judge(c.c.Name, c.k.Name, c.slope, sizes(c.k), counts)
+		t.Logf("%s on %s: slope %.4f, r² %.5f, goodness %.4f: %v", c.c.Name, c.k.Name, r.Slope, r.R2, r.Goodness, counts)
+		if r.Verdict != validate.Pass {
+			t.Errorf("%+v", r)
+		}
+		if c.c.Name == "page-faults" {
+			if w := validate.Judge(c.c.Name, c.k.Name, 2, sizes(c.k), counts); w.Verdict != validate.Fail {
+				t.Errorf("two faults a page passed: %+v", w)
+			}
+		}
+	}
+}
+
+// The fault counts agree with the kernel's own accounting of the thread
+// (getrusage(RUSAGE_THREAD)'s minor faults) over the same work.
+func TestFaultsAgainstRusage(t *testing.T) {
+	testenv.RequireRoot(t)
+	k := FreshPages(true)
+	k.Sizes = []int{1000}
+	var perfCount, rusage float64
+	k.Run = func(size int, measure func(func()) error) error {
+		return FreshPages(true).Run(size, func(work func()) error {
+			var r0, r1 unix.Rusage
+			unix.Getrusage(unix.RUSAGE_THREAD, &r0)
+			err := measure(work)
+			unix.Getrusage(unix.RUSAGE_THREAD, &r1)
+			rusage = float64(r1.Minflt - r0.Minflt)
+			return err
+		})
+	}
+	counts, err := Measure(0, sw("minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perfCount = counts[0]
+	// rusage also sees the faults of opening and reading the counter.
+	if perfCount < 1000 || math.Abs(perfCount-rusage) > 20 {
+		t.Errorf("perf counted %v minor faults for 1,000 fresh pages, rusage %v", perfCount, rusage)
+	}
+}
+
+// A hardware event on a host without a PMU is refused with the kernel's
+// reason (here: no such event), which the analysis reports as not
+// measurable; on a host with a PMU the instruction loop is 3 per iteration.
+func TestInstructionLoop(t *testing.T) {
+	testenv.RequireRoot(t)
+	c := Counter{Name: "instructions", Attr: eventspec.Attr{Type: unix.PERF_TYPE_HARDWARE, Config: unix.PERF_COUNT_HW_INSTRUCTIONS}}
+	k := InstructionLoop(true)
+	counts, err := Measure(0, c, k)
+	var oe *model.OpenError
+	if errors.As(err, &oe) {
+		t.Logf("no hardware instructions counter here: %v (%s)", err, oe.Reason)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := validate.Judge("instructions", k.Name, 3, sizes(k), counts); r.Verdict != validate.Pass {
+		t.Errorf("%+v: %v", r, counts)
+	}
+}
