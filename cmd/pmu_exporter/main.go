@@ -73,6 +73,8 @@ type cli struct {
 	rf                           reuseFlags
 	reuseCmd                     *kingpin.CmdClause
 	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
+	valCmd                       *kingpin.CmdClause
+	vf                           pipeline.ValidateFlags
 	commCmd                      *kingpin.CmdClause
 	terminated                   int // exit code --help or --version asked for; -1: none
 }
@@ -114,8 +116,13 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 
 	c.check = app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
 	c.check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
-	// check judges what serve would run with the same collector flags.
-	f.opts.Bind(app, serve, c.check)
+	c.valCmd = app.Command("validate", "Run validation kernels whose counts are known in advance (CAT): for each event the exporter would count, and those of --event, the slope of its count over a sweep of sizes, r² and goodness; pass, fail, or not measurable here and why. Exit 1 if an event failed.")
+	c.valCmd.Flag("event", "Also validate this event (perf syntax; repeatable).").StringsVar(&c.vf.Events)
+	c.valCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&c.vf.Format, "text", "json")
+	c.valCmd.Flag("quick", "Fewer and smaller sizes (what serve --validate.on-start runs).").BoolVar(&c.vf.Quick)
+	c.valCmd.Flag("cpu", "CPU to run the kernels on (default: the last online CPU).").Default("-1").IntVar(&c.vf.CPU)
+	// check and validate judge what serve would run with the same collector flags.
+	f.opts.Bind(app, serve, c.check, c.valCmd)
 
 	c.tdCmd = app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
 	c.tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
@@ -189,6 +196,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case c.check.FullCommand():
 		return pipeline.RunCheck(*f.opts, f.checkFormat, stdout, stderr)
+	case c.valCmd.FullCommand():
+		return pipeline.RunValidate(*f.opts, c.vf, stdout, stderr)
 	case c.tdCmd.FullCommand():
 		return runTopdown(f, td, os.Stdin, stdout, stderr)
 	case c.smpCmd.FullCommand():

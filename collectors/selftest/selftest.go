@@ -56,7 +56,7 @@ func Measure(cpu int, c Counter, k Kernel) (counts []float64, err error) {
 		for _, size := range k.Sizes {
 			var n uint64
 			if err = k.Run(size, func(work func()) error {
-				v, err := countOnce(c, k.Kernel, work)
+				v, err := countOnce(c, cpu, k.Kernel, work)
 				n = v
 				return err
 			}); err != nil {
@@ -75,7 +75,7 @@ func Measure(cpu int, c Counter, k Kernel) (counts []float64, err error) {
 // and the watchpoint is on the counting thread only.
 var watched uint64
 
-func countOnce(c Counter, withKernel bool, work func()) (uint64, error) {
+func countOnce(c Counter, cpu int, withKernel bool, work func()) (uint64, error) {
 	u := perf.Attr(c.Attr)
 	if c.Breakpoint {
 		u = unix.PerfEventAttr{Type: unix.PERF_TYPE_BREAKPOINT, Size: perf.AttrSize(), Bp_type: 2, // HW_BREAKPOINT_W
@@ -88,7 +88,7 @@ func countOnce(c Counter, withKernel bool, work func()) (uint64, error) {
 	}
 	fd, err := perf.OpenFD(&u, 0, -1, -1, 0)
 	if err != nil {
-		return 0, perf.NewOpenError(c.Name, -1, err)
+		return 0, perf.NewOpenError(c.Name, cpu, err)
 	}
 	defer unix.Close(fd)
 	if err := perf.Enable(fd); err != nil {

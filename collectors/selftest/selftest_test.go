@@ -17,13 +17,8 @@ func sw(name string, config uint64) Counter {
 	return Counter{Name: name, Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: config}}
 }
 
-func sizes(k Kernel) []float64 {
-	var out []float64
-	for _, s := range k.Sizes {
-		out = append(out, float64(s))
-	}
-	return out
-}
+func sizes(k Kernel) []float64 { return floats(k.Sizes) }
+
 
 // The kernels every host can run, counted on this machine: one minor
 // fault per fresh page, one context switch per pipe round trip, a ns of

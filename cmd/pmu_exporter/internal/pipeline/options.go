@@ -32,6 +32,7 @@ type Options struct {
 	replay              replayFlags
 	sampling            samplingFlags
 	comm                commFlags
+	validateOnStart     bool
 }
 
 // NewOptions lists the collectors, their options bound to the result.
@@ -44,7 +45,7 @@ func NewOptions() *Options {
 // Bind declares the host paths and the config file on app, the sources and
 // Kubernetes access on serve, and every collector's flags on serve and on
 // check (so that check judges what serve would run).
-func (o *Options) Bind(app *kingpin.Application, serve, check *kingpin.CmdClause) {
+func (o *Options) Bind(app *kingpin.Application, serve *kingpin.CmdClause, judges ...*kingpin.CmdClause) {
 	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&o.sysfs)
 	app.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&o.procfs)
 	app.Flag("path.cgroupfs", "Mount point of the host's cgroup hierarchy that holds the perf_event controller: cgroup v2, or v1's perf_event hierarchy where v1 mounts it (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, or on v1 its perf_event directory, so that every cgroup id on the node resolves).").StringVar(&o.cgroups.fsPath)
@@ -60,7 +61,10 @@ func (o *Options) Bind(app *kingpin.Application, serve, check *kingpin.CmdClause
 		Envar("NODE_NAME").StringVar(&o.k8sNode)
 	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&o.kubeconfig)
 	o.collectors.Bind(serve)
-	o.collectors.Bind(check)
+	for _, c := range judges { // check and validate judge what serve would run
+		o.collectors.Bind(c)
+	}
+	serve.Flag("validate.on-start", "Run the quick subset of `pmu_exporter validate` once at start (a few seconds, on one CPU) and export pmu_event_validation_goodness and pmu_event_validation_passed.").BoolVar(&o.validateOnStart)
 }
 
 // Resolve settles the collectors' choices after parsing and returns a note

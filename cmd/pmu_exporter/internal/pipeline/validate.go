@@ -1,0 +1,147 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/validate"
+)
+
+// ValidateFlags are `pmu_exporter validate`'s own.
+type ValidateFlags struct {
+	Events []string // --event: more events to validate (perf syntax)
+	Format string
+	Quick  bool
+	CPU    int // -1: the last online CPU
+}
+
+// kernelEvents are the events the kernels are written for: perf's generic
+// names, validated on every host (where there is no PMU the hardware ones
+// say why not).
+var kernelEvents = []string{"instructions", "cycles", "branches", "branch-misses",
+	"page-faults", "minor-faults", "major-faults", "context-switches", "task-clock", "cpu-migrations"}
+
+// validationEvents lists what to validate: the kernels' own events, the
+// default profile's and the host's Top-Down tree's (what serve counts),
+// those of --event, and the breakpoint; each once, by name and PMU.
+func validationEvents(f Options, s setup, extra []string, cpu int) ([]selftest.Event, []error) {
+	var out []selftest.Event
+	var errs []error
+	seen := map[string]bool{}
+	add := func(ev eventspec.Event) {
+		label := ev.Name
+		if ev.PMU != "software" && ev.PMU != "cpu" && ev.PMU != "" {
+			label = ev.PMU + "/" + ev.Name
+		}
+		if seen[label] {
+			return
+		}
+		seen[label] = true
+		at := cpu
+		if len(ev.CPUs) > 0 && !slices.Contains(ev.CPUs, cpu) {
+			at = ev.CPUs[len(ev.CPUs)-1] // a hybrid's other core type
+		}
+		out = append(out, selftest.Event{Name: ev.Name, Label: label, CPU: at, Counter: selftest.Counter{Name: label, Attr: ev.Attr}})
+	}
+	for _, name := range kernelEvents {
+		evs, err := eventspec.Resolve(name, s.pmus)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, ev := range evs {
+			add(ev)
+		}
+	}
+	groups := s.groups
+	if td, err := setupTopdown(f.tree, f.sysfs, s); err == nil {
+		groups = append(groups, td.groups...)
+	}
+	for _, g := range groups {
+		for _, ev := range g.Events {
+			add(ev)
+		}
+	}
+	for _, spec := range extra {
+		evs, err := eventspec.Resolve(spec, s.pmus)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--event: %w", err))
+			continue
+		}
+		for _, ev := range evs {
+			add(ev)
+		}
+	}
+	out = append(out, selftest.Event{Name: "breakpoint", Label: "breakpoint", CPU: cpu, Counter: selftest.Counter{Name: "breakpoint", Breakpoint: true}})
+	return out, errs
+}
+
+// validationCPU is where the kernels run: the one asked for, else the last
+// online CPU.
+func validationCPU(s setup, asked int) int {
+	if asked >= 0 || len(s.facts.OnlineCPUs) == 0 {
+		return max(asked, 0)
+	}
+	return s.facts.OnlineCPUs[len(s.facts.OnlineCPUs)-1]
+}
+
+// RunValidate runs the validation kernels and prints the table; the exit
+// code is 1 if an event failed, 2 on bad input, else 0.
+func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
+	s := discover(f)
+	cpu := validationCPU(s, vf.CPU)
+	events, errs := validationEvents(f, s, vf.Events, cpu)
+	for _, err := range errs {
+		fmt.Fprintf(stderr, "pmu_exporter validate: %v\n", err)
+	}
+	if len(errs) > 0 && len(vf.Events) > 0 {
+		return 2
+	}
+	rows := selftest.Validate(events, vf.Quick)
+	if vf.Format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(struct {
+			Events []validate.Result `json:"events"`
+		}{rows})
+	} else {
+		writeValidation(stdout, cpu, rows, s.report)
+	}
+	for _, r := range rows {
+		if r.Verdict == validate.Fail {
+			return 1
+		}
+	}
+	return 0
+}
+
+func writeValidation(w io.Writer, cpu int, rows []validate.Result, rep capability.Report) {
+	fmt.Fprintf(w, "Validation kernels on CPU %d, one event at a time on the kernel's thread (CAT's goodness exp(−2(β·r² − β_e)²) ≥ %.2f passes):\n", cpu, validate.PassGoodness)
+	counts := map[validate.Verdict]int{}
+	for _, r := range rows {
+		counts[r.Verdict]++
+		mark := map[validate.Verdict]string{validate.Pass: "[pass]", validate.Fail: "[FAIL]", validate.NotMeasurable: "[n/m] "}[r.Verdict]
+		kernel := r.Kernel
+		if kernel == "" {
+			kernel = "-"
+		}
+		switch r.Verdict {
+		case validate.NotMeasurable:
+			fmt.Fprintf(w, "  %s %s on %s: not measurable: %s\n", mark, r.Event, kernel, r.Reason)
+		case validate.Fail:
+			fmt.Fprintf(w, "  %s %s on %s: slope %.4g (want %.4g), r² %.4f, goodness %.3f: %s\n", mark, r.Event, kernel, r.Slope, r.ExpectedSlope, r.R2, r.Goodness, r.Reason)
+		default:
+			fmt.Fprintf(w, "  %s %s on %s: slope %.4g (want %.4g), r² %.4f, goodness %.3f\n", mark, r.Event, kernel, r.Slope, r.ExpectedSlope, r.R2, r.Goodness)
+		}
+	}
+	fmt.Fprintf(w, "%d passed, %d failed, %d not measurable.\n", counts[validate.Pass], counts[validate.Fail], counts[validate.NotMeasurable])
+	if !rep.Feature(capability.HardwareCounters).Available {
+		fmt.Fprintf(w, "No hardware counters here (%s): the hardware kernels' events are not measurable; the software and breakpoint kernels still ran.\n",
+			rep.Feature(capability.HardwareCounters).Reason)
+	}
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+type validationRow struct {
+	Event         string  `json:"event"`
+	Kernel        string  `json:"kernel"`
+	ExpectedSlope float64 `json:"expected_slope"`
+	Slope         float64 `json:"slope"`
+	R2            float64 `json:"r2"`
+	Goodness      float64 `json:"goodness"`
+	Verdict       string  `json:"verdict"`
+	Reason        string  `json:"reason"`
+}
+
+// `validate --format json` on this host: the software and breakpoint
+// kernels pass (faults per page, switches per round trip, task-clock per
+// ns of CPU time, hits per watched write); the hardware kernels' events
+// pass where the host has a PMU and are not measurable, with the kernel's
+// reason, where it has none (check's hardware_counters says which).
+func TestValidate(t *testing.T) {
+	testenv.RequireRoot(t)
+	out, err := exec.Command(binary, "validate", "--format=json").Output()
+	if err != nil {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+	var v struct {
+		Events []validationRow `json:"events"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	byEvent := map[string]validationRow{}
+	for _, r := range v.Events {
+		if r.Kernel != "branch-signature" && strings.HasPrefix(r.Kernel, "branch-") && byEvent[r.Event].Verdict != "" {
+			continue // the signature row decides
+		}
+		byEvent[r.Event] = r
+	}
+	for _, ev := range []string{"page-faults", "minor-faults", "major-faults", "context-switches", "task-clock", "cpu-migrations", "breakpoint"} {
+		r, ok := byEvent[ev]
+		if !ok || r.Verdict != "pass" {
+			t.Errorf("%s: %+v (present %v)", ev, r, ok)
+		}
+	}
+	hw := hardwareCounters(t)
+	for _, ev := range []string{"instructions", "cycles", "branches", "branch-misses"} {
+		r := byEvent[ev]
+		switch {
+		case !hw && (r.Verdict != "not_measurable" || !strings.Contains(r.Reason, "does not provide this event")):
+			t.Errorf("%s without a PMU: %+v, want not_measurable with the kernel's reason", ev, r)
+		case hw && r.Verdict != "pass":
+			t.Errorf("%s with a PMU: %+v", ev, r)
+		}
+	}
+	// The text form says the same, and why the hardware ones did not run.
+	text, err := exec.Command(binary, "validate", "--quick").Output()
+	if err != nil {
+		t.Fatalf("validate --quick: %v\n%s", err, text)
+	}
+	if !strings.Contains(string(text), "[pass] breakpoint on watched-writes") || (!hw && !strings.Contains(string(text), "No hardware counters here")) {
+		t.Errorf("validate --quick:\n%s", text)
+	}
+}
+
+// A bad --event is refused with exit 2, naming the spec.
+func TestValidateBadEvent(t *testing.T) {
+	out, err := exec.Command(binary, "validate", "--event", "cpu/event=0xc2").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `"cpu/event=0xc2"`) {
+		t.Errorf("validate --event cpu/event=0xc2: %v\n%s", err, out)
+	}
+}
+
+// hardwareCounters is check's verdict on this host's PMU.
+func hardwareCounters(t *testing.T) bool {
+	out, err := exec.Command(binary, "check", "--format=json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Features []struct {
+			Name      string `json:"name"`
+			Available bool   `json:"available"`
+		} `json:"features"`
+	}
+	json.Unmarshal(out, &r)
+	for _, f := range r.Features {
+		if f.Name == "hardware_counters" {
+			return f.Available
+		}
+	}
+	t.Fatal("check says nothing of hardware_counters")
+	return false
+}

@@ -1,0 +1,75 @@
+package selftest
+
+import (
+	"fmt"
+
+	"github.com/pmu-exporter/pmu_exporter/validate"
+)
+
+// Event is an event to validate: the name its expectation is looked up by
+// (validate.Expected), the name to report, and how to count it.
+type Event struct {
+	Name, Label string
+	Counter     Counter
+	CPU         int // where to run its kernels
+}
+
+// Validate runs each event's kernels on its CPU and judges the counts; an
+// event with no known expectation, or that cannot be counted here, is a
+// not_measurable row with the reason. quick runs fewer, smaller sizes.
+func Validate(events []Event, quick bool) []validate.Result {
+	var out []validate.Result
+	for _, ev := range events {
+		out = append(out, validateOne(ev, quick)...)
+	}
+	return out
+}
+
+func validateOne(ev Event, quick bool) []validate.Result {
+	e, ok := validate.Expected[ev.Name]
+	if !ok {
+		return []validate.Result{validate.Unmeasurable(ev.Label, "", 0, "no kernel knows what this event should count")}
+	}
+	if e.Kernel == "branch" {
+		var counts [7][]float64
+		var sizes []float64
+		for k := range 7 {
+			kern := Branch(k, quick)
+			c, err := Measure(ev.CPU, ev.Counter, kern)
+			if err != nil {
+				return []validate.Result{validate.Unmeasurable(ev.Label, kern.Name, validate.Signatures[e.Category][k], err.Error())}
+			}
+			counts[k], sizes = c, floats(kern.Sizes)
+		}
+		return validate.JudgeBranches(ev.Label, e.Category, sizes, counts)
+	}
+	kern, ok := kernelNamed(e.Kernel, quick)
+	if !ok {
+		return []validate.Result{validate.Unmeasurable(ev.Label, e.Kernel, e.Slope, fmt.Sprintf("no kernel %q", e.Kernel))}
+	}
+	c, err := Measure(ev.CPU, ev.Counter, kern)
+	if err != nil {
+		return []validate.Result{validate.Unmeasurable(ev.Label, kern.Name, e.Slope, err.Error())}
+	}
+	if e.Linear {
+		return []validate.Result{validate.JudgeLinear(ev.Label, kern.Name, floats(kern.Sizes), c)}
+	}
+	return []validate.Result{validate.Judge(ev.Label, kern.Name, e.Slope, floats(kern.Sizes), c)}
+}
+
+func kernelNamed(name string, quick bool) (Kernel, bool) {
+	for _, k := range []Kernel{InstructionLoop(quick), FreshPages(quick), PipeRoundTrips(quick), Spin(quick), WatchedWrites(quick)} {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return Kernel{}, false
+}
+
+func floats(sizes []int) []float64 {
+	out := make([]float64, len(sizes))
+	for i, s := range sizes {
+		out[i] = float64(s)
+	}
+	return out
+}
