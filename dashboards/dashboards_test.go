@@ -252,7 +252,7 @@ func TestQueriesReturnData(t *testing.T) {
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/skx-c2c.data")
 	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.counting.interval=500ms",
-		"--collector.sampling.event=page-faults", "--collector.sampling.period=100", "--collector.comm.period=200000")
+		"--collector.sampling.event=page-faults", "--collector.sampling.period=100", "--collector.comm.period=200000", "--validate.on-start")
 	// Threads that share lines, for the data locality dashboard: the
 	// False-Sharing benchmark, half its adds on its own slots.
 	bench := filepath.Join(dir, "sharebench")

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -100,4 +101,65 @@ func hardwareCounters(t *testing.T) bool {
 	}
 	t.Fatal("check says nothing of hardware_counters")
 	return false
+}
+
+// serve --validate.on-start runs the quick kernels beside the counting and
+// exports their verdicts: the software and breakpoint events pass with
+// goodness near 1; an event not measurable here has no series.
+func TestServeValidateOnStart(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := start(t, nil, "--validate.on-start")
+	hw := hardwareCounters(t)
+	var passed map[string]float64
+	for range 100 {
+		_, mfs := p.scrape(t)
+		passed = map[string]float64{}
+		for _, m := range mfs["pmu_event_validation_passed"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "event" {
+					passed[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		if len(passed) > 0 {
+			if g, ok := value(t, mfs, "pmu_event_validation_goodness", map[string]string{"event": "context-switches", "kernel": "pipe-round-trips"}); !ok || g < 0.9 {
+				t.Errorf("goodness of context-switches: %v (present %v)", g, ok)
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, ev := range []string{"page-faults", "context-switches", "task-clock", "breakpoint"} {
+		if passed[ev] != 1 {
+			t.Errorf("pmu_event_validation_passed{event=%q} = %v (all: %v)\n%s", ev, passed[ev], passed, p.log)
+		}
+	}
+	if _, ok := passed["instructions"]; ok == !hw {
+		t.Errorf("instructions: series present %v on a host with hardware counters %v", ok, hw)
+	}
+	if !strings.Contains(p.log.String(), "validation kernels ran") {
+		t.Errorf("the log does not say the kernels ran:\n%s", p.log)
+	}
+}
+
+// check runs the quick kernels too and says how many events passed: the
+// software ones every host counts, and none failed here.
+func TestCheckValidation(t *testing.T) {
+	testenv.RequireRoot(t)
+	out, err := exec.Command(binary, "check", "--format=json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Validation struct {
+			Passed, Failed int
+			Failures       []validationRow
+		} `json:"validation"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Validation.Passed < 7 || r.Validation.Failed != 0 {
+		t.Errorf("check's validation: %+v", r.Validation)
+	}
 }

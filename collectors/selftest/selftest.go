@@ -33,8 +33,9 @@ type Kernel struct {
 	Unit  string
 	Sizes []int
 	Run   func(size int, measure func(work func()) error) error
-	// Kernel counts the kernel-mode part too (page faults and context
-	// switches happen there); the others count user mode only.
+	// Kernel counts the kernel-mode part too (a context switch happens
+	// there); the others count user mode only (a page fault is counted
+	// from the user-mode access that took it).
 	Kernel bool
 }
 
@@ -87,6 +88,9 @@ func countOnce(c Counter, cpu int, withKernel bool, work func()) (uint64, error)
 		u.Bits |= unix.PerfBitExcludeKernel
 	}
 	fd, err := perf.OpenFD(&u, 0, -1, -1, 0)
+	if errors.Is(err, unix.EACCES) && withKernel {
+		return 0, fmt.Errorf("%s counts in kernel mode, which on a thread of one's own needs CAP_PERFMON or kernel.perf_event_paranoid ≤ 1: %w", c.Name, err)
+	}
 	if err != nil {
 		return 0, perf.NewOpenError(c.Name, cpu, err)
 	}
@@ -149,7 +153,7 @@ func FreshPages(quick bool) Kernel {
 		n = 5
 	}
 	page := unix.Getpagesize()
-	return Kernel{Name: "fresh-pages", Unit: "page", Sizes: geometric(64, n), Kernel: true, Run: func(size int, measure func(func()) error) error {
+	return Kernel{Name: "fresh-pages", Unit: "page", Sizes: geometric(64, n), Run: func(size int, measure func(func()) error) error {
 		mem, err := unix.Mmap(-1, 0, size*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			return fmt.Errorf("fresh-pages: mmap %d pages: %w", size, err)
@@ -183,7 +187,7 @@ func PipeRoundTrips(quick bool) Kernel {
 			return fmt.Errorf("pipe-round-trips: %w", err)
 		}
 		defer func() {
-			for _, fd := range []int{there[0], there[1], back[0], back[1]} {
+			for _, fd := range []int{there[0], back[0], back[1]} {
 				unix.Close(fd)
 			}
 		}()
@@ -200,8 +204,8 @@ func PipeRoundTrips(quick bool) Kernel {
 			}
 			b := []byte{0}
 			for range size {
-				if _, err := unix.Read(there[0], b); err != nil {
-					done <- err
+				if n, err := unix.Read(there[0], b); err != nil || n == 0 {
+					done <- err // n == 0: the counting thread closed its end early
 					return
 				}
 				if _, err := unix.Write(back[1], b); err != nil {
@@ -223,6 +227,7 @@ func PipeRoundTrips(quick bool) Kernel {
 				}
 			}
 		})
+		unix.Close(there[1]) // the partner sees the end even where the work never ran
 		if perr := <-done; perr != nil {
 			return fmt.Errorf("pipe-round-trips: partner: %w", perr)
 		}

@@ -7,10 +7,12 @@ import (
 	"io"
 	"strings"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/validate"
 )
 
 // topdownStatus says which Top-Down trees serve would compute (one per core
@@ -39,6 +41,49 @@ func checkSampling(o samplingFlags, s setup) samplingStatus {
 		st.Events = append(st.Events, c.PMU+"/"+c.Name)
 	}
 	st.Missing = append(st.Missing, missing...)
+	return st
+}
+
+// validationStatus is the quick validation's summary, by event: an event
+// failed if any of its kernels failed, passed if one passed and none
+// failed.
+type validationStatus struct {
+	Passed        int               `json:"passed"`
+	Failed        int               `json:"failed"`
+	NotMeasurable int               `json:"not_measurable"`
+	Failures      []validate.Result `json:"failures"`
+}
+
+func checkValidation(f Options, s setup) validationStatus {
+	events, _ := validationEvents(f, s, nil, validationCPU(s, -1))
+	st := validationStatus{Failures: []validate.Result{}}
+	verdict := map[string]validate.Verdict{}
+	var order []string
+	for _, r := range selftest.Validate(events, true) {
+		v, seen := verdict[r.Event]
+		if !seen {
+			order = append(order, r.Event)
+		}
+		switch {
+		case r.Verdict == validate.Fail:
+			st.Failures = append(st.Failures, r)
+			verdict[r.Event] = validate.Fail
+		case r.Verdict == validate.Pass && v != validate.Fail:
+			verdict[r.Event] = validate.Pass
+		case !seen:
+			verdict[r.Event] = r.Verdict
+		}
+	}
+	for _, ev := range order {
+		switch verdict[ev] {
+		case validate.Pass:
+			st.Passed++
+		case validate.Fail:
+			st.Failed++
+		default:
+			st.NotMeasurable++
+		}
+	}
 	return st
 }
 
@@ -96,6 +141,7 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 			collectors[i].Runs, collectors[i].Reason = false, why
 		}
 	}
+	val := checkValidation(f, s)
 	if format == "json" {
 		out := struct {
 			capability.Report
@@ -104,7 +150,8 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 			Collectors   []registry.Status `json:"collectors"`
 			ConfigErrors []string          `json:"config_errors"`
 			Groups       []string          `json:"groups"`
-		}{Report: s.report, Topdown: tds, Sampling: checkSampling(f.sampling, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
+			Validation   validationStatus  `json:"validation"`
+		}{Validation: val, Report: s.report, Topdown: tds, Sampling: checkSampling(f.sampling, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
 		for _, e := range s.configErrors {
 			out.ConfigErrors = append(out.ConfigErrors, e.Error())
 		}
@@ -149,6 +196,11 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 		}
 		if ms.Error != "" {
 			fmt.Fprintf(stdout, "\nMemory sampling: %s\n", ms.Error)
+		}
+		fmt.Fprintf(stdout, "\nValidation kernels (quick; pmu_exporter validate for the table): %d events passed, %d failed, %d not measurable\n",
+			val.Passed, val.Failed, val.NotMeasurable)
+		for _, r := range val.Failures {
+			fmt.Fprintf(stdout, "  warning: %s does not count what %s does: %s\n", r.Event, r.Kernel, r.Reason)
 		}
 		if len(s.configErrors) > 0 {
 			fmt.Fprintf(stdout, "\nConfiguration problems (these groups will not be counted):\n")

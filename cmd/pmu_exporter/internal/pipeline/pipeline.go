@@ -66,6 +66,9 @@ func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 	}
 	b.p.health = registry.NewHealth(running...)
 	b.p.collectors = append(b.p.collectors, b.p.health)
+	if f.validateOnStart {
+		b.validateOnStart()
+	}
 	b.startEngine()
 	return b.p
 }

@@ -1,12 +1,15 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
+	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/validate"
@@ -88,6 +91,36 @@ func validationCPU(s setup, asked int) int {
 		return max(asked, 0)
 	}
 	return s.facts.OnlineCPUs[len(s.facts.OnlineCPUs)-1]
+}
+
+// validateOnStart runs the quick validation once, beside the counting,
+// and exports its verdicts when done; each failed event is a warning.
+func (b *build) validateOnStart() {
+	var mu sync.Mutex
+	var rows []validate.Result
+	b.p.collectors = append(b.p.collectors, exporter.NewValidation(func() []validate.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		return rows
+	}))
+	b.p.beside = append(b.p.beside, func(ctx context.Context) {
+		events, errs := validationEvents(*b.f, *b.s, nil, validationCPU(*b.s, -1))
+		for _, err := range errs {
+			b.log.Debug("event not validated", "err", err)
+		}
+		got := selftest.Validate(events, true)
+		counts := map[validate.Verdict]int{}
+		for _, r := range got {
+			counts[r.Verdict]++
+			if r.Verdict == validate.Fail {
+				b.log.Warn("event failed validation: its counts do not match what the kernel does", "event", r.Event, "kernel", r.Kernel, "reason", r.Reason)
+			}
+		}
+		b.log.Info("validation kernels ran", "passed", counts[validate.Pass], "failed", counts[validate.Fail], "not_measurable", counts[validate.NotMeasurable])
+		mu.Lock()
+		rows = got
+		mu.Unlock()
+	})
 }
 
 // RunValidate runs the validation kernels and prints the table; the exit

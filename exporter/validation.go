@@ -1,0 +1,58 @@
+package exporter
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pmu-exporter/pmu_exporter/validate"
+)
+
+// ValidationCollector exports the validation kernels' verdicts (serve
+// --validate.on-start): CAT's goodness per event and kernel, and whether
+// each event passed; an event not measurable here has neither.
+type ValidationCollector struct {
+	results          func() []validate.Result // nil until the kernels ran
+	goodness, passed *prometheus.Desc
+}
+
+// NewValidation exports results as they become available.
+func NewValidation(results func() []validate.Result) *ValidationCollector {
+	return &ValidationCollector{results: results,
+		goodness: prometheus.NewDesc("pmu_event_validation_goodness",
+			"CAT's goodness exp(−2(β·r² − β_e)²) of the event's count over a validation kernel's sizes against the count expected (1: exact; pass ≥ 0.9); kernel branch-signature: the seven branch kernels together.",
+			[]string{"event", "kernel"}, nil),
+		passed: prometheus.NewDesc("pmu_event_validation_passed",
+			"1 if the event counted what its validation kernels expect, 0 if it did not (a mislabelled event, a broken virtual PMU); absent where it could not be measured.",
+			[]string{"event"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *ValidationCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.goodness
+	ch <- c.passed
+}
+
+// Collect implements prometheus.Collector.
+func (c *ValidationCollector) Collect(ch chan<- prometheus.Metric) {
+	passed := map[string]bool{}
+	var order []string
+	for _, r := range c.results() {
+		if r.Verdict == validate.NotMeasurable {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.goodness, prometheus.GaugeValue, r.Goodness, r.Event, r.Kernel)
+		ok, seen := passed[r.Event]
+		if !seen {
+			order = append(order, r.Event)
+			ok = true
+		}
+		passed[r.Event] = ok && r.Verdict == validate.Pass
+	}
+	for _, ev := range order {
+		v := 0.0
+		if passed[ev] {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.passed, prometheus.GaugeValue, v, ev)
+	}
+}
