@@ -19,7 +19,6 @@ func sw(name string, config uint64) Counter {
 
 func sizes(k Kernel) []float64 { return floats(k.Sizes) }
 
-
 // The kernels every host can run, counted on this machine: one minor
 // fault per fresh page, one context switch per pipe round trip, a ns of
 // task-clock per ns of thread CPU time, one breakpoint hit per watched
