@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"testing"
+	"time"
 )
 
 // By hand: counts 3·l + 28 lie on a line of slope 3, r² 1; CAT's goodness
@@ -124,5 +125,17 @@ func TestSignaturesDistinct(t *testing.T) {
 		if got, scores := Classify(fits); got != c || scores[c] != 1 {
 			t.Errorf("%s's signature classified %s (%v)", c, got, scores)
 		}
+	}
+}
+
+// Quartiles by nearest rank over 1…9 µs: median 5, min 1, IQR 7 − 3 = 4.
+func TestSummarize(t *testing.T) {
+	var ds []time.Duration
+	for _, v := range []int{9, 1, 8, 2, 7, 3, 6, 4, 5} {
+		ds = append(ds, time.Duration(v)*time.Microsecond)
+	}
+	s := Summarize(ds)
+	if s.Median != 5*time.Microsecond || s.Min != time.Microsecond || s.IQR != 4*time.Microsecond || s.N != 9 {
+		t.Errorf("%+v", s)
 	}
 }

@@ -82,7 +82,7 @@ func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, 
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(f.telemetryPath, metrics)
+	mux.Handle(f.telemetryPath, p.WrapMetrics(metrics))
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		io.WriteString(w, "Healthy\n")

@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -161,5 +164,40 @@ func TestCheckValidation(t *testing.T) {
 	}
 	if r.Validation.Passed < 7 || r.Validation.Failed != 0 {
 		t.Errorf("check's validation: %+v", r.Validation)
+	}
+}
+
+// serve measures its own cost: the read cycles' CPU time on the reading
+// thread (at most the process's, which the Go collector exports), the
+// scrapes', the null-read calibration, and with --validate.on-start what
+// each read adds to a CPU's context switches (present; its value is the
+// difference of two windows of a shared CPU, which this test's own
+// scrapes disturb: collectors/selftest checks it against the reader's own
+// switches).
+func TestServeSelfCost(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := start(t, nil, "--validate.on-start") // reads every 100 ms: 2 s of perturbation windows
+	var perRead float64
+	var ok bool
+	var mfs map[string]*dto.MetricFamily
+	for range 100 {
+		_, mfs = p.scrape(t)
+		if perRead, ok = value(t, mfs, "pmu_self_read_perturbation", map[string]string{"event": "context-switches"}); ok {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !ok || math.IsNaN(perRead) || math.IsInf(perRead, 0) {
+		t.Errorf("pmu_self_read_perturbation{event=\"context-switches\"} = %v (present %v)\n%s", perRead, ok, p.log)
+	}
+	read, _ := value(t, mfs, "pmu_self_cpu_seconds_total", map[string]string{"activity": "read"})
+	cycles, _ := value(t, mfs, "pmu_self_activities_total", map[string]string{"activity": "read"})
+	scrapes, _ := value(t, mfs, "pmu_self_activities_total", map[string]string{"activity": "scrape"})
+	process, _ := value(t, mfs, "process_cpu_seconds_total", nil)
+	median, hasMedian := value(t, mfs, "pmu_self_null_read_seconds", map[string]string{"statistic": "median"})
+	t.Logf("%v read cycles, %.4f s of CPU (%.1f µs each), %v scrapes; process %.2f s; null read median %v s; each read adds %.2f context switches",
+		cycles, read, read/max(cycles, 1)*1e6, scrapes, process, median, perRead)
+	if cycles < 2 || read <= 0 || read > process+0.01 || scrapes < 1 || !hasMedian || median <= 0 {
+		t.Errorf("self cost: %v cycles, %v s read CPU, %v scrapes, process %v s, null read median %v (present %v)", cycles, read, scrapes, process, median, hasMedian)
 	}
 }

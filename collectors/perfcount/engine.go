@@ -10,6 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,10 @@ type Options struct {
 	// AfterCycle, if set, runs after every cycle, outside the engine's lock: the
 	// place to derive metrics from a fresh Snapshot.
 	AfterCycle func()
+	// AroundCycle, if set, runs each cycle (its reads and AfterCycle) as
+	// work, on Run's thread, which stays locked to its goroutine: the place
+	// to count what a cycle costs with counters on that thread.
+	AroundCycle func(work func())
 	// OnOpen and OnClose, if set, see each group open on a CPU and each one
 	// about to close (CPU offline, engine closed), with its file descriptors
 	// still valid: the hook for consumers that read the fds themselves (the
@@ -144,11 +149,17 @@ func (e *Engine) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	defer e.Close()
-	cycle := func() {
+	runtime.LockOSThread() // a cycle's cost is counted on this thread
+	defer runtime.UnlockOSThread()
+	work := func() {
 		e.Cycle()
 		if e.opts.AfterCycle != nil {
 			e.opts.AfterCycle()
 		}
+	}
+	cycle := work
+	if e.opts.AroundCycle != nil {
+		cycle = func() { e.opts.AroundCycle(work) }
 	}
 	cycle()
 	for {

@@ -1,9 +1,12 @@
 package selftest
 
 import (
+	"context"
 	"errors"
 	"math"
+	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -102,5 +105,70 @@ func TestInstructionLoop(t *testing.T) {
 	}
 	if r := validate.Judge("instructions", k.Name, 3, sizes(k), counts); r.Verdict != validate.Pass {
 		t.Errorf("%+v: %v", r, counts)
+	}
+}
+
+var softwareGroup = []eventspec.Attr{
+	{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES},
+	{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_MIGRATIONS},
+}
+var softwareNames = []string{"context-switches", "cpu-migrations"}
+
+// 1,000 back-to-back reads, each timed.
+func TestNullReads(t *testing.T) {
+	testenv.RequireRoot(t)
+	ds, err := NullReads(0, 1000, softwareGroup, softwareNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := validate.Summarize(ds)
+	if s.N != 1000 || s.Min <= 0 || s.Min > s.Median || s.Median > time.Millisecond {
+		t.Errorf("%+v", s)
+	}
+}
+
+// The thread's task-clock advances with its CPU time, as the kernel's
+// CLOCK_THREAD_CPUTIME_ID accounts it.
+func TestThreadCounters(t *testing.T) {
+	testenv.RequireRoot(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c, err := OpenThreadCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, _ := c.Read()
+	var t0, t1 unix.Timespec
+	unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0)
+	for t1 = t0; t1.Nano()-t0.Nano() < 20e6; {
+		unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t1)
+	}
+	z, err := c.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := float64(z.TaskClock-a.TaskClock), float64(t1.Nano()-t0.Nano())
+	if math.Abs(got-want) > 0.05*want {
+		t.Errorf("task-clock advanced %v ns over %v ns of thread CPU time", got, want)
+	}
+}
+
+// Reads every 10 ms against every 100 ms over 300 ms: the reader's own
+// context switches are among the CPU's (it is bound there), and the fast
+// window read more often.
+func TestPerturbation(t *testing.T) {
+	testenv.RequireRoot(t)
+	ps, err := MeasurePerturbation(context.Background(), 1, softwareGroup, softwareNames, 300*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := ps[0]
+	t.Logf("%+v", cs)
+	if cs.Event != "context-switches" || cs.FastReads < 20 || cs.SlowReads > 3 || cs.FastReads <= cs.SlowReads {
+		t.Fatalf("%+v", cs)
+	}
+	if cs.Fast < cs.ReaderSwitches[0] || cs.Slow < cs.ReaderSwitches[1] || cs.ReaderSwitches[0] < uint64(cs.FastReads) {
+		t.Errorf("the CPU counted %d and %d switches, the reader bound to it %v for %d and %d reads", cs.Fast, cs.Slow, cs.ReaderSwitches, cs.FastReads, cs.SlowReads)
 	}
 }

@@ -1,11 +1,16 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
@@ -87,6 +92,59 @@ func checkValidation(f Options, s setup) validationStatus {
 	return st
 }
 
+// selfStatus is what reading the counters costs and adds: the null-read
+// calibration and, per event of the exporter's software group, what one
+// more read every 10 ms (against every 100 ms, over 1 s) adds to the
+// count on the CPU the reader runs on.
+type selfStatus struct {
+	CPU            int                `json:"cpu"`
+	NullReadMedian float64            `json:"null_read_median_seconds"`
+	NullReadMin    float64            `json:"null_read_min_seconds"`
+	NullReadIQR    float64            `json:"null_read_iqr_seconds"`
+	PerExtraRead   map[string]float64 `json:"per_extra_read"`
+	ReaderSwitches float64            `json:"reader_switches_per_read"`
+	Error          string             `json:"error,omitempty"`
+}
+
+func checkSelf(s setup) selfStatus {
+	cpu := validationCPU(s, -1)
+	st := selfStatus{CPU: cpu, PerExtraRead: map[string]float64{}}
+	sp, err := nullReads(s, cpu)
+	if err != nil {
+		st.Error = err.Error()
+		return st
+	}
+	st.NullReadMedian, st.NullReadMin, st.NullReadIQR = sp.Median.Seconds(), sp.Min.Seconds(), sp.IQR.Seconds()
+	ps, err := perturbation(context.Background(), s, cpu, 10*time.Millisecond, time.Second)
+	if err != nil {
+		st.Error = err.Error()
+		return st
+	}
+	for _, p := range ps {
+		st.PerExtraRead[p.Event] = math.Round(p.PerExtraRead*100) / 100
+		if p.FastReads > 0 {
+			st.ReaderSwitches = math.Round(float64(p.ReaderSwitches[0])/float64(p.FastReads)*100) / 100
+		}
+	}
+	return st
+}
+
+func writeSelf(w io.Writer, st selfStatus) {
+	if st.Error != "" {
+		fmt.Fprintf(w, "\nSelf-perturbation: not measured: %s\n", st.Error)
+		return
+	}
+	fmt.Fprintf(w, "\nSelf-perturbation (CPU %d): a group read costs %s (median of 1,000; min %s, IQR %s)\n", st.CPU,
+		time.Duration(st.NullReadMedian*1e9), time.Duration(st.NullReadMin*1e9), time.Duration(st.NullReadIQR*1e9))
+	names := slices.Sorted(maps.Keys(st.PerExtraRead))
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %+.2f", n, st.PerExtraRead[n]))
+	}
+	fmt.Fprintf(w, "  each read (every 10 ms against every 100 ms, over 1 s) adds to that CPU's counts: %s (the reader itself switched %.2f times a read)\n",
+		strings.Join(parts, ", "), st.ReaderSwitches)
+}
+
 type treeStatus struct {
 	Tree   string `json:"tree"`
 	Source string `json:"source"`
@@ -142,6 +200,7 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 		}
 	}
 	val := checkValidation(f, s)
+	self := checkSelf(s)
 	if format == "json" {
 		out := struct {
 			capability.Report
@@ -151,7 +210,8 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 			ConfigErrors []string          `json:"config_errors"`
 			Groups       []string          `json:"groups"`
 			Validation   validationStatus  `json:"validation"`
-		}{Validation: val, Report: s.report, Topdown: tds, Sampling: checkSampling(f.sampling, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
+			Self         selfStatus        `json:"self_perturbation"`
+		}{Validation: val, Self: self, Report: s.report, Topdown: tds, Sampling: checkSampling(f.sampling, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
 		for _, e := range s.configErrors {
 			out.ConfigErrors = append(out.ConfigErrors, e.Error())
 		}
@@ -202,6 +262,7 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 		for _, r := range val.Failures {
 			fmt.Fprintf(stdout, "  warning: %s does not count what %s does: %s\n", r.Event, r.Kernel, r.Reason)
 		}
+		writeSelf(stdout, self)
 		if len(s.configErrors) > 0 {
 			fmt.Fprintf(stdout, "\nConfiguration problems (these groups will not be counted):\n")
 			for _, e := range s.configErrors {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
@@ -66,6 +67,9 @@ func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 	}
 	b.p.health = registry.NewHealth(running...)
 	b.p.collectors = append(b.p.collectors, b.p.health)
+	b.p.self = exporter.NewSelfCost()
+	b.p.collectors = append(b.p.collectors, b.p.self)
+	b.calibrateReads()
 	if f.validateOnStart {
 		b.validateOnStart()
 	}
@@ -215,6 +219,34 @@ func (b *build) startEngine() {
 		for _, st := range b.steps {
 			p.health.Time(st.collector, func() error { return st.run(snap) })
 		}
+	}
+	if p.self != nil {
+		var own *selftest.ThreadCounters
+		tried := false
+		opts.AroundCycle = func(work func()) {
+			if !tried { // on the reading thread, which Run keeps
+				tried = true
+				var err error
+				if own, err = selftest.OpenThreadCounters(); err != nil {
+					b.log.Info("the read cycles' own cost is not counted", "err", err)
+				}
+			}
+			if own == nil {
+				work()
+				return
+			}
+			a, err := own.Read()
+			work()
+			z, err2 := own.Read()
+			if err == nil && err2 == nil {
+				p.self.AddRead(z.TaskClock-a.TaskClock, z.Instructions-a.Instructions, z.Cycles-a.Cycles, z.HasInstructions, z.HasCycles)
+			}
+		}
+		p.closers = append(p.closers, func() {
+			if own != nil {
+				own.Close()
+			}
+		})
 	}
 	opts.OnCPUReset = func(cpu int, cause string) {
 		for _, r := range b.resets {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/probe"
+	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/config"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -308,6 +310,21 @@ type Pipeline struct {
 	// returns once they have, so that closers never pull a ring from under
 	// its reader.
 	beside []func(ctx context.Context)
+	// self is what the exporter costs (live only; nil in replay).
+	self *exporter.SelfCost
+}
+
+// WrapMetrics counts what each scrape of h costs the exporter (its
+// process CPU time while serving it) into pmu_self_*.
+func (p *Pipeline) WrapMetrics(h http.Handler) http.Handler {
+	if p.self == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := selftest.ProcessCPU()
+		h.ServeHTTP(w, r)
+		p.self.AddScrape(uint64(max(selftest.ProcessCPU()-t0, 0)))
+	})
 }
 
 // Close releases what the collectors hold, in the reverse order.

@@ -7,11 +7,13 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/validate"
 )
 
@@ -120,7 +122,77 @@ func (b *build) validateOnStart() {
 		mu.Lock()
 		rows = got
 		mu.Unlock()
+		// What each read adds, at the counting interval against ten times it.
+		ps, err := perturbation(ctx, *b.s, validationCPU(*b.s, -1), b.f.interval, 0)
+		if err != nil {
+			b.log.Info("read perturbation not measured", "err", err)
+			return
+		}
+		for _, p := range ps {
+			if ctx.Err() != nil {
+				return
+			}
+			b.p.self.SetPerturbation(p.Event, p.PerExtraRead)
+		}
 	})
+}
+
+// readProbe is the group the self-measurements read: the exporter's own
+// software group (what every host counts), system-wide on one CPU.
+func readProbe(s setup) ([]eventspec.Attr, []string) {
+	for _, g := range s.groups {
+		if g.Name != "software" {
+			continue
+		}
+		var attrs []eventspec.Attr
+		var names []string
+		for _, ev := range g.Events {
+			attrs, names = append(attrs, ev.Attr), append(names, ev.Name)
+		}
+		return attrs, names
+	}
+	return []eventspec.Attr{{Type: pmu.TypeSoftware, Config: 3 /* context-switches */}}, []string{"context-switches"}
+}
+
+// nullReads is the null-read calibration: 1,000 back-to-back reads.
+func nullReads(s setup, cpu int) (validate.Spread, error) {
+	attrs, names := readProbe(s)
+	ds, err := selftest.NullReads(cpu, 1000, attrs, names)
+	if err != nil {
+		return validate.Spread{}, err
+	}
+	return validate.Summarize(ds), nil
+}
+
+// calibrateReads measures what a read costs, once at start, beside the
+// counting.
+func (b *build) calibrateReads() {
+	b.p.beside = append(b.p.beside, func(context.Context) {
+		cpu := validationCPU(*b.s, -1)
+		sp, err := nullReads(*b.s, cpu)
+		if err != nil {
+			b.log.Info("null-read calibration not done", "err", err)
+			return
+		}
+		b.p.self.SetNullReads(sp)
+		b.log.Info("null-read calibration", "cpu", cpu, "reads", sp.N, "median", sp.Median, "min", sp.Min, "iqr", sp.IQR)
+	})
+}
+
+// perturbation measures what one read adds to a CPU's counts: reads every
+// fast against every ten times fast, over the same window (at least two of
+// the slow reads).
+func perturbation(ctx context.Context, s setup, cpu int, fast, window time.Duration) ([]selftest.Perturbation, error) {
+	all, allNames := readProbe(s)
+	var attrs []eventspec.Attr
+	var names []string
+	for i, a := range all {
+		if a.Type == pmu.TypeSoftware && (a.Config == 0 || a.Config == 1) {
+			continue // cpu-clock, task-clock: the window's length, not events
+		}
+		attrs, names = append(attrs, a), append(names, allNames[i])
+	}
+	return selftest.MeasurePerturbation(ctx, cpu, attrs, names, max(window, 20*fast), fast, 10*fast)
 }
 
 // RunValidate runs the validation kernels and prints the table; the exit

@@ -1,0 +1,231 @@
+package selftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+)
+
+// ThreadCounters count the calling thread's own CPU time (task-clock,
+// always) and, where the PMU counts them, its instructions and cycles
+// (Zapanuks et al. §2.4: the exporter's own perturbation, per read cycle).
+// The caller's goroutine must stay locked to its OS thread.
+type ThreadCounters struct {
+	fds [3]int // task-clock, instructions, cycles (-1: not counted here)
+}
+
+// ThreadSample is a reading: task-clock ns, and instructions and cycles
+// where Has says they are counted.
+type ThreadSample struct {
+	TaskClock, Instructions, Cycles uint64
+	HasInstructions, HasCycles      bool
+}
+
+// OpenThreadCounters opens the counters on the calling thread.
+func OpenThreadCounters() (*ThreadCounters, error) {
+	t := &ThreadCounters{fds: [3]int{-1, -1, -1}}
+	specs := []eventspec.Attr{
+		{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK},
+		{Type: unix.PERF_TYPE_HARDWARE, Config: unix.PERF_COUNT_HW_INSTRUCTIONS},
+		{Type: unix.PERF_TYPE_HARDWARE, Config: unix.PERF_COUNT_HW_CPU_CYCLES},
+	}
+	for i, a := range specs {
+		u := perf.Attr(a)
+		u.Read_format = 0
+		u.Bits |= unix.PerfBitExcludeHv
+		fd, err := perf.OpenFD(&u, 0, -1, -1, 0)
+		if err != nil {
+			if i == 0 {
+				return nil, perf.NewOpenError("task-clock", -1, err)
+			}
+			continue // no PMU: CPU time alone
+		}
+		t.fds[i] = fd
+	}
+	return t, nil
+}
+
+// Read reads the counters.
+func (t *ThreadCounters) Read() (ThreadSample, error) {
+	var s ThreadSample
+	var vals [3]uint64
+	for i, fd := range t.fds {
+		if fd < 0 {
+			continue
+		}
+		var b [8]byte
+		if _, err := unix.Read(fd, b[:]); err != nil {
+			return s, fmt.Errorf("reading the exporter's own counters: %w", err)
+		}
+		vals[i] = *(*uint64)(unsafe.Pointer(&b))
+	}
+	s.TaskClock, s.Instructions, s.Cycles = vals[0], vals[1], vals[2]
+	s.HasInstructions, s.HasCycles = t.fds[1] >= 0, t.fds[2] >= 0
+	return s, nil
+}
+
+// Close closes them.
+func (t *ThreadCounters) Close() {
+	for _, fd := range t.fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// NullReads calibrates what one read costs (Zapanuks et al.'s null
+// benchmark, notes §2.4 rule 4b): a group like the exporter's, counting
+// system-wide on cpu, read back to back n times by a thread bound to that
+// CPU; the duration of each read(2).
+func NullReads(cpu, n int, attrs []eventspec.Attr, names []string) ([]time.Duration, error) {
+	if n <= 0 {
+		return nil, errors.New("null reads: n must be positive")
+	}
+	var out []time.Duration
+	var err error
+	rerr := cpubind.RunOn(cpu, func() {
+		var g *perf.Group
+		if g, err = perf.OpenGroup(attrs, names, perf.SystemWide(cpu)); err != nil {
+			return
+		}
+		defer g.Close()
+		vals := make([]uint64, g.Len())
+		out = make([]time.Duration, 0, n)
+		for range n {
+			t0 := time.Now()
+			if _, _, err = g.Read(vals); err != nil {
+				return
+			}
+			out = append(out, time.Since(t0))
+		}
+	})
+	if rerr != nil {
+		return nil, rerr
+	}
+	return out, err
+}
+
+// Perturbation is what reading a group adds to what a CPU counts (notes
+// §2.4 rule 4c): per event, the counts over the same window with a reader
+// on that CPU reading every fast and every slow, and the difference per
+// extra read.
+type Perturbation struct {
+	Event          string
+	Fast, Slow     uint64 // counts over the window
+	FastReads      int
+	SlowReads      int
+	PerExtraRead   float64
+	Window         time.Duration
+	FastT, SlowT   time.Duration
+	ReaderSwitches [2]uint64 // the reader thread's own context switches, fast and slow
+}
+
+// MeasurePerturbation counts attrs system-wide on cpu over window twice,
+// with a reader thread bound to cpu reading a group like the exporter's
+// (the same attrs) every fast, then every slow; fast first, then slow.
+func MeasurePerturbation(ctx context.Context, cpu int, attrs []eventspec.Attr, names []string, window, fast, slow time.Duration) ([]Perturbation, error) {
+	sleep := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	run := func(every time.Duration) (counts []uint64, reads int, switches uint64, err error) {
+		rerr := cpubind.RunOn(cpu, func() {
+			measured, e := perf.OpenGroup(attrs, names, perf.SystemWide(cpu))
+			if e != nil {
+				err = e
+				return
+			}
+			defer measured.Close()
+			reader, e := perf.OpenGroup(attrs, names, perf.SystemWide(cpu))
+			if e != nil {
+				err = e
+				return
+			}
+			defer reader.Close()
+			own := perf.Attr(eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES})
+			own.Read_format = 0
+			ownFD, e := perf.OpenFD(&own, 0, -1, -1, 0)
+			if e != nil {
+				err = perf.NewOpenError("context-switches", -1, e)
+				return
+			}
+			defer unix.Close(ownFD)
+			before := make([]uint64, measured.Len())
+			after := make([]uint64, measured.Len())
+			scratch := make([]uint64, reader.Len())
+			if _, _, err = measured.Read(before); err != nil {
+				return
+			}
+			end := time.Now().Add(window)
+			for next := time.Now().Add(every); next.Before(end); next = next.Add(every) {
+				if !sleep(time.Until(next)) {
+					err = ctx.Err()
+					return
+				}
+				if _, _, err = reader.Read(scratch); err != nil {
+					return
+				}
+				reads++
+			}
+			if !sleep(time.Until(end)) {
+				err = ctx.Err()
+				return
+			}
+			if _, _, err = measured.Read(after); err != nil {
+				return
+			}
+			var b [8]byte
+			unix.Read(ownFD, b[:])
+			switches = *(*uint64)(unsafe.Pointer(&b))
+			for i := range after {
+				counts = append(counts, after[i]-before[i])
+			}
+		})
+		if rerr != nil {
+			err = rerr
+		}
+		return
+	}
+	fc, fr, fs, err := run(fast)
+	if err != nil {
+		return nil, err
+	}
+	sc, sr, ss, err := run(slow)
+	if err != nil {
+		return nil, err
+	}
+	var out []Perturbation
+	for i := range fc {
+		p := Perturbation{Event: names[i], Fast: fc[i], Slow: sc[i], FastReads: fr, SlowReads: sr, Window: window, FastT: fast, SlowT: slow,
+			ReaderSwitches: [2]uint64{fs, ss}}
+		if fr > sr {
+			p.PerExtraRead = (float64(fc[i]) - float64(sc[i])) / float64(fr-sr)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ProcessCPU is the exporter's own CPU time so far, all its threads
+// (getrusage(RUSAGE_SELF): user + system).
+func ProcessCPU() time.Duration {
+	var r unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &r); err != nil {
+		return 0
+	}
+	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+}
