@@ -54,3 +54,70 @@ func LLCDomains(sysfs string, cpus []int) (map[int]string, error) {
 	}
 	return out, nil
 }
+
+// Caches are the data cache sizes one CPU sees, in bytes (0: not
+// described): its level 1 data cache, level 2, and its last level.
+type Caches struct {
+	L1d, L2, LLC uint64
+	LLCLevel     int
+}
+
+// CacheSizes reads cpu's data and unified caches from
+// <sysfs>/devices/system/cpu/cpuN/cache/index*/{level,type,size}.
+func CacheSizes(sysfs string, cpu int) (Caches, error) {
+	var c Caches
+	dir := filepath.Join(sysfs, "devices", "system", "cpu", "cpu"+strconv.Itoa(cpu), "cache")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return c, fmt.Errorf("cache sizes: %w", err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "index") {
+			continue
+		}
+		read := func(f string) string {
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name(), f))
+			return strings.TrimSpace(string(b))
+		}
+		if read("type") == "Instruction" {
+			continue
+		}
+		level, err := strconv.Atoi(read("level"))
+		if err != nil {
+			continue
+		}
+		size, err := parseSize(read("size"))
+		if err != nil {
+			return c, fmt.Errorf("%s/%s/size: %w", dir, e.Name(), err)
+		}
+		switch level {
+		case 1:
+			c.L1d = size
+		case 2:
+			c.L2 = size
+		}
+		if level > c.LLCLevel {
+			c.LLCLevel, c.LLC = level, size
+		}
+	}
+	return c, nil
+}
+
+// parseSize reads sysfs's cache size: a number of bytes with a K, M or G
+// suffix ("32K", "1024K").
+func parseSize(s string) (uint64, error) {
+	mult := uint64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: %w", s, err)
+	}
+	return n * mult, nil
+}

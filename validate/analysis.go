@@ -133,3 +133,40 @@ func round(v float64) float64 {
 	}
 	return math.Round(v*1e4) / 1e4
 }
+
+// JudgeStep scores a cache miss event over a pointer chase (CAT §4): per
+// chase step it should be about 0 while the buffer fits the cache
+// (capacity bytes; sizes at most half of it) and about 1 once it is well
+// over it (at least twice); the slope reported is the plateau above.
+func JudgeStep(event, kernel string, capacity float64, sizes, perStep []float64) Result {
+	r := Result{Event: event, Kernel: kernel, ExpectedSlope: 1}
+	var low, high []float64
+	for i, s := range sizes {
+		switch {
+		case s <= capacity/2:
+			low = append(low, perStep[i])
+		case s >= 2*capacity:
+			high = append(high, perStep[i])
+		}
+	}
+	if len(low) == 0 || len(high) == 0 {
+		r.Verdict, r.Reason = NotMeasurable, fmt.Sprintf("the sweep does not reach both sides of the cache (%.0f bytes)", capacity)
+		return r
+	}
+	mean := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(len(v))
+	}
+	lo, hi := mean(low), mean(high)
+	r.Slope, r.R2 = round(hi), 0
+	r.Goodness = round(math.Exp(-2 * ((hi-1)*(hi-1) + lo*lo)))
+	r.Verdict = Pass
+	if lo > 0.2 || hi < 0.5 {
+		r.Verdict = Fail
+		r.Reason = fmt.Sprintf("%.3f misses a step while the buffer fits (want ≈ 0), %.3f once it is twice the cache (want ≈ 1)", lo, hi)
+	}
+	return r
+}

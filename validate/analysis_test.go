@@ -139,3 +139,20 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("%+v", s)
 	}
 }
+
+// An L1d miss event over a chase from 16 KiB to 256 KiB with a 32 KiB L1d:
+// 0.01 a step at 16 KiB, 0.98 from 64 KiB on: pass; an event that stays
+// at 0.02 (an L2 miss event, mislabelled) fails; one whose sweep never
+// leaves the cache is not measurable.
+func TestJudgeStepByHand(t *testing.T) {
+	sizes := []float64{16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10}
+	if r := JudgeStep("L1-dcache-load-misses", "pointer-chase", 32<<10, sizes, []float64{0.01, 0.4, 0.98, 0.99, 0.99}); r.Verdict != Pass || r.Slope != 0.9867 {
+		t.Errorf("%+v", r)
+	}
+	if r := JudgeStep("L1-dcache-load-misses", "pointer-chase", 32<<10, sizes, []float64{0.01, 0.01, 0.02, 0.02, 0.02}); r.Verdict != Fail {
+		t.Errorf("%+v", r)
+	}
+	if r := JudgeStep("LLC-load-misses", "pointer-chase", 32<<20, sizes, []float64{0, 0, 0, 0, 0}); r.Verdict != NotMeasurable {
+		t.Errorf("%+v", r)
+	}
+}

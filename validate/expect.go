@@ -10,6 +10,9 @@ type Expectation struct {
 	// Linear: the slope is not known in advance (cycles: it depends on
 	// the clock and the core); the count must be linear in the size.
 	Linear bool
+	// Cache is the level a miss event of the pointer chase misses in:
+	// L1d, L2 or LLC (Kernel pointer-chase).
+	Cache string
 }
 
 // Expected is what the events of the built-in profile and Top-Down trees
@@ -40,6 +43,9 @@ func init() {
 		"BR_INST_RETIRED.COND_TAKEN", "BR_INST_RETIRED.CONDITIONAL_TAKEN")
 	expect(Expectation{Kernel: "branch", Category: CE},
 		"BR_INST_EXEC.ALL_CONDITIONAL", "BR_INST_EXEC.ALL_BRANCHES")
+	// Misses per step of a pointer chase, at the cache they miss in.
+	expect(Expectation{Kernel: "pointer-chase", Cache: "L1d"}, "L1-dcache-load-misses")
+	expect(Expectation{Kernel: "pointer-chase", Cache: "LLC"}, "LLC-load-misses", "cache-misses")
 	// Software events, which every host counts.
 	expect(Expectation{Kernel: "fresh-pages", Slope: 1}, "page-faults", "faults", "minor-faults")
 	expect(Expectation{Kernel: "fresh-pages", Slope: 0}, "major-faults") // anonymous memory never needs the disk

@@ -274,3 +274,27 @@ func WatchedWrites(quick bool) Kernel {
 		})
 	}}
 }
+
+// ChaseSteps is how many steps each size of the pointer chase counts.
+const ChaseSteps = 1 << 20
+
+// PointerChase follows a random cycle over a buffer of size bytes, one
+// element per 64-byte line (CAT §4; validate/kernels.Cycle), ChaseSteps
+// steps after one warm-up lap: a miss event's count per step shows where
+// the buffer stops fitting each cache. Sizes double from half the L1d to
+// four times the last level.
+func PointerChase(l1d, llc uint64) Kernel {
+	var sizes []int
+	for s := max(l1d/2, 4096); s <= 4*llc && len(sizes) < 24; s *= 2 {
+		sizes = append(sizes, int(s))
+	}
+	return Kernel{Name: "pointer-chase", Unit: "step", Sizes: sizes, Run: func(size int, measure func(func()) error) error {
+		n := size / 64
+		chain := kernels.Cycle(n, 8, uint64(size))
+		kernels.Chase(chain, n) // warm: the lines in the caches they fit
+		var end uint64
+		err := measure(func() { end = kernels.Chase(chain, ChaseSteps) })
+		runtime.KeepAlive(end)
+		return err
+	}}
+}

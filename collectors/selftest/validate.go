@@ -12,6 +12,9 @@ type Event struct {
 	Name, Label string
 	Counter     Counter
 	CPU         int // where to run its kernels
+	// Caches are the CPU's cache sizes in bytes, for the pointer chase
+	// (zero: not known, the chase is not run).
+	Caches struct{ L1d, L2, LLC uint64 }
 }
 
 // Validate runs each event's kernels on its CPU and judges the counts; an
@@ -43,6 +46,9 @@ func validateOne(ev Event, quick bool) []validate.Result {
 		}
 		return validate.JudgeBranches(ev.Label, e.Category, sizes, counts)
 	}
+	if e.Kernel == "pointer-chase" {
+		return []validate.Result{chase(ev, e, quick)}
+	}
 	kern, ok := kernelNamed(e.Kernel, quick)
 	if !ok {
 		return []validate.Result{validate.Unmeasurable(ev.Label, e.Kernel, e.Slope, fmt.Sprintf("no kernel %q", e.Kernel))}
@@ -55,6 +61,28 @@ func validateOne(ev Event, quick bool) []validate.Result {
 		return []validate.Result{validate.JudgeLinear(ev.Label, kern.Name, floats(kern.Sizes), c)}
 	}
 	return []validate.Result{validate.Judge(ev.Label, kern.Name, e.Slope, floats(kern.Sizes), c)}
+}
+
+// chase runs the pointer chase for a miss event and judges where its
+// count per step rises.
+func chase(ev Event, e validate.Expectation, quick bool) validate.Result {
+	capacity := map[string]uint64{"L1d": ev.Caches.L1d, "L2": ev.Caches.L2, "LLC": ev.Caches.LLC}[e.Cache]
+	switch {
+	case quick:
+		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, "the pointer chase runs in the full validation only (pmu_exporter validate)")
+	case capacity == 0 || ev.Caches.LLC == 0:
+		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, "sysfs does not describe this CPU's "+e.Cache+" size")
+	}
+	kern := PointerChase(ev.Caches.L1d, ev.Caches.LLC)
+	counts, err := Measure(ev.CPU, ev.Counter, kern)
+	if err != nil {
+		return validate.Unmeasurable(ev.Label, kern.Name, 1, err.Error())
+	}
+	perStep := make([]float64, len(counts))
+	for i, c := range counts {
+		perStep[i] = c / ChaseSteps
+	}
+	return validate.JudgeStep(ev.Label, kern.Name, float64(capacity), floats(kern.Sizes), perStep)
 }
 
 func kernelNamed(name string, quick bool) (Kernel, bool) {

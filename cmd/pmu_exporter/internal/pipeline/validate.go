@@ -12,6 +12,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/validate"
@@ -28,7 +29,7 @@ type ValidateFlags struct {
 // kernelEvents are the events the kernels are written for: perf's generic
 // names, validated on every host (where there is no PMU the hardware ones
 // say why not).
-var kernelEvents = []string{"instructions", "cycles", "branches", "branch-misses",
+var kernelEvents = []string{"instructions", "cycles", "branches", "branch-misses", "L1-dcache-load-misses", "LLC-load-misses",
 	"page-faults", "minor-faults", "major-faults", "context-switches", "task-clock", "cpu-migrations"}
 
 // validationEvents lists what to validate: the kernels' own events, the
@@ -51,7 +52,11 @@ func validationEvents(f Options, s setup, extra []string, cpu int) ([]selftest.E
 		if len(ev.CPUs) > 0 && !slices.Contains(ev.CPUs, cpu) {
 			at = ev.CPUs[len(ev.CPUs)-1] // a hybrid's other core type
 		}
-		out = append(out, selftest.Event{Name: ev.Name, Label: label, CPU: at, Counter: selftest.Counter{Name: label, Attr: ev.Attr}})
+		e := selftest.Event{Name: ev.Name, Label: label, CPU: at, Counter: selftest.Counter{Name: label, Attr: ev.Attr}}
+		if c, err := host.CacheSizes(f.sysfs, at); err == nil {
+			e.Caches.L1d, e.Caches.L2, e.Caches.LLC = c.L1d, c.L2, c.LLC
+		}
+		out = append(out, e)
 	}
 	for _, name := range kernelEvents {
 		evs, err := eventspec.Resolve(name, s.pmus)
