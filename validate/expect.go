@@ -36,7 +36,7 @@ func init() {
 	expect(Expectation{Kernel: "branch", Category: All},
 		"branches", "BR_INST_RETIRED.ALL_BRANCHES", "ex_ret_brn", "br_retired")
 	expect(Expectation{Kernel: "branch", Category: M},
-		"branch-misses", "BR_MISP_RETIRED.ALL_BRANCHES", "ex_ret_brn_misp", "br_mis_pred_retired")
+		"branch-misses", "BR_MISP_RETIRED.ALL_BRANCHES", "ex_ret_brn_misp", "br_mis_pred_retired", "br_mis_pred")
 	expect(Expectation{Kernel: "branch", Category: CR},
 		"BR_INST_RETIRED.CONDITIONAL", "BR_INST_RETIRED.COND")
 	expect(Expectation{Kernel: "branch", Category: T},
