@@ -27,15 +27,17 @@ type ReuseCollector struct {
 	cgroups                                   CgroupIDs
 	names                                     PodNames
 	distance, invalidations, samples, dropped *prometheus.Desc
+	stale                                     *prometheus.Desc
 }
 
 // NewReuse exports src; ids and names label the cgroups (ids nil: by id).
 func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 	l := append(append([]string(nil), identityLabels[:]...), "mode")
 	return &ReuseCollector{src: src, cgroups: ids, names: names, started: time.Now(),
-		distance:      prometheus.NewDesc("pmu_reuse_time_distance_seconds", "Time from a sampled access to its thread's next access to the same bytes (ReuseTracker, private mode, on watchpoints), estimated for all sampled accesses; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l, nil),
-		invalidations: prometheus.NewDesc("pmu_reuse_invalidations_total", "Sampled accesses whose line another thread stored to before their thread reused it.", l, nil),
+		distance:      prometheus.NewDesc("pmu_reuse_time_distance_seconds", "Time from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker), estimated for all sampled accesses; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l, nil),
+		invalidations: prometheus.NewDesc("pmu_reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused.", l, nil),
 		samples:       prometheus.NewDesc("pmu_reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l, nil),
+		stale:         prometheus.NewDesc("pmu_reuse_stale_traps_total", "Traps read after their slot was armed again (another address, a time before the slot's sample, or the sampling thread's own in shared mode): no outcome.", l, nil),
 		dropped:       prometheus.NewDesc("pmu_reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l, nil),
 	}
 }
@@ -46,21 +48,29 @@ func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.invalidations
 	ch <- c.samples
 	ch <- c.dropped
+	ch <- c.stale
+}
+
+type reuseKey struct {
+	cgroup uint64
+	mode   reuse.Mode
 }
 
 type reuseTotals struct {
 	bins                            [reuse.Bins]float64
 	invalidations, samples, dropped uint64
+	stale                           uint64
 }
 
 // Collect implements prometheus.Collector: processes summed per cgroup.
 func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
-	per := map[uint64]*reuseTotals{}
+	per := map[reuseKey]*reuseTotals{}
 	c.src.ReuseView(func(_ uint32, cgroup uint64, t *reuse.Tracker) {
-		r := per[cgroup]
+		k := reuseKey{cgroup, t.Mode()}
+		r := per[k]
 		if r == nil {
 			r = &reuseTotals{}
-			per[cgroup] = r
+			per[k] = r
 		}
 		for k, v := range t.Estimated {
 			r.bins[k] += v
@@ -68,9 +78,11 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		r.invalidations += uint64(math.Round(t.EstimatedInvalidations))
 		r.samples += t.Samples
 		r.dropped += t.Dropped
+		r.stale += t.Stale
 	})
 	s := Sampling{cgroups: c.cgroups, names: c.names}
-	for id, r := range per {
+	for key, r := range per {
+		id := key.cgroup
 		var l []string
 		if c.cgroups != nil {
 			l = s.cgroupLabels(id)
@@ -80,7 +92,7 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		if id == samplestat.OtherCgroup {
 			l = []string{"other", "", "", ""}
 		}
-		l = append(l, "private")
+		l = append(l, key.mode.String())
 		// Bin k is [2^(k−30), 2^(k−29)) s (perfsample.ReuseClock): the
 		// native bucket k−29 at schema 0, (2^(k−30), 2^(k−29)].
 		buckets := map[int]int64{}
@@ -99,5 +111,6 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, float64(r.invalidations), l...)
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(r.dropped), l...)
+		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(r.stale), l...)
 	}
 }

@@ -63,10 +63,16 @@ type Decoder struct {
 	watched map[uint32][]uint32 // pid → its watched threads
 	lastOf  map[[2]uint32]int   // flush: each thread's last sample of the batch
 	// ReuseTracker instead of ComDetective on the watchpoints (WatchReuse).
-	trackers                               map[uint32]*reuse.Tracker
-	reuseCgroup                            map[uint32]uint64
-	reuseGone                              map[uint64]*reuse.Tracker // per cgroup: the totals of processes gone
-	reuseSlots                             int
+	trackers    map[uint32]*reuse.Tracker
+	reuseCgroup map[uint32]uint64
+	reuseGone   map[uint64]*reuse.Tracker // per cgroup: the totals of processes gone
+	reuseSlots  int
+	reuseMode   reuse.Mode
+	// threadCPU is where each watched thread was last seen (a sample or a
+	// trap), and domainIDs numbers the last-level cache domains: a
+	// thread's cache domain in ReuseTracker's shared mode.
+	threadCPU                              map[uint32]uint32
+	domainIDs                              map[string]int
 	traps, trapUnresolved, trapsLost, arms uint64
 	// gov keeps each watched process's traps within its budget (nil: no
 	// limit).
@@ -157,7 +163,7 @@ func (d *Decoder) exec(pid uint32) {
 		if t := d.trackers[pid]; t != nil {
 			cg := d.reuseCgroup[pid]
 			if d.reuseGone[cg] == nil {
-				d.reuseGone[cg] = reuse.New(nil, reuse.Options{})
+				d.reuseGone[cg] = reuse.New(nil, reuse.Options{Mode: d.reuseMode})
 			}
 			d.reuseGone[cg].Merge(t)
 		}
@@ -195,6 +201,9 @@ func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has boo
 	for k, i := range d.order {
 		a := &d.pending[i]
 		var found comdetect.Detection
+		if d.threadCPU != nil && d.watched[a.PID] != nil {
+			d.threadCPU[a.TID] = a.CPU
+		}
 		armable := d.watched[a.PID] != nil && (d.gov == nil || d.gov.Allow(a.PID))
 		if d.trackers != nil && armable {
 			found = d.det.Add(a)
@@ -368,8 +377,9 @@ func (d *Decoder) ReadTraps(period uint64) {
 		_, lost := d.engine.Read(func(tr watch.Trap) {
 			d.traps++
 			d.charge(tr.PID)
+			d.threadCPU[tr.TID] = tr.CPU
 			if t := d.trackers[tr.PID]; t != nil {
-				t.Trapped(tr.TID, tr.Slot, ReuseClock(tr.Time))
+				t.TrappedOn(tr.TID, tr.Slot, ReuseClock(tr.Time), tr.Watched)
 			}
 		})
 		d.trapsLost += lost

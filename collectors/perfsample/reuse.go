@@ -35,9 +35,16 @@ func ReuseClock(ns uint64) uint64 {
 // reuses or invalidations. The distance clock is the perf clock
 // (ReuseClock): the time between the sampled use and the trapping reuse,
 // the thread's CPU time where it ran throughout.
-func (d *Decoder) WatchReuse(e *watch.Engine, slots int) {
+//
+// In Shared mode a reuse is another thread's access from the same
+// last-level cache domain (the domain of the CPU it was last seen on, from
+// SetDomains), and a store from another domain is an invalidation.
+func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.reuseMode = mode
+	d.threadCPU = map[uint32]uint32{}
+	d.domainIDs = map[string]int{}
 	d.engine = e
 	d.watched = map[uint32][]uint32{}
 	d.lastOf = map[[2]uint32]int{}
@@ -50,10 +57,27 @@ func (d *Decoder) WatchReuse(e *watch.Engine, slots int) {
 func (d *Decoder) tracker(pid uint32) *reuse.Tracker {
 	t := d.trackers[pid]
 	if t == nil {
-		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Seed: uint64(pid)})
+		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Seed: uint64(pid), Mode: d.reuseMode, Domain: d.threadDomain})
 		d.trackers[pid] = t
 	}
 	return t
+}
+
+// threadDomain is the last-level cache domain of the CPU tid was last seen
+// on; a thread not seen yet, or on a CPU sysfs does not place, is a domain
+// of its own.
+func (d *Decoder) threadDomain(tid uint32) int {
+	cpu, ok := d.threadCPU[tid]
+	name := d.domainOf[cpu]
+	if !ok || name == "" {
+		return -1 - int(tid)
+	}
+	id, ok := d.domainIDs[name]
+	if !ok {
+		id = len(d.domainIDs)
+		d.domainIDs[name] = id
+	}
+	return id
 }
 
 // ReuseView calls f with each watched process's tracker and the cgroup its

@@ -36,7 +36,7 @@ const (
 	// clock) and the user registers, with which the trapping instruction's
 	// exact access is decoded.
 	sampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME |
-		unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_READ | unix.PERF_SAMPLE_REGS_USER
+		unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_READ | unix.PERF_SAMPLE_REGS_USER
 	readFormat = unix.PERF_FORMAT_GROUP | unix.PERF_FORMAT_ID
 )
 
@@ -93,6 +93,10 @@ type Trap struct {
 	Slot          int
 	IP            uint64 // the instruction after the trapping access (x86), or at it (arm64)
 	Time          uint64 // perf clock, ns
+	// Watched is the address the watchpoint was armed on when it trapped
+	// (PERF_SAMPLE_ADDR of a breakpoint): a trap read after its slot was
+	// re-armed elsewhere names the old address.
+	Watched uint64
 	Clock         uint64 // the thread's CPU time at the trap, ns (its task-clock)
 	// Regs are the user registers at the trap (nil: none), valid during
 	// the callback only.
@@ -348,7 +352,7 @@ func (e *Engine) Read(fn func(Trap)) (bad int, lost uint64) {
 				bad++
 				return true
 			}
-			tr := Trap{PID: s.PID, TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time}
+			tr := Trap{PID: s.PID, TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time, Watched: s.Addr}
 			if len(s.Read) > 0 {
 				tr.Clock = s.Read[0].Value // the leader: task-clock
 			}

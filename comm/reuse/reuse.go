@@ -70,6 +70,8 @@ type Tracker struct {
 	slots []slot
 
 	Samples, Dropped, Reuses, Invalidations uint64
+	// Stale counts traps of a slot's earlier arm (TrappedOn).
+	Stale uint64
 	// Distance counts reuses by log2 bin of their time distance.
 	Distance [Bins]uint64
 	// Estimated and EstimatedInvalidations weigh each outcome by the
@@ -185,6 +187,22 @@ func (t *Tracker) Join(tid uint32) {
 	}
 }
 
+// TrappedOn is Trapped for a trap that names the address its watchpoint
+// was armed on (live traps, read some time after they happened): a trap of
+// an earlier arm of the slot is stale and ignored: one on another address,
+// one that happened before the slot's sample, or, in Shared mode, one in
+// the sampling thread itself, which the slot never arms.
+func (t *Tracker) TrappedOn(tid uint32, i int, clock, watched uint64) {
+	if i >= 0 && i < len(t.slots) && t.slots[i].active {
+		s := &t.slots[i]
+		if s.addr != watched || clock < s.p0 || (t.o.Mode == Shared && tid == s.owner) {
+			t.Stale++
+			return
+		}
+	}
+	t.Trapped(tid, i, clock)
+}
+
 // Trapped handles a trap of slot in tid at clock: Alg. 3's WPTrapHandler.
 // The slot is freed and disarmed everywhere: one outcome per sample.
 func (t *Tracker) Trapped(tid uint32, i int, clock uint64) {
@@ -242,6 +260,9 @@ func (t *Tracker) Raw() []uint64 {
 	return append([]uint64{}, t.Distance[:n]...)
 }
 
+// Mode is the tracker's: private or shared reuse.
+func (t *Tracker) Mode() Mode { return t.o.Mode }
+
 // Slots is how many slots hold a watched address now.
 func (t *Tracker) Slots() int {
 	n := 0
@@ -260,6 +281,7 @@ func (t *Tracker) Merge(o *Tracker) {
 	t.Dropped += o.Dropped
 	t.Reuses += o.Reuses
 	t.Invalidations += o.Invalidations
+	t.Stale += o.Stale
 	t.EstimatedInvalidations += o.EstimatedInvalidations
 	for k := range t.Distance {
 		t.Distance[k] += o.Distance[k]

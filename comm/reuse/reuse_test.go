@@ -1,6 +1,7 @@
 package reuse
 
 import (
+	"math/bits"
 	"strings"
 	"testing"
 )
@@ -173,3 +174,35 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(trace))*float64(b.N)/b.Elapsed().Seconds()/1e6, "M-accesses/s")
 }
+
+// A trap naming another address than its slot's (an earlier arm's, read
+// late) is stale: neither a reuse nor an invalidation.
+func TestStaleTrap(t *testing.T) {
+	tr := New(nopRegs{}, Options{Slots: 1})
+	tr.Sample(1, 0x1000, 8, 10)
+	tr.TrappedOn(2, 0, 20, 0x2000) // the slot's previous address
+	if tr.Stale != 1 || tr.Reuses != 0 || tr.Invalidations != 0 || tr.Slots() != 1 {
+		t.Fatalf("stale trap: %+v", tr)
+	}
+	tr.TrappedOn(1, 0, 5, 0x1000) // before the sample: an earlier arm's
+	if tr.Stale != 2 || tr.Slots() != 1 {
+		t.Fatalf("a trap from before the sample: %+v", tr)
+	}
+	tr.TrappedOn(1, 0, 30, 0x1000)
+	if tr.Reuses != 1 || tr.Distance[bits.Len64(20)-1] != 1 {
+		t.Errorf("the slot's own trap: reuses %d", tr.Reuses)
+	}
+	// Shared mode never arms the sampling thread: its trap is stale.
+	sh := New(nopRegs{}, Options{Slots: 1, Mode: Shared})
+	sh.Sample(1, 0x1000, 8, 10)
+	sh.TrappedOn(1, 0, 20, 0x1000)
+	if sh.Stale != 1 || sh.Invalidations != 0 || sh.Reuses != 0 {
+		t.Errorf("the owner's trap in shared mode: %+v", sh)
+	}
+}
+
+type nopRegs struct{}
+
+func (nopRegs) Threads() []uint32                    { return []uint32{1, 2} }
+func (nopRegs) Arm(uint32, int, uint64, uint8, Trap) {}
+func (nopRegs) Disarm(uint32, int)                   {}

@@ -4,6 +4,12 @@
 // measures its own walk time and prints it, as one JSON line, before
 // running for -duration, and its mean walk time over the run after: the
 // reuse time distance a tracker must find.
+//
+// With -follower a second locked thread loads every slot half a walk
+// behind the first (the two keep that lag, chunk by chunk): each slot the
+// walker stores is next touched by the follower half a walk later, and
+// each the follower loads by the walker half a walk later: the reuse time
+// distance in a shared cache (ReuseTracker's shared mode) is half a walk.
 package main
 
 import (
@@ -14,13 +20,19 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
 func main() {
 	slots := flag.Int("slots", 1<<20, "array length in 8-byte slots (the reuse distance in accesses)")
 	d := flag.Duration("duration", 3*time.Second, "how long to run")
+	follower := flag.Bool("follower", false, "a second thread loads every slot half a walk behind the first")
 	flag.Parse()
+	if *follower {
+		followed(*slots, *d)
+		return
+	}
 	runtime.LockOSThread()
 	a := make([]uint64, *slots)
 	for range 3 { // fault the pages in, warm the caches
@@ -55,4 +67,65 @@ func walk(a []uint64) {
 	for i := range a {
 		a[i]++
 	}
+}
+
+// chunk is how many slots a thread walks between looking at the other.
+const chunk = 4096
+
+// followed runs the walker and its follower for d and prints the walker's
+// mean walk time and how far behind the follower kept.
+func followed(slots int, d time.Duration) {
+	n := slots / chunk * chunk
+	a := make([]uint64, n)
+	for range 2 {
+		walk(a)
+	}
+	var lead, follow atomic.Int64 // slots walked in all
+	var stop atomic.Bool
+	half := int64(n / 2)
+	tids := make(chan int, 2)
+	done := make(chan uint64)
+	go func() { // the follower: loads, half a walk behind
+		runtime.LockOSThread()
+		tids <- threadID()
+		var sum uint64
+		for !stop.Load() {
+			if lead.Load()-follow.Load() < half {
+				continue
+			}
+			at := int(follow.Load() % int64(n))
+			for i := at; i < at+chunk; i++ {
+				sum += a[i]
+			}
+			follow.Add(chunk)
+		}
+		done <- sum
+	}()
+	runtime.LockOSThread()
+	tids <- threadID()
+	if err := json.NewEncoder(os.Stdout).Encode(map[string]any{"pid": os.Getpid(), "tids": []int{<-tids, <-tids}, "slots": n}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	began := time.Now()
+	for end := began.Add(d); time.Now().Before(end); {
+		if lead.Load()-follow.Load() > half+chunk {
+			continue // the follower fell behind: wait
+		}
+		at := int(lead.Load() % int64(n))
+		for i := at; i < at+chunk; i++ {
+			a[i]++
+		}
+		lead.Add(chunk)
+	}
+	walks := float64(lead.Load()) / float64(n)
+	stop.Store(true)
+	<-done
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": int64(float64(time.Since(began).Nanoseconds()) / walks)})
+}
+
+func threadID() int {
+	p, _ := os.Readlink("/proc/thread-self")
+	tid, _ := strconv.Atoi(filepath.Base(p))
+	return tid
 }

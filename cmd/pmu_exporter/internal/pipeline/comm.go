@@ -25,6 +25,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
@@ -47,8 +48,10 @@ type commFlags struct {
 	watchpoints bool
 	maxWatched  int
 	watchBudget float64 // share of a watched process's CPU time its traps may cost
-	// reuse runs ReuseTracker on the watchpoints instead.
-	reuse bool
+	// reuse runs ReuseTracker on the watchpoints instead, in reuseMode
+	// (private or shared).
+	reuse     bool
+	reuseMode string
 }
 
 // liveComm runs the address sampler: cpu-clock in user mode on every CPU
@@ -130,7 +133,11 @@ func liveComm(b *build) error {
 			return fmt.Errorf("--collector.comm.watchpoints: %w", err)
 		}
 		if o.reuse {
-			dec.WatchReuse(engine, slots)
+			mode := reuse.Private
+			if o.reuseMode == "shared" {
+				mode = reuse.Shared
+			}
+			dec.WatchReuse(engine, slots, mode)
 		} else {
 			dec.Watch(engine, slots)
 		}
