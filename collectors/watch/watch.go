@@ -97,7 +97,7 @@ type Trap struct {
 	// (PERF_SAMPLE_ADDR of a breakpoint): a trap read after its slot was
 	// re-armed elsewhere names the old address.
 	Watched uint64
-	Clock         uint64 // the thread's CPU time at the trap, ns (its task-clock)
+	Clock   uint64 // the thread's CPU time at the trap, ns (its task-clock)
 	// Regs are the user registers at the trap (nil: none), valid during
 	// the callback only.
 	Regs *memop.Regs
