@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
+	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
@@ -106,8 +107,8 @@ type selfStatus struct {
 	Error          string             `json:"error,omitempty"`
 }
 
-func checkSelf(s setup) selfStatus {
-	cpu := validationCPU(s, -1)
+func checkSelf(f Options, s setup) selfStatus {
+	cpu, _ := host.IdlestCPU(f.procfs, s.facts.OnlineCPUs, 100*time.Millisecond)
 	st := selfStatus{CPU: cpu, PerExtraRead: map[string]float64{}}
 	sp, err := nullReads(s, cpu)
 	if err != nil {
@@ -200,7 +201,7 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 		}
 	}
 	val := checkValidation(f, s)
-	self := checkSelf(s)
+	self := checkSelf(f, s)
 	if format == "json" {
 		out := struct {
 			capability.Report

@@ -128,7 +128,8 @@ func (b *build) validateOnStart() {
 		rows = got
 		mu.Unlock()
 		// What each read adds, at the counting interval against ten times it.
-		ps, err := perturbation(ctx, *b.s, validationCPU(*b.s, -1), b.f.interval, 0)
+		cpu, _ := host.IdlestCPU(b.f.procfs, b.s.facts.OnlineCPUs, 200*time.Millisecond)
+		ps, err := perturbation(ctx, *b.s, cpu, b.f.interval, 0)
 		if err != nil {
 			b.log.Info("read perturbation not measured", "err", err)
 			return
@@ -184,7 +185,8 @@ func (b *build) calibrateReads() {
 	})
 }
 
-// perturbation measures what one read adds to a CPU's counts: reads every
+// perturbation measures what one read adds to a CPU's counts (the idlest
+// one, host.IdlestCPU, where others' work drowns it least): reads every
 // fast against every ten times fast, over the same window (at least two of
 // the slow reads).
 func perturbation(ctx context.Context, s setup, cpu int, fast, window time.Duration) ([]selftest.Perturbation, error) {
