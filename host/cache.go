@@ -10,6 +10,39 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 )
 
+// cacheIndex is one of a CPU's caches in sysfs (cpuN/cache/indexM).
+type cacheIndex struct {
+	level         int
+	size          string // "32K"
+	sharedCPUList string
+}
+
+// cacheIndexes reads cpu's data and unified caches (instruction caches
+// left out); nil where sysfs does not describe them.
+func cacheIndexes(sysfs string, cpu int) ([]cacheIndex, error) {
+	dir := filepath.Join(sysfs, "devices", "system", "cpu", "cpu"+strconv.Itoa(cpu), "cache")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []cacheIndex
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "index") {
+			continue
+		}
+		read := func(f string) string {
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name(), f))
+			return strings.TrimSpace(string(b))
+		}
+		level, err := strconv.Atoi(read("level"))
+		if err != nil || read("type") == "Instruction" {
+			continue
+		}
+		out = append(out, cacheIndex{level: level, size: read("size"), sharedCPUList: read("shared_cpu_list")})
+	}
+	return out, nil
+}
+
 // LLCDomains names, for each CPU in cpus, the last-level cache it shares:
 // the CPU list of the highest-level data or unified cache in
 // <sysfs>/devices/system/cpu/cpuN/cache (e.g. "0-15"), so that
@@ -19,33 +52,16 @@ import (
 func LLCDomains(sysfs string, cpus []int) (map[int]string, error) {
 	out := make(map[int]string, len(cpus))
 	for _, cpu := range cpus {
-		dir := filepath.Join(sysfs, "devices", "system", "cpu", "cpu"+strconv.Itoa(cpu), "cache")
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			out[cpu] = strconv.Itoa(cpu)
-			continue
-		}
+		caches, _ := cacheIndexes(sysfs, cpu)
 		best, shared := -1, ""
-		for _, e := range entries {
-			if !strings.HasPrefix(e.Name(), "index") {
+		for _, c := range caches {
+			if c.level <= best {
 				continue
 			}
-			read := func(f string) string {
-				b, _ := os.ReadFile(filepath.Join(dir, e.Name(), f))
-				return strings.TrimSpace(string(b))
+			if _, err := cpuset.Parse(c.sharedCPUList); err != nil {
+				return nil, fmt.Errorf("cpu%d: level %d cache shared_cpu_list: %w", cpu, c.level, err)
 			}
-			if read("type") == "Instruction" {
-				continue
-			}
-			level, err := strconv.Atoi(read("level"))
-			if err != nil || level <= best {
-				continue
-			}
-			list := read("shared_cpu_list")
-			if _, err := cpuset.Parse(list); err != nil {
-				return nil, fmt.Errorf("%s/%s/shared_cpu_list: %w", dir, e.Name(), err)
-			}
-			best, shared = level, list
+			best, shared = c.level, c.sharedCPUList
 		}
 		if shared == "" {
 			shared = strconv.Itoa(cpu)
@@ -66,38 +82,23 @@ type Caches struct {
 // <sysfs>/devices/system/cpu/cpuN/cache/index*/{level,type,size}.
 func CacheSizes(sysfs string, cpu int) (Caches, error) {
 	var c Caches
-	dir := filepath.Join(sysfs, "devices", "system", "cpu", "cpu"+strconv.Itoa(cpu), "cache")
-	entries, err := os.ReadDir(dir)
+	caches, err := cacheIndexes(sysfs, cpu)
 	if err != nil {
 		return c, fmt.Errorf("cache sizes: %w", err)
 	}
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "index") {
-			continue
-		}
-		read := func(f string) string {
-			b, _ := os.ReadFile(filepath.Join(dir, e.Name(), f))
-			return strings.TrimSpace(string(b))
-		}
-		if read("type") == "Instruction" {
-			continue
-		}
-		level, err := strconv.Atoi(read("level"))
+	for _, ci := range caches {
+		size, err := parseSize(ci.size)
 		if err != nil {
-			continue
+			return c, fmt.Errorf("cpu%d: level %d cache size: %w", cpu, ci.level, err)
 		}
-		size, err := parseSize(read("size"))
-		if err != nil {
-			return c, fmt.Errorf("%s/%s/size: %w", dir, e.Name(), err)
-		}
-		switch level {
+		switch ci.level {
 		case 1:
 			c.L1d = size
 		case 2:
 			c.L2 = size
 		}
-		if level > c.LLCLevel {
-			c.LLCLevel, c.LLC = level, size
+		if ci.level > c.LLCLevel {
+			c.LLCLevel, c.LLC = ci.level, size
 		}
 	}
 	return c, nil

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -398,23 +399,40 @@ func TestServeCommWatchBudget(t *testing.T) {
 func TestServeReuseLive(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
 	testenv.RequireRoot(t)
-	dir := t.TempDir()
-	bench := filepath.Join(dir, "reusebench")
+	walk, h, mfs, lbl := runReuseBench(t, nil, nil, "-slots", "4194304", "-duration", "3s")
+	dominantBinHolds(t, h, walk)
+	if v := mustValue(t, mfs, "pmu_reuse_invalidations_total", lbl); v != 0 {
+		t.Errorf("%v invalidations of a single thread", v)
+	}
+}
+
+// runReuseBench starts the exporter with ReuseTracker on a cgroup (and
+// flags), runs reusebench there (wrapped by wrapper, with args) and
+// returns its mean walk time (s), the cgroup's reuse histogram of the
+// flags' mode, the scrape, and the histogram's labels.
+func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) (float64, *dto.Histogram, map[string]*dto.MetricFamily, map[string]string) {
+	t.Helper()
+	bench := filepath.Join(t.TempDir(), "reusebench")
 	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bench, "../../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
 		t.Fatalf("building reusebench: %v\n%s", err, out)
 	}
 	top, dirs := testenv.Cgroups(t, "job")
-	p := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse")
+	mode := "private"
+	if slices.Contains(flags, "--collector.comm.reuse-mode=shared") {
+		mode = "shared"
+	}
+	p := start(t, nil, append([]string{"--collector.comm.cgroup=" + top + "/job", "--collector.comm.reuse"}, flags...)...)
 	cg, err := os.Open(dirs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cg.Close()
-	cmd := exec.Command(bench, "-slots", "4194304", "-duration", "3s")
+	argv := append(append(slices.Clone(wrapper), bench), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("reusebench %v: %v", args, err)
 	}
 	var run struct {
 		WalkNS int64 `json:"mean_walk_ns"`
@@ -425,7 +443,7 @@ func TestServeReuseLive(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	_, mfs := p.scrape(t)
-	lbl := map[string]string{"cgroup": top + "/job"}
+	lbl := map[string]string{"cgroup": top + "/job", "mode": mode}
 	var h *dto.Histogram
 	for _, m := range mfs["pmu_reuse_time_distance_seconds"].GetMetric() {
 		if labelsMatch(m, lbl) {
@@ -433,12 +451,9 @@ func TestServeReuseLive(t *testing.T) {
 		}
 	}
 	if h == nil || h.GetSampleCount() < 10 {
-		t.Fatalf("reuse histogram of %s/job: %v\n%s", top, h, p.log)
+		t.Fatalf("%s reuse histogram of %s/job: %v\n%s", mode, top, h, p.log)
 	}
-	dominantBinHolds(t, h, float64(run.WalkNS)*1e-9)
-	if v := mustValue(t, mfs, "pmu_reuse_invalidations_total", lbl); v != 0 {
-		t.Errorf("%v invalidations of a single thread", v)
-	}
+	return float64(run.WalkNS) * 1e-9, h, mfs, lbl
 }
 
 // dominantBinHolds checks a reuse histogram against the distance the
@@ -483,46 +498,11 @@ func TestServeReuseShared(t *testing.T) {
 		b, err = os.ReadFile("/sys/devices/system/cpu/cpu0/cache/index2/shared_cpu_list")
 	}
 	shared := strings.TrimSpace(string(b))
-	testenv.Require(t, err == nil && (strings.ContainsAny(shared, "-,")), "CPU 0 shares its last-level cache with no other CPU: "+shared)
-	dir := t.TempDir()
-	bench := filepath.Join(dir, "reusebench")
-	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bench, "../../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
-		t.Fatalf("building reusebench: %v\n%s", err, out)
-	}
-	top, dirs := testenv.Cgroups(t, "job")
-	p := start(t, nil, "--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2",
-		"--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-mode=shared")
-	cg, err := os.Open(dirs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
-	cmd := exec.Command("taskset", "-c", shared, bench, "-follower", "-slots", "4194304", "-duration", "3s")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("reusebench -follower: %v", err)
-	}
-	var run struct {
-		WalkNS int64 `json:"mean_walk_ns"`
-	}
-	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
-	if err := json.Unmarshal(lines[len(lines)-1], &run); err != nil || run.WalkNS == 0 {
-		t.Fatalf("reusebench said %q: %v", out, err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	_, mfs := p.scrape(t)
-	lbl := map[string]string{"cgroup": top + "/job", "mode": "shared"}
-	var h *dto.Histogram
-	for _, m := range mfs["pmu_reuse_time_distance_seconds"].GetMetric() {
-		if labelsMatch(m, lbl) {
-			h = m.GetHistogram()
-		}
-	}
-	if h == nil || h.GetSampleCount() < 10 {
-		t.Fatalf("shared reuse histogram of %s/job: %v\n%s", top, h, p.log)
-	}
-	dominantBinHolds(t, h, float64(run.WalkNS)*1e-9/2)
+	testenv.Require(t, err == nil && strings.ContainsAny(shared, "-,"), "CPU 0 shares its last-level cache with no other CPU: "+shared)
+	walk, h, mfs, lbl := runReuseBench(t,
+		[]string{"--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2", "--collector.comm.reuse-mode=shared"},
+		[]string{"taskset", "-c", shared}, "-follower", "-slots", "4194304", "-duration", "3s")
+	dominantBinHolds(t, h, walk/2)
 	if v := mustValue(t, mfs, "pmu_reuse_invalidations_total", lbl); v != 0 {
 		t.Errorf("%v invalidations in one cache domain", v)
 	}
