@@ -39,12 +39,12 @@ type Kernel struct {
 	Kernel bool
 }
 
-// Counter is an event to count, or the breakpoint on the kernel's own
-// variable (Breakpoint).
+// Counter is an event to count, or a write watchpoint on a variable
+// (Watch: the one the watched-writes kernel stores to).
 type Counter struct {
-	Name       string
-	Attr       eventspec.Attr
-	Breakpoint bool
+	Name  string
+	Attr  eventspec.Attr
+	Watch *uint64
 }
 
 // ErrMultiplexed is a count that did not run all the time it was enabled.
@@ -72,15 +72,11 @@ func Measure(cpu int, c Counter, k Kernel) (counts []float64, err error) {
 	return counts, err
 }
 
-// watched is the variable the breakpoint kernel writes; one per process,
-// and the watchpoint is on the counting thread only.
-var watched uint64
-
 func countOnce(c Counter, cpu int, withKernel bool, work func()) (uint64, error) {
 	u := perf.Attr(c.Attr)
-	if c.Breakpoint {
+	if c.Watch != nil { // on the counting thread only
 		u = unix.PerfEventAttr{Type: unix.PERF_TYPE_BREAKPOINT, Size: perf.AttrSize(), Bp_type: 2, // HW_BREAKPOINT_W
-			Ext1: uint64(uintptr(unsafe.Pointer(&watched))), Ext2: 8}
+			Ext1: uint64(uintptr(unsafe.Pointer(c.Watch))), Ext2: 8}
 	}
 	u.Read_format = unix.PERF_FORMAT_TOTAL_TIME_ENABLED | unix.PERF_FORMAT_TOTAL_TIME_RUNNING
 	u.Bits |= unix.PerfBitDisabled | unix.PerfBitExcludeHv
@@ -259,9 +255,9 @@ func Spin(quick bool) Kernel {
 	}}
 }
 
-// WatchedWrites stores n times to the variable the breakpoint counter
-// watches: n hits.
-func WatchedWrites(quick bool) Kernel {
+// WatchedWrites stores n times to v, which a Counter's Watch names: n
+// hits.
+func WatchedWrites(quick bool, v *uint64) Kernel {
 	n := 6
 	if quick {
 		n = 4
@@ -269,7 +265,7 @@ func WatchedWrites(quick bool) Kernel {
 	return Kernel{Name: "watched-writes", Unit: "write", Sizes: geometric(100, n), Run: func(size int, measure func(func()) error) error {
 		return measure(func() {
 			for i := range size {
-				atomic.StoreUint64(&watched, uint64(i))
+				atomic.StoreUint64(v, uint64(i))
 			}
 		})
 	}}

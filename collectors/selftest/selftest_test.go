@@ -29,6 +29,7 @@ func sizes(k Kernel) []float64 { return floats(k.Sizes) }
 // expectation (two faults a page) fails.
 func TestSoftwareKernels(t *testing.T) {
 	testenv.RequireRoot(t)
+	watched := new(uint64)
 	cases := []struct {
 		c     Counter
 		k     Kernel
@@ -38,7 +39,7 @@ func TestSoftwareKernels(t *testing.T) {
 		{sw("minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN), FreshPages(true), 1},
 		{sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES), PipeRoundTrips(false), 1},
 		{sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK), Spin(true), 1},
-		{Counter{Name: "breakpoint", Breakpoint: true}, WatchedWrites(false), 1},
+		{Counter{Name: "breakpoint", Watch: watched}, WatchedWrites(false, watched), 1},
 	}
 	for _, c := range cases {
 		counts, err := Measure(0, c.c, c.k)

@@ -49,11 +49,15 @@ func validateOne(ev Event, quick bool) []validate.Result {
 	if e.Kernel == "pointer-chase" {
 		return []validate.Result{chase(ev, e, quick)}
 	}
-	kern, ok := kernelNamed(e.Kernel, quick)
+	counter := ev.Counter
+	if e.Kernel == "watched-writes" { // the counter watches what the kernel writes
+		counter.Watch = new(uint64)
+	}
+	kern, ok := kernelNamed(e.Kernel, quick, counter.Watch)
 	if !ok {
 		return []validate.Result{validate.Unmeasurable(ev.Label, e.Kernel, e.Slope, fmt.Sprintf("no kernel %q", e.Kernel))}
 	}
-	c, err := Measure(ev.CPU, ev.Counter, kern)
+	c, err := Measure(ev.CPU, counter, kern)
 	if err != nil {
 		return []validate.Result{validate.Unmeasurable(ev.Label, kern.Name, e.Slope, err.Error())}
 	}
@@ -85,8 +89,8 @@ func chase(ev Event, e validate.Expectation, quick bool) validate.Result {
 	return validate.JudgeStep(ev.Label, kern.Name, float64(capacity), floats(kern.Sizes), perStep)
 }
 
-func kernelNamed(name string, quick bool) (Kernel, bool) {
-	for _, k := range []Kernel{InstructionLoop(quick), FreshPages(quick), PipeRoundTrips(quick), Spin(quick), WatchedWrites(quick)} {
+func kernelNamed(name string, quick bool, watched *uint64) (Kernel, bool) {
+	for _, k := range []Kernel{InstructionLoop(quick), FreshPages(quick), PipeRoundTrips(quick), Spin(quick), WatchedWrites(quick, watched)} {
 		if k.Name == name {
 			return k, true
 		}

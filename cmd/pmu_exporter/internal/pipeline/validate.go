@@ -87,7 +87,7 @@ func validationEvents(f Options, s setup, extra []string, cpu int) ([]selftest.E
 			add(ev)
 		}
 	}
-	out = append(out, selftest.Event{Name: "breakpoint", Label: "breakpoint", CPU: cpu, Counter: selftest.Counter{Name: "breakpoint", Breakpoint: true}})
+	out = append(out, selftest.Event{Name: "breakpoint", Label: "breakpoint", CPU: cpu, Counter: selftest.Counter{Name: "breakpoint"}})
 	return out, errs
 }
 
