@@ -1,6 +1,8 @@
 package exporter
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pmu-exporter/pmu_exporter/validate"
@@ -12,11 +14,17 @@ import (
 type ValidationCollector struct {
 	results          func() []validate.Result // nil until the kernels ran
 	goodness, passed *prometheus.Desc
+	muxError         *prometheus.Desc
+	mu               sync.Mutex
+	mux              map[string]float64
 }
 
 // NewValidation exports results as they become available.
 func NewValidation(results func() []validate.Result) *ValidationCollector {
-	return &ValidationCollector{results: results,
+	return &ValidationCollector{results: results, mux: map[string]float64{},
+		muxError: prometheus.NewDesc("pmu_event_multiplex_error_ratio",
+			"The relative error multiplexing gave the event: multiplexed copies scaled by enabled/running against a pinned copy over the same window, mean over the copies (needs a PMU; software events never multiplex).",
+			[]string{"event"}, nil),
 		goodness: prometheus.NewDesc("pmu_event_validation_goodness",
 			"CAT's goodness exp(−2(β·r² − β_e)²) of the event's count over a validation kernel's sizes against the count expected (1: exact; pass ≥ 0.9); kernel branch-signature: the seven branch kernels together.",
 			[]string{"event", "kernel"}, nil),
@@ -30,6 +38,14 @@ func NewValidation(results func() []validate.Result) *ValidationCollector {
 func (c *ValidationCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.goodness
 	ch <- c.passed
+	ch <- c.muxError
+}
+
+// SetMultiplexError records event's multiplexing error.
+func (c *ValidationCollector) SetMultiplexError(event string, ratio float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mux[event] = ratio
 }
 
 // Collect implements prometheus.Collector.
@@ -48,6 +64,11 @@ func (c *ValidationCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		passed[r.Event] = ok && r.Verdict == validate.Pass
 	}
+	c.mu.Lock()
+	for ev, r := range c.mux {
+		ch <- prometheus.MustNewConstMetric(c.muxError, prometheus.GaugeValue, r, ev)
+	}
+	c.mu.Unlock()
 	for _, ev := range order {
 		v := 0.0
 		if passed[ev] {

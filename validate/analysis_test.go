@@ -156,3 +156,20 @@ func TestJudgeStepByHand(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+// Pinned 1,000,000 cycles; three copies that ran a third of the time each
+// and counted 330,000, 340,000 and 0 (never ran): scaled 990,000 and
+// 1,020,000, so −1% and +2%: mean +0.5%, worst +2%.
+func TestMultiplexErrorByHand(t *testing.T) {
+	mean, worst, ok := MultiplexError(1_000_000, []MultiplexCopy{
+		{Count: 330_000, Enabled: 3_000, Running: 1_000},
+		{Count: 340_000, Enabled: 3_000, Running: 1_000},
+		{Count: 0, Enabled: 3_000, Running: 0},
+	})
+	if !ok || math.Abs(mean-0.005) > 1e-9 || math.Abs(worst-0.02) > 1e-9 {
+		t.Errorf("mean %v, worst %v, ok %v", mean, worst, ok)
+	}
+	if _, _, ok := MultiplexError(0, []MultiplexCopy{{Count: 1, Enabled: 1, Running: 1}}); ok {
+		t.Error("a pinned copy that counted nothing")
+	}
+}

@@ -37,7 +37,12 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
 	var v struct {
-		Events []validationRow `json:"events"`
+		Events      []validationRow `json:"events"`
+		Multiplexed []struct {
+			Event     string  `json:"event"`
+			MeanError float64 `json:"mean_error"`
+			Reason    string  `json:"reason"`
+		} `json:"multiplexing"`
 	}
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -63,6 +68,16 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s without a PMU: %+v, want not_measurable with the kernel's reason", ev, r)
 		case hw && r.Verdict != "pass":
 			t.Errorf("%s with a PMU: %+v", ev, r)
+		}
+	}
+	// Multiplexing error of the hardware events: within 50% where there
+	// is a PMU, not measured (with the kernel's reason) where there is none.
+	if len(v.Multiplexed) != 4 {
+		t.Errorf("multiplexing: %+v", v.Multiplexed)
+	}
+	for _, m := range v.Multiplexed {
+		if (!hw && !strings.Contains(m.Reason, "does not provide this event")) || (hw && (m.Reason != "" || math.Abs(m.MeanError) > 0.5)) {
+			t.Errorf("multiplexing error of %s: %+v", m.Event, m)
 		}
 	}
 	// The text form says the same, and why the hardware ones did not run.

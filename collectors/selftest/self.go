@@ -12,6 +12,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/validate"
 )
 
 // ThreadCounters count the calling thread's own CPU time (task-clock,
@@ -228,4 +229,63 @@ func ProcessCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+}
+
+// Multiplexed counts attr system-wide on cpu over window, once pinned
+// (it holds a counter all the time) and in copies more groups of its own
+// than the CPU has counters left, so that the kernel multiplexes them;
+// the pinned count and each copy's reading, for validate.MultiplexError.
+// Software events never multiplex: this needs a PMU.
+func Multiplexed(ctx context.Context, cpu int, attr eventspec.Attr, name string, copies int, window time.Duration) (uint64, []validate.MultiplexCopy, error) {
+	var pinned uint64
+	var out []validate.MultiplexCopy
+	var err error
+	rerr := cpubind.RunOn(cpu, func() {
+		pa := attr
+		pa.Pinned = true
+		var p *perf.Group
+		if p, err = perf.OpenGroup([]eventspec.Attr{pa}, []string{name + " (pinned)"}, perf.SystemWide(cpu)); err != nil {
+			return
+		}
+		defer p.Close()
+		var groups []*perf.Group
+		defer func() {
+			for _, g := range groups {
+				g.Close()
+			}
+		}()
+		for i := range copies {
+			g, e := perf.OpenGroup([]eventspec.Attr{attr}, []string{fmt.Sprintf("%s (copy %d)", name, i+1)}, perf.SystemWide(cpu))
+			if e != nil {
+				err = e
+				return
+			}
+			groups = append(groups, g)
+		}
+		t := time.NewTimer(window)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+			return
+		case <-t.C:
+		}
+		v := make([]uint64, 1)
+		if _, _, err = p.Read(v); err != nil {
+			return
+		}
+		pinned = v[0]
+		for _, g := range groups {
+			en, run, e := g.Read(v)
+			if e != nil {
+				err = e
+				return
+			}
+			out = append(out, validate.MultiplexCopy{Count: v[0], Enabled: en, Running: run})
+		}
+	})
+	if rerr != nil {
+		return 0, nil, rerr
+	}
+	return pinned, out, err
 }

@@ -18,8 +18,9 @@ type Governor struct {
 }
 
 type target struct {
-	cpu  float64 // its CPU seconds at the last reading
-	read bool    // cpu was read (before the first reading, only the allowance)
+	cpu     float64 // its CPU seconds at the last reading
+	read    bool    // cpu was read (before the first reading, only the allowance)
+	allowed uint64  // samples allowed to arm
 	Totals
 }
 
@@ -65,18 +66,29 @@ func (g *Governor) target(pid uint32) *target {
 func (g *Governor) Allow(pid uint32) bool {
 	t := g.target(pid)
 	if !g.Over(pid) {
+		t.allowed++
 		return true
 	}
 	t.Denied++
 	return false
 }
 
-// Over says whether pid's traps have spent its budget (one more would
-// not fit): its watchpoints should be disarmed now, since an armed one
-// traps again and again until it is.
+// Over says whether pid's traps have spent its budget: the traps of one
+// more allowed sample would not fit. A sample's arms trap a number of
+// times the workload decides (every access until the reader disarms
+// them), so one more is expected to cost what the allowed samples cost so
+// far on average, one trap at least. Its watchpoints should then be
+// disarmed, since an armed one traps again and again until it is.
 func (g *Governor) Over(pid uint32) bool {
 	t := g.targets[pid]
-	return t != nil && float64(t.Traps+1)*g.cost > g.budget*t.CPU+g.allowance+1e-12
+	if t == nil {
+		return false
+	}
+	next := 1.0
+	if t.allowed > 0 {
+		next = max(next, float64(t.Traps)/float64(t.allowed))
+	}
+	return (float64(t.Traps)+next)*g.cost > g.budget*t.CPU+g.allowance+1e-12
 }
 
 // Trapped charges pid for n traps.

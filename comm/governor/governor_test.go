@@ -55,3 +55,30 @@ func TestBudgetByHand(t *testing.T) {
 		t.Errorf("a target gone lost its totals: %+v", after)
 	}
 }
+
+// An allowed sample is expected to cost what the allowed ones cost on
+// average: after three that trapped 350 times in all (≈117 each), one more
+// would take a 400-trap budget to ≈467: refused, although one more trap
+// would still fit.
+func TestExpectedTrapsPerSample(t *testing.T) {
+	g := New(0.01, 25e-6, 0)
+	g.Ran(1, 0)
+	g.Ran(1, 1) // 10 ms: 400 traps
+	for range 3 {
+		if !g.Allow(1) {
+			t.Fatal("refused within budget")
+		}
+	}
+	g.Trapped(1, 350)
+	if g.Allow(1) {
+		t.Error("allowed a sample expected to cost 117 traps with 50 left")
+	}
+	g2 := New(0.01, 25e-6, 0)
+	g2.Ran(1, 0)
+	g2.Ran(1, 1)
+	g2.Allow(1)
+	g2.Trapped(1, 10) // ten a sample: 390 left
+	if !g2.Allow(1) {
+		t.Error("refused a sample expected to cost 10 traps with 390 left")
+	}
+}

@@ -105,11 +105,12 @@ func validationCPU(s setup, asked int) int {
 func (b *build) validateOnStart() {
 	var mu sync.Mutex
 	var rows []validate.Result
-	b.p.collectors = append(b.p.collectors, exporter.NewValidation(func() []validate.Result {
+	vc := exporter.NewValidation(func() []validate.Result {
 		mu.Lock()
 		defer mu.Unlock()
 		return rows
-	}))
+	})
+	b.p.collectors = append(b.p.collectors, vc)
 	b.p.beside = append(b.p.beside, func(ctx context.Context) {
 		events, errs := validationEvents(*b.f, *b.s, nil, validationCPU(*b.s, -1))
 		for _, err := range errs {
@@ -135,10 +136,12 @@ func (b *build) validateOnStart() {
 			return
 		}
 		for _, p := range ps {
-			if ctx.Err() != nil {
-				return
-			}
 			b.p.self.SetPerturbation(p.Event, p.PerExtraRead)
+		}
+		for _, m := range multiplexErrors(ctx, *b.f, *b.s, cpu, time.Second) {
+			if m.Reason == "" {
+				vc.SetMultiplexError(m.Event, m.MeanError)
+			}
 		}
 	})
 }
@@ -202,6 +205,43 @@ func perturbation(ctx context.Context, s setup, cpu int, fast, window time.Durat
 	return selftest.MeasurePerturbation(ctx, cpu, attrs, names, max(window, 20*fast), fast, 10*fast)
 }
 
+// multiplexRow is one event's multiplexing error in `validate`'s output.
+type multiplexRow struct {
+	Event      string  `json:"event"`
+	MeanError  float64 `json:"mean_error"`
+	WorstError float64 `json:"worst_error"`
+	Copies     int     `json:"copies"`
+	Reason     string  `json:"reason,omitempty"`
+}
+
+// multiplexErrors measures, for the hardware events the kernels are
+// written for, what multiplexing does to their counts: one pinned copy
+// against as many multiplexed copies as there are general-purpose
+// counters, plus one, over window.
+func multiplexErrors(ctx context.Context, f Options, s setup, cpu int, window time.Duration) []multiplexRow {
+	counters := host.ReadCounters(s.facts.CPU.Vendor).GeneralPurpose
+	var out []multiplexRow
+	for _, name := range []string{"cycles", "instructions", "branches", "branch-misses"} {
+		evs, err := eventspec.Resolve(name, s.pmus)
+		if err != nil || len(evs) == 0 {
+			continue
+		}
+		row := multiplexRow{Event: name, Copies: max(counters, 1) + 1}
+		pinned, copies, err := selftest.Multiplexed(ctx, cpu, evs[0].Attr, name, row.Copies, window)
+		mean, worst, ok := validate.MultiplexError(pinned, copies)
+		switch {
+		case err != nil:
+			row.Reason = err.Error()
+		case !ok:
+			row.Reason = "no multiplexed copy ran, or the pinned one counted nothing"
+		default:
+			row.MeanError, row.WorstError = mean, worst
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
 // RunValidate runs the validation kernels and prints the table; the exit
 // code is 1 if an event failed, 2 on bad input, else 0.
 func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
@@ -215,14 +255,27 @@ func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 		return 2
 	}
 	rows := selftest.Validate(events, vf.Quick)
+	var mux []multiplexRow
+	if !vf.Quick {
+		mux = multiplexErrors(context.Background(), f, s, cpu, 500*time.Millisecond)
+	}
 	if vf.Format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.Encode(struct {
-			Events []validate.Result `json:"events"`
-		}{rows})
+			Events      []validate.Result `json:"events"`
+			Multiplexed []multiplexRow    `json:"multiplexing,omitempty"`
+		}{rows, mux})
 	} else {
 		writeValidation(stdout, cpu, rows, s.report)
+		for _, m := range mux {
+			if m.Reason != "" {
+				fmt.Fprintf(stdout, "Multiplexing error of %s: not measured: %s\n", m.Event, m.Reason)
+				continue
+			}
+			fmt.Fprintf(stdout, "Multiplexing error of %s: %+.2f%% on average over %d multiplexed copies (worst %+.2f%%) against a pinned copy\n",
+				m.Event, 100*m.MeanError, m.Copies, 100*m.WorstError)
+		}
 	}
 	for _, r := range rows {
 		if r.Verdict == validate.Fail {
