@@ -462,12 +462,21 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) (float
 // benchmark timed (want, seconds): the dominant bin holds it, or lies
 // within half a bin of it (walks vary; the mean over the run is the
 // expectation), and 60% of the reuses lie in bins meeting [want/2, 2·want].
+// Both over the bins up to ten times want: the benchmark's own accesses
+// are reused within a walk and a half (an arm that comes late catches the
+// next touch); further out are the reuses of the process's other threads
+// (the Go runtime's), rare, far apart, and each weighted by the many that
+// slot replacement hid, which one outlier can make the largest bin.
 func dominantBinHolds(t *testing.T, h *dto.Histogram, want float64) {
 	t.Helper()
-	var prev, best, near uint64
+	var prev, best, near, total uint64
 	var bestUpper float64
 	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() > 10*want {
+			break
+		}
 		n := b.GetCumulativeCount() - prev
+		total += n
 		lower := b.GetUpperBound() / 2
 		if n > best {
 			best, bestUpper = n, b.GetUpperBound()
@@ -477,13 +486,13 @@ func dominantBinHolds(t *testing.T, h *dto.Histogram, want float64) {
 		}
 		prev = b.GetCumulativeCount()
 	}
-	t.Logf("expected %.2f ms; %d reuses estimated, the most in the bin up to %.2f ms, %d near; buckets %v",
-		want*1e3, h.GetSampleCount(), bestUpper*1e3, near, h.GetBucket())
+	t.Logf("expected %.2f ms; %d reuses estimated, %d up to ten times that, the most in the bin up to %.2f ms, %d near; buckets %v",
+		want*1e3, h.GetSampleCount(), total, bestUpper*1e3, near, h.GetBucket())
 	if !(bestUpper/2/1.5 <= want && want <= bestUpper*1.5) {
 		t.Errorf("the dominant bin [%.2f, %.2f) ms does not hold %.2f ms", bestUpper*500, bestUpper*1e3, want*1e3)
 	}
-	if near*10 < h.GetSampleCount()*6 {
-		t.Errorf("%d of %d reuses near %.2f ms", near, h.GetSampleCount(), want*1e3)
+	if total < 10 || near*10 < total*6 {
+		t.Errorf("%d of %d reuses up to ten times %.2f ms near it", near, total, want*1e3)
 	}
 }
 
@@ -491,7 +500,10 @@ func dominantBinHolds(t *testing.T, h *dto.Histogram, want float64) {
 // behind, loads it (reusebench -follower), both on CPUs of one last-level
 // cache: each slot is next touched by the other thread half a walk later,
 // so the shared-mode histogram's dominant bin holds half the walk time,
-// and a domain that shares its cache sees no invalidation.
+// and a domain that shares its cache sees no invalidation. The walk is
+// paced to about 40 ms, so that half of it (20 ms) is well over the arm
+// latency (a sample is armed at the end of its pass over the rings, up to
+// 10 ms later): a reuse sooner than that is seen a walk later.
 func TestServeReuseShared(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
 	testenv.RequireRoot(t)
@@ -503,7 +515,7 @@ func TestServeReuseShared(t *testing.T) {
 	testenv.Require(t, err == nil && strings.ContainsAny(shared, "-,"), "CPU 0 shares its last-level cache with no other CPU: "+shared)
 	walk, h, mfs, lbl := runReuseBench(t,
 		[]string{"--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2", "--collector.comm.reuse-mode=shared"},
-		[]string{"taskset", "-c", shared}, "-follower", "-slots", "4194304", "-duration", "3s")
+		[]string{"taskset", "-c", shared}, "-follower", "-slots", "4194304", "-chunk-time", "40us", "-duration", "3s")
 	dominantBinHolds(t, h, walk/2)
 	if v := mustValue(t, mfs, "pmu_reuse_invalidations_total", lbl); v != 0 {
 		t.Errorf("%v invalidations in one cache domain", v)

@@ -28,9 +28,10 @@ func main() {
 	slots := flag.Int("slots", 1<<20, "array length in 8-byte slots (the reuse distance in accesses)")
 	d := flag.Duration("duration", 3*time.Second, "how long to run")
 	follower := flag.Bool("follower", false, "a second thread loads every slot half a walk behind the first")
+	pace := flag.Duration("chunk-time", 0, "with -follower: the walker takes at least this long per 4096 slots (a longer walk, so that the reuse distance is well over a tracker's arm latency)")
 	flag.Parse()
 	if *follower {
-		followed(*slots, *d)
+		followed(*slots, *d, *pace)
 		return
 	}
 	runtime.LockOSThread()
@@ -74,7 +75,7 @@ const chunk = 4096
 
 // followed runs the walker and its follower for d and prints the walker's
 // mean walk time and how far behind the follower kept.
-func followed(slots int, d time.Duration) {
+func followed(slots int, d, pace time.Duration) {
 	n := slots / chunk * chunk
 	a := make([]uint64, n)
 	for range 2 {
@@ -113,8 +114,11 @@ func followed(slots int, d time.Duration) {
 			continue // the follower fell behind: wait
 		}
 		at := int(lead.Load() % int64(n))
+		t0 := time.Now()
 		for i := at; i < at+chunk; i++ {
 			a[i]++
+		}
+		for time.Since(t0) < pace { // spin: the thread keeps its CPU
 		}
 		lead.Add(chunk)
 	}

@@ -94,6 +94,10 @@ func run(mode string, f float64, threads int, d time.Duration, iters int) error 
 	}
 	var ready, done sync.WaitGroup
 	var stop atomic.Bool
+	// Each worker reports its slots' final counts here, so that the main
+	// thread never touches a measured line (its read would be a
+	// communication of its own).
+	final := make([][2]uint64, threads)
 	start := make(chan struct{})
 	ready.Add(threads)
 	done.Add(threads)
@@ -108,6 +112,7 @@ func run(mode string, f float64, threads int, d time.Duration, iters int) error 
 				first, second = second, first
 			}
 			work(first, second, threshold, uint64(t)*0x9E3779B97F4A7C15+1, iters, &stop)
+			final[t] = [2]uint64{atomic.LoadUint64(own[t]), atomic.LoadUint64(shared[t])}
 			done.Done()
 		}()
 	}
@@ -123,11 +128,14 @@ func run(mode string, f float64, threads int, d time.Duration, iters int) error 
 	}
 	done.Wait()
 	elapsed := time.Since(began)
-	// The exact accesses, as a second line: each slot's final count.
+	// The exact accesses, as a second line: each slot's final count, as
+	// the last of its writers to finish read it (every writer of a slot
+	// reads it once done; counts only grow).
 	counts := map[string]uint64{}
 	for t := range threads {
-		counts[fmt.Sprintf("%#x", l.Own[t])] = atomic.LoadUint64(own[t])
-		counts[fmt.Sprintf("%#x", l.Shared[t])] = atomic.LoadUint64(shared[t])
+		own, sh := fmt.Sprintf("%#x", l.Own[t]), fmt.Sprintf("%#x", l.Shared[t])
+		counts[own] = max(counts[own], final[t][0])
+		counts[sh] = max(counts[sh], final[t][1])
 	}
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{"counts": counts, "elapsed_seconds": elapsed.Seconds()})
 }
