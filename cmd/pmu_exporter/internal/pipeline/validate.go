@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -35,6 +36,9 @@ var kernelEvents = []string{"instructions", "cycles", "branches", "branch-misses
 // validationEvents lists what to validate: the kernels' own events, the
 // default profile's and the host's Top-Down tree's (what serve counts),
 // those of --event, and the breakpoint; each once, by name and PMU.
+// errBadEvent marks a --event that does not resolve: bad input, exit 2.
+var errBadEvent = errors.New("--event")
+
 func validationEvents(f Options, s setup, extra []string, cpu int) ([]selftest.Event, []error) {
 	var out []selftest.Event
 	var errs []error
@@ -80,7 +84,7 @@ func validationEvents(f Options, s setup, extra []string, cpu int) ([]selftest.E
 	for _, spec := range extra {
 		evs, err := eventspec.Resolve(spec, s.pmus)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--event: %w", err))
+			errs = append(errs, fmt.Errorf("%w: %w", errBadEvent, err))
 			continue
 		}
 		for _, ev := range evs {
@@ -248,10 +252,12 @@ func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 	s := discover(f)
 	cpu := validationCPU(s, vf.CPU)
 	events, errs := validationEvents(f, s, vf.Events, cpu)
+	bad := false
 	for _, err := range errs {
 		fmt.Fprintf(stderr, "pmu_exporter validate: %v\n", err)
+		bad = bad || errors.Is(err, errBadEvent)
 	}
-	if len(errs) > 0 && len(vf.Events) > 0 {
+	if bad {
 		return 2
 	}
 	rows := selftest.Validate(events, vf.Quick)
