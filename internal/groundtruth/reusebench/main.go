@@ -45,9 +45,7 @@ func main() {
 		walk(a)
 	}
 	perWalk := time.Since(start) / calib
-	p, _ := os.Readlink("/proc/thread-self")
-	tid, _ := strconv.Atoi(filepath.Base(p))
-	if err := json.NewEncoder(os.Stdout).Encode(map[string]any{"pid": os.Getpid(), "tid": tid, "slots": *slots, "walk_ns": perWalk.Nanoseconds()}); err != nil {
+	if err := json.NewEncoder(os.Stdout).Encode(map[string]any{"pid": os.Getpid(), "tid": threadID(), "slots": *slots, "walk_ns": perWalk.Nanoseconds()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}

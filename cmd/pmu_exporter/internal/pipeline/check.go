@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/registry"
@@ -60,8 +61,8 @@ type validationStatus struct {
 	Failures      []validate.Result `json:"failures"`
 }
 
-func checkValidation(f Options, s setup) validationStatus {
-	events, _ := validationEvents(f, s, nil, validationCPU(s, -1))
+func checkValidation(f Options, s setup, groups []eventspec.Group) validationStatus {
+	events, _ := validationEvents(f, s, groups, nil, validationCPU(s, -1))
 	st := validationStatus{Failures: []validate.Result{}}
 	verdict := map[string]validate.Verdict{}
 	var order []string
@@ -200,7 +201,7 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 			collectors[i].Runs, collectors[i].Reason = false, why
 		}
 	}
-	val := checkValidation(f, s)
+	val := checkValidation(f, s, groups)
 	self := checkSelf(f, s)
 	if format == "json" {
 		out := struct {

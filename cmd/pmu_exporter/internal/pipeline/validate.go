@@ -33,13 +33,14 @@ type ValidateFlags struct {
 var kernelEvents = []string{"instructions", "cycles", "branches", "branch-misses", "L1-dcache-load-misses", "LLC-load-misses",
 	"page-faults", "minor-faults", "major-faults", "context-switches", "task-clock", "cpu-migrations"}
 
-// validationEvents lists what to validate: the kernels' own events, the
-// default profile's and the host's Top-Down tree's (what serve counts),
-// those of --event, and the breakpoint; each once, by name and PMU.
+// validationEvents lists what to validate: the kernels' own events, those
+// of groups (what serve counts: the profile's and the host's Top-Down
+// tree's), those of --event, and the breakpoint; each once, by name and
+// PMU.
 // errBadEvent marks a --event that does not resolve: bad input, exit 2.
 var errBadEvent = errors.New("--event")
 
-func validationEvents(f Options, s setup, extra []string, cpu int) ([]selftest.Event, []error) {
+func validationEvents(f Options, s setup, groups []eventspec.Group, extra []string, cpu int) ([]selftest.Event, []error) {
 	var out []selftest.Event
 	var errs []error
 	seen := map[string]bool{}
@@ -71,10 +72,6 @@ func validationEvents(f Options, s setup, extra []string, cpu int) ([]selftest.E
 		for _, ev := range evs {
 			add(ev)
 		}
-	}
-	groups := s.groups
-	if td, err := setupTopdown(f.tree, f.sysfs, s); err == nil {
-		groups = append(groups, td.groups...)
 	}
 	for _, g := range groups {
 		for _, ev := range g.Events {
@@ -116,7 +113,11 @@ func (b *build) validateOnStart() {
 	})
 	b.p.collectors = append(b.p.collectors, vc)
 	b.p.beside = append(b.p.beside, func(ctx context.Context) {
-		events, errs := validationEvents(*b.f, *b.s, nil, validationCPU(*b.s, -1))
+		groups := b.s.groups
+		if b.td != nil {
+			groups = append(slices.Clone(groups), b.td.groups...)
+		}
+		events, errs := validationEvents(*b.f, *b.s, groups, nil, validationCPU(*b.s, -1))
 		for _, err := range errs {
 			b.log.Debug("event not validated", "err", err)
 		}
@@ -251,7 +252,11 @@ func multiplexErrors(ctx context.Context, f Options, s setup, cpu int, window ti
 func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 	s := discover(f)
 	cpu := validationCPU(s, vf.CPU)
-	events, errs := validationEvents(f, s, vf.Events, cpu)
+	groups := s.groups
+	if td, err := setupTopdown(f.tree, f.sysfs, s); err == nil {
+		groups = append(slices.Clone(groups), td.groups...)
+	}
+	events, errs := validationEvents(f, s, groups, vf.Events, cpu)
 	bad := false
 	for _, err := range errs {
 		fmt.Fprintf(stderr, "pmu_exporter validate: %v\n", err)
