@@ -90,6 +90,7 @@ func followed(slots int, d, pace time.Duration) {
 		var sum uint64
 		for !stop.Load() {
 			if lead.Load()-follow.Load() < half {
+				sum += spin(waitSpin)
 				continue
 			}
 			at := int(follow.Load() % int64(n))
@@ -107,23 +108,49 @@ func followed(slots int, d, pace time.Duration) {
 		os.Exit(2)
 	}
 	began := time.Now()
+	var burnt uint64
 	for end := began.Add(d); time.Now().Before(end); {
 		if lead.Load()-follow.Load() > half+chunk {
-			continue // the follower fell behind: wait
+			burnt += spin(waitSpin) // the follower fell behind: wait
+			continue
 		}
 		at := int(lead.Load() % int64(n))
 		t0 := time.Now()
 		for i := at; i < at+chunk; i++ {
 			a[i]++
 		}
-		for time.Since(t0) < pace { // spin: the thread keeps its CPU
+		for time.Since(t0) < pace { // the thread keeps its CPU
+			burnt += spin(waitSpin)
 		}
 		lead.Add(chunk)
 	}
 	walks := float64(lead.Load()) / float64(n)
 	stop.Store(true)
-	<-done
-	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": int64(float64(time.Since(began).Nanoseconds()) / walks)})
+	sum := <-done
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": int64(float64(time.Since(began).Nanoseconds()) / walks), "checksum": sum ^ burnt})
+}
+
+// waitSpin is spin's count between two looks at the clock or the other
+// thread: about a microsecond.
+const waitSpin = 300
+
+// spin waits by n rounds of xorshift in registers. The threads wait most
+// of the time (a paced chunk is mostly waiting), and a wait on the clock
+// or on the other thread's counter loads memory that the other thread
+// touches microseconds later: sampled, such a load is a shared reuse that
+// a tracker sees only at its arm latency, a distance the benchmark does
+// not control. Samples in spin have no memory operand, so nothing is
+// armed for them.
+//
+//go:noinline
+func spin(n int) uint64 {
+	x := uint64(n) | 1
+	for range n {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+	}
+	return x
 }
 
 func threadID() int {
