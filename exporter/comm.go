@@ -15,7 +15,7 @@ import (
 // the decoder's outcome counts, held still while f runs, and the
 // communication folded to last-level cache domains.
 type CommSource interface {
-	View(f func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64))
+	View(f func(det *comdetect.Detector, out memop.Outcomes))
 	Domains(f func(a, b string, c comdetect.Cell))
 }
 
@@ -24,6 +24,7 @@ type CommSource interface {
 type CommCollector struct {
 	src                          CommSource
 	outcomes, detections, volume *prometheus.Desc
+	widths                       *prometheus.Desc
 	window, domains, period      *prometheus.Desc
 	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
 	source                       string          // the sampler whose accesses the detections come from
@@ -44,11 +45,14 @@ func NewComm(src CommSource) *CommCollector {
 		outcomes: prometheus.NewDesc("pmu_address_samples_total",
 			"Timer samples of the address sampler by outcome: resolved from the instruction at the sampled IP (at_ip) or the one before it (before_ip), or why no address (no_memory_operand, segment_relative, gather, string_instruction, undecodable, unreadable_code, kernel, jit, no_registers).",
 			[]string{"outcome"}, nil),
+		widths: prometheus.NewDesc("pmu_comm_access_widths_total",
+			"Precise memory samples the detector took (source pebs, ibs or spe) by whether their access width, which the records lack, came from the instruction at their IP (decoded) or not (unknown: one byte, so an overlap can be missed and true sharing seen as false).",
+			[]string{"outcome"}, nil),
 		detections: prometheus.NewDesc("pmu_comm_detections_total",
-			"ComDetective detections: a sampled access of one thread to a cache line another thread's sampled store published, by kind (true_sharing: overlapping bytes; false_sharing: not), and the sampler whose accesses found it (source=decode: the address sampler). Raw counts behind pmu_comm_volume_total.",
+			"ComDetective detections: a sampled access of one thread to a cache line another thread's sampled store published, by kind (true_sharing: overlapping bytes; false_sharing: not), and the sampler whose accesses found it (source=decode: timer samples resolved from their registers; pebs, ibs: precise memory samples). Raw counts behind pmu_comm_volume_total.",
 			[]string{"kind", "source"}, nil),
 		volume: prometheus.NewDesc("pmu_comm_volume_total",
-			"Communication between threads estimated from the detections, by kind: the sum of the detecting samples' periods (the address sampler's: nanoseconds of sampled CPU time, so a share of time, not of accesses).",
+			"Communication between threads estimated from the detections, by kind: the sum of the detecting samples' periods (source=decode: nanoseconds of sampled CPU time, so a share of time, not of accesses; pebs, ibs: accesses).",
 			[]string{"kind", "source"}, nil),
 		window: prometheus.NewDesc("pmu_comm_window_samples",
 			"How many of a reader's own samples a published store stays fresh for.", nil, nil),
@@ -108,7 +112,7 @@ func (c *CommCollector) WithPeriods(f func() []uint64) *CommCollector {
 func (c *CommCollector) PerCgroup(stats *samplestat.Stats, ids CgroupIDs, names PodNames) *CommCollector {
 	c.stats, c.cgroups, c.names = stats, ids, names
 	c.cgVolume = prometheus.NewDesc("pmu_cgroup_comm_volume_total",
-		"Communication of the cgroup's threads with other threads of their process (ComDetective detections of the address sampler, summed sampling periods: nanoseconds of sampled CPU time), by kind. cgroup=\"other\" holds the cgroups beyond the bound.",
+		"Communication of the cgroup's threads with other threads of their process (ComDetective detections of the address sampler, summed sampling periods: nanoseconds of sampled CPU time, or accesses where a precise PMU samples), by kind. cgroup=\"other\" holds the cgroups beyond the bound.",
 		append(append([]string(nil), identityLabels[:]...), "kind"), nil)
 	return c
 }
@@ -117,6 +121,8 @@ func (c *CommCollector) PerCgroup(stats *samplestat.Stats, ids CgroupIDs, names 
 func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	if c.source == "decode" {
 		ch <- c.outcomes
+	} else {
+		ch <- c.widths
 	}
 	ch <- c.detections
 	ch <- c.volume
@@ -142,15 +148,18 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
-	c.src.View(func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64) {
+	c.src.View(func(det *comdetect.Detector, out memop.Outcomes) {
 		if c.source == "decode" {
-			ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(resolved[0]), "at_ip")
-			ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(resolved[1]), "before_ip")
-			for r, n := range unresolved {
+			ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(out.Resolved[0]), "at_ip")
+			ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(out.Resolved[1]), "before_ip")
+			for r, n := range out.Unresolved {
 				if memop.Reason(r) != memop.Resolved {
 					ch <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(n), memop.Reason(r).String())
 				}
 			}
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.widths, prometheus.CounterValue, float64(out.Widths[1]), "decoded")
+			ch <- prometheus.MustNewConstMetric(c.widths, prometheus.CounterValue, float64(out.Widths[0]), "unknown")
 		}
 		t := det.Totals()
 		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.TrueCount), "true_sharing", c.source)

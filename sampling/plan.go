@@ -58,6 +58,43 @@ type Config struct {
 	// without a precise PMU).
 	RegsUser uint64
 	Decode   bool
+	// IPAfter: the sample's IP is the instruction after the access (PEBS
+	// at precise_ip 1), not the accessing one.
+	IPAfter bool
+}
+
+// Source names where a config's accesses come from, as the comm
+// collector's source label does: decode (timer samples resolved from
+// their registers), pebs, ibs or spe (precise memory samples); "" for an
+// event that samples no accesses.
+func (c Config) Source() string {
+	switch {
+	case c.Decode && !c.Memory:
+		return "decode"
+	case !c.Memory:
+		return ""
+	case strings.HasPrefix(c.PMU, "ibs"):
+		return "ibs"
+	case strings.HasPrefix(c.PMU, "arm_spe"):
+		return "spe"
+	}
+	return "pebs"
+}
+
+// Precise is the host's precise memory sampling (Plan's PEBS, IBS or SPE
+// configs, without the user's events) for the address sampler: their
+// samples go to its decoder, which adds the access width from the
+// instruction at their IP. None where the host has none.
+func Precise(pmus []*pmu.PMU, o Options) ([]Config, error) {
+	o.Events = nil
+	cfgs, _, err := Plan(pmus, o)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cfgs {
+		cfgs[i].Decode = true
+	}
+	return cfgs, nil
 }
 
 // DecodeSampleType is what the address sampler records: who, where and
@@ -167,7 +204,7 @@ func intel(p *pmu.PMU, o Options, st uint64) ([]Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("PEBS mem-loads on %s: %w", p.Name, err)
 	}
-	l := Config{Name: "mem-loads", PMU: p.Name, Attr: loads[0].Attr, SampleType: st, Period: o.Period, CPUs: p.CPUs, Memory: true}
+	l := Config{Name: "mem-loads", PMU: p.Name, Attr: loads[0].Attr, SampleType: st, Period: o.Period, CPUs: p.CPUs, Memory: true, IPAfter: precise == 1}
 	l.Attr.PreciseIP = precise
 	if p.Aliases["mem-loads-aux"].Terms != "" {
 		aux, err := eventspec.Resolve(p.Name+"/mem-loads-aux/", []*pmu.PMU{p})
@@ -182,7 +219,7 @@ func intel(p *pmu.PMU, o Options, st uint64) ([]Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("PEBS mem-stores on %s: %w", p.Name, err)
 		}
-		s := Config{Name: "mem-stores", PMU: p.Name, Attr: stores[0].Attr, SampleType: st &^ WeightStruct, Period: o.Period, CPUs: p.CPUs, Memory: true}
+		s := Config{Name: "mem-stores", PMU: p.Name, Attr: stores[0].Attr, SampleType: st &^ WeightStruct, Period: o.Period, CPUs: p.CPUs, Memory: true, IPAfter: precise == 1}
 		s.Attr.PreciseIP = precise
 		out = append(out, s)
 	}

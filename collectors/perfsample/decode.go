@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
@@ -23,6 +24,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/governor"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -44,6 +46,7 @@ type Decoder struct {
 	cgroups []uint64 // beside pending: the sample's cgroup (has: cgroupSet)
 	hasCg   []bool
 	evs     []int
+	tabled  []bool // a precise sample the table already took (Batch.SampleWidth)
 
 	order []int            // flush's time order, kept between passes
 	kinds []cacheline.Kind // what the detector found, by order
@@ -179,9 +182,18 @@ func (d *Decoder) exec(pid uint32) {
 	d.det.Forget(pid)
 }
 
+// queue holds a resolved access of event ev until the pass's flush.
+func (d *Decoder) queue(a cacheline.Access, s *perfrecord.Sample, ev int, tabled bool) {
+	d.pending = append(d.pending, a)
+	d.cgroups = append(d.cgroups, s.Cgroup)
+	d.hasCg = append(d.hasCg, s.Has&unix.PERF_SAMPLE_CGROUP != 0)
+	d.evs = append(d.evs, ev)
+	d.tabled = append(d.tabled, tabled)
+}
+
 // flush feeds the accesses of one pass over the rings in time order (each
 // CPU's ring is in order, the rings are not with each other).
-func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has bool, kind cacheline.Kind)) {
+func (d *Decoder) flush(b samplestat.Batch) {
 	if len(d.pending) == 0 {
 		return
 	}
@@ -223,14 +235,18 @@ func (d *Decoder) flush(add func(ev int, a *cacheline.Access, cg uint64, has boo
 	}
 	d.mu.Unlock()
 	for k, i := range d.order {
-		add(d.evs[i], &d.pending[i], d.cgroups[i], d.hasCg[i], d.kinds[k])
+		if d.tabled[i] {
+			b.Detected(&d.pending[i], d.cgroups[i], d.hasCg[i], d.kinds[k])
+		} else {
+			b.Access(d.evs[i], &d.pending[i], d.cgroups[i], d.hasCg[i], d.kinds[k])
+		}
 	}
 	if d.engine != nil {
 		d.mu.Lock()
 		d.engine.Flush() // the pass's arms, in effect now
 		d.mu.Unlock()
 	}
-	d.pending, d.cgroups, d.hasCg, d.evs = d.pending[:0], d.cgroups[:0], d.hasCg[:0], d.evs[:0]
+	d.pending, d.cgroups, d.hasCg, d.evs, d.tabled = d.pending[:0], d.cgroups[:0], d.hasCg[:0], d.evs[:0], d.tabled[:0]
 }
 
 // DomainPair is two last-level cache domains, A <= B.
@@ -276,10 +292,10 @@ func (d *Decoder) Domains(f func(a, b string, c comdetect.Cell)) {
 }
 
 // View runs f with the detector and the resolver's counts held still.
-func (d *Decoder) View(f func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64)) {
+func (d *Decoder) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	f(d.det, d.resolver.Unresolved, d.resolver.Resolved)
+	f(d.det, d.resolver.Outcomes())
 }
 
 // Symbolize names an instruction of pid.

@@ -465,7 +465,7 @@ func (s *Sampler) ReadAll() []ReadError {
 			errs = append(errs, ReadError{"decode", decodeErr})
 		}
 		if d := s.opts.Decoder; d != nil {
-			d.flush(b.Access)
+			d.flush(b)
 		}
 		if err != nil {
 			b.Error("ring")
@@ -495,6 +495,20 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 		}
 		if c.Decode && s.opts.Decoder != nil {
 			d := s.opts.Decoder
+			if c.Memory { // a precise sample: the table takes it as it is, with its width
+				if c.AddrOnly && smp.Addr == 0 {
+					b.Sample(i, smp, c.Memory, c.AddrOnly)
+					return nil
+				}
+				d.mu.Lock()
+				a, ok, _ := d.resolver.Precise(smp, smp.Period, c.IPAfter)
+				d.mu.Unlock()
+				b.Precise(i, smp, c.AddrOnly, a.Size)
+				if ok {
+					d.queue(a, smp, i, true)
+				}
+				return nil
+			}
 			d.mu.Lock()
 			a, r := d.resolver.Sample(smp, smp.Period)
 			d.mu.Unlock()
@@ -502,10 +516,7 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 				b.Unresolved(i)
 				return nil
 			}
-			d.pending = append(d.pending, a)
-			d.cgroups = append(d.cgroups, smp.Cgroup)
-			d.hasCg = append(d.hasCg, smp.Has&unix.PERF_SAMPLE_CGROUP != 0)
-			d.evs = append(d.evs, i)
+			d.queue(a, smp, i, false)
 			return nil
 		}
 		b.Sample(i, smp, c.Memory, c.AddrOnly)

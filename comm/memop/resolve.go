@@ -57,6 +57,9 @@ type Resolver struct {
 	// Resolved counts samples with one, by candidate: [0] at the IP, [1]
 	// the instruction before it.
 	Resolved [2]uint64
+	// Widths counts precise samples (Precise) by whether the instruction
+	// at their IP gave the access width: [0] no, [1] yes.
+	Widths [2]uint64
 }
 
 // NewResolver reads code through code, for arch (GOARCH spelling: amd64
@@ -81,6 +84,18 @@ func RegsMask(arch string) uint64 {
 		return ARM64RegsMask
 	}
 	return AMD64RegsMask
+}
+
+// Outcomes are a resolver's counts, copied.
+type Outcomes struct {
+	Unresolved [NumReasons]uint64
+	Resolved   [2]uint64
+	Widths     [2]uint64
+}
+
+// Outcomes copies the counts.
+func (r *Resolver) Outcomes() Outcomes {
+	return Outcomes{Unresolved: r.Unresolved, Resolved: r.Resolved, Widths: r.Widths}
 }
 
 // Forget drops what is cached of pid: after an exec, or its exit.
@@ -227,3 +242,37 @@ func (r *Resolver) Sample(s *perfrecord.Sample, period uint64) (cacheline.Access
 
 // kernelStart is where x86-64 and arm64 kernel addresses begin.
 const kernelStart = 0xffff800000000000
+
+// Precise completes a precise memory sample (PEBS, IBS, SPE: the record
+// has the data address, and its data source says load or store) with what
+// the record lacks, the access width: from the instruction at the sample's
+// IP, or, with ipAfter (PEBS at precise_ip 1, whose IP is the next
+// instruction's), the one before it. The widths decide true against false
+// sharing (the byte-range overlap rule); ComDetective decodes PEBS IPs with
+// XED for them. ok is false for a sample that is neither a load nor a
+// store, which the table and the detector do not take; sized says whether
+// a width was found (else Size is 0: one byte).
+func (r *Resolver) Precise(s *perfrecord.Sample, period uint64, ipAfter bool) (a cacheline.Access, ok, sized bool) {
+	if a, ok = cacheline.AccessOf(s, period); !ok {
+		return a, false, false
+	}
+	if s.IP >= kernelStart {
+		r.Widths[0]++
+		return a, true, false
+	}
+	e := r.lookup(s.PID, s.IP)
+	o := &e.at
+	if ipAfter {
+		o = &e.prev
+		if e.prevPC == 0 {
+			o = &Operand{Reason: Unreadable}
+		}
+	}
+	if e.reason != Resolved || o.Reason != Resolved || o.Width == 0 {
+		r.Widths[0]++
+		return a, true, false
+	}
+	r.Widths[1]++
+	a.Size = uint8(min(o.Width, 255))
+	return a, true, true
+}

@@ -164,6 +164,19 @@ func (b Batch) Unlock() { b.s.mu.Unlock() }
 // samples every op). period is the sample's weight when the record has no
 // PERIOD.
 func (b Batch) Sample(ev int, s *perfrecord.Sample, memory, addrOnly bool) {
+	b.sample(ev, s, memory, addrOnly, 0, true)
+}
+
+// Precise adds a precise memory sample that the address sampler's
+// detector also takes: as Sample, with the access width its record lacks
+// (decoded from the instruction at its IP; 0: unknown, one byte) for the
+// table's byte ranges, but its cgroup's sharing is the detector's, added
+// by Access once it has classified the access.
+func (b Batch) Precise(ev int, s *perfrecord.Sample, addrOnly bool, width uint8) {
+	b.sample(ev, s, true, addrOnly, width, false)
+}
+
+func (b Batch) sample(ev int, s *perfrecord.Sample, memory, addrOnly bool, width uint8, cgSharing bool) {
 	st := b.s
 	e := &st.events[ev]
 	if addrOnly && s.Addr == 0 {
@@ -186,8 +199,9 @@ func (b Batch) Sample(ev int, s *perfrecord.Sample, memory, addrOnly bool) {
 		c.Accesses += s.Period
 	}
 	if a, ok := cacheline.AccessOf(s, s.Period); ok {
+		a.Size = width
 		kind := st.lines.Add(a)
-		if cg != nil {
+		if cg != nil && cgSharing {
 			cg.Sharing[kind] += a.Period
 		}
 	}
@@ -206,6 +220,14 @@ func (b Batch) Access(ev int, a *cacheline.Access, cgroup uint64, has bool, kind
 		cg := st.cgroupOf(cgroup)
 		cg.Samples[ev]++
 		cg.Sharing[kind] += a.Period
+	}
+}
+
+// Detected adds what ComDetective's detector found of a precise sample's
+// access (Precise took the sample) to its cgroup's sharing totals.
+func (b Batch) Detected(a *cacheline.Access, cgroup uint64, has bool, kind cacheline.Kind) {
+	if b.s.cgroups != nil && has {
+		b.s.cgroupOf(cgroup).Sharing[kind] += a.Period
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
@@ -61,9 +62,18 @@ type commFlags struct {
 // (/debug/cachelines and pmu_sampling_*).
 func liveComm(b *build) error {
 	p, o := b.p, b.f.comm
+	root, _ := cgroupRoot(b.f.cgroups, *b.s)
+	perCgroup := o.perCgroup && root != ""
+	cfgs, source, err := commConfigs(b.s.pmus, o.period, b.f.sampling, perCgroup)
+	if err != nil {
+		return err
+	}
 	window := o.window
 	if window == 0 {
 		window = comdetect.DefaultWindow
+		if source != "decode" {
+			window = comdetect.PreciseWindow
+		}
 	}
 	det := comdetect.New(comdetect.Options{Window: window})
 	dec, err := perfsample.NewDecoder(b.f.procfs, det)
@@ -75,15 +85,12 @@ func liveComm(b *build) error {
 	} else {
 		dec.SetDomains(doms)
 	}
-	root, _ := cgroupRoot(b.f.cgroups, *b.s)
-	perCgroup := o.perCgroup && root != ""
-	cfg := sampling.Decoded(o.period, perCgroup, memop.RegsMask(runtime.GOARCH))
-	stats := samplestat.New(1, b.f.sampling.maxLines)
+	stats := samplestat.New(len(cfgs), b.f.sampling.maxLines)
 	stats.SetSharingWindow(b.f.sampling.sharingWindow)
 	if perCgroup {
 		stats.TrackCgroups(b.f.cgroups.maxSeries)
 	}
-	set := &commSamplers{b: b, cfg: cfg, stats: stats, dec: dec, root: root, running: map[string]*commSampler{}}
+	set := &commSamplers{b: b, cfgs: cfgs, stats: stats, dec: dec, root: root, running: map[string]*commSampler{}}
 	// One sampler on every CPU, or one per selected cgroup (perf's cgroup
 	// mode: only their tasks are sampled, and cost nothing elsewhere), or
 	// one per pod annotated pmu-exporter.io/comm=true, followed as pods come
@@ -155,8 +162,15 @@ func liveComm(b *build) error {
 		b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched,
 			"trap_cost", cost, "budget", o.watchBudget)
 	}
-	b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
-	coll := exporter.NewComm(dec).WithPeriods(set.periods)
+	coll := exporter.NewComm(dec).WithSource(source)
+	if source == "decode" {
+		b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
+		coll.WithPeriods(set.periods)
+	} else {
+		for _, c := range cfgs {
+			b.log.Info("address sampler: precise memory samples", "source", source, "event", c.Name, "period", c.Period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
+		}
+	}
 	if engine != nil {
 		coll.WithWatch(func() exporter.WatchStats {
 			traps, unresolved, lost, arms, recorded := dec.WatchStats()
@@ -214,11 +228,27 @@ func liveComm(b *build) error {
 	return nil
 }
 
+// commConfigs are what the comm collector samples: the host's precise
+// memory events where it has them (PEBS, IBS: an access per sample, counted
+// in accesses, the width decoded from the sampled instruction), else
+// cpu-clock in user mode with the registers, decoded (timer samples: a
+// share of time); and the source label of their detections.
+func commConfigs(pmus []*pmu.PMU, periodNS uint64, s samplingFlags, perCgroup bool) ([]sampling.Config, string, error) {
+	precise, err := sampling.Precise(pmus, sampling.Options{Period: s.period, LdLat: s.ldlat, Cgroup: perCgroup})
+	if err != nil {
+		return nil, "", fmt.Errorf("address sampler: %w", err)
+	}
+	if len(precise) > 0 {
+		return precise, precise[0].Source(), nil
+	}
+	return []sampling.Config{sampling.Decoded(periodNS, perCgroup, memop.RegsMask(runtime.GOARCH))}, "decode", nil
+}
+
 // commSamplers are the address sampler's samplers, by target cgroup ("":
 // every task), each with its reader goroutine once running.
 type commSamplers struct {
 	b           *build
-	cfg         sampling.Config
+	cfgs        []sampling.Config
 	stats       *samplestat.Stats
 	dec         *perfsample.Decoder
 	root        string
@@ -259,7 +289,7 @@ func (c *commSamplers) open(target string) error {
 		}
 		cs.cgroup, opts.Cgroup = f, f
 	}
-	smp, failures, err := perfsample.Open([]sampling.Config{c.cfg}, b.s.facts.OnlineCPUs, c.stats, opts)
+	smp, failures, err := perfsample.Open(c.cfgs, b.s.facts.OnlineCPUs, c.stats, opts)
 	for _, fl := range failures {
 		b.log.Warn("address sampler not opened on a CPU", "cpu", fl.CPU, "cgroup", target, "err", fl.Err)
 	}
@@ -381,14 +411,14 @@ func (c *commSamplers) run(ctx context.Context, annotated interface{ Annotated(s
 
 // Configs and Period make the set the sampling collector's source: one
 // event, at the period of the first sampler (or the configured one).
-func (c *commSamplers) Configs() []sampling.Config { return []sampling.Config{c.cfg} }
+func (c *commSamplers) Configs() []sampling.Config { return c.cfgs }
 
 // Period implements exporter.SamplingSource.
 func (c *commSamplers) Period(int) uint64 {
 	if p := c.periods(); len(p) > 0 {
 		return p[0]
 	}
-	return c.cfg.Period
+	return c.cfgs[0].Period
 }
 
 // watchThreads gives the decoder the threads of the sampled cgroups, every
@@ -580,7 +610,7 @@ func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
 		case <-t.C:
 		}
 		var gone []uint32
-		dec.View(func(det *comdetect.Detector, _ [memop.NumReasons]uint64, _ [2]uint64) {
+		dec.View(func(det *comdetect.Detector, _ memop.Outcomes) {
 			for _, pid := range det.PIDs() {
 				if _, err := os.Stat(filepath.Join(proc, strconv.Itoa(int(pid)))); errors.Is(err, os.ErrNotExist) {
 					gone = append(gone, pid)
@@ -595,7 +625,7 @@ func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
 
 // commView is the detector as /debug/comm reads it, live or replayed.
 type commView interface {
-	View(f func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64))
+	View(f func(det *comdetect.Detector, out memop.Outcomes))
 	Symbolize(pid uint32, ip uint64) string
 }
 
@@ -656,7 +686,7 @@ func commHandler(dec commView, podOf func(pid uint32) []string) http.Handler {
 			n = k
 		}
 		var ms []comdetect.Matrix
-		dec.View(func(det *comdetect.Detector, _ [memop.NumReasons]uint64, _ [2]uint64) {
+		dec.View(func(det *comdetect.Detector, _ memop.Outcomes) {
 			ms = det.Report(uint32(pid), n)
 		})
 		if pod := r.URL.Query().Get("pod"); pod != "" {
@@ -750,8 +780,8 @@ type replayedComm struct {
 	acc *Accesses
 }
 
-func (r *replayedComm) View(f func(det *comdetect.Detector, unresolved [memop.NumReasons]uint64, resolved [2]uint64)) {
-	f(r.det, r.acc.Resolver.Unresolved, r.acc.Resolver.Resolved)
+func (r *replayedComm) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
+	f(r.det, r.acc.Resolver.Outcomes())
 }
 
 func (r *replayedComm) Domains(func(a, b string, c comdetect.Cell)) {} // the recording host's caches are unknown

@@ -77,7 +77,8 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 }
 
 // Accesses turns a recording's samples into the sampled-access stream:
-// precise memory samples (perf mem, perf c2c) as they are, and timer
+// precise memory samples (perf mem, perf c2c) as they are, with the
+// access width decoded from the instruction at their IP, and timer
 // samples with user registers (perf record -e cpu-clock:u --user-regs=…)
 // by decoding the instruction at their IP, read from the files the
 // recording's MMAP2 records name.
@@ -128,7 +129,10 @@ func (a *Accesses) Access(attr perfrecord.Attr, s *perfrecord.Sample) (cacheline
 		acc, r := a.Resolver.Sample(s, attr.SamplePeriod())
 		return acc, r == memop.Resolved
 	}
-	return cacheline.AccessOf(s, attr.SamplePeriod())
+	// A precise sample's width comes from the instruction at its IP, or
+	// before it for PEBS at precise_ip 1 (the IP after the access).
+	acc, ok, _ := a.Resolver.Precise(s, attr.SamplePeriod(), attr.PreciseIP == 1)
+	return acc, ok
 }
 
 // Close closes the files opened for code.
