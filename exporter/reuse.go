@@ -14,6 +14,9 @@ import (
 // ReuseSource is the live ReuseTracker of each watched process.
 type ReuseSource interface {
 	ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker))
+	// ArmLatency is how long after its sample each arm took effect, by
+	// tracker bin (2^(k−30) s).
+	ArmLatency() [reuse.Bins]uint64
 }
 
 // ReuseCollector exports ReuseTracker's outcomes per cgroup: the reuse
@@ -27,7 +30,7 @@ type ReuseCollector struct {
 	cgroups                                   CgroupIDs
 	names                                     PodNames
 	distance, invalidations, samples, dropped *prometheus.Desc
-	stale                                     *prometheus.Desc
+	stale, armLatency                         *prometheus.Desc
 }
 
 // NewReuse exports src; ids and names label the cgroups (ids nil: by id).
@@ -39,6 +42,7 @@ func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 		samples:       prometheus.NewDesc("pmu_reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l, nil),
 		stale:         prometheus.NewDesc("pmu_reuse_stale_traps_total", "Traps read after their slot was armed again (another address, a time before the slot's sample, or the sampling thread's own in shared mode): no outcome.", l, nil),
 		dropped:       prometheus.NewDesc("pmu_reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l, nil),
+		armLatency:    prometheus.NewDesc("pmu_reuse_arm_latency_seconds", "Time from a sampled access to its watchpoints taking effect (the sample read, the registers armed in every thread of its process), on CLOCK_MONOTONIC, node-wide; a reuse sooner than this is missed and a later one seen: distances below it are not measured. Buckets at the powers of two of seconds.", nil, nil),
 	}
 }
 
@@ -49,6 +53,7 @@ func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.samples
 	ch <- c.dropped
 	ch <- c.stale
+	ch <- c.armLatency
 }
 
 type reuseKey struct {
@@ -80,6 +85,7 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		r.dropped += t.Dropped
 		r.stale += t.Stale
 	})
+	ch <- binnedHistogram(c.armLatency, c.src.ArmLatency(), c.started)
 	s := Sampling{cgroups: c.cgroups, names: c.names}
 	for key, r := range per {
 		id := key.cgroup
@@ -93,24 +99,33 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			l = []string{"other", "", "", ""}
 		}
 		l = append(l, key.mode.String())
-		// Bin k is [2^(k−30), 2^(k−29)) s (perfsample.ReuseClock): the
-		// native bucket k−29 at schema 0, (2^(k−30), 2^(k−29)].
-		buckets := map[int]int64{}
-		var count uint64
-		var sum float64
+		var bins [reuse.Bins]uint64
 		for k, v := range r.bins {
-			n := uint64(math.Round(v))
-			if n == 0 {
-				continue
-			}
-			count += n
-			sum += float64(n) * math.Ldexp(1.5, k-30) // a bin's mid-point
-			buckets[k-29] = int64(n)
+			bins[k] = uint64(math.Round(v))
 		}
-		ch <- newNativeHistogram(c.distance, count, sum, buckets, 0, 0, c.started, l...)
+		ch <- binnedHistogram(c.distance, bins, c.started, l...)
 		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, float64(r.invalidations), l...)
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(r.dropped), l...)
 		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(r.stale), l...)
 	}
+}
+
+// binnedHistogram exports tracker bins as a native histogram with classic
+// buckets: bin k is [2^(k−30), 2^(k−29)) s (perfsample.ReuseClock), the
+// native bucket k−29 at schema 0, (2^(k−30), 2^(k−29)]; the sum takes each
+// bin's mid-point.
+func binnedHistogram(desc *prometheus.Desc, bins [reuse.Bins]uint64, started time.Time, labels ...string) prometheus.Metric {
+	buckets := map[int]int64{}
+	var count uint64
+	var sum float64
+	for k, n := range bins {
+		if n == 0 {
+			continue
+		}
+		count += n
+		sum += float64(n) * math.Ldexp(1.5, k-30)
+		buckets[k-29] = int64(n)
+	}
+	return newNativeHistogram(desc, count, sum, buckets, 0, 0, started, labels...)
 }

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"math"
+	"math/bits"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,7 +12,12 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
 )
 
-type oneTracker struct{ t *reuse.Tracker }
+type oneTracker struct {
+	t   *reuse.Tracker
+	lat [reuse.Bins]uint64
+}
+
+func (o oneTracker) ArmLatency() [reuse.Bins]uint64 { return o.lat }
 
 func (o oneTracker) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker)) { f(1, 42, o.t) }
 
@@ -30,7 +36,11 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 	tr.Trapped(1, 0, perfsample.ReuseClock(2e9+700_000))
 	tr.Sample(1, 0x3000, 8, perfsample.ReuseClock(3e9))
 	tr.Trapped(2, 0, perfsample.ReuseClock(3e9+10)) // another thread's store
-	c := NewReuse(oneTracker{tr}, nil, nil)
+	// Three arms took effect 5 ms after their samples: ReuseClock(5 ms)
+	// lies in bin 22, [2^-8, 2^-7) s, the native bucket -7.
+	src := oneTracker{t: tr}
+	src.lat[bits.Len64(perfsample.ReuseClock(5e6))-1] = 3
+	c := NewReuse(src, nil, nil)
 	ch := make(chan prometheus.Metric, 10)
 	c.Collect(ch)
 	close(ch)
@@ -40,8 +50,14 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 		if err := m.Write(&out); err != nil {
 			t.Fatal(err)
 		}
-		if out.Histogram != nil {
+		if out.Histogram != nil && m.Desc() == c.distance {
 			h = out.Histogram
+		}
+		if m.Desc() == c.armLatency {
+			lat := out.GetHistogram()
+			if lat.GetSampleCount() != 3 || len(lat.GetPositiveSpan()) != 1 || lat.GetPositiveSpan()[0].GetOffset() != -7 {
+				t.Errorf("arm latency %v, want 3 in the native bucket -7 (2^-8, 2^-7] s", lat)
+			}
 		}
 		if out.Counter != nil && m.Desc() == c.invalidations && out.Counter.GetValue() != 1 {
 			t.Errorf("invalidations %v, want 1", out.Counter.GetValue())

@@ -406,6 +406,16 @@ func TestServeReuseLive(t *testing.T) {
 	if v := mustValue(t, mfs, "pmu_reuse_invalidations_total", lbl); v != 0 {
 		t.Errorf("%v invalidations of a single thread", v)
 	}
+	// Every reuse had its arm; an arm's latency is the reader's reaction
+	// (it wakes at each sample), far below the walk.
+	var lat *dto.Histogram
+	for _, m := range mfs["pmu_reuse_arm_latency_seconds"].GetMetric() {
+		lat = m.GetHistogram()
+	}
+	if n := lat.GetSampleCount(); n < h.GetSampleCount()/10 || lat.GetSampleSum() > float64(n)*walk {
+		t.Errorf("arm latency: %d arms, mean %.2f ms (the walk %.2f ms, %d reuses estimated)", n, lat.GetSampleSum()/float64(max(n, 1))*1e3, walk*1e3, h.GetSampleCount())
+	}
+	t.Logf("arm latency: %d arms, mean %.2f ms", lat.GetSampleCount(), lat.GetSampleSum()/float64(max(lat.GetSampleCount(), 1))*1e3)
 }
 
 // runReuseBench starts the exporter with ReuseTracker on a cgroup (and

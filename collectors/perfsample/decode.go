@@ -77,6 +77,12 @@ type Decoder struct {
 	threadCPU                              map[uint32]uint32
 	domainIDs                              map[string]int
 	traps, trapUnresolved, trapsLost, arms uint64
+	// armedAt are the times of the pass's samples that armed a reuse slot,
+	// and armLatencies how long after its sample each arm took effect,
+	// by log2 bin of ReuseClock units: a reuse sooner than that is missed
+	// and the next one seen instead.
+	armedAt      []uint64
+	armLatencies [reuse.Bins]uint64
 	// gov keeps each watched process's traps within its budget (nil: no
 	// limit).
 	gov *governor.Governor
@@ -219,7 +225,9 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		armable := d.watched[a.PID] != nil && (d.gov == nil || d.gov.Allow(a.PID))
 		if d.trackers != nil && armable {
 			found = d.det.Add(a)
-			d.tracker(a.PID).Sample(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), ReuseClock(a.Time))
+			if d.tracker(a.PID).Sample(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), ReuseClock(a.Time)) {
+				d.armedAt = append(d.armedAt, a.Time)
+			}
 			if d.hasCg[i] {
 				d.reuseCgroup[a.PID] = d.cgroups[i]
 			}
@@ -244,6 +252,8 @@ func (d *Decoder) flush(b samplestat.Batch) {
 	if d.engine != nil {
 		d.mu.Lock()
 		d.engine.Flush() // the pass's arms, in effect now
+		d.armLatency(d.armedAt)
+		d.armedAt = d.armedAt[:0]
 		d.mu.Unlock()
 	}
 	d.pending, d.cgroups, d.hasCg, d.evs, d.tabled = d.pending[:0], d.cgroups[:0], d.hasCg[:0], d.evs[:0], d.tabled[:0]

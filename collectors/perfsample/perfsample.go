@@ -345,6 +345,10 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach
 		// exec's COMM records tell the decoder a process's code changed, and
 		// MMAP2 records of executable mappings that a range was remapped.
 		a.Bits |= unix.PerfBitComm | unix.PerfBitCommExec | unix.PerfBitMmap | unix.PerfBitMmap2
+		// Times on CLOCK_MONOTONIC, as the watchpoints' traps: the reader
+		// compares them with its own clock (the arm latency).
+		a.Bits |= unix.PerfBitUseClockID
+		a.Clockid = unix.CLOCK_MONOTONIC
 	}
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
 	if c.Decode && wakeEach {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
@@ -433,5 +434,53 @@ func TestResetCPUAfterQuickHotplug(t *testing.T) {
 	time.Sleep(30 * time.Millisecond)
 	if c := count(); c-c0 < uint64(20*time.Millisecond) {
 		t.Errorf("after ResetCPU, CPU %d's event counted %v in 30ms", cpu, time.Duration(c-c0))
+	}
+}
+
+// The address sampler's samples are timed on CLOCK_MONOTONIC (the reader
+// compares them with its own clock, and the watchpoints' traps are timed
+// on it too): a thread's samples lie between two readings of that clock
+// taken before and after it spun.
+func TestDecodedSamplesOnMonotonicClock(t *testing.T) {
+	s, _ := open(t, []sampling.Config{sampling.Decoded(1000000, false, memop.RegsMask(runtime.GOARCH))}, 256, sampling.Governor{})
+	mono := func() uint64 {
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+			t.Fatal(err)
+		}
+		return uint64(ts.Nano())
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := uint32(unix.Gettid())
+	m0 := mono()
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		for i := 0; i < 100000; i++ {
+			sink += i
+		}
+	}
+	m1 := mono()
+	disable(s)
+	var mine int
+	var smp perfrecord.Sample
+	for _, ring := range s.rings() {
+		ring.Read(func(rec []byte) bool {
+			if h, _ := perfrecord.ParseHeader(rec); h.Type != perfrecord.TypeSample {
+				return true
+			}
+			if err := perfrecord.DecodeSample(rec, s.events.Attrs[0].Layout(), &smp); err != nil {
+				t.Fatal(err)
+			}
+			if smp.TID == tid {
+				mine++
+				if smp.Time < m0 || smp.Time > m1 {
+					t.Errorf("sample at %d ns, the thread spun from %d to %d ns on CLOCK_MONOTONIC", smp.Time, m0, m1)
+				}
+			}
+			return true
+		})
+	}
+	if mine == 0 {
+		t.Errorf("no sample of the spinning thread %d", tid)
 	}
 }

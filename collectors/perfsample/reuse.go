@@ -1,6 +1,10 @@
 package perfsample
 
 import (
+	"math/bits"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
 )
@@ -21,7 +25,8 @@ func (r reuseBackend) Arm(tid uint32, slot int, addr uint64, size uint8, trap re
 
 func (r reuseBackend) Disarm(tid uint32, slot int) { r.d.engine.Disarm(tid, slot) }
 
-// ReuseClock is the live distance clock: the perf clock in units of 2⁻³⁰
+// ReuseClock is the live distance clock: CLOCK_MONOTONIC (the samples'
+// and the traps' times) in units of 2⁻³⁰
 // s (0.93 ns), so that the tracker's log2 bins are powers of two of
 // seconds: bin k is [2^(k−30), 2^(k−29)) s, the native histogram's bucket
 // k−29 at schema 0.
@@ -32,7 +37,7 @@ func ReuseClock(ns uint64) uint64 {
 // WatchReuse makes the watchpoints serve ReuseTracker instead of
 // ComDetective: each watched process gets a tracker (private mode; its
 // slots shared by its threads), sampled accesses arm them, traps are
-// reuses or invalidations. The distance clock is the perf clock
+// reuses or invalidations. The distance clock is CLOCK_MONOTONIC
 // (ReuseClock): the time between the sampled use and the trapping reuse,
 // the thread's CPU time where it ran throughout.
 //
@@ -92,4 +97,30 @@ func (d *Decoder) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker))
 	for cg, t := range d.reuseGone {
 		f(0, cg, t)
 	}
+}
+
+// armLatency bins how long after their samples (times, CLOCK_MONOTONIC
+// ns) the arms just flushed took effect.
+func (d *Decoder) armLatency(times []uint64) {
+	if len(times) == 0 {
+		return
+	}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return
+	}
+	now := uint64(ts.Nano())
+	for _, t := range times {
+		if now > t {
+			d.armLatencies[bits.Len64(ReuseClock(now-t))-1]++
+		}
+	}
+}
+
+// ArmLatency is how long after their samples the reuse slots' arms took
+// effect, by log2 bin of ReuseClock units (bin k: [2^(k−30), 2^(k−29)) s).
+func (d *Decoder) ArmLatency() [reuse.Bins]uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.armLatencies
 }

@@ -82,7 +82,10 @@ func breakpoint(addr uint64, size uint8, writesOnly bool) unix.PerfEventAttr {
 	return unix.PerfEventAttr{Type: unix.PERF_TYPE_BREAKPOINT, Size: perf.AttrSize(), Bp_type: typ, Ext1: addr, Ext2: uint64(size),
 		Sample: 1, Sample_type: sampleType, Read_format: readFormat, Sample_regs_user: memop.RegsMask(runtime.GOARCH),
 		Wakeup: 1, // wake the reader at each trap
-		Bits:   unix.PerfBitDisabled | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | bitSampleIDAll}
+		// Times on CLOCK_MONOTONIC, as the address sampler's: a trap's time
+		// less its sample's is the reuse distance.
+		Clockid: unix.CLOCK_MONOTONIC,
+		Bits:    unix.PerfBitDisabled | unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | bitSampleIDAll | unix.PerfBitUseClockID}
 }
 
 const bitSampleIDAll = 1 << 18
@@ -92,7 +95,7 @@ type Trap struct {
 	PID, TID, CPU uint32
 	Slot          int
 	IP            uint64 // the instruction after the trapping access (x86), or at it (arm64)
-	Time          uint64 // perf clock, ns
+	Time          uint64 // CLOCK_MONOTONIC, ns
 	// Watched is the address the watchpoint was armed on when it trapped
 	// (PERF_SAMPLE_ADDR of a breakpoint): a trap read after its slot was
 	// re-armed elsewhere names the old address.
@@ -155,8 +158,9 @@ func (e *Engine) Add(tid uint32) (err error) {
 	}()
 	// The leader counts the thread's CPU time; its own reads are one value
 	// (the members' samples read the whole group).
+	// A group's events share one clock: the leader's is the traps'.
 	clock := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK, Size: perf.AttrSize(),
-		Bits: unix.PerfBitExcludeHv}
+		Bits: unix.PerfBitExcludeHv | unix.PerfBitUseClockID, Clockid: unix.CLOCK_MONOTONIC}
 	if t.leader, err = perf.OpenFD(&clock, int(tid), -1, -1, 0); err != nil {
 		return fmt.Errorf("thread %d: task-clock: %w", tid, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
@@ -93,6 +94,7 @@ func TestEngineTrapsExactly(t *testing.T) {
 		addr uint64
 		kind memop.Kind
 	}
+	var trapTimes []uint64
 	traps := func() (map[int]int, map[access]int, []uint64) {
 		slots, accs := map[int]int{}, map[access]int{}
 		var clocks []uint64
@@ -107,6 +109,7 @@ func TestEngineTrapsExactly(t *testing.T) {
 			slots[tr.Slot]++
 			accs[access{acc.Addr, acc.Kind}]++
 			clocks = append(clocks, tr.Clock)
+			trapTimes = append(trapTimes, tr.Time)
 		})
 		if lost > 0 {
 			t.Errorf("%d traps lost", lost)
@@ -118,7 +121,9 @@ func TestEngineTrapsExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Flush()
+	m0 := monotonic(t)
 	w.run(func() { store(a, 300); load(a, 700); store(b, 300) })
+	m1 := monotonic(t)
 	after, _ := e.Clock(w.tid)
 	// atomic.StoreUint64 is an xchg on x86-64: a read-modify-write.
 	st := memop.RMW
@@ -126,6 +131,13 @@ func TestEngineTrapsExactly(t *testing.T) {
 		st = memop.Store
 	}
 	s, accs, clocks := traps()
+	// The traps' times are CLOCK_MONOTONIC's, as the samples' are.
+	for _, tm := range trapTimes {
+		if tm < m0 || tm > m1 {
+			t.Errorf("trap at %d ns, the stores ran from %d to %d ns on CLOCK_MONOTONIC", tm, m0, m1)
+			break
+		}
+	}
 	if s[0] != 300 || len(s) != 1 || accs[access{addr(a), st}] != 300 {
 		t.Errorf("store watchpoint on a: slots %v, accesses %v; want the 300 stores to a", s, accs)
 	}
@@ -307,4 +319,14 @@ func TestTrapCost(t *testing.T) {
 		t.Errorf("a trap costs %v", c)
 	}
 	t.Logf("a trap costs %v", c)
+}
+
+// monotonic is CLOCK_MONOTONIC now, ns.
+func monotonic(t *testing.T) uint64 {
+	t.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(ts.Nano())
 }

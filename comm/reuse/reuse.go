@@ -115,8 +115,9 @@ func New(b Backend, o Options) *Tracker {
 }
 
 // Sample handles a sampled access of tid at clock (its own access count in
-// Private mode, its domain's in Shared): Alg. 2's PMUSampleHandler.
-func (t *Tracker) Sample(tid uint32, addr uint64, size uint8, clock uint64) {
+// Private mode, its domain's in Shared): Alg. 2's PMUSampleHandler. It
+// reports whether a slot took the sample (its watchpoints were armed).
+func (t *Tracker) Sample(tid uint32, addr uint64, size uint8, clock uint64) bool {
 	t.Samples++
 	// The chance this sample takes a slot: certain with one free, else
 	// that some active slot accepts it. Its outcome's weight divides by it.
@@ -152,13 +153,14 @@ func (t *Tracker) Sample(tid uint32, addr uint64, size uint8, clock uint64) {
 	}
 	if pick < 0 {
 		t.Dropped++
-		return
+		return false
 	}
 	s := &t.slots[pick]
 	*s = slot{active: true, owner: tid, domain: t.o.Domain(tid), addr: addr, size: size, p0: clock, samples: 2, survive: accept}
 	for _, other := range t.b.Threads() {
 		t.arm(other, pick)
 	}
+	return true
 }
 
 // arm sets slot i's watchpoint in thread tid: read/write in the owner
