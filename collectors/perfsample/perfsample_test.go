@@ -107,6 +107,7 @@ func disable(s *Sampler) {
 // ring (page-faults and minor-faults sharing it): each event's samples
 // equal the kernel's count of it over all CPUs.
 func TestSystemWideFaults(t *testing.T) {
+	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
 	s, stats := open(t, []sampling.Config{
 		software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1),
 		software("minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN, 1),
@@ -141,6 +142,7 @@ func TestSystemWideFaults(t *testing.T) {
 // test's own process is counted (perf's cgroup mode on a cgroup it moves
 // into), so other processes' faults cannot race the last flush.
 func TestLostCounted(t *testing.T) {
+	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
 	_, dirs := testenv.Cgroups(t, "lost")
 	dir, err := os.Open(dirs[0])
 	if err != nil {
@@ -199,6 +201,7 @@ func ownCgroup(t *testing.T) string {
 // with PERF_EVENT_IOC_PERIOD, and the kernel's samples then carry the new
 // one.
 func TestGovernorRaisesPeriod(t *testing.T) {
+	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
 	const base = 1
 	g := sampling.Governor{MaxRate: 2000, Headroom: 0.5, Max: 1 << 32}
 	s, _ := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, base)}, 64, g)
@@ -249,6 +252,7 @@ func TestGovernorRaisesPeriod(t *testing.T) {
 // RUSAGE_THREAD time, ±15%), with an IP in this test binary (or the vDSO
 // it reads the clock through).
 func TestCPUClock(t *testing.T) {
+	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
 	const period = 1000000 // ns
 	s, _ := open(t, []sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, period)}, 256, sampling.Governor{})
 	exe, err := os.Executable()
@@ -324,6 +328,7 @@ var sink int
 // (read one last time), and when it comes back its events open again at
 // the period now in force, and sample there.
 func TestSyncFollowsOnlineList(t *testing.T) {
+	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
 	online := testenv.OnlineCPUs(t)
 	testenv.Require(t, len(online) >= 2, "needs two CPUs")
 	last := online[len(online)-1]
@@ -442,6 +447,7 @@ func TestResetCPUAfterQuickHotplug(t *testing.T) {
 // on it too): a thread's samples lie between two readings of that clock
 // taken before and after it spun.
 func TestDecodedSamplesOnMonotonicClock(t *testing.T) {
+	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
 	s, _ := open(t, []sampling.Config{sampling.Decoded(1000000, false, memop.RegsMask(runtime.GOARCH))}, 256, sampling.Governor{})
 	mono := func() uint64 {
 		var ts unix.Timespec
