@@ -252,7 +252,8 @@ func TestGovernorRaisesPeriod(t *testing.T) {
 // RUSAGE_THREAD time, ±15%), with an IP in this test binary (or the vDSO
 // it reads the clock through).
 func TestCPUClock(t *testing.T) {
-	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
+	// Every CPU open throughout: no hotplug test meanwhile.
+	testenv.LockMachine(t, false)
 	const period = 1000000 // ns
 	s, _ := open(t, []sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, period)}, 256, sampling.Governor{})
 	exe, err := os.Executable()
