@@ -46,7 +46,7 @@ type Decoder struct {
 	cgroups []uint64 // beside pending: the sample's cgroup (has: cgroupSet)
 	hasCg   []bool
 	evs     []int
-	tabled  []bool // a precise sample the table already took (Batch.SampleWidth)
+	tabled  []bool // a precise sample the table already took (Batch.Precise)
 
 	order []int            // flush's time order, kept between passes
 	kinds []cacheline.Kind // what the detector found, by order
