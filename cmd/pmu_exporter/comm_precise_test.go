@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,15 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
-
-//go:noinline
-func preciseStore8(p *uint64, v uint64) { *p = v }
-
-//go:noinline
-func preciseLoad4(p *uint32) uint32 { return *p }
 
 // textMapping is the executable mapping of this test binary: its start,
 // end, file offset and path, from /proc/self/maps.
@@ -57,15 +51,22 @@ func textMapping(t *testing.T) (start, end, off uint64, path string) {
 
 // A perf c2c recording (PEBS mem-loads and mem-stores at precise_ip 3)
 // whose samples lie in code `comm` can read: this test binary's own store
-// and load functions, named by the recording's MMAP2 record. Thread 2's
-// 8-byte store at a line's start and thread 3's 4-byte load of bytes 4..7
-// are true sharing only by the widths decoded from those instructions
-// (the records carry none); a 4-byte load at byte 8 of another line after
+// and load functions (internal/groundtruth/accesses), named by the
+// recording's MMAP2 record. Thread 2's 8-byte store at a line's start and
+// thread 3's 4-byte load of bytes 4..7 are true sharing only by the
+// widths decoded from those instructions (the records carry none); a 4-byte load at byte 8 of another line after
 // an 8-byte store at its start is false sharing.
 func TestCommPreciseRecordingWidths(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the recording names x86-64 code")
 	start, end, off, exe := textMapping(t)
-	st, ld := uint64(reflect.ValueOf(preciseStore8).Pointer()), uint64(reflect.ValueOf(preciseLoad4).Pointer())
+	st, err := accesses.Entry(accesses.Store8, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := accesses.Entry(accesses.Load4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if st < start || ld < start || st >= end || ld >= end {
 		t.Fatalf("functions at %#x, %#x outside the text mapping [%#x, %#x)", st, ld, start, end)
 	}

@@ -3,49 +3,20 @@ package perfsample
 import (
 	"encoding/binary"
 	"os"
-	"reflect"
 	"runtime"
 	"sync/atomic"
 	"testing"
 
-	"golang.org/x/arch/x86/x86asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
-
-//go:noinline
-func store8(p *uint64, v uint64) { *p = v }
-
-//go:noinline
-func load4(p *uint32) uint32 { return *p }
-
-// entry is f's first instruction's address, checked (by x86asm directly)
-// to access memory with width bytes: what a precise sample of f's access
-// carries as its IP.
-func entry(t *testing.T, f any, width int) uint64 {
-	t.Helper()
-	pc := reflect.ValueOf(f).Pointer()
-	code := make([]byte, 16)
-	mem, err := os.Open("/proc/self/mem")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
-	if _, err := mem.ReadAt(code, int64(pc)); err != nil {
-		t.Fatal(err)
-	}
-	in, err := x86asm.Decode(code, 64)
-	if err != nil || in.Op != x86asm.MOV || in.MemBytes != width {
-		t.Fatalf("%v's first instruction is %v (%v), not a %d-byte mov: the compiler changed it", runtime.FuncForPC(pc).Name(), in, err, width)
-	}
-	return uint64(pc)
-}
 
 // precise is a PEBS-shaped record of sampling.SampleType|Cgroup: id, ip,
 // pid, tid, time, addr, cpu, res, period, data_src, cgroup.
@@ -70,7 +41,14 @@ func precise(id, ip uint64, pid, tid uint32, time, addr uint64, cpu uint32, src 
 // store at its start does not (false sharing).
 func TestPreciseSamplesFeedTheDetector(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the test's functions are checked as x86-64 code")
-	st, ld := entry(t, store8, 8), entry(t, load4, 4)
+	st, err := accesses.Entry(accesses.Store8, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := accesses.Entry(accesses.Load4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
 	det := comdetect.New(comdetect.Options{Window: comdetect.PreciseWindow})
 	d, err := NewDecoder("/proc", det)
 	if err != nil {
