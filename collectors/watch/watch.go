@@ -1,9 +1,11 @@
 // Package watch arms hardware watchpoints in other processes' threads with
 // perf breakpoint events, as a DaemonSet must (from outside, no
-// LD_PRELOAD): per target thread a task-clock leader, counting, and one
-// breakpoint event per debug register, sampling every trap with the
-// group's values (PERF_SAMPLE_READ: the thread's CPU time at the trap, the
-// distance clock) into one ring per thread. Arming re-targets an open
+// LD_PRELOAD): per target thread a task-clock leader and one breakpoint
+// event per debug register, sampling every trap with the group's values
+// (PERF_SAMPLE_READ: the thread's CPU time at the trap, the distance
+// clock) into one ring per thread. With SampleEvery the leader samples the
+// thread too, every period of its CPU time, into the same ring: samples
+// and traps on one clock, the thread's own. Arming re-targets an open
 // event with PERF_EVENT_IOC_MODIFY_ATTRIBUTES instead of reopening it. All
 // perf_event_open and ioctl calls go through collectors/perf.
 package watch
@@ -111,6 +113,7 @@ type Engine struct {
 	poller  *perfring.Poller
 	slots   int
 	pages   int
+	period  uint64 // the leaders' sample period, ns of the thread's CPU time (0: counting)
 	threads map[uint32]*thread
 	events  *perfrecord.Events
 	ids     map[uint64]trapID
@@ -120,8 +123,10 @@ type Engine struct {
 
 type trapID struct {
 	tid  uint32
-	slot int
+	slot int // the leader: leaderSlot
 }
+
+const leaderSlot = -1
 
 type thread struct {
 	dirty  bool  // watchpoints changed since the last Flush
@@ -156,11 +161,7 @@ func (e *Engine) Add(tid uint32) (err error) {
 			t.close()
 		}
 	}()
-	// The leader counts the thread's CPU time; its own reads are one value
-	// (the members' samples read the whole group).
-	// A group's events share one clock: the leader's is the traps'.
-	clock := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK, Size: perf.AttrSize(),
-		Bits: unix.PerfBitExcludeHv | unix.PerfBitUseClockID, Clockid: unix.CLOCK_MONOTONIC}
+	clock := e.leader()
 	if t.leader, err = perf.OpenFD(&clock, int(tid), -1, -1, 0); err != nil {
 		return fmt.Errorf("thread %d: task-clock: %w", tid, err)
 	}
@@ -186,14 +187,69 @@ func (e *Engine) Add(tid uint32) (err error) {
 			return err
 		}
 	}
+	leaderID, err := perf.ID(t.leader)
+	if err != nil {
+		return err
+	}
+	if e.period > 0 { // its samples go to the thread's ring
+		if err := perf.SetOutput(t.leader, t.bps[0]); err != nil {
+			return fmt.Errorf("thread %d: task-clock: %w", tid, err)
+		}
+	}
 	e.threads[tid] = t
 	for slot, id := range ids {
 		e.ids[id] = trapID{tid, slot}
 	}
+	e.ids[leaderID] = trapID{tid, leaderSlot}
 	return e.index()
 }
 
-// index rebuilds the record decoder over every open breakpoint.
+// leader is the attr of a thread's task-clock leader: counting the
+// thread's CPU time (the members' traps read it), and, with SampleEvery,
+// sampling the thread in user mode every period of it, as a trap is
+// sampled (same layout) but waking no reader: the samples are read with
+// the traps that follow them, in the thread's order. A group's events
+// share one clock: the leader's is the traps'.
+func (e *Engine) leader() unix.PerfEventAttr {
+	a := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK, Size: perf.AttrSize(),
+		Read_format: readFormat, Bits: unix.PerfBitExcludeHv | unix.PerfBitUseClockID, Clockid: unix.CLOCK_MONOTONIC}
+	if e.period > 0 {
+		// Kernel-mode ticks are not sampled (no user registers to decode
+		// there); the count is the thread's whole CPU time all the same.
+		a.Sample, a.Sample_type, a.Sample_regs_user = e.period, sampleType, memop.RegsMask(runtime.GOARCH)
+		a.Bits |= unix.PerfBitExcludeKernel | bitSampleIDAll
+		a.Wakeup = 1 // an arm follows its sample by the reader's reaction
+	}
+	return a
+}
+
+// SampleEvery makes the leaders sample their threads every period ns of
+// the thread's CPU time (Read's Sampled): a reuse distance from such a
+// sample to a trap of the same thread is the thread's CPU time between
+// them, exactly. Before Add, or to change the period of leaders that
+// sample.
+func (e *Engine) SampleEvery(period uint64) error {
+	if period == 0 {
+		return errors.New("a sample period of 0")
+	}
+	if e.period == 0 && len(e.threads) > 0 {
+		return errors.New("the leaders are already open, counting: sample before adding threads")
+	}
+	e.period = period
+	var errs []error
+	for tid, t := range e.threads {
+		if err := perf.SetPeriod(t.leader, period); err != nil {
+			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SamplePeriod is the leaders' sample period (0: they count only).
+func (e *Engine) SamplePeriod() uint64 { return e.period }
+
+// index rebuilds the record decoder over every open event (a leader's
+// samples have the traps' layout).
 func (e *Engine) index() error {
 	a := breakpoint(placeholder, 8, true)
 	attr := perfrecord.Attr{Type: a.Type, SampleType: a.Sample_type, ReadFormat: a.Read_format, SampleIDAll: true, Period: 1, RegsUser: a.Sample_regs_user}
@@ -330,10 +386,22 @@ func (e *Engine) Disarm(tid uint32, slot int) error {
 	return perf.Disable(t.bps[slot])
 }
 
+// Sampled is a leader's sample of its thread (SampleEvery).
+type Sampled struct {
+	// Sample has the thread, CPU, time (CLOCK_MONOTONIC), IP and user
+	// registers; valid during the callback only.
+	Sample *perfrecord.Sample
+	Clock  uint64 // the thread's CPU time at the sample, ns (its task-clock)
+}
+
 // Read drains every thread's ring, handing each trap to fn; it returns the
-// records it could not read and the traps the kernel dropped for a full
+// records it could not read and the records the kernel dropped for a full
 // ring (PERF_RECORD_LOST).
-func (e *Engine) Read(fn func(Trap)) (bad int, lost uint64) {
+func (e *Engine) Read(fn func(Trap)) (bad int, lost uint64) { return e.ReadSampled(fn, nil) }
+
+// ReadSampled is Read, handing the leaders' samples to sampled (nil: they
+// are skipped); each thread's records come in its order.
+func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, lost uint64) {
 	var s perfrecord.Sample
 	for _, t := range e.threads {
 		t.ring.Read(func(rec []byte) bool {
@@ -356,6 +424,12 @@ func (e *Engine) Read(fn func(Trap)) (bad int, lost uint64) {
 				bad++
 				return true
 			}
+			if ti.slot == leaderSlot {
+				if sampled != nil && len(s.Read) > 0 {
+					sampled(Sampled{Sample: &s, Clock: s.Read[0].Value})
+				}
+				return true
+			}
 			tr := Trap{PID: s.PID, TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time, Watched: s.Addr}
 			if len(s.Read) > 0 {
 				tr.Clock = s.Read[0].Value // the leader: task-clock
@@ -376,11 +450,17 @@ func (e *Engine) Clock(tid uint32) (uint64, error) {
 	if t == nil {
 		return 0, fmt.Errorf("thread %d is not watched", tid)
 	}
-	var b [8]byte
-	if _, err := unix.Read(t.leader, b[:]); err != nil {
+	// PERF_FORMAT_GROUP|ID: nr, then (value, id) per event, the leader's
+	// first.
+	b := make([]byte, 8+16*(1+len(t.bps)))
+	n, err := unix.Read(t.leader, b)
+	if err != nil {
 		return 0, fmt.Errorf("thread %d: reading its task-clock: %w", tid, err)
 	}
-	return binary.LittleEndian.Uint64(b[:]), nil
+	if n < 16 {
+		return 0, fmt.Errorf("thread %d: reading its task-clock: %d bytes", tid, n)
+	}
+	return binary.LittleEndian.Uint64(b[8:]), nil
 }
 
 // TrapCost measures what one trap costs the trapping thread, as the

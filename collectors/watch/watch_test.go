@@ -330,3 +330,102 @@ func monotonic(t *testing.T) uint64 {
 	}
 	return uint64(ts.Nano())
 }
+
+// spinCPU runs the calling thread in user mode until it has used d more
+// CPU time, looking at its clock every ~100 µs.
+func spinCPU(t *testing.T, d time.Duration) {
+	var v uint64
+	start := threadCPU(t)
+	for threadCPU(t)-start < d {
+		load(&v, 100_000)
+	}
+}
+
+// threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+func threadCPU(t *testing.T) time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		t.Error(err)
+	}
+	return time.Duration(ts.Nano())
+}
+
+// With SampleEvery the leader samples its thread every period of the
+// thread's CPU time: a thread that runs 30 ms, sleeps 60 ms and runs 30 ms
+// more is sampled about once a millisecond of its running, each sample
+// carrying its task-clock, which advances by a period or a few from one
+// sample to the next however long the thread slept between them; its
+// CLOCK_MONOTONIC time shows the sleep. The samples carry the user
+// registers (the sampled access is decoded from them) and read a changed
+// period.
+func TestLeaderSamplesOnThreadCPUTime(t *testing.T) {
+	testenv.RequireRoot(t)
+	const period = uint64(time.Millisecond)
+	w := startWorker(t)
+	e, err := New(1, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.SampleEvery(period); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Add(w.tid); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.Clock(w.tid)
+	w.run(func() {
+		spinCPU(t, 30*time.Millisecond)
+		time.Sleep(60 * time.Millisecond)
+		spinCPU(t, 30*time.Millisecond)
+	})
+	after, _ := e.Clock(w.tid)
+	type sample struct{ clock, time uint64 }
+	var got []sample
+	_, lost := e.ReadSampled(func(Trap) { t.Error("a trap, with nothing armed") }, func(s Sampled) {
+		if s.Sample.TID != w.tid || s.Sample.RegsABI == 0 || s.Sample.IP >= 0xffff800000000000 {
+			t.Errorf("sample of thread %d at %#x (registers: ABI %d), sampling thread %d in user mode", s.Sample.TID, s.Sample.IP, s.Sample.RegsABI, w.tid)
+		}
+		got = append(got, sample{s.Clock, s.Sample.Time})
+	})
+	if lost > 0 {
+		t.Errorf("%d records lost", lost)
+	}
+	ran := after - before
+	t.Logf("%d samples over %.1f ms of the thread's CPU time", len(got), float64(ran)/1e6)
+	if n := float64(len(got)); n < 0.7*float64(ran/period) || n > 1.3*float64(ran/period)+1 {
+		t.Fatalf("%d samples for %d ms of CPU time, sampling every %d ms", len(got), ran/period, period/uint64(time.Millisecond))
+	}
+	slept := false
+	for i, s := range got {
+		if s.clock < before || s.clock > after {
+			t.Errorf("sample %d at CPU time %d, outside %d..%d", i, s.clock, before, after)
+		}
+		if i == 0 {
+			continue
+		}
+		dc, dt := s.clock-got[i-1].clock, s.time-got[i-1].time
+		// A tick that finds the thread in the kernel (a syscall, being
+		// switched) is not sampled: a few periods between two samples,
+		// never the sleep's sixty.
+		if s.clock <= got[i-1].clock || dc > 5*period {
+			t.Errorf("samples %d and %d are %d ns of CPU time apart, sampling every %d", i-1, i, int64(dc), period)
+		}
+		slept = slept || dt >= uint64(50*time.Millisecond)
+	}
+	if !slept {
+		t.Errorf("no two samples 50 ms apart on CLOCK_MONOTONIC across the thread's 60 ms sleep")
+	}
+	// A new period holds from the next sample on.
+	if err := e.SampleEvery(4 * period); err != nil {
+		t.Fatal(err)
+	}
+	before, _ = e.Clock(w.tid)
+	w.run(func() { spinCPU(t, 40*time.Millisecond) })
+	after, _ = e.Clock(w.tid)
+	n := 0
+	e.ReadSampled(func(Trap) {}, func(Sampled) { n++ })
+	if want := float64(after-before) / float64(4*period); float64(n) < 0.7*want || float64(n) > 1.3*want+1 {
+		t.Errorf("%d samples in %.1f ms of CPU time at a period of 4 ms", n, float64(after-before)/1e6)
+	}
+}
