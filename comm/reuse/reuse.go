@@ -56,6 +56,10 @@ type Options struct {
 	// Domain is a thread's cache domain (Shared mode).
 	Domain func(tid uint32) int
 	Seed   uint64
+	// Unit names the distance clock, for those who export the distances
+	// (the trace harness: "accesses"; live: time, the thread's CPU time or
+	// CLOCK_MONOTONIC's).
+	Unit string
 }
 
 // Bins are the log2 bins of the time distance: bin k counts distances d
@@ -94,7 +98,8 @@ type slot struct {
 	domain  int
 	addr    uint64
 	size    uint8
-	p0      uint64
+	p0      uint64  // the distance clock at the sample
+	at      uint64  // the sample's time, on a clock all threads share (TrappedOn)
 	samples float64 // samples that visited it since it was armed (1 when free)
 	survive float64 // the chance it survived every visit so far
 }
@@ -118,6 +123,14 @@ func New(b Backend, o Options) *Tracker {
 // Private mode, its domain's in Shared): Alg. 2's PMUSampleHandler. It
 // reports whether a slot took the sample (its watchpoints were armed).
 func (t *Tracker) Sample(tid uint32, addr uint64, size uint8, clock uint64) bool {
+	return t.SampleAt(tid, addr, size, clock, clock)
+}
+
+// SampleAt is Sample where the distance clock is the thread's own (its CPU
+// time), which orders nothing between threads: at is the sample's time on
+// a clock every thread shares, against which TrappedOn tells a trap of an
+// earlier arm.
+func (t *Tracker) SampleAt(tid uint32, addr uint64, size uint8, clock, at uint64) bool {
 	t.Samples++
 	// The chance this sample takes a slot: certain with one free, else
 	// that some active slot accepts it. Its outcome's weight divides by it.
@@ -156,7 +169,7 @@ func (t *Tracker) Sample(tid uint32, addr uint64, size uint8, clock uint64) bool
 		return false
 	}
 	s := &t.slots[pick]
-	*s = slot{active: true, owner: tid, domain: t.o.Domain(tid), addr: addr, size: size, p0: clock, samples: 2, survive: accept}
+	*s = slot{active: true, owner: tid, domain: t.o.Domain(tid), addr: addr, size: size, p0: clock, at: at, samples: 2, survive: accept}
 	for _, other := range t.b.Threads() {
 		t.arm(other, pick)
 	}
@@ -190,14 +203,15 @@ func (t *Tracker) Join(tid uint32) {
 }
 
 // TrappedOn is Trapped for a trap that names the address its watchpoint
-// was armed on (live traps, read some time after they happened): a trap of
-// an earlier arm of the slot is stale and ignored: one on another address,
-// one that happened before the slot's sample, or, in Shared mode, one in
-// the sampling thread itself, which the slot never arms.
-func (t *Tracker) TrappedOn(tid uint32, i int, clock, watched uint64) {
+// was armed on (live traps, read some time after they happened), at time
+// at on the clock of SampleAt's at: a trap of an earlier arm of the slot
+// is stale and ignored: one on another address, one that happened before
+// the slot's sample, or, in Shared mode, one in the sampling thread
+// itself, which the slot never arms.
+func (t *Tracker) TrappedOn(tid uint32, i int, clock, at, watched uint64) {
 	if i >= 0 && i < len(t.slots) && t.slots[i].active {
 		s := &t.slots[i]
-		if s.addr != watched || clock < s.p0 || (t.o.Mode == Shared && tid == s.owner) {
+		if s.addr != watched || at < s.at || (t.o.Mode == Shared && tid == s.owner) {
 			t.Stale++
 			return
 		}
@@ -264,6 +278,9 @@ func (t *Tracker) Raw() []uint64 {
 
 // Mode is the tracker's: private or shared reuse.
 func (t *Tracker) Mode() Mode { return t.o.Mode }
+
+// Unit names the tracker's distance clock (Options.Unit).
+func (t *Tracker) Unit() string { return t.o.Unit }
 
 // Slots is how many slots hold a watched address now.
 func (t *Tracker) Slots() int {

@@ -180,24 +180,47 @@ func BenchmarkReplay(b *testing.B) {
 func TestStaleTrap(t *testing.T) {
 	tr := New(nopRegs{}, Options{Slots: 1})
 	tr.Sample(1, 0x1000, 8, 10)
-	tr.TrappedOn(2, 0, 20, 0x2000) // the slot's previous address
+	tr.TrappedOn(2, 0, 20, 20, 0x2000) // the slot's previous address
 	if tr.Stale != 1 || tr.Reuses != 0 || tr.Invalidations != 0 || tr.Slots() != 1 {
 		t.Fatalf("stale trap: %+v", tr)
 	}
-	tr.TrappedOn(1, 0, 5, 0x1000) // before the sample: an earlier arm's
+	tr.TrappedOn(1, 0, 5, 5, 0x1000) // before the sample: an earlier arm's
 	if tr.Stale != 2 || tr.Slots() != 1 {
 		t.Fatalf("a trap from before the sample: %+v", tr)
 	}
-	tr.TrappedOn(1, 0, 30, 0x1000)
+	tr.TrappedOn(1, 0, 30, 30, 0x1000)
 	if tr.Reuses != 1 || tr.Distance[bits.Len64(20)-1] != 1 {
 		t.Errorf("the slot's own trap: reuses %d", tr.Reuses)
 	}
 	// Shared mode never arms the sampling thread: its trap is stale.
 	sh := New(nopRegs{}, Options{Slots: 1, Mode: Shared})
 	sh.Sample(1, 0x1000, 8, 10)
-	sh.TrappedOn(1, 0, 20, 0x1000)
+	sh.TrappedOn(1, 0, 20, 20, 0x1000)
 	if sh.Stale != 1 || sh.Invalidations != 0 || sh.Reuses != 0 {
 		t.Errorf("the owner's trap in shared mode: %+v", sh)
+	}
+}
+
+// On each thread's own clock (its CPU time), clocks of two threads do not
+// compare: whether a trap came after its slot's sample is told by the
+// shared time. Thread 2 has run less than thread 1, yet its store after
+// thread 1's sample invalidates it; thread 1's reuse is measured on its
+// own clock; a trap from before the sample is stale whatever its clock.
+func TestThreadClocks(t *testing.T) {
+	tr := New(nopRegs{}, Options{Slots: 1})
+	tr.SampleAt(1, 0x1000, 8, 5000, 100) // thread 1 has run 5000 ns
+	tr.TrappedOn(2, 0, 40, 90, 0x1000)   // thread 2's store, before the sample
+	if tr.Stale != 1 || tr.Slots() != 1 {
+		t.Fatalf("a trap from before the sample: %+v", tr)
+	}
+	tr.TrappedOn(2, 0, 50, 120, 0x1000) // after it, thread 2 having run 50 ns
+	if tr.Invalidations != 1 || tr.Stale != 1 {
+		t.Fatalf("another thread's store after the sample: %+v", tr)
+	}
+	tr.SampleAt(1, 0x1000, 8, 6000, 200)
+	tr.TrappedOn(1, 0, 6300, 900, 0x1000) // 300 ns of its CPU time later, 700 ns of time
+	if tr.Reuses != 1 || tr.Distance[bits.Len64(300)-1] != 1 {
+		t.Errorf("reuse on the thread's clock: %+v", tr.Raw())
 	}
 }
 
