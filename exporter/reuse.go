@@ -35,9 +35,9 @@ type ReuseCollector struct {
 
 // NewReuse exports src; ids and names label the cgroups (ids nil: by id).
 func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
-	l := append(append([]string(nil), identityLabels[:]...), "mode")
+	l := append(append([]string(nil), identityLabels[:]...), "mode", "unit")
 	return &ReuseCollector{src: src, cgroups: ids, names: names, started: time.Now(),
-		distance:      prometheus.NewDesc("pmu_reuse_time_distance_seconds", "Time from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker), estimated for all sampled accesses; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l, nil),
+		distance:      prometheus.NewDesc("pmu_reuse_time_distance_seconds", "Time from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker), estimated for all sampled accesses; unit thread_cpu_seconds: the thread's CPU time between them, wall_seconds: CLOCK_MONOTONIC's; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l, nil),
 		invalidations: prometheus.NewDesc("pmu_reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused.", l, nil),
 		samples:       prometheus.NewDesc("pmu_reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l, nil),
 		stale:         prometheus.NewDesc("pmu_reuse_stale_traps_total", "Traps read after their slot was armed again (another address, a time before the slot's sample, or the sampling thread's own in shared mode): no outcome.", l, nil),
@@ -59,6 +59,7 @@ func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
 type reuseKey struct {
 	cgroup uint64
 	mode   reuse.Mode
+	unit   string
 }
 
 type reuseTotals struct {
@@ -71,7 +72,7 @@ type reuseTotals struct {
 func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 	per := map[reuseKey]*reuseTotals{}
 	c.src.ReuseView(func(_ uint32, cgroup uint64, t *reuse.Tracker) {
-		k := reuseKey{cgroup, t.Mode()}
+		k := reuseKey{cgroup, t.Mode(), t.Unit()}
 		r := per[k]
 		if r == nil {
 			r = &reuseTotals{}
@@ -98,7 +99,7 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		if id == samplestat.OtherCgroup {
 			l = []string{"other", "", "", ""}
 		}
-		l = append(l, key.mode.String())
+		l = append(l, key.mode.String(), key.unit)
 		var bins [reuse.Bins]uint64
 		for k, v := range r.bins {
 			bins[k] = uint64(math.Round(v))

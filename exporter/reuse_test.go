@@ -29,7 +29,7 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 	if got := perfsample.ReuseClock(1e9); got != 1<<30 {
 		t.Fatalf("ReuseClock(1 s) = %d, want 2^30", got)
 	}
-	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 4})
+	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 4, Unit: perfsample.UnitThreadCPU})
 	tr.Sample(1, 0x1000, 8, perfsample.ReuseClock(1e9))
 	tr.Trapped(1, 0, perfsample.ReuseClock(1e9+3000))
 	tr.Sample(1, 0x2000, 8, perfsample.ReuseClock(2e9))
@@ -52,6 +52,13 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 		}
 		if out.Histogram != nil && m.Desc() == c.distance {
 			h = out.Histogram
+			labels := map[string]string{}
+			for _, lp := range out.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["mode"] != "private" || labels["unit"] != "thread_cpu_seconds" {
+				t.Errorf("labels %v, want mode private, unit thread_cpu_seconds (the tracker's clock)", labels)
+			}
 		}
 		if m.Desc() == c.armLatency {
 			lat := out.GetHistogram()

@@ -401,28 +401,54 @@ func TestServeCommWatchBudget(t *testing.T) {
 func TestServeReuseLive(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
 	testenv.RequireRoot(t)
-	walk, h, mfs, lbl := runReuseBench(t, nil, nil, "-slots", "4194304", "-duration", "3s")
+	r := runReuseBench(t, nil, nil, "-slots", "4194304", "-duration", "3s")
+	h, walk := r.h, r.walk
 	dominantBinHolds(t, h, walk)
-	if v := mustValue(t, mfs, "pmu_reuse_invalidations_total", lbl); v != 0 {
+	if v := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); v != 0 {
 		t.Errorf("%v invalidations of a single thread", v)
 	}
 	// Every reuse had its arm; an arm's latency is the reader's reaction
-	// (it wakes at each sample), far below the walk.
+	// (it wakes at each sample), far below the walk (both CLOCK_MONOTONIC
+	// time).
 	var lat *dto.Histogram
-	for _, m := range mfs["pmu_reuse_arm_latency_seconds"].GetMetric() {
+	for _, m := range r.mfs["pmu_reuse_arm_latency_seconds"].GetMetric() {
 		lat = m.GetHistogram()
 	}
-	if n := lat.GetSampleCount(); n < h.GetSampleCount()/10 || lat.GetSampleSum() > float64(n)*walk {
-		t.Errorf("arm latency: %d arms, mean %.2f ms (the walk %.2f ms, %d reuses estimated)", n, lat.GetSampleSum()/float64(max(n, 1))*1e3, walk*1e3, h.GetSampleCount())
+	if n := lat.GetSampleCount(); n < h.GetSampleCount()/10 || lat.GetSampleSum() > float64(n)*r.wallWalk {
+		t.Errorf("arm latency: %d arms, mean %.2f ms (the walk %.2f ms, %d reuses estimated)", n, lat.GetSampleSum()/float64(max(n, 1))*1e3, r.wallWalk*1e3, h.GetSampleCount())
 	}
 	t.Logf("arm latency: %d arms, mean %.2f ms", lat.GetSampleCount(), lat.GetSampleSum()/float64(max(lat.GetSampleCount(), 1))*1e3)
 }
 
+// Private reuse distances are the thread's CPU time from use to reuse,
+// not the time between: a thread that sleeps 20 ms after each walk reuses
+// each slot a walk and a sleep later (over 20 ms), but only a walk of its
+// own CPU time later (its clock, read by the benchmark), which is where
+// the histogram's reuses must lie.
+func TestServeReuseThreadCPUTime(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
+	testenv.RequireRoot(t)
+	// The thread runs a tenth of the time: a budget that keeps the period
+	// at 1 ms gives it enough samples.
+	r := runReuseBench(t, []string{"--collector.comm.cpu-budget=0.2"}, nil, "-slots", "4194304", "-duration", "4s", "-sleep", "20ms")
+	dominantBinHolds(t, r.h, r.walk)
+}
+
+// reuseRun is a run of reusebench under the exporter.
+type reuseRun struct {
+	// walk is the mean walk time (s) on the clock of the run's mode
+	// (private: the walking thread's CPU time; shared: CLOCK_MONOTONIC),
+	// wallWalk on CLOCK_MONOTONIC.
+	walk, wallWalk float64
+	h              *dto.Histogram // the cgroup's reuse histogram of the mode
+	mfs            map[string]*dto.MetricFamily
+	lbl            map[string]string // h's labels
+}
+
 // runReuseBench starts the exporter with ReuseTracker on a cgroup (and
 // flags), runs reusebench there (wrapped by wrapper, with args) and
-// returns its mean walk time (s), the cgroup's reuse histogram of the
-// flags' mode, the scrape, and the histogram's labels.
-func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) (float64, *dto.Histogram, map[string]*dto.MetricFamily, map[string]string) {
+// scrapes it.
+func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseRun {
 	t.Helper()
 	bench := filepath.Join(t.TempDir(), "reusebench")
 	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bench, "../../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
@@ -447,15 +473,25 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) (float
 		t.Fatalf("reusebench %v: %v", args, err)
 	}
 	var run struct {
-		WalkNS int64 `json:"mean_walk_ns"`
+		WalkNS    int64 `json:"mean_walk_ns"`
+		WalkCPUNS int64 `json:"mean_walk_cpu_ns"`
 	}
 	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
 	if err := json.Unmarshal(lines[len(lines)-1], &run); err != nil || run.WalkNS == 0 {
 		t.Fatalf("reusebench said %q: %v", out, err)
 	}
+	// Private reuse is timed on the thread's CPU time, shared on
+	// CLOCK_MONOTONIC: the walk on the same clock.
+	unit, walk := "wall_seconds", run.WalkNS
+	if mode == "private" {
+		unit, walk = "thread_cpu_seconds", run.WalkCPUNS
+	}
+	if run.WalkCPUNS > 0 {
+		t.Logf("reusebench: a walk every %.2f ms, %.2f ms of its CPU time", float64(run.WalkNS)/1e6, float64(run.WalkCPUNS)/1e6)
+	}
 	time.Sleep(300 * time.Millisecond)
 	_, mfs := p.scrape(t)
-	lbl := map[string]string{"cgroup": top + "/job", "mode": mode}
+	lbl := map[string]string{"cgroup": top + "/job", "mode": mode, "unit": unit}
 	var h *dto.Histogram
 	for _, m := range mfs["pmu_reuse_time_distance_seconds"].GetMetric() {
 		if labelsMatch(m, lbl) {
@@ -465,7 +501,7 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) (float
 	if h == nil || h.GetSampleCount() < 10 {
 		t.Fatalf("%s reuse histogram of %s/job: %v\n%s", mode, top, h, p.log)
 	}
-	return float64(run.WalkNS) * 1e-9, h, mfs, lbl
+	return reuseRun{walk: float64(walk) * 1e-9, wallWalk: float64(run.WalkNS) * 1e-9, h: h, mfs: mfs, lbl: lbl}
 }
 
 // dominantBinHolds checks a reuse histogram against the distance the
@@ -523,11 +559,11 @@ func TestServeReuseShared(t *testing.T) {
 	}
 	shared := strings.TrimSpace(string(b))
 	testenv.Require(t, err == nil && strings.ContainsAny(shared, "-,"), "CPU 0 shares its last-level cache with no other CPU: "+shared)
-	walk, h, mfs, lbl := runReuseBench(t,
+	r := runReuseBench(t,
 		[]string{"--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2", "--collector.comm.reuse-mode=shared"},
 		[]string{"taskset", "-c", shared}, "-follower", "-slots", "4194304", "-chunk-time", "40us", "-duration", "3s")
-	dominantBinHolds(t, h, walk/2)
-	if v := mustValue(t, mfs, "pmu_reuse_invalidations_total", lbl); v != 0 {
+	dominantBinHolds(t, r.h, r.walk/2)
+	if v := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); v != 0 {
 		t.Errorf("%v invalidations in one cache domain", v)
 	}
 }

@@ -71,6 +71,13 @@ type Decoder struct {
 	reuseGone   map[uint64]*reuse.Tracker // per cgroup: the totals of processes gone
 	reuseSlots  int
 	reuseMode   reuse.Mode
+	// ownClock: the trackers take their samples from the engine's leaders
+	// (each watched thread sampled on its own CPU time), not from the
+	// address sampler's; reuseResolver decodes those, with counts of its
+	// own, and reuseEvents is ReadTraps' scratch.
+	ownClock      bool
+	reuseResolver *memop.Resolver
+	reuseEvents   []reuseEvent
 	// threadCPU is where each watched thread was last seen (a sample or a
 	// trap), and domainIDs numbers the last-level cache domains: a
 	// thread's cache domain in ReuseTracker's shared mode.
@@ -155,6 +162,9 @@ func (d *Decoder) mapped(m perfrecord.Mmap) {
 		d.maps.Add(m.PID, addrmap.Mapping{Start: m.Addr, End: m.Addr + m.Len, PgOff: m.PgOff, Name: m.Filename})
 	}
 	d.resolver.Unmap(m.PID, m.Addr, m.Addr+m.Len)
+	if d.reuseResolver != nil {
+		d.reuseResolver.Unmap(m.PID, m.Addr, m.Addr+m.Len)
+	}
 }
 
 // Exited forgets a process that is gone.
@@ -172,7 +182,7 @@ func (d *Decoder) exec(pid uint32) {
 		if t := d.trackers[pid]; t != nil {
 			cg := d.reuseCgroup[pid]
 			if d.reuseGone[cg] == nil {
-				d.reuseGone[cg] = reuse.New(nil, reuse.Options{Mode: d.reuseMode})
+				d.reuseGone[cg] = reuse.New(nil, reuse.Options{Mode: d.reuseMode, Unit: d.reuseUnit()})
 			}
 			d.reuseGone[cg].Merge(t)
 		}
@@ -183,6 +193,9 @@ func (d *Decoder) exec(pid uint32) {
 		}
 	}
 	d.resolver.Forget(pid)
+	if d.reuseResolver != nil {
+		d.reuseResolver.Forget(pid)
+	}
 	d.code.Forget(pid)
 	d.maps.Forget(pid)
 	d.det.Forget(pid)
@@ -225,7 +238,7 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		armable := d.watched[a.PID] != nil && (d.gov == nil || d.gov.Allow(a.PID))
 		if d.trackers != nil && armable {
 			found = d.det.Add(a)
-			if d.tracker(a.PID).Sample(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), ReuseClock(a.Time)) {
+			if !d.ownClock && d.tracker(a.PID).SampleAt(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), ReuseClock(a.Time), a.Time) {
 				d.armedAt = append(d.armedAt, a.Time)
 			}
 			if d.hasCg[i] {
@@ -400,15 +413,7 @@ func (d *Decoder) ReadTraps(period uint64) {
 	defer d.engine.Flush() // the disarms of the traps read, in effect now
 	defer d.disarmOverBudget()
 	if d.trackers != nil {
-		_, lost := d.engine.Read(func(tr watch.Trap) {
-			d.traps++
-			d.charge(tr.PID)
-			d.threadCPU[tr.TID] = tr.CPU
-			if t := d.trackers[tr.PID]; t != nil {
-				t.TrappedOn(tr.TID, tr.Slot, ReuseClock(tr.Time), tr.Watched)
-			}
-		})
-		d.trapsLost += lost
+		d.readReuse()
 		return
 	}
 	_, lost := d.engine.Read(func(tr watch.Trap) {

@@ -1,11 +1,16 @@
 package perfsample
 
 import (
+	"cmp"
+	"errors"
 	"math/bits"
+	"runtime"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
+	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
 )
 
@@ -25,28 +30,53 @@ func (r reuseBackend) Arm(tid uint32, slot int, addr uint64, size uint8, trap re
 
 func (r reuseBackend) Disarm(tid uint32, slot int) { r.d.engine.Disarm(tid, slot) }
 
-// ReuseClock is the live distance clock: CLOCK_MONOTONIC (the samples'
-// and the traps' times) in units of 2⁻³⁰
-// s (0.93 ns), so that the tracker's log2 bins are powers of two of
-// seconds: bin k is [2^(k−30), 2^(k−29)) s, the native histogram's bucket
-// k−29 at schema 0.
+// ReuseClock is the live distance clock, a time in ns (the thread's CPU
+// time, or CLOCK_MONOTONIC), in units of 2⁻³⁰ s (0.93 ns), so that the
+// tracker's log2 bins are powers of two of seconds: bin k is
+// [2^(k−30), 2^(k−29)) s, the native histogram's bucket k−29 at schema 0.
 func ReuseClock(ns uint64) uint64 {
 	return ns/1e9<<30 + (ns%1e9)<<30/1e9
 }
 
+// Units of the live distance clocks (the reuse metrics' unit label).
+const (
+	// UnitThreadCPU: the sampled thread's CPU time (its task-clock), where
+	// the engine's leaders sample the watched threads (SampleEvery).
+	UnitThreadCPU = "thread_cpu_seconds"
+	// UnitWall: CLOCK_MONOTONIC, the address sampler's samples' time.
+	UnitWall = "wall_seconds"
+)
+
 // WatchReuse makes the watchpoints serve ReuseTracker instead of
-// ComDetective: each watched process gets a tracker (private mode; its
-// slots shared by its threads), sampled accesses arm them, traps are
-// reuses or invalidations. The distance clock is CLOCK_MONOTONIC
-// (ReuseClock): the time between the sampled use and the trapping reuse,
-// the thread's CPU time where it ran throughout.
+// ComDetective: each watched process gets a tracker (its slots shared by
+// its threads), sampled accesses arm them, traps are reuses or
+// invalidations.
+//
+// Where e samples its threads (SampleEvery; private mode), the trackers
+// take those samples and the distance is the thread's CPU time from the
+// sampled use to the trapping reuse, read by the kernel at both
+// (UnitThreadCPU); the address sampler's samples of watched processes then
+// feed the detector only. Otherwise the trackers take the address
+// sampler's samples and the distance is CLOCK_MONOTONIC time (UnitWall),
+// the thread's CPU time only where it ran throughout.
 //
 // In Shared mode a reuse is another thread's access from the same
 // last-level cache domain (the domain of the CPU it was last seen on, from
-// SetDomains), and a store from another domain is an invalidation.
-func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode) {
+// SetDomains), and a store from another domain is an invalidation; its
+// distance is time, which no one thread's clock measures.
+func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if e.SamplePeriod() > 0 {
+		if mode == reuse.Shared {
+			return errors.New("shared-mode reuse is timed on CLOCK_MONOTONIC: its engine's leaders must not sample")
+		}
+		r, err := memop.NewResolver(d, runtime.GOARCH)
+		if err != nil {
+			return err
+		}
+		d.ownClock, d.reuseResolver = true, r
+	}
 	d.reuseMode = mode
 	d.threadCPU = map[uint32]uint32{}
 	d.domainIDs = map[string]int{}
@@ -57,12 +87,95 @@ func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode) {
 	d.trackers = map[uint32]*reuse.Tracker{}
 	d.reuseCgroup = map[uint32]uint64{}
 	d.reuseGone = map[uint64]*reuse.Tracker{}
+	return nil
+}
+
+// reuseUnit is the trackers' distance clock.
+func (d *Decoder) reuseUnit() string {
+	if d.ownClock {
+		return UnitThreadCPU
+	}
+	return UnitWall
+}
+
+// reuseEvent is a watched thread's sample (slot < 0) or trap, read from
+// the engine's rings, to be handled in time order.
+type reuseEvent struct {
+	pid, tid, cpu uint32
+	slot          int
+	size          uint8
+	at, clock     uint64 // CLOCK_MONOTONIC; the distance clock (ns)
+	addr          uint64 // sampled, or watched when the slot trapped
+}
+
+// readReuse drains the watchpoint rings into the trackers: the traps, and
+// where the leaders sample (ownClock) the watched threads' samples too,
+// whose slots are armed at once. Each ring is in its thread's order; the
+// rings are merged by time, so that a trap in one thread is seen after
+// the sample of another that armed it.
+func (d *Decoder) readReuse() {
+	d.reuseEvents = d.reuseEvents[:0]
+	var sampled func(watch.Sampled)
+	if d.ownClock {
+		sampled = func(s watch.Sampled) {
+			a, r := d.reuseResolver.Sample(s.Sample, 0)
+			if r != memop.Resolved {
+				return
+			}
+			size := max(a.Size, 1)
+			d.reuseEvents = append(d.reuseEvents, reuseEvent{pid: a.PID, tid: a.TID, cpu: a.CPU, slot: -1, size: size,
+				at: a.Time, clock: s.Clock, addr: a.Addr &^ uint64(size-1)})
+		}
+	}
+	_, lost := d.engine.ReadSampled(func(tr watch.Trap) {
+		d.traps++
+		d.charge(tr.PID)
+		clock := tr.Time
+		if d.ownClock {
+			clock = tr.Clock
+		}
+		d.reuseEvents = append(d.reuseEvents, reuseEvent{pid: tr.PID, tid: tr.TID, cpu: tr.CPU, slot: tr.Slot, at: tr.Time, clock: clock, addr: tr.Watched})
+	}, sampled)
+	d.trapsLost += lost
+	slices.SortStableFunc(d.reuseEvents, func(a, b reuseEvent) int { return cmp.Compare(a.at, b.at) })
+	for _, ev := range d.reuseEvents {
+		d.threadCPU[ev.tid] = ev.cpu
+		if ev.slot >= 0 {
+			if t := d.trackers[ev.pid]; t != nil {
+				t.TrappedOn(ev.tid, ev.slot, ReuseClock(ev.clock), ev.at, ev.addr)
+			}
+			continue
+		}
+		if d.watched[ev.pid] == nil || (d.gov != nil && !d.gov.Allow(ev.pid)) {
+			continue
+		}
+		if d.tracker(ev.pid).SampleAt(ev.tid, ev.addr, ev.size, ReuseClock(ev.clock), ev.at) {
+			d.armedAt = append(d.armedAt, ev.at)
+		}
+	}
+	if len(d.armedAt) > 0 {
+		d.engine.Flush()
+		d.armLatency(d.armedAt)
+		d.armedAt = d.armedAt[:0]
+	}
+}
+
+// SampleReuseEvery sets the period at which the engine's leaders sample
+// the watched threads (ns of each thread's CPU time), where they do: the
+// address sampler's, as its governor changes it.
+func (d *Decoder) SampleReuseEvery(period uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.ownClock || period == 0 || period == d.engine.SamplePeriod() {
+		return nil
+	}
+	return d.engine.SampleEvery(period)
 }
 
 func (d *Decoder) tracker(pid uint32) *reuse.Tracker {
 	t := d.trackers[pid]
 	if t == nil {
-		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Seed: uint64(pid), Mode: d.reuseMode, Domain: d.threadDomain})
+		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Seed: uint64(pid), Mode: d.reuseMode, Domain: d.threadDomain, Unit: d.reuseUnit()})
 		d.trackers[pid] = t
 	}
 	return t

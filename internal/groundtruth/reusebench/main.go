@@ -5,6 +5,12 @@
 // running for -duration, and its mean walk time over the run after: the
 // reuse time distance a tracker must find.
 //
+// With -sleep the thread sleeps that long after each walk: the reuse
+// distance is then a walk and a sleep of time (mean_walk_ns) but only a
+// walk of the thread's CPU time (mean_walk_cpu_ns, which it reads from
+// CLOCK_THREAD_CPUTIME_ID): a tracker on the thread's own clock must find
+// the second.
+//
 // With -follower a second locked thread loads every slot half a walk
 // behind the first (the two keep that lag, chunk by chunk): each slot the
 // walker stores is next touched by the follower half a walk later, and
@@ -22,12 +28,15 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
 	slots := flag.Int("slots", 1<<20, "array length in 8-byte slots (the reuse distance in accesses)")
 	d := flag.Duration("duration", 3*time.Second, "how long to run")
 	follower := flag.Bool("follower", false, "a second thread loads every slot half a walk behind the first")
+	sleep := flag.Duration("sleep", 0, "sleep this long after each walk (the thread's CPU time stands still meanwhile)")
 	pace := flag.Duration("chunk-time", 0, "with -follower: the walker takes at least this long per 4096 slots (a longer walk, so that the reuse distance is well over a tracker's arm latency)")
 	flag.Parse()
 	if *follower {
@@ -51,12 +60,26 @@ func main() {
 	}
 	// The walk time while it ran, as a second line: the reuse distance a
 	// tracker sampling it meanwhile must find.
-	began, walks := time.Now(), 0
+	began, cpu0, walks := time.Now(), threadCPU(), 0
 	for end := began.Add(*d); time.Now().Before(end); walks++ {
 		walk(a)
+		if *sleep > 0 {
+			time.Sleep(*sleep)
+		}
 	}
-	mean := time.Since(began) / time.Duration(max(walks, 1))
-	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": mean.Nanoseconds()})
+	n := time.Duration(max(walks, 1))
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": (time.Since(began) / n).Nanoseconds(),
+		"mean_walk_cpu_ns": ((threadCPU() - cpu0) / n).Nanoseconds()})
+}
+
+// threadCPU is the calling thread's CPU time.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	return time.Duration(ts.Nano())
 }
 
 // walk stores to every slot once.

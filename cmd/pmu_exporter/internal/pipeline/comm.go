@@ -144,7 +144,18 @@ func liveComm(b *build) error {
 			if o.reuseMode == "shared" {
 				mode = reuse.Shared
 			}
-			dec.WatchReuse(engine, slots, mode)
+			if mode == reuse.Private {
+				// Each watched thread sampled on its own CPU time: the
+				// reuse distance is that time, read by the kernel.
+				if err := engine.SampleEvery(o.period); err != nil {
+					set.closeAll()
+					return fmt.Errorf("--collector.comm.reuse: %w", err)
+				}
+			}
+			if err := dec.WatchReuse(engine, slots, mode); err != nil {
+				set.closeAll()
+				return fmt.Errorf("--collector.comm.reuse: %w", err)
+			}
 		} else {
 			dec.Watch(engine, slots)
 		}
@@ -440,6 +451,11 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 				return
 			}
 			c.dec.ReadTraps(c.Period(0))
+			if !c.cfgs[0].Memory { // timer samples: the watched threads' own follow their period
+				if err := c.dec.SampleReuseEvery(c.Period(0)); err != nil {
+					c.b.log.Error("reuse: the watched threads' sample period not changed", "err", err)
+				}
+			}
 		}
 	}()
 	watched := map[uint32]bool{}
