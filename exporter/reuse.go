@@ -31,6 +31,7 @@ type ReuseCollector struct {
 	names                                     PodNames
 	distance, invalidations, samples, dropped *prometheus.Desc
 	stale, armLatency                         *prometheus.Desc
+	pairs, locality                           *prometheus.Desc
 }
 
 // NewReuse exports src; ids and names label the cgroups (ids nil: by id).
@@ -41,6 +42,8 @@ func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 		invalidations: prometheus.NewDesc("pmu_reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused.", l, nil),
 		samples:       prometheus.NewDesc("pmu_reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l, nil),
 		stale:         prometheus.NewDesc("pmu_reuse_stale_traps_total", "Traps read after their slot was armed again (another address, a time before the slot's sample, or the sampling thread's own in shared mode): no outcome.", l, nil),
+		pairs:         prometheus.NewDesc("pmu_reuse_pairs_total", "Reuses (estimated, as the histogram) by the kinds of the use and the reuse: RAR, RAW (a load reusing a store), WAR, WAW; a read-modify-write is a write as a use and a read as a reuse; unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "pair"), nil),
+		locality:      prometheus.NewDesc("pmu_reuse_locality_total", "Reuses (estimated, as the histogram) by where the reuse began: at the sampled access's address (temporal) or at another address overlapping the watched bytes (spatial: a watchpoint sees no other part of the line); unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "locality"), nil),
 		dropped:       prometheus.NewDesc("pmu_reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l, nil),
 		armLatency:    prometheus.NewDesc("pmu_reuse_arm_latency_seconds", "Time from a sampled access to its watchpoints taking effect (the sample read, the registers armed in every thread of its process), on CLOCK_MONOTONIC, node-wide; a reuse sooner than this is missed and a later one seen: distances below it are not measured. Buckets at the powers of two of seconds.", nil, nil),
 	}
@@ -54,6 +57,8 @@ func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.dropped
 	ch <- c.stale
 	ch <- c.armLatency
+	ch <- c.pairs
+	ch <- c.locality
 }
 
 type reuseKey struct {
@@ -66,6 +71,8 @@ type reuseTotals struct {
 	bins                            [reuse.Bins]float64
 	invalidations, samples, dropped uint64
 	stale                           uint64
+	pairs                           [3][3]float64
+	locality                        [3]float64
 }
 
 // Collect implements prometheus.Collector: processes summed per cgroup.
@@ -85,6 +92,14 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		r.samples += t.Samples
 		r.dropped += t.Dropped
 		r.stale += t.Stale
+		for u := range t.Pairs {
+			for k := range t.Pairs[u] {
+				r.pairs[u][k] += t.Pairs[u][k]
+			}
+		}
+		for k := range t.Locality {
+			r.locality[k] += t.Locality[k]
+		}
 	})
 	ch <- binnedHistogram(c.armLatency, c.src.ArmLatency(), c.started)
 	s := Sampling{cgroups: c.cgroups, names: c.names}
@@ -109,6 +124,20 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(r.dropped), l...)
 		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(r.stale), l...)
+		unknown := 0.0
+		for u := range r.pairs {
+			for k, v := range r.pairs[u] {
+				if name := reuse.PairName(reuse.Kind(u), reuse.Kind(k)); name != "" {
+					ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.CounterValue, math.Round(v), append(l[:len(l):len(l)], name)...)
+				} else {
+					unknown += v
+				}
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.CounterValue, math.Round(unknown), append(l[:len(l):len(l)], "unknown")...)
+		for k, name := range [...]string{reuse.LocalityUnknown: "unknown", reuse.Temporal: "temporal", reuse.Spatial: "spatial"} {
+			ch <- prometheus.MustNewConstMetric(c.locality, prometheus.CounterValue, math.Round(r.locality[k]), append(l[:len(l):len(l)], name)...)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"maps"
 	"math"
 	"math/bits"
 	"testing"
@@ -30,21 +31,22 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 		t.Fatalf("ReuseClock(1 s) = %d, want 2^30", got)
 	}
 	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 4, Unit: perfsample.UnitThreadCPU})
-	tr.Sample(1, 0x1000, 8, perfsample.ReuseClock(1e9))
-	tr.Trapped(1, 0, perfsample.ReuseClock(1e9+3000))
-	tr.Sample(1, 0x2000, 8, perfsample.ReuseClock(2e9))
-	tr.Trapped(1, 0, perfsample.ReuseClock(2e9+700_000))
-	tr.Sample(1, 0x3000, 8, perfsample.ReuseClock(3e9))
-	tr.Trapped(2, 0, perfsample.ReuseClock(3e9+10)) // another thread's store
+	tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: perfsample.ReuseClock(1e9)})
+	tr.Trapped(reuse.Hit{TID: 1, Clock: perfsample.ReuseClock(1e9 + 3000), Addr: 0x1000, Size: 4, Kind: reuse.Read}) // RAW, temporal
+	tr.Sample(reuse.Use{TID: 1, Addr: 0x2000, Size: 8, Kind: reuse.Write, Clock: perfsample.ReuseClock(2e9)})
+	tr.Trapped(reuse.Hit{TID: 1, Clock: perfsample.ReuseClock(2e9 + 700_000)})
+	tr.Sample(reuse.Use{TID: 1, Addr: 0x3000, Size: 8, Kind: reuse.Write, Clock: perfsample.ReuseClock(3e9)})
+	tr.Trapped(reuse.Hit{TID: 2, Clock: perfsample.ReuseClock(3e9 + 10)}) // another thread's store
 	// Three arms took effect 5 ms after their samples: ReuseClock(5 ms)
 	// lies in bin 22, [2^-8, 2^-7) s, the native bucket -7.
 	src := oneTracker{t: tr}
 	src.lat[bits.Len64(perfsample.ReuseClock(5e6))-1] = 3
 	c := NewReuse(src, nil, nil)
-	ch := make(chan prometheus.Metric, 10)
+	ch := make(chan prometheus.Metric, 100)
 	c.Collect(ch)
 	close(ch)
 	var h *dto.Histogram
+	kinds := map[string]float64{}
 	for m := range ch {
 		var out dto.Metric
 		if err := m.Write(&out); err != nil {
@@ -69,9 +71,22 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 		if out.Counter != nil && m.Desc() == c.invalidations && out.Counter.GetValue() != 1 {
 			t.Errorf("invalidations %v, want 1", out.Counter.GetValue())
 		}
+		if m.Desc() == c.pairs || m.Desc() == c.locality {
+			name := map[*prometheus.Desc]string{c.pairs: "pair", c.locality: "locality"}[m.Desc()]
+			for _, lp := range out.GetLabel() {
+				if lp.GetName() == name {
+					kinds[lp.GetValue()] += out.GetCounter().GetValue()
+				}
+			}
+		}
 	}
 	if h == nil || h.GetSampleCount() != 2 || h.GetSchema() != 0 {
 		t.Fatalf("histogram %v", h)
+	}
+	// One reuse decoded (a load of the stored bytes: RAW, temporal), one
+	// not (pair and locality unknown).
+	if want := map[string]float64{"RAR": 0, "RAW": 1, "WAR": 0, "WAW": 0, "unknown": 2, "temporal": 1, "spatial": 0}; !maps.Equal(kinds, want) {
+		t.Errorf("pairs and localities %v, want %v", kinds, want)
 	}
 	// Native: bucket indexes -18 (3 µs ≤ 2^-18 s = 3.8 µs) and -10
 	// (0.7 ms ≤ 2^-10 s = 0.98 ms).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -406,6 +407,26 @@ func TestServeReuseLive(t *testing.T) {
 	dominantBinHolds(t, h, walk)
 	if v := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); v != 0 {
 		t.Errorf("%v invalidations of a single thread", v)
+	}
+	// The walk's one access is `INCQ (AX)(CX*8)` (go tool objdump): a
+	// read-modify-write, a write as a use and a read as a reuse, at the
+	// same address each walk: RAW and temporal, but for the rare reuses of
+	// the process's other threads.
+	with := func(name, label, value string) float64 {
+		l := maps.Clone(r.lbl)
+		l[label] = value
+		return mustValue(t, r.mfs, name, l)
+	}
+	pairs := map[string]float64{}
+	var total float64
+	for _, p := range []string{"RAR", "RAW", "WAR", "WAW", "unknown"} {
+		pairs[p] = with("pmu_reuse_pairs_total", "pair", p)
+		total += pairs[p]
+	}
+	temporal := with("pmu_reuse_locality_total", "locality", "temporal")
+	t.Logf("pairs %v, temporal %v", pairs, temporal)
+	if total < float64(h.GetSampleCount())-5 || pairs["RAW"] < 0.9*total || temporal < 0.9*total {
+		t.Errorf("reuses by pair %v, %v temporal; %d in the histogram: want RAW and temporal", pairs, temporal, h.GetSampleCount())
 	}
 	// Every reuse had its arm; an arm's latency is the reader's reaction
 	// (it wakes at each sample), far below the walk (both CLOCK_MONOTONIC

@@ -45,6 +45,12 @@ type reuseJSON struct {
 	// --cache data would miss (never reused and invalidated ones
 	// included), keyed by the cache's size.
 	MissRatio map[string]float64 `json:"miss_ratio,omitempty"`
+	// Pairs are the estimated reuses by the kinds of use and reuse (RAR,
+	// RAW: a read reusing a write, WAR, WAW); Locality by whether the
+	// reuse began at the use's address (temporal) or at another address
+	// overlapping the watched bytes (spatial).
+	Pairs    map[string]uint64 `json:"pairs"`
+	Locality map[string]uint64 `json:"locality"`
 }
 
 // runReuse runs ReuseTracker over an access trace with the watchpoint
@@ -85,6 +91,14 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	out := reuseJSON{Mode: o.Mode.String(), Unit: "accesses", Samples: t.Samples, Dropped: t.Dropped, Reuses: t.Reuses,
 		Invalidations: t.Invalidations, EstimatedInvalidations: uint64(math.Round(t.EstimatedInvalidations)),
 		TimeDistanceLog2: t.Histogram(), Observed: t.Raw()}
+	out.Pairs, out.Locality = map[string]uint64{}, map[string]uint64{}
+	for _, u := range []reuse.Kind{reuse.Read, reuse.Write} {
+		for _, r := range []reuse.Kind{reuse.Read, reuse.Write} {
+			out.Pairs[reuse.PairName(u, r)] = uint64(math.Round(t.Pairs[u][r]))
+		}
+	}
+	out.Locality["temporal"] = uint64(math.Round(t.Locality[reuse.Temporal]))
+	out.Locality["spatial"] = uint64(math.Round(t.Locality[reuse.Spatial]))
 	fp := reuse.NewFootprint(t.Fine[:], float64(t.Samples))
 	var bounds []float64
 	for k := range len(out.TimeDistanceLog2) + 2 {
@@ -131,6 +145,8 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	for _, c := range rf.caches {
 		fmt.Fprintf(w, "LRU cache of %d data: miss ratio %.4f\n", c, out.MissRatio[strconv.FormatUint(c, 10)])
 	}
+	fmt.Fprintf(w, "\nReuses by pair (estimated): RAR %d, RAW %d, WAR %d, WAW %d; temporal %d, spatial %d\n",
+		out.Pairs["RAR"], out.Pairs["RAW"], out.Pairs["WAR"], out.Pairs["WAW"], out.Locality["temporal"], out.Locality["spatial"])
 	return 0
 }
 

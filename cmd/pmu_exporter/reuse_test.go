@@ -55,6 +55,20 @@ func TestReuseCommandOnTrace(t *testing.T) {
 	if observed != out.Reuses {
 		t.Errorf("observed bins hold %d reuses, reuses = %d", observed, out.Reuses)
 	}
+	// Walks alternate reads and writes: reuses are WAR and RAW, at the
+	// same address, and the remote writers' (sampled too: they only
+	// store) WAW; never RAR; the pairs add up to the histogram.
+	var pairs, hist uint64
+	for _, n := range out.Pairs {
+		pairs += n
+	}
+	for _, n := range out.TimeDistanceLog2 {
+		hist += n
+	}
+	if out.Pairs["RAR"] != 0 || out.Pairs["RAW"] == 0 || out.Pairs["WAR"] == 0 || out.Locality["spatial"] != 0 ||
+		math.Abs(float64(pairs)-float64(hist)) > 4 || math.Abs(float64(out.Locality["temporal"])-float64(hist)) > 4 {
+		t.Errorf("pairs %v, locality %v; histogram %d reuses", out.Pairs, out.Locality, hist)
+	}
 	// The remote writers are sampled too here (the command samples every
 	// thread), so only the histogram's shape is compared.
 	if s := reuse.Accuracy(truth.Fractions(), out.TimeDistanceLog2); s < 0.85 {

@@ -73,8 +73,8 @@ type Decoder struct {
 	reuseMode   reuse.Mode
 	// ownClock: the trackers take their samples from the engine's leaders
 	// (each watched thread sampled on its own CPU time), not from the
-	// address sampler's; reuseResolver decodes those, with counts of its
-	// own, and reuseEvents is ReadTraps' scratch.
+	// address sampler's; reuseResolver decodes those and the traps, with
+	// counts of its own, and reuseEvents is ReadTraps' scratch.
 	ownClock      bool
 	reuseResolver *memop.Resolver
 	reuseEvents   []reuseEvent
@@ -238,7 +238,7 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		armable := d.watched[a.PID] != nil && (d.gov == nil || d.gov.Allow(a.PID))
 		if d.trackers != nil && armable {
 			found = d.det.Add(a)
-			if !d.ownClock && d.tracker(a.PID).SampleAt(a.TID, a.Addr&^uint64(max(a.Size, 1)-1), max(a.Size, 1), ReuseClock(a.Time), a.Time) {
+			if !d.ownClock && d.tracker(a.PID).Sample(reuseUse(a, ReuseClock(a.Time))) {
 				d.armedAt = append(d.armedAt, a.Time)
 			}
 			if d.hasCg[i] {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
 )
@@ -67,16 +68,14 @@ const (
 func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e.SamplePeriod() > 0 {
-		if mode == reuse.Shared {
-			return errors.New("shared-mode reuse is timed on CLOCK_MONOTONIC: its engine's leaders must not sample")
-		}
-		r, err := memop.NewResolver(d, runtime.GOARCH)
-		if err != nil {
-			return err
-		}
-		d.ownClock, d.reuseResolver = true, r
+	if e.SamplePeriod() > 0 && mode == reuse.Shared {
+		return errors.New("shared-mode reuse is timed on CLOCK_MONOTONIC: its engine's leaders must not sample")
 	}
+	r, err := memop.NewResolver(d, runtime.GOARCH)
+	if err != nil {
+		return err
+	}
+	d.ownClock, d.reuseResolver = e.SamplePeriod() > 0, r
 	d.reuseMode = mode
 	d.threadCPU = map[uint32]uint32{}
 	d.domainIDs = map[string]int{}
@@ -98,21 +97,32 @@ func (d *Decoder) reuseUnit() string {
 	return UnitWall
 }
 
-// reuseEvent is a watched thread's sample (slot < 0) or trap, read from
-// the engine's rings, to be handled in time order.
-type reuseEvent struct {
-	pid, tid, cpu uint32
-	slot          int
-	size          uint8
-	at, clock     uint64 // CLOCK_MONOTONIC; the distance clock (ns)
-	addr          uint64 // sampled, or watched when the slot trapped
+// reuseUse is a resolved sampled access as a tracker's use at clock (the
+// access's bytes; a read-modify-write is a write as a use).
+func reuseUse(a *cacheline.Access, clock uint64) reuse.Use {
+	size := max(a.Size, 1)
+	kind := reuse.Read
+	if a.Store {
+		kind = reuse.Write
+	}
+	return reuse.Use{TID: a.TID, Addr: a.Addr &^ uint64(size-1), Size: size, Kind: kind, Clock: clock, At: a.Time}
 }
 
-// readReuse drains the watchpoint rings into the trackers: the traps, and
-// where the leaders sample (ownClock) the watched threads' samples too,
-// whose slots are armed at once. Each ring is in its thread's order; the
-// rings are merged by time, so that a trap in one thread is seen after
-// the sample of another that armed it.
+// reuseEvent is a watched thread's sample or trap, read from the engine's
+// rings, to be handled in time order.
+type reuseEvent struct {
+	pid, cpu uint32
+	sample   bool
+	use      reuse.Use // a sample
+	hit      reuse.Hit // a trap
+}
+
+// readReuse drains the watchpoint rings into the trackers: the traps, each
+// with its access decoded from the instruction before its IP (the reuse's
+// kind and address), and, where the leaders sample (ownClock), the watched
+// threads' samples too, whose slots are armed at once. Each ring is in its
+// thread's order; the rings are merged by time, so that a trap in one
+// thread is seen after the sample of another that armed it.
 func (d *Decoder) readReuse() {
 	d.reuseEvents = d.reuseEvents[:0]
 	var sampled func(watch.Sampled)
@@ -122,9 +132,7 @@ func (d *Decoder) readReuse() {
 			if r != memop.Resolved {
 				return
 			}
-			size := max(a.Size, 1)
-			d.reuseEvents = append(d.reuseEvents, reuseEvent{pid: a.PID, tid: a.TID, cpu: a.CPU, slot: -1, size: size,
-				at: a.Time, clock: s.Clock, addr: a.Addr &^ uint64(size-1)})
+			d.reuseEvents = append(d.reuseEvents, reuseEvent{pid: a.PID, cpu: a.CPU, sample: true, use: reuseUse(&a, ReuseClock(s.Clock))})
 		}
 	}
 	_, lost := d.engine.ReadSampled(func(tr watch.Trap) {
@@ -134,23 +142,32 @@ func (d *Decoder) readReuse() {
 		if d.ownClock {
 			clock = tr.Clock
 		}
-		d.reuseEvents = append(d.reuseEvents, reuseEvent{pid: tr.PID, tid: tr.TID, cpu: tr.CPU, slot: tr.Slot, at: tr.Time, clock: clock, addr: tr.Watched})
+		h := reuse.Hit{TID: tr.TID, Slot: tr.Slot, Clock: ReuseClock(clock), At: tr.Time, Watched: tr.Watched}
+		// Undecoded, the trap is an outcome all the same, of unknown kind.
+		if acc, r := d.reuseResolver.Before(tr.PID, tr.IP, tr.Regs); r == memop.Resolved {
+			h.Addr, h.Size, h.Kind = acc.Addr, uint8(min(acc.Width, 255)), reuse.Read
+			if acc.Kind == memop.Store {
+				h.Kind = reuse.Write // a read-modify-write reads what the use left
+			}
+		}
+		d.reuseEvents = append(d.reuseEvents, reuseEvent{pid: tr.PID, cpu: tr.CPU, hit: h})
 	}, sampled)
 	d.trapsLost += lost
-	slices.SortStableFunc(d.reuseEvents, func(a, b reuseEvent) int { return cmp.Compare(a.at, b.at) })
+	slices.SortStableFunc(d.reuseEvents, func(a, b reuseEvent) int { return cmp.Compare(a.at(), b.at()) })
 	for _, ev := range d.reuseEvents {
-		d.threadCPU[ev.tid] = ev.cpu
-		if ev.slot >= 0 {
+		if !ev.sample {
+			d.threadCPU[ev.hit.TID] = ev.cpu
 			if t := d.trackers[ev.pid]; t != nil {
-				t.TrappedOn(ev.tid, ev.slot, ReuseClock(ev.clock), ev.at, ev.addr)
+				t.TrappedOn(ev.hit)
 			}
 			continue
 		}
+		d.threadCPU[ev.use.TID] = ev.cpu
 		if d.watched[ev.pid] == nil || (d.gov != nil && !d.gov.Allow(ev.pid)) {
 			continue
 		}
-		if d.tracker(ev.pid).SampleAt(ev.tid, ev.addr, ev.size, ReuseClock(ev.clock), ev.at) {
-			d.armedAt = append(d.armedAt, ev.at)
+		if d.tracker(ev.pid).Sample(ev.use) {
+			d.armedAt = append(d.armedAt, ev.use.At)
 		}
 	}
 	if len(d.armedAt) > 0 {
@@ -158,6 +175,14 @@ func (d *Decoder) readReuse() {
 		d.armLatency(d.armedAt)
 		d.armedAt = d.armedAt[:0]
 	}
+}
+
+// at is the event's time, CLOCK_MONOTONIC ns.
+func (e *reuseEvent) at() uint64 {
+	if e.sample {
+		return e.use.At
+	}
+	return e.hit.At
 }
 
 // SampleReuseEvery sets the period at which the engine's leaders sample

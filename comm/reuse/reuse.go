@@ -23,6 +23,45 @@ const (
 	TrapW  Trap = 2 // stores only
 )
 
+// Kind is what an access does to the bytes it touches, which names a
+// reuse's pair: RAW is a read reusing what a write used, and so on. A
+// read-modify-write (a locked add) is a write as a use (it leaves its line
+// written) and a read as a reuse (it reads what the use left).
+type Kind uint8
+
+const (
+	Unknown Kind = iota // a live trap whose instruction could not be decoded
+	Read
+	Write
+)
+
+// Use is a sampled access: its thread, bytes and kind, at Clock on the
+// distance clock (its thread's own in Private mode, its domain's in
+// Shared). At is its time on a clock every thread shares (0: Clock), by
+// which TrappedOn tells the traps of an earlier arm where Clock is one
+// thread's alone (live: its CPU time).
+type Use struct {
+	TID       uint32
+	Addr      uint64
+	Size      uint8
+	Kind      Kind
+	Clock, At uint64
+}
+
+// Hit is a trap of Slot in TID: the trapping access (Size 0: not known),
+// at Clock on the trapping thread's distance clock and At on the shared
+// one (0: Clock). Watched is the address the slot was armed on when it
+// trapped (live traps name it; TrappedOn checks it).
+type Hit struct {
+	TID       uint32
+	Slot      int
+	Addr      uint64
+	Size      uint8
+	Kind      Kind
+	Clock, At uint64
+	Watched   uint64
+}
+
 // Backend sets the debug registers of the threads.
 type Backend interface {
 	Threads() []uint32
@@ -90,7 +129,20 @@ type Tracker struct {
 	// Fine is Estimated in SubBins linear sub-bins per bin (FineBin), for
 	// the footprint's stack distances.
 	Fine [Bins * SubBins]float64
+	// Pairs are the estimated reuses by the use's kind and the reuse's
+	// ([Write][Read]: RAW); Locality by whether the reuse began at the
+	// use's address (Temporal) or at another one overlapping the watched
+	// bytes (Spatial: the watchpoint sees only those), or is not known.
+	Pairs    [3][3]float64
+	Locality [3]float64
 }
+
+// Localities of a reuse (Tracker.Locality's index).
+const (
+	LocalityUnknown = iota
+	Temporal
+	Spatial
+)
 
 type slot struct {
 	active  bool
@@ -98,6 +150,7 @@ type slot struct {
 	domain  int
 	addr    uint64
 	size    uint8
+	kind    Kind
 	p0      uint64  // the distance clock at the sample
 	at      uint64  // the sample's time, on a clock all threads share (TrappedOn)
 	samples float64 // samples that visited it since it was armed (1 when free)
@@ -119,18 +172,9 @@ func New(b Backend, o Options) *Tracker {
 	return t
 }
 
-// Sample handles a sampled access of tid at clock (its own access count in
-// Private mode, its domain's in Shared): Alg. 2's PMUSampleHandler. It
-// reports whether a slot took the sample (its watchpoints were armed).
-func (t *Tracker) Sample(tid uint32, addr uint64, size uint8, clock uint64) bool {
-	return t.SampleAt(tid, addr, size, clock, clock)
-}
-
-// SampleAt is Sample where the distance clock is the thread's own (its CPU
-// time), which orders nothing between threads: at is the sample's time on
-// a clock every thread shares, against which TrappedOn tells a trap of an
-// earlier arm.
-func (t *Tracker) SampleAt(tid uint32, addr uint64, size uint8, clock, at uint64) bool {
+// Sample handles a sampled access: Alg. 2's PMUSampleHandler. It reports
+// whether a slot took the sample (its watchpoints were armed).
+func (t *Tracker) Sample(u Use) bool {
 	t.Samples++
 	// The chance this sample takes a slot: certain with one free, else
 	// that some active slot accepts it. Its outcome's weight divides by it.
@@ -169,7 +213,11 @@ func (t *Tracker) SampleAt(tid uint32, addr uint64, size uint8, clock, at uint64
 		return false
 	}
 	s := &t.slots[pick]
-	*s = slot{active: true, owner: tid, domain: t.o.Domain(tid), addr: addr, size: size, p0: clock, at: at, samples: 2, survive: accept}
+	at := u.At
+	if at == 0 {
+		at = u.Clock
+	}
+	*s = slot{active: true, owner: u.TID, domain: t.o.Domain(u.TID), addr: u.Addr, size: u.Size, kind: u.Kind, p0: u.Clock, at: at, samples: 2, survive: accept}
 	for _, other := range t.b.Threads() {
 		t.arm(other, pick)
 	}
@@ -203,41 +251,54 @@ func (t *Tracker) Join(tid uint32) {
 }
 
 // TrappedOn is Trapped for a trap that names the address its watchpoint
-// was armed on (live traps, read some time after they happened), at time
-// at on the clock of SampleAt's at: a trap of an earlier arm of the slot
-// is stale and ignored: one on another address, one that happened before
-// the slot's sample, or, in Shared mode, one in the sampling thread
-// itself, which the slot never arms.
-func (t *Tracker) TrappedOn(tid uint32, i int, clock, at, watched uint64) {
-	if i >= 0 && i < len(t.slots) && t.slots[i].active {
-		s := &t.slots[i]
-		if s.addr != watched || at < s.at || (t.o.Mode == Shared && tid == s.owner) {
+// was armed on (live traps, read some time after they happened): a trap of
+// an earlier arm of the slot is stale and ignored: one on another address,
+// one that happened before the slot's sample (by At), or, in Shared mode,
+// one in the sampling thread itself, which the slot never arms.
+func (t *Tracker) TrappedOn(h Hit) {
+	if h.Slot >= 0 && h.Slot < len(t.slots) && t.slots[h.Slot].active {
+		s := &t.slots[h.Slot]
+		at := h.At
+		if at == 0 {
+			at = h.Clock
+		}
+		if s.addr != h.Watched || at < s.at || (t.o.Mode == Shared && h.TID == s.owner) {
 			t.Stale++
 			return
 		}
 	}
-	t.Trapped(tid, i, clock)
+	t.Trapped(h)
 }
 
-// Trapped handles a trap of slot in tid at clock: Alg. 3's WPTrapHandler.
-// The slot is freed and disarmed everywhere: one outcome per sample.
-func (t *Tracker) Trapped(tid uint32, i int, clock uint64) {
-	if i < 0 || i >= len(t.slots) {
+// Trapped handles a trap: Alg. 3's WPTrapHandler. The slot is freed and
+// disarmed everywhere: one outcome per sample.
+func (t *Tracker) Trapped(h Hit) {
+	if h.Slot < 0 || h.Slot >= len(t.slots) {
 		return
 	}
-	s := &t.slots[i]
+	s := &t.slots[h.Slot]
 	if s.active {
-		reuse := tid == s.owner
+		reuse := h.TID == s.owner
 		if t.o.Mode == Shared {
-			reuse = tid != s.owner && t.o.Domain(tid) == s.domain
+			reuse = h.TID != s.owner && t.o.Domain(h.TID) == s.domain
 		}
 		w := 1 / s.survive
-		if reuse && clock > s.p0 {
+		if reuse && h.Clock > s.p0 {
+			d := h.Clock - s.p0
 			t.Reuses++
-			k := bits.Len64(clock-s.p0) - 1
+			k := bits.Len64(d) - 1
 			t.Distance[k]++
 			t.Estimated[k] += w
-			t.Fine[FineBin(clock-s.p0)] += w
+			t.Fine[FineBin(d)] += w
+			t.Pairs[s.kind][h.Kind] += w
+			switch {
+			case h.Size == 0:
+				t.Locality[LocalityUnknown] += w
+			case h.Addr == s.addr:
+				t.Locality[Temporal] += w
+			default:
+				t.Locality[Spatial] += w
+			}
 		} else if !reuse {
 			t.Invalidations++
 			t.EstimatedInvalidations += w
@@ -245,7 +306,7 @@ func (t *Tracker) Trapped(tid uint32, i int, clock uint64) {
 	}
 	*s = slot{samples: 1}
 	for _, other := range t.b.Threads() {
-		t.b.Disarm(other, i)
+		t.b.Disarm(other, h.Slot)
 	}
 }
 
@@ -309,4 +370,22 @@ func (t *Tracker) Merge(o *Tracker) {
 	for j := range t.Fine {
 		t.Fine[j] += o.Fine[j]
 	}
+	for u := range t.Pairs {
+		for r := range t.Pairs[u] {
+			t.Pairs[u][r] += o.Pairs[u][r]
+		}
+	}
+	for l := range t.Locality {
+		t.Locality[l] += o.Locality[l]
+	}
+}
+
+// PairName names a use and reuse pair: RAR, RAW, WAR, WAW ("" where
+// either kind is unknown).
+func PairName(use, reuse Kind) string {
+	if use == Unknown || reuse == Unknown {
+		return ""
+	}
+	name := [3]string{"", "R", "W"}
+	return name[reuse] + "A" + name[use]
 }

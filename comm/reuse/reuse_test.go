@@ -1,6 +1,7 @@
 package reuse
 
 import (
+	"math"
 	"math/bits"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ func TestPrivateReuseByHand(t *testing.T) {
 	r := replayOf(Private, 0, nil)
 	access(r, 2, false, 0x9000) // thread 2 exists
 	access(r, 1, false, 0xA000)
-	r.Tracker.Sample(1, 0xA000, 8, 1)
+	r.Tracker.Sample(Use{TID: 1, Addr: 0xA000, Size: 8, Kind: Read, Clock: 1})
 	access(r, 2, false, 0xA000) // a remote read: no trap
 	access(r, 1, false, 0xB000)
 	access(r, 1, false, 0xC000)
@@ -31,6 +32,11 @@ func TestPrivateReuseByHand(t *testing.T) {
 	tr := r.Tracker
 	if tr.Reuses != 1 || tr.Invalidations != 0 || tr.Distance[1] != 1 {
 		t.Errorf("reuses %d invalidations %d bins %v, want one reuse at distance 3", tr.Reuses, tr.Invalidations, tr.Raw())
+	}
+	// A write reusing a read (WAR), at another address of the watched
+	// bytes: spatial.
+	if tr.Pairs[Read][Write] != 1 || tr.Locality[Spatial] != 1 {
+		t.Errorf("pairs %v, locality %v: want one WAR, spatial", tr.Pairs, tr.Locality)
 	}
 	// One outcome per sample: the slot is free, nothing traps again.
 	access(r, 1, false, 0xA000)
@@ -45,7 +51,7 @@ func TestInvalidationAndArmDelay(t *testing.T) {
 	// A thread that starts after the sample is armed too.
 	late := replayOf(Private, 0, nil)
 	access(late, 1, false, 0xA000)
-	late.Tracker.Sample(1, 0xA000, 8, 1)
+	late.Tracker.Sample(Use{TID: 1, Addr: 0xA000, Size: 8, Kind: Read, Clock: 1})
 	access(late, 3, true, 0xA000)
 	if late.Tracker.Invalidations != 1 {
 		t.Errorf("a thread started after the sample: %d invalidations", late.Tracker.Invalidations)
@@ -54,7 +60,7 @@ func TestInvalidationAndArmDelay(t *testing.T) {
 	r := replayOf(Private, 2, nil)
 	access(r, 2, false, 0x9000)
 	access(r, 1, false, 0xA000)
-	r.Tracker.Sample(1, 0xA000, 8, 1)
+	r.Tracker.Sample(Use{TID: 1, Addr: 0xA000, Size: 8, Kind: Read, Clock: 1})
 	access(r, 2, true, 0xA000) // within the delay: missed
 	access(r, 1, false, 0xB000)
 	access(r, 2, true, 0xA000) // armed now
@@ -72,14 +78,14 @@ func TestSharedByHand(t *testing.T) {
 	access(r, 11, false, 0x9000)
 	access(r, 20, false, 0x9000)
 	access(r, 10, false, 0xA000) // domain 1 clock: 2
-	r.Tracker.Sample(10, 0xA000, 8, 2)
+	r.Tracker.Sample(Use{TID: 10, Addr: 0xA000, Size: 8, Kind: Read, Clock: 2})
 	access(r, 10, false, 0xA000) // the sampler itself: not armed
 	access(r, 11, false, 0xA000) // domain 1 clock 4: reuse at 2
 	if tr := r.Tracker; tr.Reuses != 1 || tr.Distance[1] != 1 {
 		t.Errorf("shared reuse: %d, bins %v", tr.Reuses, tr.Raw())
 	}
 	access(r, 10, false, 0xB000)
-	r.Tracker.Sample(10, 0xB000, 8, 5)
+	r.Tracker.Sample(Use{TID: 10, Addr: 0xB000, Size: 8, Kind: Read, Clock: 5})
 	access(r, 20, false, 0xB000) // another domain's read: no trap
 	access(r, 20, true, 0xB000)  // its store: invalidation
 	if tr := r.Tracker; tr.Invalidations != 1 || tr.Reuses != 1 {
@@ -113,9 +119,10 @@ func TestParseAccess(t *testing.T) {
 // trace's own reuse pairs), as the thesis measures ReuseTracker (§6.5):
 // S ≥ 0.90 in every case and ≥ 0.95 on average, with and without
 // invalidations, for 1, 2, 8 and 32 threads; the invalidations, scaled by
-// the sampling, within 10% of the trace's invalidated pairs.
+// the sampling, within 10% of the trace's invalidated pairs; the reuses'
+// pairs of kinds in the trace's proportions.
 func TestAccuracyOnRIBench(t *testing.T) {
-	var sum float64
+	var sum, pairsOff float64
 	var n int
 	for _, inval := range []float64{0, 0.3} {
 		for _, threads := range []int{1, 2, 8, 32} {
@@ -135,14 +142,28 @@ func TestAccuracyOnRIBench(t *testing.T) {
 				if d := inv - float64(truth.Invalidated); d > 0.1*float64(truth.Invalidated) || -d > 0.1*float64(truth.Invalidated) {
 					t.Errorf("%s, %d threads: %.0f invalidations estimated, the trace has %d", c.Name, threads, inv, truth.Invalidated)
 				}
+				// The pairs' shares: every reuse of a read is a write's
+				// (WAR) and every reuse of a write a read's (RAW), in the
+				// trace's proportions (as the histogram's bins: within
+				// 0.10 in every case, 0.03 on average); all temporal.
+				raw, war := tr.Pairs[Write][Read], tr.Pairs[Read][Write]
+				want := float64(truth.Kinds[Write][Read]) / float64(truth.Kinds[Write][Read]+truth.Kinds[Read][Write])
+				off := math.Abs(raw/(raw+war) - want)
+				pairsOff += off
+				if tr.Pairs[Read][Read]+tr.Pairs[Write][Write] != 0 || off > 0.10 || tr.Locality[Spatial] != 0 {
+					t.Errorf("%s, %d threads: pairs %v (RAW share %.3f, the trace's %.3f), locality %v", c.Name, threads, tr.Pairs, raw/(raw+war), want, tr.Locality)
+				}
 				sum += s
 				n++
 			}
 		}
 	}
-	t.Logf("mean S %.3f", sum/float64(n))
+	t.Logf("mean S %.3f; the RAW share off by %.3f on average", sum/float64(n), pairsOff/float64(n))
 	if sum/float64(n) < 0.95 {
 		t.Errorf("mean S %.3f < 0.95", sum/float64(n))
+	}
+	if pairsOff/float64(n) > 0.03 {
+		t.Errorf("the RAW share off by %.3f on average", pairsOff/float64(n))
 	}
 }
 
@@ -179,23 +200,23 @@ func BenchmarkReplay(b *testing.B) {
 // late) is stale: neither a reuse nor an invalidation.
 func TestStaleTrap(t *testing.T) {
 	tr := New(nopRegs{}, Options{Slots: 1})
-	tr.Sample(1, 0x1000, 8, 10)
-	tr.TrappedOn(2, 0, 20, 20, 0x2000) // the slot's previous address
+	tr.Sample(Use{TID: 1, Addr: 0x1000, Size: 8, Kind: Read, Clock: 10})
+	tr.TrappedOn(Hit{TID: 2, Slot: 0, Clock: 20, At: 20, Watched: 0x2000}) // the slot's previous address
 	if tr.Stale != 1 || tr.Reuses != 0 || tr.Invalidations != 0 || tr.Slots() != 1 {
 		t.Fatalf("stale trap: %+v", tr)
 	}
-	tr.TrappedOn(1, 0, 5, 5, 0x1000) // before the sample: an earlier arm's
+	tr.TrappedOn(Hit{TID: 1, Slot: 0, Clock: 5, At: 5, Watched: 0x1000}) // before the sample: an earlier arm's
 	if tr.Stale != 2 || tr.Slots() != 1 {
 		t.Fatalf("a trap from before the sample: %+v", tr)
 	}
-	tr.TrappedOn(1, 0, 30, 30, 0x1000)
+	tr.TrappedOn(Hit{TID: 1, Slot: 0, Clock: 30, At: 30, Watched: 0x1000})
 	if tr.Reuses != 1 || tr.Distance[bits.Len64(20)-1] != 1 {
 		t.Errorf("the slot's own trap: reuses %d", tr.Reuses)
 	}
 	// Shared mode never arms the sampling thread: its trap is stale.
 	sh := New(nopRegs{}, Options{Slots: 1, Mode: Shared})
-	sh.Sample(1, 0x1000, 8, 10)
-	sh.TrappedOn(1, 0, 20, 20, 0x1000)
+	sh.Sample(Use{TID: 1, Addr: 0x1000, Size: 8, Kind: Read, Clock: 10})
+	sh.TrappedOn(Hit{TID: 1, Slot: 0, Clock: 20, At: 20, Watched: 0x1000})
 	if sh.Stale != 1 || sh.Invalidations != 0 || sh.Reuses != 0 {
 		t.Errorf("the owner's trap in shared mode: %+v", sh)
 	}
@@ -208,17 +229,17 @@ func TestStaleTrap(t *testing.T) {
 // own clock; a trap from before the sample is stale whatever its clock.
 func TestThreadClocks(t *testing.T) {
 	tr := New(nopRegs{}, Options{Slots: 1})
-	tr.SampleAt(1, 0x1000, 8, 5000, 100) // thread 1 has run 5000 ns
-	tr.TrappedOn(2, 0, 40, 90, 0x1000)   // thread 2's store, before the sample
+	tr.Sample(Use{TID: 1, Addr: 0x1000, Size: 8, Kind: Read, Clock: 5000, At: 100}) // thread 1 has run 5000 ns
+	tr.TrappedOn(Hit{TID: 2, Slot: 0, Clock: 40, At: 90, Watched: 0x1000})          // thread 2's store, before the sample
 	if tr.Stale != 1 || tr.Slots() != 1 {
 		t.Fatalf("a trap from before the sample: %+v", tr)
 	}
-	tr.TrappedOn(2, 0, 50, 120, 0x1000) // after it, thread 2 having run 50 ns
+	tr.TrappedOn(Hit{TID: 2, Slot: 0, Clock: 50, At: 120, Watched: 0x1000}) // after it, thread 2 having run 50 ns
 	if tr.Invalidations != 1 || tr.Stale != 1 {
 		t.Fatalf("another thread's store after the sample: %+v", tr)
 	}
-	tr.SampleAt(1, 0x1000, 8, 6000, 200)
-	tr.TrappedOn(1, 0, 6300, 900, 0x1000) // 300 ns of its CPU time later, 700 ns of time
+	tr.Sample(Use{TID: 1, Addr: 0x1000, Size: 8, Kind: Read, Clock: 6000, At: 200})
+	tr.TrappedOn(Hit{TID: 1, Slot: 0, Clock: 6300, At: 900, Watched: 0x1000}) // 300 ns of its CPU time later, 700 ns of time
 	if tr.Reuses != 1 || tr.Distance[bits.Len64(300)-1] != 1 {
 		t.Errorf("reuse on the thread's clock: %+v", tr.Raw())
 	}
@@ -229,3 +250,41 @@ type nopRegs struct{}
 func (nopRegs) Threads() []uint32                    { return []uint32{1, 2} }
 func (nopRegs) Arm(uint32, int, uint64, uint8, Trap) {}
 func (nopRegs) Disarm(uint32, int)                   {}
+
+// Each pair of kinds, reused at the use's address (temporal) or at
+// another overlapping it (spatial), and the pairs' names.
+func TestPairsAndLocality(t *testing.T) {
+	kind := map[bool]Kind{false: Read, true: Write}
+	for _, c := range []struct {
+		use, reuse bool
+		at         uint64
+		name       string
+		locality   int
+	}{
+		{false, false, 0xA000, "RAR", Temporal},
+		{true, false, 0xA000, "RAW", Temporal},
+		{false, true, 0xA000, "WAR", Temporal},
+		{true, true, 0xA000, "WAW", Temporal},
+		{true, false, 0xA004, "RAW", Spatial},
+		{false, false, 0x9FFC, "RAR", Spatial},
+	} {
+		r := replayOf(Private, 0, nil)
+		access(r, 1, c.use, 0xA000)
+		r.Tracker.Sample(Use{TID: 1, Addr: 0xA000, Size: 8, Kind: kind[c.use], Clock: 1})
+		access(r, 1, c.reuse, c.at)
+		tr := r.Tracker
+		if got := PairName(kind[c.use], kind[c.reuse]); got != c.name {
+			t.Errorf("PairName(%v, %v) = %s, want %s", kind[c.use], kind[c.reuse], got, c.name)
+		}
+		if tr.Reuses != 1 || tr.Pairs[kind[c.use]][kind[c.reuse]] != 1 || tr.Locality[c.locality] != 1 {
+			t.Errorf("%s at %#x: reuses %d, pairs %v, locality %v", c.name, c.at, tr.Reuses, tr.Pairs, tr.Locality)
+		}
+	}
+	// A trap whose access is not known: a reuse of unknown kind and place.
+	tr := New(nopRegs{}, Options{Slots: 1})
+	tr.Sample(Use{TID: 1, Addr: 0x1000, Size: 8, Kind: Write, Clock: 10})
+	tr.Trapped(Hit{TID: 1, Slot: 0, Clock: 20})
+	if tr.Pairs[Write][Unknown] != 1 || tr.Locality[LocalityUnknown] != 1 || PairName(Write, Unknown) != "" {
+		t.Errorf("undecoded trap: pairs %v, locality %v", tr.Pairs, tr.Locality)
+	}
+}

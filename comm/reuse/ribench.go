@@ -80,6 +80,7 @@ func (c Case) Generate(threads int, seed uint64, emit func(Access)) Truth {
 				truth.Invalidated++
 			default:
 				truth.Pairs[bits.Len64(d)-1]++
+				truth.Kinds[kindOf(s.walk%2 == 1)][kindOf((s.walk+1)%2 == 1)]++
 			}
 			if s.pos++; s.pos == d {
 				s.pos, s.walk = 0, s.walk+1
@@ -95,11 +96,20 @@ func (c Case) Generate(threads int, seed uint64, emit func(Access)) Truth {
 }
 
 // Truth is what a generated trace holds: its reuse pairs by distance bin
-// (invalidated ones left out), its invalidated pairs, and the profiled
-// threads' accesses.
+// (invalidated ones left out) and by the use's and the reuse's kinds (walks
+// alternate reads and writes: WAR and RAW), its invalidated pairs, and the
+// profiled threads' accesses.
 type Truth struct {
 	Pairs                 [Bins]uint64
+	Kinds                 [3][3]uint64
 	Invalidated, Accesses uint64
+}
+
+func kindOf(write bool) Kind {
+	if write {
+		return Write
+	}
+	return Read
 }
 
 // Fractions are the pairs' bins as fractions, up to the last bin used.

@@ -132,12 +132,16 @@ func (r *Replay) Access(a Access) {
 	if r.mode == Shared {
 		clock = r.clocks[dom]
 	}
+	kind := Read
+	if a.Write {
+		kind = Write
+	}
 	if slot := r.regs.Access(a.TID, a.Write, a.Addr, a.Size); slot >= 0 {
-		r.Tracker.Trapped(a.TID, slot, clock)
+		r.Tracker.Trapped(Hit{TID: a.TID, Slot: slot, Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
 	}
 	if t.n >= t.next && (r.skip == nil || !r.skip(a.TID)) {
 		t.next = t.n + r.gap()
-		r.Tracker.Sample(a.TID, a.Addr, a.Size, clock)
+		r.Tracker.Sample(Use{TID: a.TID, Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
 	}
 }
 
