@@ -282,7 +282,10 @@ func (c *commSamplers) open(target string) error {
 	b := c.b
 	share := float64(max(c.budgetShare, 1))
 	poll := 100 * time.Millisecond
-	watching := b.f.comm.watchpoints || b.f.comm.reuse
+	// The address sampler's samples arm watchpoints, except in private
+	// reuse, where the watched threads' own samples do (their leaders
+	// wake the trap reader).
+	watching := b.f.comm.watchpoints || b.f.comm.reuse && b.f.comm.reuseMode == "shared"
 	if watching {
 		poll = 10 * time.Millisecond // arms follow the samples this closely
 	}
