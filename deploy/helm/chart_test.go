@@ -291,6 +291,11 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		"nosuchkey=1":              "nosuchkey",
 		"sampling.ringPages=3":     "/sampling/ringPages",
 		"sampling.cpuBudget=lots":  "/sampling/cpuBudget",
+		"comm.pods=some":           "/comm/pods",
+		"comm.watchpoints=yes":     "/comm/watchpoints",
+		// Watchpoints arm every thread of what is sampled: only in the
+		// annotated pods.
+		"comm.watchpoints=reuse": "/comm/pods",
 	} {
 		_, err := helm(t, "template", "pmu", chart, "--kube-version", "1.31.0", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
