@@ -190,13 +190,11 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 	if uint64(got) != volume/2 {
 		t.Errorf("pmu_cgroup_comm_volume_total of %s/%s: %.0f, the benchmark's matrix holds %d", top, job, got, volume/2)
 	}
+	// The CPU matrix holds both kinds (a stray true-sharing detection in
+	// the benchmark's runtime happens): so does the folded sum compared.
 	var folded float64
 	for _, m := range mfs["pmu_comm_domain_volume_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "kind" && l.GetValue() == "false_sharing" {
-				folded += m.GetCounter().GetValue()
-			}
-		}
+		folded += m.GetCounter().GetValue()
 	}
 	var cpuVolume uint64
 	for i := range inside.CPUAll {
@@ -205,7 +203,7 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 		}
 	}
 	if uint64(folded) != cpuVolume/2 {
-		t.Errorf("domain-folded false sharing %.0f, the benchmark's CPU matrix holds %d", folded, cpuVolume/2)
+		t.Errorf("domain-folded communication %.0f, the benchmark's CPU matrix holds %d", folded, cpuVolume/2)
 	}
 }
 
