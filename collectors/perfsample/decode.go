@@ -235,16 +235,18 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		if d.threadCPU != nil && d.watched[a.PID] != nil {
 			d.threadCPU[a.TID] = a.CPU
 		}
-		armable := d.watched[a.PID] != nil && (d.gov == nil || d.gov.Allow(a.PID))
-		if d.trackers != nil && armable {
+		// The governor is asked only for a sample that would arm (not,
+		// in private reuse, the address sampler's: the leaders' arm).
+		watched := d.watched[a.PID] != nil
+		if d.trackers != nil && watched {
 			found = d.det.Add(a)
-			if !d.ownClock && d.tracker(a.PID).Sample(reuseUse(a, ReuseClock(a.Time))) {
+			if !d.ownClock && (d.gov == nil || d.gov.Allow(a.PID)) && d.tracker(a.PID).Sample(reuseUse(a, ReuseClock(a.Time))) {
 				d.armedAt = append(d.armedAt, a.Time)
 			}
 			if d.hasCg[i] {
 				d.reuseCgroup[a.PID] = d.cgroups[i]
 			}
-		} else if d.watcher != nil && armable {
+		} else if d.watcher != nil && watched && (d.gov == nil || d.gov.Allow(a.PID)) {
 			found = d.watcher.Sampled(a, d.lastOf[[2]uint32{a.PID, a.TID}] == k)
 		} else {
 			found = d.det.Add(a)
