@@ -69,7 +69,8 @@ type reuseKey struct {
 
 type reuseTotals struct {
 	bins                            [reuse.Bins]float64
-	invalidations, samples, dropped uint64
+	invalidations                   float64
+	samples, dropped                uint64
 	stale                           uint64
 	pairs                           [3][3]float64
 	locality                        [3]float64
@@ -88,7 +89,10 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		for k, v := range t.Estimated {
 			r.bins[k] += v
 		}
-		r.invalidations += uint64(math.Round(t.EstimatedInvalidations))
+		// Rounded once per cgroup, after the sum: rounded per process, a
+		// process that exits and leaves its totals to its cgroup's could
+		// make the counter go down.
+		r.invalidations += t.EstimatedInvalidations
 		r.samples += t.Samples
 		r.dropped += t.Dropped
 		r.stale += t.Stale
@@ -120,7 +124,7 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			bins[k] = uint64(math.Round(v))
 		}
 		ch <- binnedHistogram(c.distance, bins, c.started, l...)
-		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, float64(r.invalidations), l...)
+		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, math.Round(r.invalidations), l...)
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(r.dropped), l...)
 		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(r.stale), l...)

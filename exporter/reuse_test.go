@@ -126,3 +126,50 @@ type nopBackend struct{}
 func (nopBackend) Threads() []uint32                          { return []uint32{1, 2} }
 func (nopBackend) Arm(uint32, int, uint64, uint8, reuse.Trap) {}
 func (nopBackend) Disarm(uint32, int)                         {}
+
+// trackers is a cgroup's processes' trackers, and the totals of those gone.
+type trackers struct{ live, gone []*reuse.Tracker }
+
+func (ts *trackers) ArmLatency() [reuse.Bins]uint64 { return [reuse.Bins]uint64{} }
+
+func (ts *trackers) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker)) {
+	for i, t := range ts.live {
+		f(uint32(i+1), 42, t)
+	}
+	for _, t := range ts.gone {
+		f(0, 42, t)
+	}
+}
+
+// Two processes of a cgroup each with 0.6 invalidations estimated: the
+// cgroup's counter is 1 (1.2 rounded), and stays 1 as they exit and their
+// totals join the cgroup's (rounded per process it went from 2 to 1).
+func TestReuseCountersNeverGoDown(t *testing.T) {
+	a, b := reuse.New(nopBackend{}, reuse.Options{}), reuse.New(nopBackend{}, reuse.Options{})
+	a.EstimatedInvalidations, b.EstimatedInvalidations = 0.6, 0.6
+	src := &trackers{live: []*reuse.Tracker{a, b}}
+	c := NewReuse(src, nil, nil)
+	value := func() float64 {
+		ch := make(chan prometheus.Metric, 100)
+		c.Collect(ch)
+		close(ch)
+		for m := range ch {
+			var out dto.Metric
+			if m.Desc() == c.invalidations && m.Write(&out) == nil {
+				return out.GetCounter().GetValue()
+			}
+		}
+		return -1
+	}
+	seen := []float64{value()}
+	gone := reuse.New(nil, reuse.Options{})
+	gone.Merge(b)
+	src.live, src.gone = []*reuse.Tracker{a}, []*reuse.Tracker{gone}
+	seen = append(seen, value())
+	gone.Merge(a)
+	src.live = nil
+	seen = append(seen, value())
+	if seen[0] != 1 || seen[1] != 1 || seen[2] != 1 {
+		t.Errorf("invalidations %v as the processes exited; want 1 throughout", seen)
+	}
+}
