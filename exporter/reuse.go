@@ -68,12 +68,12 @@ type reuseKey struct {
 }
 
 type reuseTotals struct {
-	bins                            [reuse.Bins]float64
-	invalidations                   float64
-	samples, dropped                uint64
-	stale                           uint64
-	pairs                           [3][3]float64
-	locality                        [3]float64
+	bins             [reuse.Bins]float64
+	invalidations    float64
+	samples, dropped uint64
+	stale            uint64
+	pairs            [3][3]float64
+	locality         [3]float64
 }
 
 // Collect implements prometheus.Collector: processes summed per cgroup.
