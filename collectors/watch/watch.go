@@ -102,7 +102,9 @@ type Trap struct {
 	// (PERF_SAMPLE_ADDR of a breakpoint): a trap read after its slot was
 	// re-armed elsewhere names the old address.
 	Watched uint64
-	Clock   uint64 // the thread's CPU time at the trap, ns (its task-clock)
+	// Clock is the distance clock at the trap: the thread's CPU time, ns
+	// (its task-clock), or the sum of the CountWith events.
+	Clock uint64
 	// Regs are the user registers at the trap (nil: none), valid during
 	// the callback only.
 	Regs *memop.Regs
@@ -114,6 +116,9 @@ type Engine struct {
 	slots   int
 	pages   int
 	period  uint64 // the leaders' sample period, ns of the thread's CPU time (0: counting)
+	// counters are counted beside each thread's leader (CountWith): their
+	// sum is the distance clock instead of the thread's CPU time.
+	counters []unix.PerfEventAttr
 	threads map[uint32]*thread
 	events  *perfrecord.Events
 	ids     map[uint64]trapID
@@ -126,12 +131,16 @@ type trapID struct {
 	slot int // the leader: leaderSlot
 }
 
-const leaderSlot = -1
+const (
+	leaderSlot  = -1
+	counterSlot = -2 // a CountWith event
+)
 
 type thread struct {
-	dirty  bool  // watchpoints changed since the last Flush
-	leader int   // task-clock, counting
-	bps    []int // one breakpoint per slot
+	dirty    bool  // watchpoints changed since the last Flush
+	leader   int   // task-clock, counting
+	counters []int // CountWith's events
+	bps      []int // one breakpoint per slot
 	armed  []bool
 	ring   *perfring.Ring
 }
@@ -164,6 +173,21 @@ func (e *Engine) Add(tid uint32) (err error) {
 	clock := e.leader()
 	if t.leader, err = perf.OpenFD(&clock, int(tid), -1, -1, 0); err != nil {
 		return fmt.Errorf("thread %d: task-clock: %w", tid, err)
+	}
+	var counterIDs []uint64
+	for i, c := range e.counters {
+		c.Bits |= unix.PerfBitUseClockID // a group's events share one clock
+		c.Clockid = unix.CLOCK_MONOTONIC
+		fd, err := perf.OpenFD(&c, int(tid), -1, t.leader, 0)
+		if err != nil {
+			return fmt.Errorf("thread %d: clock event %d: %w", tid, i, err)
+		}
+		t.counters = append(t.counters, fd)
+		id, err := perf.ID(fd)
+		if err != nil {
+			return err
+		}
+		counterIDs = append(counterIDs, id)
 	}
 	ids := make([]uint64, e.slots)
 	for slot := range e.slots {
@@ -201,6 +225,9 @@ func (e *Engine) Add(tid uint32) (err error) {
 		e.ids[id] = trapID{tid, slot}
 	}
 	e.ids[leaderID] = trapID{tid, leaderSlot}
+	for _, id := range counterIDs {
+		e.ids[id] = trapID{tid, counterSlot}
+	}
 	return e.index()
 }
 
@@ -243,6 +270,19 @@ func (e *Engine) SampleEvery(period uint64) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CountWith makes the distance clock (Trap.Clock, Sampled.Clock) the sum
+// of these events, counted in each thread's group beside its leader and
+// read with every trap and sample, instead of the thread's CPU time:
+// ReuseTracker's clock is the thread's retired loads and stores, where the
+// PMU counts them. Before Add.
+func (e *Engine) CountWith(attrs []unix.PerfEventAttr) error {
+	if len(e.threads) > 0 {
+		return errors.New("threads already have their groups: count before adding threads")
+	}
+	e.counters = attrs
+	return nil
 }
 
 // SamplePeriod is the leaders' sample period (0: they count only).
@@ -289,6 +329,9 @@ func (t *thread) close() {
 		t.ring.Close()
 	}
 	for _, fd := range t.bps {
+		unix.Close(fd)
+	}
+	for _, fd := range t.counters {
 		unix.Close(fd)
 	}
 	if t.leader >= 0 {
@@ -391,7 +434,7 @@ type Sampled struct {
 	// Sample has the thread, CPU, time (CLOCK_MONOTONIC), IP and user
 	// registers; valid during the callback only.
 	Sample *perfrecord.Sample
-	Clock  uint64 // the thread's CPU time at the sample, ns (its task-clock)
+	Clock  uint64 // the distance clock at the sample (Trap.Clock's)
 }
 
 // Read drains every thread's ring, handing each trap to fn; it returns the
@@ -426,13 +469,13 @@ func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, los
 			}
 			if ti.slot == leaderSlot {
 				if sampled != nil && len(s.Read) > 0 {
-					sampled(Sampled{Sample: &s, Clock: s.Read[0].Value})
+					sampled(Sampled{Sample: &s, Clock: e.clock(s.Read)})
 				}
 				return true
 			}
 			tr := Trap{PID: s.PID, TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time, Watched: s.Addr}
 			if len(s.Read) > 0 {
-				tr.Clock = s.Read[0].Value // the leader: task-clock
+				tr.Clock = e.clock(s.Read)
 			}
 			if s.RegsABI != 0 {
 				tr.Regs = &s.Regs
@@ -442,6 +485,21 @@ func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, los
 		})
 	}
 	return bad, lost
+}
+
+// clock is the distance clock in a group read: the sum of the CountWith
+// events, or else the leader's task-clock (first).
+func (e *Engine) clock(read []perfrecord.ReadValue) uint64 {
+	if len(e.counters) == 0 {
+		return read[0].Value
+	}
+	var sum uint64
+	for _, v := range read {
+		if e.ids[v.ID].slot == counterSlot {
+			sum += v.Value
+		}
+	}
+	return sum
 }
 
 // Clock is thread tid's CPU time now (its task-clock), ns.

@@ -429,3 +429,52 @@ func TestLeaderSamplesOnThreadCPUTime(t *testing.T) {
 		t.Errorf("%d samples in %.1f ms of CPU time at a period of 4 ms", n, float64(after-before)/1e6)
 	}
 }
+
+// With CountWith the distance clock is the sum of the given events,
+// counted in the thread's group and read at each trap: with page faults
+// as the clock (a software event standing in for the PMU's loads and
+// stores), two traps around 100 first touches of fresh pages are exactly
+// 100 apart, and two traps with nothing between them 0.
+func TestCountWithClock(t *testing.T) {
+	testenv.RequireRoot(t)
+	const pages = 100 // 400 KiB: too small a mapping for a huge page
+	w := startWorker(t)
+	e, err := New(1, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	faults := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS, Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{}))}
+	if err := e.CountWith([]unix.PerfEventAttr{faults}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Add(w.tid); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CountWith(nil); err == nil {
+		t.Error("CountWith after Add: no error")
+	}
+	mem, err := unix.Mmap(-1, 0, pages*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	var v uint64
+	if err := e.Arm(w.tid, 0, addr(&v), 8, true); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush()
+	w.run(func() {
+		store(&v, 1)
+		for p := 0; p < pages; p++ {
+			mem[p*4096] = 1
+		}
+		store(&v, 1)
+		store(&v, 1)
+	})
+	var clocks []uint64
+	e.Read(func(tr Trap) { clocks = append(clocks, tr.Clock) })
+	if len(clocks) != 3 || clocks[1]-clocks[0] != pages || clocks[2] != clocks[1] {
+		t.Errorf("page-fault clock at the traps %v: want 3 traps, %d apart, then 0", clocks, pages)
+	}
+}
