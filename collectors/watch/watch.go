@@ -112,18 +112,18 @@ type Trap struct {
 
 // Engine holds the watchpoint events of the threads it was given.
 type Engine struct {
-	poller  *perfring.Poller
-	slots   int
-	pages   int
-	period  uint64 // the leaders' sample period, ns of the thread's CPU time (0: counting)
+	poller *perfring.Poller
+	slots  int
+	pages  int
+	period uint64 // the leaders' sample period, ns of the thread's CPU time (0: counting)
 	// counters are counted beside each thread's leader (CountWith): their
 	// sum is the distance clock instead of the thread's CPU time.
 	counters []unix.PerfEventAttr
-	threads map[uint32]*thread
-	events  *perfrecord.Events
-	ids     map[uint64]trapID
-	attrs   []perfrecord.Attr
-	idLists [][]uint64
+	threads  map[uint32]*thread
+	events   *perfrecord.Events
+	ids      map[uint64]trapID
+	attrs    []perfrecord.Attr
+	idLists  [][]uint64
 }
 
 type trapID struct {
@@ -141,8 +141,8 @@ type thread struct {
 	leader   int   // task-clock, counting
 	counters []int // CountWith's events
 	bps      []int // one breakpoint per slot
-	armed  []bool
-	ring   *perfring.Ring
+	armed    []bool
+	ring     *perfring.Ring
 }
 
 // New makes an engine of slots watchpoints per thread, with rings of pages
