@@ -3,6 +3,7 @@ package exporter
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,7 @@ type ReuseCollector struct {
 	distance, invalidations, samples, dropped *prometheus.Desc
 	stale, armLatency                         *prometheus.Desc
 	pairs, locality                           *prometheus.Desc
+	eventDistance                             *prometheus.Desc
 }
 
 // NewReuse exports src; ids and names label the cgroups (ids nil: by id).
@@ -42,6 +44,7 @@ func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 		invalidations: prometheus.NewDesc("pmu_reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused.", l, nil),
 		samples:       prometheus.NewDesc("pmu_reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l, nil),
 		stale:         prometheus.NewDesc("pmu_reuse_stale_traps_total", "Traps read after their slot was armed again (another address, a time before the slot's sample, or the sampling thread's own in shared mode): no outcome.", l, nil),
+		eventDistance: prometheus.NewDesc("pmu_reuse_event_distance", "As pmu_reuse_time_distance_seconds (mode private), counted in the events of --collector.comm.reuse-clock (the unit label), which each watched thread's group counts and its samples and traps read: ReuseTracker's clock is retired loads and stores. Buckets at the powers of two: the bucket up to 2^(k+1) holds the distances d with 2^k <= d < 2^(k+1) (log2 bins).", l, nil),
 		pairs:         prometheus.NewDesc("pmu_reuse_pairs_total", "Reuses (estimated, as the histogram) by the kinds of the use and the reuse: RAR, RAW (a load reusing a store), WAR, WAW; a read-modify-write is a write as a use and a read as a reuse; unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "pair"), nil),
 		locality:      prometheus.NewDesc("pmu_reuse_locality_total", "Reuses (estimated, as the histogram) by where the reuse began: at the sampled access's address (temporal) or at another address overlapping the watched bytes (spatial: a watchpoint sees no other part of the line); unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "locality"), nil),
 		dropped:       prometheus.NewDesc("pmu_reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l, nil),
@@ -59,6 +62,7 @@ func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.armLatency
 	ch <- c.pairs
 	ch <- c.locality
+	ch <- c.eventDistance
 }
 
 type reuseKey struct {
@@ -105,7 +109,7 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			r.locality[k] += t.Locality[k]
 		}
 	})
-	ch <- binnedHistogram(c.armLatency, c.src.ArmLatency(), c.started)
+	ch <- binnedHistogram(c.armLatency, c.src.ArmLatency(), timeBins, c.started)
 	s := Sampling{cgroups: c.cgroups, names: c.names}
 	for key, r := range per {
 		id := key.cgroup
@@ -123,7 +127,11 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		for k, v := range r.bins {
 			bins[k] = uint64(math.Round(v))
 		}
-		ch <- binnedHistogram(c.distance, bins, c.started, l...)
+		if strings.HasSuffix(key.unit, "_seconds") {
+			ch <- binnedHistogram(c.distance, bins, timeBins, c.started, l...)
+		} else {
+			ch <- binnedHistogram(c.eventDistance, bins, 0, c.started, l...)
+		}
 		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, math.Round(r.invalidations), l...)
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(r.dropped), l...)
@@ -145,11 +153,15 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// timeBins is the power of two of a second that bin 0 of the live time
+// clocks starts at (perfsample.ReuseClock's units).
+const timeBins = -30
+
 // binnedHistogram exports tracker bins as a native histogram with classic
-// buckets: bin k is [2^(k−30), 2^(k−29)) s (perfsample.ReuseClock), the
-// native bucket k−29 at schema 0, (2^(k−30), 2^(k−29)]; the sum takes each
-// bin's mid-point.
-func binnedHistogram(desc *prometheus.Desc, bins [reuse.Bins]uint64, started time.Time, labels ...string) prometheus.Metric {
+// buckets: bin k is [2^(k+exp), 2^(k+exp+1)) in the metric's unit (time:
+// exp timeBins, seconds; event counts: 0), the native bucket k+exp+1 at
+// schema 0, (2^(k+exp), 2^(k+exp+1)]; the sum takes each bin's mid-point.
+func binnedHistogram(desc *prometheus.Desc, bins [reuse.Bins]uint64, exp int, started time.Time, labels ...string) prometheus.Metric {
 	buckets := map[int]int64{}
 	var count uint64
 	var sum float64
@@ -158,8 +170,8 @@ func binnedHistogram(desc *prometheus.Desc, bins [reuse.Bins]uint64, started tim
 			continue
 		}
 		count += n
-		sum += float64(n) * math.Ldexp(1.5, k-30)
-		buckets[k-29] = int64(n)
+		sum += float64(n) * math.Ldexp(1.5, k+exp)
+		buckets[k+exp+1] = int64(n)
 	}
 	return newNativeHistogram(desc, count, sum, buckets, 0, 0, started, labels...)
 }

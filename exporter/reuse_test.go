@@ -173,3 +173,44 @@ func TestReuseCountersNeverGoDown(t *testing.T) {
 		t.Errorf("invalidations %v as the processes exited; want 1 throughout", seen)
 	}
 }
+
+// A tracker whose clock counts events (--collector.comm.reuse-clock): its
+// reuses go to pmu_reuse_event_distance, at the powers of two of counts: a
+// reuse 3 events after its use is in (2, 4], native bucket 2.
+func TestReuseEventDistance(t *testing.T) {
+	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 1, Unit: "page-faults"})
+	tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: 100})
+	tr.Trapped(reuse.Hit{TID: 1, Clock: 103})
+	c := NewReuse(oneTracker{t: tr}, nil, nil)
+	ch := make(chan prometheus.Metric, 100)
+	c.Collect(ch)
+	close(ch)
+	var h *dto.Histogram
+	for m := range ch {
+		var out dto.Metric
+		if err := m.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		if m.Desc() == c.distance && out.Histogram != nil {
+			t.Errorf("an event clock's reuses in the seconds histogram: %v", out.Histogram)
+		}
+		if m.Desc() == c.eventDistance {
+			h = out.Histogram
+			for _, lp := range out.GetLabel() {
+				if lp.GetName() == "unit" && lp.GetValue() != "page-faults" {
+					t.Errorf("unit %q", lp.GetValue())
+				}
+			}
+		}
+	}
+	if h == nil || h.GetSampleCount() != 1 || len(h.GetPositiveSpan()) != 1 || h.GetPositiveSpan()[0].GetOffset() != 2 || h.GetSampleSum() != 3 {
+		t.Fatalf("event distance %v, want one reuse in the native bucket 2 (2, 4], sum 3 (the bin's mid-point)", h)
+	}
+	classic := map[float64]uint64{}
+	for _, b := range h.GetBucket() {
+		classic[b.GetUpperBound()] = b.GetCumulativeCount()
+	}
+	if classic[2] != 0 || classic[4] != 1 {
+		t.Errorf("classic buckets %v, want 0 up to 2 and 1 up to 4", h.GetBucket())
+	}
+}

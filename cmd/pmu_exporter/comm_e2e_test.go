@@ -402,7 +402,7 @@ func TestServeReuseLive(t *testing.T) {
 	testenv.RequireRoot(t)
 	r := runReuseBench(t, nil, nil, "-slots", "4194304", "-duration", "3s")
 	h, walk := r.h, r.walk
-	dominantBinHolds(t, h, walk)
+	dominantBinHolds(t, h, walk, "s")
 	if v := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); v != 0 {
 		t.Errorf("%v invalidations of a single thread", v)
 	}
@@ -450,18 +450,33 @@ func TestServeReuseThreadCPUTime(t *testing.T) {
 	// The thread runs a tenth of the time: a budget that keeps the period
 	// at 1 ms gives it enough samples.
 	r := runReuseBench(t, []string{"--collector.comm.cpu-budget=0.2"}, nil, "-slots", "4194304", "-duration", "4s", "-sleep", "20ms")
-	dominantBinHolds(t, r.h, r.walk)
+	dominantBinHolds(t, r.h, r.walk, "s")
 }
 
 // reuseRun is a run of reusebench under the exporter.
 type reuseRun struct {
-	// walk is the mean walk time (s) on the clock of the run's mode
-	// (private: the walking thread's CPU time; shared: CLOCK_MONOTONIC),
-	// wallWalk on CLOCK_MONOTONIC.
+	// walk is the mean walk on the clock of the run (private: the walking
+	// thread's CPU time; shared: CLOCK_MONOTONIC; s), or its context
+	// switches (--collector.comm.reuse-clock=context-switches); wallWalk
+	// is its time on CLOCK_MONOTONIC.
 	walk, wallWalk float64
 	h              *dto.Histogram // the cgroup's reuse histogram of the mode
 	mfs            map[string]*dto.MetricFamily
 	lbl            map[string]string // h's labels
+}
+
+// With --collector.comm.reuse-clock the private distances are counts of
+// the given events, read at each watched thread's samples and traps:
+// context switches stand in here for a PMU's loads and stores. A thread
+// that naps 16 times a walk reuses each slot after 16 of its switches
+// (more where it is preempted: it counts its own, from
+// /proc/thread-self/status), and the event histogram says so.
+func TestServeReuseEventClock(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
+	testenv.RequireRoot(t)
+	r := runReuseBench(t, []string{"--collector.comm.reuse-clock=context-switches", "--collector.comm.cpu-budget=0.2"}, nil,
+		"-slots", "1048576", "-duration", "3s", "-naps", "16")
+	dominantBinHolds(t, r.h, r.walk, "context switches")
 }
 
 // runReuseBench starts the exporter with ReuseTracker on a cgroup (and
@@ -492,18 +507,25 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 		t.Fatalf("reusebench %v: %v", args, err)
 	}
 	var run struct {
-		WalkNS    int64 `json:"mean_walk_ns"`
-		WalkCPUNS int64 `json:"mean_walk_cpu_ns"`
+		WalkNS       int64   `json:"mean_walk_ns"`
+		WalkCPUNS    int64   `json:"mean_walk_cpu_ns"`
+		WalkSwitches float64 `json:"mean_walk_switches"`
 	}
 	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
 	if err := json.Unmarshal(lines[len(lines)-1], &run); err != nil || run.WalkNS == 0 {
 		t.Fatalf("reusebench said %q: %v", out, err)
 	}
 	// Private reuse is timed on the thread's CPU time, shared on
-	// CLOCK_MONOTONIC: the walk on the same clock.
-	unit, walk := "wall_seconds", run.WalkNS
+	// CLOCK_MONOTONIC, or counted in the --collector.comm.reuse-clock
+	// events (here context switches): the walk on the same clock.
+	unit, walk, family := "wall_seconds", float64(run.WalkNS)*1e-9, "pmu_reuse_time_distance_seconds"
 	if mode == "private" {
-		unit, walk = "thread_cpu_seconds", run.WalkCPUNS
+		unit, walk = "thread_cpu_seconds", float64(run.WalkCPUNS)*1e-9
+	}
+	for _, f := range flags {
+		if c, ok := strings.CutPrefix(f, "--collector.comm.reuse-clock="); ok {
+			unit, walk, family = c, run.WalkSwitches, "pmu_reuse_event_distance"
+		}
 	}
 	if run.WalkCPUNS > 0 {
 		t.Logf("reusebench: a walk every %.2f ms, %.2f ms of its CPU time", float64(run.WalkNS)/1e6, float64(run.WalkCPUNS)/1e6)
@@ -512,7 +534,7 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 	_, mfs := p.scrape(t)
 	lbl := map[string]string{"cgroup": top + "/job", "mode": mode, "unit": unit}
 	var h *dto.Histogram
-	for _, m := range mfs["pmu_reuse_time_distance_seconds"].GetMetric() {
+	for _, m := range mfs[family].GetMetric() {
 		if labelsMatch(m, lbl) {
 			h = m.GetHistogram()
 		}
@@ -520,11 +542,12 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 	if h == nil || h.GetSampleCount() < 10 {
 		t.Fatalf("%s reuse histogram of %s/job: %v\n%s", mode, top, h, p.log)
 	}
-	return reuseRun{walk: float64(walk) * 1e-9, wallWalk: float64(run.WalkNS) * 1e-9, h: h, mfs: mfs, lbl: lbl}
+	return reuseRun{walk: walk, wallWalk: float64(run.WalkNS) * 1e-9, h: h, mfs: mfs, lbl: lbl}
 }
 
 // dominantBinHolds checks a reuse histogram against the distance the
-// benchmark timed (want, seconds): the dominant bin holds it, or lies
+// benchmark measured (want, in unit: "s", or the events counted): the
+// dominant bin holds it, or lies
 // within half a bin of it (walks vary; the mean over the run is the
 // expectation), and 60% of the reuses lie in bins meeting [want/2, 2·want].
 // Both over the bins up to ten times want: the benchmark's own accesses
@@ -532,8 +555,14 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 // next touch); further out are the reuses of the process's other threads
 // (the Go runtime's), rare, far apart, and each weighted by the many that
 // slot replacement hid, which one outlier can make the largest bin.
-func dominantBinHolds(t *testing.T, h *dto.Histogram, want float64) {
+func dominantBinHolds(t *testing.T, h *dto.Histogram, want float64, unit string) {
 	t.Helper()
+	show := func(v float64) string {
+		if unit == "s" {
+			return fmt.Sprintf("%.2f ms", v*1e3)
+		}
+		return fmt.Sprintf("%.2f %s", v, unit)
+	}
 	var prev, best, near, total uint64
 	var bestUpper float64
 	for _, b := range h.GetBucket() {
@@ -551,13 +580,13 @@ func dominantBinHolds(t *testing.T, h *dto.Histogram, want float64) {
 		}
 		prev = b.GetCumulativeCount()
 	}
-	t.Logf("expected %.2f ms; %d reuses estimated, %d up to ten times that, the most in the bin up to %.2f ms, %d near; buckets %v",
-		want*1e3, h.GetSampleCount(), total, bestUpper*1e3, near, h.GetBucket())
+	t.Logf("expected %s; %d reuses estimated, %d up to ten times that, the most in the bin up to %s, %d near; buckets %v",
+		show(want), h.GetSampleCount(), total, show(bestUpper), near, h.GetBucket())
 	if !(bestUpper/2/1.5 <= want && want <= bestUpper*1.5) {
-		t.Errorf("the dominant bin [%.2f, %.2f) ms does not hold %.2f ms", bestUpper*500, bestUpper*1e3, want*1e3)
+		t.Errorf("the dominant bin [%s, %s) does not hold %s", show(bestUpper/2), show(bestUpper), show(want))
 	}
 	if total < 10 || near*10 < total*6 {
-		t.Errorf("%d of %d reuses up to ten times %.2f ms near it", near, total, want*1e3)
+		t.Errorf("%d of %d reuses up to ten times %s near it", near, total, show(want))
 	}
 }
 
@@ -581,7 +610,7 @@ func TestServeReuseShared(t *testing.T) {
 	r := runReuseBench(t,
 		[]string{"--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2", "--collector.comm.reuse-mode=shared"},
 		[]string{"taskset", "-c", shared}, "-follower", "-slots", "4194304", "-chunk-time", "40us", "-duration", "3s")
-	dominantBinHolds(t, r.h, r.walk/2)
+	dominantBinHolds(t, r.h, r.walk/2, "s")
 	if v := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); v != 0 {
 		t.Errorf("%v invalidations in one cache domain", v)
 	}

@@ -72,12 +72,15 @@ type Decoder struct {
 	reuseSlots  int
 	reuseMode   reuse.Mode
 	// ownClock: the trackers take their samples from the engine's leaders
-	// (each watched thread sampled on its own CPU time), not from the
+	// (each watched thread sampled on its own clock), not from the
 	// address sampler's; reuseResolver decodes those and the traps, with
-	// counts of its own, and reuseEvents is ReadTraps' scratch.
+	// counts of its own; reuseEvents names the events the engine counts as
+	// the distance clock ("": time), and pendingReuse is ReadTraps'
+	// scratch.
 	ownClock      bool
 	reuseResolver *memop.Resolver
-	reuseEvents   []reuseEvent
+	reuseEvents   string
+	pendingReuse  []reuseEvent
 	// threadCPU is where each watched thread was last seen (a sample or a
 	// trap), and domainIDs numbers the last-level cache domains: a
 	// thread's cache domain in ReuseTracker's shared mode.

@@ -3,6 +3,7 @@ package perfsample
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"math/bits"
 	"runtime"
 	"slices"
@@ -65,17 +66,23 @@ const (
 // last-level cache domain (the domain of the CPU it was last seen on, from
 // SetDomains), and a store from another domain is an invalidation; its
 // distance is time, which no one thread's clock measures.
-func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode) error {
+//
+// clock, where not "", names the events e counts as the distance clock
+// (CountWith; the metrics' unit): distances are their counts, not time.
+func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode, clock string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.SamplePeriod() > 0 && mode == reuse.Shared {
 		return errors.New("shared-mode reuse is timed on CLOCK_MONOTONIC: its engine's leaders must not sample")
 	}
+	if clock != "" && e.SamplePeriod() == 0 {
+		return fmt.Errorf("the distance clock %s is read at the watched threads' own samples: the engine's leaders must sample (private mode)", clock)
+	}
 	r, err := memop.NewResolver(d, runtime.GOARCH)
 	if err != nil {
 		return err
 	}
-	d.ownClock, d.reuseResolver = e.SamplePeriod() > 0, r
+	d.ownClock, d.reuseResolver, d.reuseEvents = e.SamplePeriod() > 0, r, clock
 	d.reuseMode = mode
 	d.threadCPU = map[uint32]uint32{}
 	d.domainIDs = map[string]int{}
@@ -91,10 +98,22 @@ func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode) error 
 
 // reuseUnit is the trackers' distance clock.
 func (d *Decoder) reuseUnit() string {
-	if d.ownClock {
+	switch {
+	case d.reuseEvents != "":
+		return d.reuseEvents
+	case d.ownClock:
 		return UnitThreadCPU
 	}
 	return UnitWall
+}
+
+// reuseClock is a distance clock's reading in the trackers' units: time
+// (ns) in ReuseClock's, event counts as they are.
+func (d *Decoder) reuseClock(v uint64) uint64 {
+	if d.reuseEvents != "" {
+		return v
+	}
+	return ReuseClock(v)
 }
 
 // reuseUse is a resolved sampled access as a tracker's use at clock (the
@@ -124,7 +143,7 @@ type reuseEvent struct {
 // thread's order; the rings are merged by time, so that a trap in one
 // thread is seen after the sample of another that armed it.
 func (d *Decoder) readReuse() {
-	d.reuseEvents = d.reuseEvents[:0]
+	d.pendingReuse = d.pendingReuse[:0]
 	var sampled func(watch.Sampled)
 	if d.ownClock {
 		sampled = func(s watch.Sampled) {
@@ -132,7 +151,7 @@ func (d *Decoder) readReuse() {
 			if r != memop.Resolved {
 				return
 			}
-			d.reuseEvents = append(d.reuseEvents, reuseEvent{pid: a.PID, cpu: a.CPU, sample: true, use: reuseUse(&a, ReuseClock(s.Clock))})
+			d.pendingReuse = append(d.pendingReuse, reuseEvent{pid: a.PID, cpu: a.CPU, sample: true, use: reuseUse(&a, d.reuseClock(s.Clock))})
 		}
 	}
 	_, lost := d.engine.ReadSampled(func(tr watch.Trap) {
@@ -142,7 +161,7 @@ func (d *Decoder) readReuse() {
 		if d.ownClock {
 			clock = tr.Clock
 		}
-		h := reuse.Hit{TID: tr.TID, Slot: tr.Slot, Clock: ReuseClock(clock), At: tr.Time, Watched: tr.Watched}
+		h := reuse.Hit{TID: tr.TID, Slot: tr.Slot, Clock: d.reuseClock(clock), At: tr.Time, Watched: tr.Watched}
 		// Undecoded, the trap is an outcome all the same, of unknown kind.
 		if acc, r := d.reuseResolver.Before(tr.PID, tr.IP, tr.Regs); r == memop.Resolved {
 			h.Addr, h.Size, h.Kind = acc.Addr, uint8(min(acc.Width, 255)), reuse.Read
@@ -150,11 +169,11 @@ func (d *Decoder) readReuse() {
 				h.Kind = reuse.Write // a read-modify-write reads what the use left
 			}
 		}
-		d.reuseEvents = append(d.reuseEvents, reuseEvent{pid: tr.PID, cpu: tr.CPU, hit: h})
+		d.pendingReuse = append(d.pendingReuse, reuseEvent{pid: tr.PID, cpu: tr.CPU, hit: h})
 	}, sampled)
 	d.trapsLost += lost
-	slices.SortStableFunc(d.reuseEvents, func(a, b reuseEvent) int { return cmp.Compare(a.at(), b.at()) })
-	for _, ev := range d.reuseEvents {
+	slices.SortStableFunc(d.pendingReuse, func(a, b reuseEvent) int { return cmp.Compare(a.at(), b.at()) })
+	for _, ev := range d.pendingReuse {
 		if !ev.sample {
 			d.threadCPU[ev.hit.TID] = ev.cpu
 			if t := d.trackers[ev.pid]; t != nil {

@@ -11,6 +11,13 @@
 // /proc/thread-self/schedstat): a tracker on the thread's own clock must find
 // the second.
 //
+// With -naps N the thread sleeps briefly N times a walk, at even steps:
+// each slot is then reused N of the thread's context switches later (more
+// when it is preempted), a clock that software counts
+// (--collector.comm.reuse-clock=context-switches stands in for a PMU's
+// loads and stores); it prints its switches per walk (mean_walk_switches,
+// from /proc/thread-self/status).
+//
 // With -follower a second locked thread loads every slot half a walk
 // behind the first (the two keep that lag, chunk by chunk): each slot the
 // walker stores is next touched by the follower half a walk later, and
@@ -26,6 +33,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -35,6 +43,7 @@ func main() {
 	d := flag.Duration("duration", 3*time.Second, "how long to run")
 	follower := flag.Bool("follower", false, "a second thread loads every slot half a walk behind the first")
 	sleep := flag.Duration("sleep", 0, "sleep this long after each walk (the thread's CPU time stands still meanwhile)")
+	naps := flag.Int("naps", 0, "sleep briefly this many times a walk, at even steps (a context switch each)")
 	pace := flag.Duration("chunk-time", 0, "with -follower: the walker takes at least this long per 4096 slots (a longer walk, so that the reuse distance is well over a tracker's arm latency)")
 	flag.Parse()
 	if *follower {
@@ -58,16 +67,43 @@ func main() {
 	}
 	// The walk time while it ran, as a second line: the reuse distance a
 	// tracker sampling it meanwhile must find.
-	began, cpu0, walks := time.Now(), threadCPU(), 0
+	began, cpu0, switches0, walks := time.Now(), threadCPU(), switches(), 0
 	for end := began.Add(*d); time.Now().Before(end); walks++ {
-		walk(a)
+		if *naps > 0 {
+			step := len(a) / *naps
+			for i := range *naps {
+				walk(a[i*step : (i+1)*step])
+				time.Sleep(time.Microsecond)
+			}
+		} else {
+			walk(a)
+		}
 		if *sleep > 0 {
 			time.Sleep(*sleep)
 		}
 	}
 	n := time.Duration(max(walks, 1))
 	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": (time.Since(began) / n).Nanoseconds(),
-		"mean_walk_cpu_ns": ((threadCPU() - cpu0) / n).Nanoseconds()})
+		"mean_walk_cpu_ns": ((threadCPU() - cpu0) / n).Nanoseconds(), "mean_walk_switches": float64(switches()-switches0) / float64(n)})
+}
+
+// switches is the calling (locked) thread's context switches so far,
+// voluntary and not (/proc/thread-self/status).
+func switches() int64 {
+	b, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	var total int64
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			total += n
+		}
+	}
+	return total
 }
 
 // threadCPU is the calling (locked) thread's CPU time: the scheduler's

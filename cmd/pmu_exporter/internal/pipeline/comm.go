@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
@@ -28,6 +29,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
@@ -53,6 +55,9 @@ type commFlags struct {
 	// (private or shared).
 	reuse     bool
 	reuseMode string
+	// reuseClock: events whose counts are the private distance clock
+	// (perf syntax joined by +; "": the thread's CPU time).
+	reuseClock string
 }
 
 // liveComm runs the address sampler: cpu-clock in user mode on every CPU
@@ -146,13 +151,25 @@ func liveComm(b *build) error {
 			}
 			if mode == reuse.Private {
 				// Each watched thread sampled on its own CPU time: the
-				// reuse distance is that time, read by the kernel.
+				// reuse distance is that time, read by the kernel, or
+				// the events counted beside it.
 				if err := engine.SampleEvery(o.period); err != nil {
 					set.closeAll()
 					return fmt.Errorf("--collector.comm.reuse: %w", err)
 				}
+				attrs, err := reuseClockEvents(o.reuseClock, b.s.pmus)
+				if err == nil {
+					err = engine.CountWith(attrs)
+				}
+				if err != nil {
+					set.closeAll()
+					return fmt.Errorf("--collector.comm.reuse-clock=%s: %w", o.reuseClock, err)
+				}
+			} else if o.reuseClock != "" {
+				set.closeAll()
+				return errors.New("--collector.comm.reuse-clock: shared reuse is timed on CLOCK_MONOTONIC (no one thread's counts measure it)")
 			}
-			if err := dec.WatchReuse(engine, slots, mode); err != nil {
+			if err := dec.WatchReuse(engine, slots, mode, o.reuseClock); err != nil {
 				set.closeAll()
 				return fmt.Errorf("--collector.comm.reuse: %w", err)
 			}
@@ -237,6 +254,30 @@ func liveComm(b *build) error {
 		wg.Wait()
 	})
 	return nil
+}
+
+// reuseClockEvents resolves the events of --collector.comm.reuse-clock
+// (perf syntax, joined by +) against the host's PMUs; none for "". A
+// generic event of a hybrid host resolves to one event per core PMU, which
+// one group cannot hold: refused.
+func reuseClockEvents(spec string, pmus []*pmu.PMU) ([]unix.PerfEventAttr, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	var attrs []unix.PerfEventAttr
+	for _, part := range strings.Split(spec, "+") {
+		evs, err := eventspec.Resolve(part, pmus)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) != 1 {
+			return nil, fmt.Errorf("%s is %d events here (one per core PMU of a hybrid CPU); a thread's group holds one PMU's: name the PMU", part, len(evs))
+		}
+		a := perf.Attr(evs[0].Attr)
+		a.Read_format = 0
+		attrs = append(attrs, a)
+	}
+	return attrs, nil
 }
 
 // commConfigs are what the comm collector samples: the host's precise

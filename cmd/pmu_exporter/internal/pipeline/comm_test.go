@@ -1,7 +1,10 @@
 package pipeline
 
 import (
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
@@ -40,5 +43,31 @@ func TestCommConfigsPreferPrecise(t *testing.T) {
 		if source != c.source || len(names) != len(c.events) || names[0] != c.events[0] {
 			t.Errorf("%s: %s %v, want %s %v", c.name, source, names, c.source, c.events)
 		}
+	}
+}
+
+// --collector.comm.reuse-clock resolves perf syntax against the host's
+// PMUs: a software event anywhere; Intel's retired loads and stores
+// (MEM_INST_RETIRED.ALL_LOADS, ALL_STORES: event 0xd0, umasks 0x81 and
+// 0x82) on the core PMU; refused where one name is an event per core PMU
+// (a hybrid CPU) or names nothing.
+func TestReuseClockEvents(t *testing.T) {
+	if attrs, err := reuseClockEvents("", fixture.PMUs(t, fixture.NoPMU())); attrs != nil || err != nil {
+		t.Errorf("no clock: %v, %v", attrs, err)
+	}
+	attrs, err := reuseClockEvents("context-switches", fixture.PMUs(t, fixture.NoPMU()))
+	if err != nil || len(attrs) != 1 || attrs[0].Type != unix.PERF_TYPE_SOFTWARE || attrs[0].Config != unix.PERF_COUNT_SW_CONTEXT_SWITCHES {
+		t.Errorf("context-switches: %+v, %v", attrs, err)
+	}
+	skx := fixture.PMUs(t, fixture.IntelSkylake())
+	attrs, err = reuseClockEvents("cpu/event=0xd0,umask=0x81/+cpu/event=0xd0,umask=0x82/", skx)
+	if err != nil || len(attrs) != 2 || attrs[0].Type != unix.PERF_TYPE_RAW || attrs[0].Config != 0x81d0 || attrs[1].Config != 0x82d0 || attrs[0].Read_format != 0 {
+		t.Errorf("loads+stores on Skylake: %+v, %v", attrs, err)
+	}
+	if _, err := reuseClockEvents("instructions", fixture.PMUs(t, fixture.IntelAlderLake())); err == nil || !strings.Contains(err.Error(), "hybrid") {
+		t.Errorf("instructions on a hybrid CPU: %v, want refused", err)
+	}
+	if _, err := reuseClockEvents("nosuch/event=1/", skx); err == nil {
+		t.Error("a PMU that does not exist: no error")
 	}
 }
