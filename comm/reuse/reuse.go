@@ -340,6 +340,11 @@ func (t *Tracker) Raw() []uint64 {
 // Mode is the tracker's: private or shared reuse.
 func (t *Tracker) Mode() Mode { return t.o.Mode }
 
+// UnitAccesses names a distance clock that counts the thread's loads and
+// stores (the trace harness's, and live where a PMU counts them): the one
+// whose distances the footprint turns into stack distances.
+const UnitAccesses = "accesses"
+
 // Unit names the tracker's distance clock (Options.Unit).
 func (t *Tracker) Unit() string { return t.o.Unit }
 

@@ -157,7 +157,15 @@ func liveComm(b *build) error {
 					set.closeAll()
 					return fmt.Errorf("--collector.comm.reuse: %w", err)
 				}
-				attrs, err := reuseClockEvents(o.reuseClock, b.s.pmus)
+				spec := o.reuseClock
+				var err error
+				if spec == reuse.UnitAccesses {
+					spec, err = accessClock(b.s.facts.CPU, b.s.pmus)
+				}
+				var attrs []unix.PerfEventAttr
+				if err == nil {
+					attrs, err = reuseClockEvents(spec, b.s.pmus)
+				}
 				if err == nil {
 					err = engine.CountWith(attrs)
 				}
@@ -254,6 +262,39 @@ func liveComm(b *build) error {
 		wg.Wait()
 	})
 	return nil
+}
+
+// accessClock is the host's loads and stores in perf syntax, the clock
+// ReuseTracker counts: Intel's MEM_INST_RETIRED.ALL_LOADS and ALL_STORES
+// (event 0xd0, umasks 0x81, 0x82, retired; P- and E-cores alike), AMD
+// Zen's ls_dispatch (event 0x29, umask 0x7: loads, stores and
+// load-op-stores dispatched, so speculative ones too), Arm's MEM_ACCESS
+// (event 0x13), on the host's one core PMU (a hybrid CPU's threads move
+// between two, which one group cannot follow).
+func accessClock(cpu host.CPU, pmus []*pmu.PMU) (string, error) {
+	var cores []string
+	for _, p := range pmus {
+		if p.IsCore() {
+			cores = append(cores, p.Name)
+		}
+	}
+	switch {
+	case len(cores) == 0:
+		return "", errors.New("no core PMU here counts loads and stores")
+	case len(cores) > 1:
+		return "", fmt.Errorf("core PMUs %v (a hybrid CPU): a thread moves between them, and its group holds one PMU's events", cores)
+	}
+	c := cores[0]
+	family, _ := strconv.Atoi(cpu.Family)
+	switch {
+	case cpu.Vendor == "GenuineIntel":
+		return c + "/event=0xd0,umask=0x81/+" + c + "/event=0xd0,umask=0x82/", nil
+	case (cpu.Vendor == "AuthenticAMD" || cpu.Vendor == "HygonGenuine") && family >= 0x17:
+		return c + "/event=0x29,umask=0x7/", nil
+	case strings.HasPrefix(c, "armv8_") || strings.HasPrefix(c, "armv9_"):
+		return c + "/event=0x13/", nil
+	}
+	return "", fmt.Errorf("no loads and stores events known for the %s (family %s) core PMU %s", cpu.Vendor, cpu.Family, c)
 }
 
 // reuseClockEvents resolves the events of --collector.comm.reuse-clock

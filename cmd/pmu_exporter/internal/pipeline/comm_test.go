@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
@@ -69,5 +70,41 @@ func TestReuseClockEvents(t *testing.T) {
 	}
 	if _, err := reuseClockEvents("nosuch/event=1/", skx); err == nil {
 		t.Error("a PMU that does not exist: no error")
+	}
+}
+
+// --collector.comm.reuse-clock=accesses names the host's loads and stores
+// (the encodings of Intel's, AMD's and Arm's event lists), resolved on
+// its fixture's core PMU; a hybrid CPU and a host without a PMU refuse.
+func TestAccessClock(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		host    fixture.Host
+		cpu     host.CPU
+		configs []uint64
+	}{
+		{"skylake", fixture.IntelSkylake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, []uint64{0x81d0, 0x82d0}},
+		{"zen3", fixture.AMDZen3(), host.CPU{Vendor: "AuthenticAMD", Family: "25"}, []uint64{0x0729}},
+		{"neoverse-n1", fixture.ArmNeoverseN1(), host.CPU{Vendor: "0x41", Family: ""}, []uint64{0x13}},
+		{"alder lake", fixture.IntelAlderLake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, nil},
+		{"no PMU", fixture.NoPMU(), host.CPU{Vendor: "AuthenticAMD", Family: "25"}, nil},
+	} {
+		pmus := fixture.PMUs(t, c.host)
+		spec, err := accessClock(c.cpu, pmus)
+		if c.configs == nil {
+			if err == nil {
+				t.Errorf("%s: %s, want refused", c.name, spec)
+			}
+			continue
+		}
+		attrs, err2 := reuseClockEvents(spec, pmus)
+		if err != nil || err2 != nil || len(attrs) != len(c.configs) {
+			t.Fatalf("%s: %s: %+v, %v, %v", c.name, spec, attrs, err, err2)
+		}
+		for i, a := range attrs {
+			if a.Config != c.configs[i] || a.Type == unix.PERF_TYPE_SOFTWARE {
+				t.Errorf("%s: event %d config %#x type %d, want %#x on the core PMU", c.name, i, a.Config, a.Type, c.configs[i])
+			}
+		}
 	}
 }
