@@ -34,12 +34,13 @@ type ReuseCollector struct {
 	stale, armLatency                         *prometheus.Desc
 	pairs, locality                           *prometheus.Desc
 	eventDistance                             *prometheus.Desc
+	stack                                     *stackDistances
 }
 
 // NewReuse exports src; ids and names label the cgroups (ids nil: by id).
 func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 	l := append(append([]string(nil), identityLabels[:]...), "mode", "unit")
-	return &ReuseCollector{src: src, cgroups: ids, names: names, started: time.Now(),
+	return &ReuseCollector{src: src, cgroups: ids, names: names, started: time.Now(), stack: newStackDistances(l),
 		distance:      prometheus.NewDesc("pmu_reuse_time_distance_seconds", "Time from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker), estimated for all sampled accesses; unit thread_cpu_seconds: the thread's CPU time between them, wall_seconds: CLOCK_MONOTONIC's; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l, nil),
 		invalidations: prometheus.NewDesc("pmu_reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused.", l, nil),
 		samples:       prometheus.NewDesc("pmu_reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l, nil),
@@ -63,6 +64,20 @@ func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.pairs
 	ch <- c.locality
 	ch <- c.eventDistance
+	ch <- c.stack.histogram
+	ch <- c.stack.missRatio
+}
+
+// WithCaches gives the host's cache sizes in bytes (0: not known) for the
+// miss ratios of trackers whose clock counts accesses, lines of 64 bytes.
+func (c *ReuseCollector) WithCaches(l1d, l2, llc uint64) *ReuseCollector {
+	c.stack.caches = map[string]float64{}
+	for name, size := range map[string]uint64{"L1d": l1d, "L2": l2, "LLC": llc} {
+		if size > 0 {
+			c.stack.caches[name] = float64(size / 64)
+		}
+	}
+	return c
 }
 
 type reuseKey struct {
@@ -78,6 +93,7 @@ type reuseTotals struct {
 	stale            uint64
 	pairs            [3][3]float64
 	locality         [3]float64
+	fine             [reuse.Bins * reuse.SubBins]float64 // unit accesses: for the stack distances
 }
 
 // Collect implements prometheus.Collector: processes summed per cgroup.
@@ -108,6 +124,11 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		for k := range t.Locality {
 			r.locality[k] += t.Locality[k]
 		}
+		if t.Unit() == reuse.UnitAccesses {
+			for j, v := range t.Fine {
+				r.fine[j] += v
+			}
+		}
 	})
 	ch <- binnedHistogram(c.armLatency, c.src.ArmLatency(), timeBins, c.started)
 	s := Sampling{cgroups: c.cgroups, names: c.names}
@@ -131,6 +152,9 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- binnedHistogram(c.distance, bins, timeBins, c.started, l...)
 		} else {
 			ch <- binnedHistogram(c.eventDistance, bins, 0, c.started, l...)
+		}
+		if key.unit == reuse.UnitAccesses && key.mode == reuse.Private {
+			c.stack.collect(ch, key, &r.fine, r.samples, l)
 		}
 		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, math.Round(r.invalidations), l...)
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,5 +213,80 @@ func TestReuseEventDistance(t *testing.T) {
 	}
 	if classic[2] != 0 || classic[4] != 1 {
 		t.Errorf("classic buckets %v, want 0 up to 2 and 1 up to 4", h.GetBucket())
+	}
+}
+
+// A tracker whose clock counts accesses (the trace harness's, as
+// --collector.comm.reuse-clock=accesses live) gets LRU stack distances in
+// lines and miss ratios at the host's caches: one thread reading 2048 data
+// uniformly at random misses 1 − C/2048 of its accesses in an LRU cache of
+// C lines (each datum a line of its own), both in the gauges and as the
+// histogram's fraction above C; and the histogram's buckets only grow as
+// more reuses come, though the footprint that places them changes.
+func TestReuseStackDistances(t *testing.T) {
+	const n = 2048
+	rng := rand.New(rand.NewPCG(5, 6))
+	r := reuse.NewReplay(reuse.ReplayOptions{Period: 64, Options: reuse.Options{Seed: 1, Unit: reuse.UnitAccesses}})
+	run := func(accesses int) {
+		for range accesses {
+			r.Access(reuse.Access{TID: 1, Addr: 0x1000 + 64*rng.Uint64N(n), Size: 8})
+		}
+	}
+	c := NewReuse(oneTracker{t: r.Tracker}, nil, nil).WithCaches(512*64, 1536*64, 0)
+	scrape := func() (map[string]float64, *dto.Histogram) {
+		ch := make(chan prometheus.Metric, 100)
+		c.Collect(ch)
+		close(ch)
+		ratios := map[string]float64{}
+		var h *dto.Histogram
+		for m := range ch {
+			var out dto.Metric
+			if err := m.Write(&out); err != nil {
+				t.Fatal(err)
+			}
+			switch m.Desc() {
+			case c.stack.missRatio:
+				for _, lp := range out.GetLabel() {
+					if lp.GetName() == "cache" {
+						ratios[lp.GetValue()] = out.GetGauge().GetValue()
+					}
+				}
+			case c.stack.histogram:
+				h = out.GetHistogram()
+			}
+		}
+		return ratios, h
+	}
+	run(200_000)
+	_, first := scrape()
+	run(800_000)
+	ratios, h := scrape()
+	above := func(lines float64) float64 {
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == lines {
+				return 1 - float64(b.GetCumulativeCount())/float64(h.GetSampleCount())
+			}
+		}
+		return -1
+	}
+	for name, lines := range map[string]float64{"L1d": 512, "L2": 1536} {
+		want := 1 - lines/n
+		if got := ratios[name]; math.Abs(got-want) > 0.05 {
+			t.Errorf("%s (%v lines): miss ratio %.3f, want %.3f", name, lines, got, want)
+		}
+	}
+	if _, ok := ratios["LLC"]; ok || len(ratios) != 2 {
+		t.Errorf("miss ratios %v: want L1d and L2 only (no LLC size given)", ratios)
+	}
+	if got := above(512); math.Abs(got-0.75) > 0.05 {
+		t.Errorf("histogram: %.3f of the accesses above 512 lines, want 0.75", got)
+	}
+	if h.GetSampleCount() != r.Tracker.Samples {
+		t.Errorf("histogram count %d, samples %d", h.GetSampleCount(), r.Tracker.Samples)
+	}
+	for i, b := range first.GetBucket() {
+		if h.GetBucket()[i].GetCumulativeCount() < b.GetCumulativeCount() {
+			t.Errorf("bucket ≤ %v went down: %d, then %d", b.GetUpperBound(), b.GetCumulativeCount(), h.GetBucket()[i].GetCumulativeCount())
+		}
 	}
 }

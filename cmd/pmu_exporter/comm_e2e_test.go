@@ -479,6 +479,33 @@ func TestServeReuseEventClock(t *testing.T) {
 	dominantBinHolds(t, r.h, r.walk, "context switches")
 }
 
+// --collector.comm.reuse-clock=accesses where no PMU counts loads and
+// stores (this VM; a DaemonSet spans such nodes too): the comm collector
+// still runs, reuse on the thread's CPU time, and the log says why there
+// are no stack distances; an event list that names nothing is refused,
+// and the log says which and why.
+func TestServeReuseClockWithoutPMU(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := os.Stat("/sys/bus/event_source/devices/cpu")
+	noPMU := os.IsNotExist(err)
+	top, _ := testenv.Cgroups(t, "job")
+	p := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-clock=accesses")
+	_, mfs := p.scrape(t)
+	if v := mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v != 1 ||
+		noPMU != strings.Contains(p.log.String(), "reuse distances on the thread's CPU time, not in accesses") {
+		t.Errorf("comm success %v (a core PMU here: %v); log:\n%s", v, !noPMU, p.log)
+	}
+	if !noPMU {
+		return // the event below names something here
+	}
+	q := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-clock=cpu/event=0xd0/")
+	_, mfs = q.scrape(t)
+	if v := mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v != 0 ||
+		!strings.Contains(q.log.String(), `comm collector not running`) || !strings.Contains(q.log.String(), "--collector.comm.reuse-clock=cpu/event=0xd0/") {
+		t.Errorf("an event of no PMU: comm success %v; log:\n%s", v, q.log)
+	}
+}
+
 // runReuseBench starts the exporter with ReuseTracker on a cgroup (and
 // flags), runs reusebench there (wrapped by wrapper, with args) and
 // scrapes it.

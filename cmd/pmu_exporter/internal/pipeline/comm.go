@@ -64,8 +64,17 @@ type commFlags struct {
 // with the user registers, each sample resolved to the access its
 // instruction makes, feeding ComDetective's detector (/debug/comm and
 // pmu_comm_*) and, where no precise PMU feeds one, the shared-line table
-// (/debug/cachelines and pmu_sampling_*).
+// (/debug/cachelines and pmu_sampling_*). Where it cannot, it says why
+// (a factory logs its own failure).
 func liveComm(b *build) error {
+	err := setupComm(b)
+	if err != nil {
+		b.log.Error("comm collector not running; pmu_collector_success{collector=\"comm\"} is 0", "err", err)
+	}
+	return err
+}
+
+func setupComm(b *build) error {
 	p, o := b.p, b.f.comm
 	root, _ := cgroupRoot(b.f.cgroups, *b.s)
 	perCgroup := o.perCgroup && root != ""
@@ -158,14 +167,16 @@ func liveComm(b *build) error {
 					return fmt.Errorf("--collector.comm.reuse: %w", err)
 				}
 				spec := o.reuseClock
-				var err error
 				if spec == reuse.UnitAccesses {
-					spec, err = accessClock(b.s.facts.CPU, b.s.pmus)
+					// A node without them (a VM) still measures reuse,
+					// on the thread's CPU time, and says so.
+					var err error
+					if spec, err = accessClock(b.s.facts.CPU, b.s.pmus); err != nil {
+						b.log.Warn("reuse distances on the thread's CPU time, not in accesses: no stack distances or miss ratios", "reason", err)
+						o.reuseClock = ""
+					}
 				}
-				var attrs []unix.PerfEventAttr
-				if err == nil {
-					attrs, err = reuseClockEvents(spec, b.s.pmus)
-				}
+				attrs, err := reuseClockEvents(spec, b.s.pmus)
 				if err == nil {
 					err = engine.CountWith(attrs)
 				}
@@ -225,7 +236,16 @@ func liveComm(b *build) error {
 		if cgNames != nil {
 			ids = cgNames
 		}
-		p.collectors = append(p.collectors, exporter.NewReuse(dec, ids, b.names))
+		rc := exporter.NewReuse(dec, ids, b.names)
+		if o.reuseClock == reuse.UnitAccesses && len(b.s.facts.OnlineCPUs) > 0 {
+			// Miss ratios at this host's caches (the first online CPU's).
+			if c, err := host.CacheSizes(b.f.sysfs, b.s.facts.OnlineCPUs[0]); err != nil {
+				b.log.Warn("reuse: no miss ratios at this host's cache sizes", "err", err)
+			} else {
+				rc.WithCaches(c.L1d, c.L2, c.LLC)
+			}
+		}
+		p.collectors = append(p.collectors, rc)
 	}
 	p.collectors = append(p.collectors, coll)
 	if !p.hasHandler("/debug/cachelines") { // no precise sampler: this one feeds the table
