@@ -490,8 +490,16 @@ func TestServeReuseClockWithoutPMU(t *testing.T) {
 	noPMU := os.IsNotExist(err)
 	top, _ := testenv.Cgroups(t, "job")
 	p := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-clock=accesses")
-	_, mfs := p.scrape(t)
-	if v := mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v != 1 ||
+	// Success is 0 until the collector's first pass over its rings.
+	var v float64
+	for range 50 {
+		_, mfs := p.scrape(t)
+		if v = mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v == 1 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if v != 1 ||
 		noPMU != strings.Contains(p.log.String(), "reuse distances on the thread's CPU time, not in accesses") {
 		t.Errorf("comm success %v (a core PMU here: %v); log:\n%s", v, !noPMU, p.log)
 	}
@@ -499,7 +507,7 @@ func TestServeReuseClockWithoutPMU(t *testing.T) {
 		return // the event below names something here
 	}
 	q := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-clock=cpu/event=0xd0/")
-	_, mfs = q.scrape(t)
+	_, mfs := q.scrape(t)
 	if v := mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v != 0 ||
 		!strings.Contains(q.log.String(), `comm collector not running`) || !strings.Contains(q.log.String(), "--collector.comm.reuse-clock=cpu/event=0xd0/") {
 		t.Errorf("an event of no PMU: comm success %v; log:\n%s", v, q.log)
