@@ -514,6 +514,41 @@ func TestServeReuseClockWithoutPMU(t *testing.T) {
 	}
 }
 
+// With a clock that counts accesses (here context switches said to, for
+// want of a PMU that counts loads and stores) the exporter adds LRU stack
+// distances and miss ratios at this host's caches, read from sysfs: the
+// stack-distance histogram holds every sampled access (those not reused
+// above its buckets), and a larger cache misses no more than a smaller one
+// (LRU's inclusion), each ratio a share. The distances themselves are in
+// switches here, so only their shape is checked.
+func TestServeReuseStackDistances(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
+	testenv.RequireRoot(t)
+	r := runReuseBench(t, []string{"--collector.comm.reuse-clock=accesses=context-switches", "--collector.comm.cpu-budget=0.2"}, nil,
+		"-slots", "1048576", "-duration", "3s", "-naps", "16")
+	dominantBinHolds(t, r.h, r.walk, "context switches")
+	samples := mustValue(t, r.mfs, "pmu_reuse_samples_total", r.lbl)
+	var stack *dto.Histogram
+	for _, m := range r.mfs["pmu_reuse_stack_distance_lines"].GetMetric() {
+		if labelsMatch(m, r.lbl) {
+			stack = m.GetHistogram()
+		}
+	}
+	if stack == nil || float64(stack.GetSampleCount()) != samples || stack.GetBucket()[len(stack.GetBucket())-1].GetCumulativeCount() > stack.GetSampleCount() {
+		t.Fatalf("stack distances %v, %v samples", stack, samples)
+	}
+	var ratios []float64
+	for _, cache := range []string{"L1d", "L2", "LLC"} {
+		l := maps.Clone(r.lbl)
+		l["cache"] = cache
+		ratios = append(ratios, mustValue(t, r.mfs, "pmu_reuse_miss_ratio", l))
+	}
+	t.Logf("miss ratios L1d, L2, LLC: %v; %v samples", ratios, samples)
+	if ratios[0] < ratios[1] || ratios[1] < ratios[2] || ratios[2] < 0 || ratios[0] > 1 {
+		t.Errorf("miss ratios L1d, L2, LLC %v: want shares, none above a smaller cache's", ratios)
+	}
+}
+
 // runReuseBench starts the exporter with ReuseTracker on a cgroup (and
 // flags), runs reusebench there (wrapped by wrapper, with args) and
 // scrapes it.
@@ -560,6 +595,9 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 	for _, f := range flags {
 		if c, ok := strings.CutPrefix(f, "--collector.comm.reuse-clock="); ok {
 			unit, walk, family = c, run.WalkSwitches, "pmu_reuse_event_distance"
+			if strings.HasPrefix(c, "accesses=") {
+				unit = "accesses" // events said to count loads and stores
+			}
 		}
 	}
 	if run.WalkCPUNS > 0 {

@@ -166,8 +166,13 @@ func setupComm(b *build) error {
 					set.closeAll()
 					return fmt.Errorf("--collector.comm.reuse: %w", err)
 				}
+				// The clock's unit (the metrics' label) is the events'
+				// spec, or accesses: the host's loads and stores, or
+				// events the user says count them (accesses=EVENTS).
 				spec := o.reuseClock
-				if spec == reuse.UnitAccesses {
+				if s, ok := strings.CutPrefix(spec, reuse.UnitAccesses+"="); ok {
+					spec, o.reuseClock = s, reuse.UnitAccesses
+				} else if spec == reuse.UnitAccesses {
 					// A node without them (a VM) still measures reuse,
 					// on the thread's CPU time, and says so.
 					var err error
@@ -182,7 +187,7 @@ func setupComm(b *build) error {
 				}
 				if err != nil {
 					set.closeAll()
-					return fmt.Errorf("--collector.comm.reuse-clock=%s: %w", o.reuseClock, err)
+					return fmt.Errorf("--collector.comm.reuse-clock=%s: %w", b.f.comm.reuseClock, err)
 				}
 			} else if o.reuseClock != "" {
 				set.closeAll()
