@@ -470,58 +470,14 @@ type reuseRun struct {
 // context switches stand in here for a PMU's loads and stores. A thread
 // that naps 16 times a walk reuses each slot after 16 of its switches
 // (more where it is preempted: it counts its own, from
-// /proc/thread-self/status), and the event histogram says so.
-func TestServeReuseEventClock(t *testing.T) {
-	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
-	testenv.RequireRoot(t)
-	r := runReuseBench(t, []string{"--collector.comm.reuse-clock=context-switches", "--collector.comm.cpu-budget=0.2"}, nil,
-		"-slots", "1048576", "-duration", "3s", "-naps", "16")
-	dominantBinHolds(t, r.h, r.walk, "context switches")
-}
-
-// --collector.comm.reuse-clock=accesses where no PMU counts loads and
-// stores (this VM; a DaemonSet spans such nodes too): the comm collector
-// still runs, reuse on the thread's CPU time, and the log says why there
-// are no stack distances; an event list that names nothing is refused,
-// and the log says which and why.
-func TestServeReuseClockWithoutPMU(t *testing.T) {
-	testenv.RequireRoot(t)
-	_, err := os.Stat("/sys/bus/event_source/devices/cpu")
-	noPMU := os.IsNotExist(err)
-	top, _ := testenv.Cgroups(t, "job")
-	p := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-clock=accesses")
-	// Success is 0 until the collector's first pass over its rings.
-	var v float64
-	for range 50 {
-		_, mfs := p.scrape(t)
-		if v = mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v == 1 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if v != 1 ||
-		noPMU != strings.Contains(p.log.String(), "reuse distances on the thread's CPU time, not in accesses") {
-		t.Errorf("comm success %v (a core PMU here: %v); log:\n%s", v, !noPMU, p.log)
-	}
-	if !noPMU {
-		return // the event below names something here
-	}
-	q := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-clock=cpu/event=0xd0/")
-	_, mfs := q.scrape(t)
-	if v := mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v != 0 ||
-		!strings.Contains(q.log.String(), `comm collector not running`) || !strings.Contains(q.log.String(), "--collector.comm.reuse-clock=cpu/event=0xd0/") {
-		t.Errorf("an event of no PMU: comm success %v; log:\n%s", v, q.log)
-	}
-}
-
-// With a clock that counts accesses (here context switches said to, for
-// want of a PMU that counts loads and stores) the exporter adds LRU stack
+// /proc/thread-self/status), and the event histogram says so. Said to
+// count accesses (accesses=EVENTS), the clock also gets LRU stack
 // distances and miss ratios at this host's caches, read from sysfs: the
 // stack-distance histogram holds every sampled access (those not reused
 // above its buckets), and a larger cache misses no more than a smaller one
-// (LRU's inclusion), each ratio a share. The distances themselves are in
-// switches here, so only their shape is checked.
-func TestServeReuseStackDistances(t *testing.T) {
+// (LRU's inclusion), each ratio a share; the distances being switches
+// here, only their shape is checked.
+func TestServeReuseEventClock(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmark's code is decoded as x86-64 here")
 	testenv.RequireRoot(t)
 	r := runReuseBench(t, []string{"--collector.comm.reuse-clock=accesses=context-switches", "--collector.comm.cpu-budget=0.2"}, nil,
