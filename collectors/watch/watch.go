@@ -2,8 +2,9 @@
 // perf breakpoint events, as a DaemonSet must (from outside, no
 // LD_PRELOAD): per target thread a task-clock leader and one breakpoint
 // event per debug register, sampling every trap with the group's values
-// (PERF_SAMPLE_READ: the thread's CPU time at the trap, the distance
-// clock) into one ring per thread. With SampleEvery the leader samples the
+// (PERF_SAMPLE_READ: the thread's CPU time at the trap, or the counts of
+// the events CountWith adds to the group: the distance clock) into one
+// ring per thread. With SampleEvery the leader samples the
 // thread too, every period of its CPU time, into the same ring: samples
 // and traps on one clock, the thread's own. Arming re-targets an open
 // event with PERF_EVENT_IOC_MODIFY_ATTRIBUTES instead of reopening it. All
@@ -122,8 +123,6 @@ type Engine struct {
 	threads  map[uint32]*thread
 	events   *perfrecord.Events
 	ids      map[uint64]trapID
-	attrs    []perfrecord.Attr
-	idLists  [][]uint64
 }
 
 type trapID struct {
@@ -234,9 +233,9 @@ func (e *Engine) Add(tid uint32) (err error) {
 // leader is the attr of a thread's task-clock leader: counting the
 // thread's CPU time (the members' traps read it), and, with SampleEvery,
 // sampling the thread in user mode every period of it, as a trap is
-// sampled (same layout) but waking no reader: the samples are read with
-// the traps that follow them, in the thread's order. A group's events
-// share one clock: the leader's is the traps'.
+// sampled (same layout, the same ring: samples and traps come in the
+// thread's order), waking the reader at each. A group's events share one
+// clock: the leader's is the traps'.
 func (e *Engine) leader() unix.PerfEventAttr {
 	a := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK, Size: perf.AttrSize(),
 		Read_format: readFormat, Bits: unix.PerfBitExcludeHv | unix.PerfBitUseClockID, Clockid: unix.CLOCK_MONOTONIC}
