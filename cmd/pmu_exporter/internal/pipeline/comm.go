@@ -555,6 +555,7 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 	// The traps are read as they come: a watchpoint traps on every access
 	// until the reader disarms it.
 	go func() {
+		periodFailed := false
 		for ctx.Err() == nil {
 			if err := c.dec.WaitTraps(100 * time.Millisecond); err != nil {
 				c.b.log.Error("watchpoint traps not read", "err", err)
@@ -562,7 +563,8 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 			}
 			c.dec.ReadTraps(c.Period(0))
 			if !c.cfgs[0].Memory { // timer samples: the watched threads' own follow their period
-				if err := c.dec.SampleReuseEvery(c.Period(0)); err != nil {
+				if err := c.dec.SampleReuseEvery(c.Period(0)); err != nil && !periodFailed {
+					periodFailed = true // said once
 					c.b.log.Error("reuse: the watched threads' sample period not changed", "err", err)
 				}
 			}
