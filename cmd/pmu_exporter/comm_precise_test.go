@@ -59,11 +59,7 @@ func textMapping(t *testing.T) (start, end, off uint64, path string) {
 func TestCommPreciseRecordingWidths(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the recording names x86-64 code")
 	start, end, off, exe := textMapping(t)
-	st, err := accesses.Entry(accesses.Store8, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ld, err := accesses.Entry(accesses.Load4, 4)
+	st, ld, err := accesses.Entries()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,11 +41,7 @@ func precise(id, ip uint64, pid, tid uint32, time, addr uint64, cpu uint32, src 
 // store at its start does not (false sharing).
 func TestPreciseSamplesFeedTheDetector(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the test's functions are checked as x86-64 code")
-	st, err := accesses.Entry(accesses.Store8, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ld, err := accesses.Entry(accesses.Load4, 4)
+	st, ld, err := accesses.Entries()
 	if err != nil {
 		t.Fatal(err)
 	}

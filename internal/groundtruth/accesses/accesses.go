@@ -43,3 +43,13 @@ func Entry(f any, width int) (uint64, error) {
 	}
 	return uint64(pc), nil
 }
+
+// Entries are Store8's and Load4's checked entries (Entry): the IPs of a
+// known 8-byte store and a known 4-byte load.
+func Entries() (store8, load4 uint64, err error) {
+	if store8, err = Entry(Store8, 8); err != nil {
+		return 0, 0, err
+	}
+	load4, err = Entry(Load4, 4)
+	return store8, load4, err
+}
