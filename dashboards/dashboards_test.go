@@ -234,10 +234,11 @@ func startIn(t *testing.T, dir, log string, argv ...string) {
 	})
 }
 
-// TestQueriesReturnData starts the exporter three times — on the synthetic
+// TestQueriesReturnData starts the exporter four times — on the synthetic
 // skx replay (pods, Top-Down), live on this host (capabilities, cgroup
-// switches, communication) and live with ReuseTracker on a cgroup's
-// watchpoints — and Debian's Prometheus scraping them every second with the
+// switches, communication), live with ReuseTracker on a cgroup's
+// watchpoints, and the same with distances counted in events (stack
+// distances, miss ratios) — and Debian's Prometheus scraping them every second with the
 // shipped rules loaded; every query of every dashboard must return a series.
 func TestQueriesReturnData(t *testing.T) {
 	prom := testenv.RequireTool(t, "prometheus")
@@ -266,11 +267,17 @@ func TestQueriesReturnData(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", reusebench, "../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
 		t.Fatalf("go build reusebench: %v\n%s", err, out)
 	}
-	top, dirs := testenv.Cgroups(t, "reuse")
-	reuseAddr := testenv.FreeAddr(t)
+	top, dirs := testenv.Cgroups(t, "reuse", "stack")
+	reuseAddr, stackAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startProcess(t, filepath.Join(dir, "reuse.log"), bin, "--web.listen-address="+reuseAddr,
 		"--collector.comm.cgroup="+top+"/reuse", "--collector.comm.reuse")
 	startIn(t, dirs[0], filepath.Join(dir, "reusebench.log"), reusebench, "-slots", "4194304", "-duration", "90s")
+	// A fourth counts the distances in events, for the stack distances and
+	// miss ratios: no PMU counts loads and stores here, so context switches
+	// stand in for them (reusebench naps 16 times a walk).
+	startProcess(t, filepath.Join(dir, "stack.log"), bin, "--web.listen-address="+stackAddr,
+		"--collector.comm.cgroup="+top+"/stack", "--collector.comm.reuse", "--collector.comm.reuse-clock=accesses=context-switches")
+	startIn(t, dirs[1], filepath.Join(dir, "stackbench.log"), reusebench, "-slots", "1048576", "-naps", "16", "-duration", "90s")
 	rules, err := filepath.Abs("../deploy/prometheus/pmu_exporter.rules.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +293,9 @@ scrape_configs:
         labels: {instance: live-node}
       - targets: [%q]
         labels: {instance: reuse-node}
-`, rules, replayAddr, liveAddr, reuseAddr)
+      - targets: [%q]
+        labels: {instance: stack-node}
+`, rules, replayAddr, liveAddr, reuseAddr, stackAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgFile, []byte(cfg), 0o644)
 	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--enable-feature=native-histograms",
@@ -317,7 +326,7 @@ scrape_configs:
 		t.Errorf("%s: no data after 60 s\n%s", q.where, q.expr)
 	}
 	if t.Failed() {
-		for _, l := range []string{"replay.log", "live.log", "reuse.log", "prometheus.log"} {
+		for _, l := range []string{"replay.log", "live.log", "reuse.log", "stack.log", "prometheus.log"} {
 			b, _ := os.ReadFile(filepath.Join(dir, l))
 			t.Logf("%s:\n%s", l, tail(string(b), 2000))
 		}
