@@ -19,10 +19,14 @@
 // from /proc/thread-self/status).
 //
 // With -follower a second locked thread loads every slot half a walk
-// behind the first (the two keep that lag, chunk by chunk): each slot the
-// walker stores is next touched by the follower half a walk later, and
-// each the follower loads by the walker half a walk later: the reuse time
-// distance in a shared cache (ReuseTracker's shared mode) is half a walk.
+// behind the first, both keeping to the clock (-chunk-time per 4,096
+// slots): each slot the walker stores is next touched by the follower half
+// a walk later, and each the follower loads by the walker half a walk
+// later: the reuse time distance in a shared cache (ReuseTracker's shared
+// mode) is half a walk. Each thread also times, chunk by chunk, how long
+// after the other thread touched a chunk it touches it, and the run's last
+// line gives the median of those times (median_lag_ns), what a tracker
+// must find even where a loaded machine delays the threads.
 package main
 
 import (
@@ -32,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -44,7 +49,7 @@ func main() {
 	follower := flag.Bool("follower", false, "a second thread loads every slot half a walk behind the first")
 	sleep := flag.Duration("sleep", 0, "sleep this long after each walk (the thread's CPU time stands still meanwhile)")
 	naps := flag.Int("naps", 0, "sleep briefly this many times a walk, at even steps (a context switch each)")
-	pace := flag.Duration("chunk-time", 0, "with -follower: the walker takes at least this long per 4096 slots (a longer walk, so that the reuse distance is well over a tracker's arm latency)")
+	pace := flag.Duration("chunk-time", 40*time.Microsecond, "with -follower: each thread touches a chunk of 4096 slots every this long by the clock (a walk long enough that half of it is well over a tracker's arm latency)")
 	flag.Parse()
 	if *follower {
 		followed(*slots, *d, *pace)
@@ -133,35 +138,59 @@ func walk(a []uint64) {
 // chunk is how many slots a thread walks between looking at the other.
 const chunk = 4096
 
-// followed runs the walker and its follower for d and prints the walker's
-// mean walk time and how far behind the follower kept.
+// followed runs the walker and its follower for d and prints the walk
+// time and the times from one thread's touch of a chunk to the other's.
+//
+// Both threads keep to the clock, not to each other: the walker stores
+// to chunk k mod chunks at began + k·pace, the follower loads it half a
+// walk later, and a thread that lost its CPU catches up at once. On a
+// loaded machine the time from one thread's touch to the other's then
+// stays near half a walk, give or take a scheduling delay, where threads
+// that waited for each other drifted apart by whole timeslices; and
+// neither polls a counter the other writes, whose sampled loads would be
+// shared reuses seen only at a tracker's arm latency.
 func followed(slots int, d, pace time.Duration) {
 	n := slots / chunk * chunk
+	chunks := n / chunk
 	a := make([]uint64, n)
 	for range 2 {
 		walk(a)
 	}
-	var lead, follow atomic.Int64 // slots walked in all
-	var stop atomic.Bool
-	half := int64(n / 2)
+	half := time.Duration(chunks/2) * pace
+	// When each chunk was last stored and loaded (ns since began), and the
+	// times from one thread's touch of a chunk to the other's.
+	stored, loaded := make([]atomic.Int64, chunks), make([]atomic.Int64, chunks)
 	tids := make(chan int, 2)
-	done := make(chan uint64)
+	start := make(chan time.Time)
+	type result struct {
+		sum  uint64
+		lags []int64
+	}
+	done := make(chan result)
 	go func() { // the follower: loads, half a walk behind
 		runtime.LockOSThread()
 		tids <- threadID()
-		var sum uint64
-		for !stop.Load() {
-			if lead.Load()-follow.Load() < half {
-				sum += spin(waitSpin)
-				continue
+		began := <-start
+		var r result
+		for k := 0; ; k++ {
+			at := began.Add(half + time.Duration(k)*pace)
+			if at.After(began.Add(d)) {
+				break
 			}
-			at := int(follow.Load() % int64(n))
-			for i := at; i < at+chunk; i++ {
-				sum += a[i]
+			c := k % chunks
+			var burnt uint64
+			now := waitUntil(at, &burnt)
+			for i := c * chunk; i < (c+1)*chunk; i++ {
+				r.sum += a[i]
 			}
-			follow.Add(chunk)
+			ns := now.Sub(began).Nanoseconds()
+			if s := stored[c].Load(); s > 0 {
+				r.lags = append(r.lags, ns-s)
+			}
+			loaded[c].Store(ns)
+			r.sum ^= burnt
 		}
-		done <- sum
+		done <- r
 	}()
 	runtime.LockOSThread()
 	tids <- threadID()
@@ -170,26 +199,48 @@ func followed(slots int, d, pace time.Duration) {
 		os.Exit(2)
 	}
 	began := time.Now()
+	start <- began
 	var burnt uint64
-	for end := began.Add(d); time.Now().Before(end); {
-		if lead.Load()-follow.Load() > half+chunk {
-			burnt += spin(waitSpin) // the follower fell behind: wait
-			continue
+	var lags []int64
+	k := 0
+	for ; ; k++ {
+		at := began.Add(time.Duration(k) * pace)
+		if at.After(began.Add(d)) {
+			break
 		}
-		at := int(lead.Load() % int64(n))
-		t0 := time.Now()
-		for i := at; i < at+chunk; i++ {
+		c := k % chunks
+		now := waitUntil(at, &burnt)
+		for i := c * chunk; i < (c+1)*chunk; i++ {
 			a[i]++
 		}
-		for time.Since(t0) < pace { // the thread keeps its CPU
-			burnt += spin(waitSpin)
+		ns := now.Sub(began).Nanoseconds()
+		if l := loaded[c].Load(); l > 0 {
+			lags = append(lags, ns-l)
 		}
-		lead.Add(chunk)
+		stored[c].Store(ns)
 	}
-	walks := float64(lead.Load()) / float64(n)
-	stop.Store(true)
-	sum := <-done
-	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": int64(float64(time.Since(began).Nanoseconds()) / walks), "checksum": sum ^ burnt})
+	walks := float64(k) / float64(chunks)
+	r := <-done
+	lags = append(lags, r.lags...)
+	slices.Sort(lags)
+	var median int64
+	if len(lags) > 0 {
+		median = lags[len(lags)/2]
+	}
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"walks": walks, "mean_walk_ns": int64(float64(time.Since(began).Nanoseconds()) / walks),
+		"median_lag_ns": median, "lags": len(lags), "checksum": r.sum ^ burnt})
+}
+
+// waitUntil spins (keeping the CPU, in registers) until the clock reads
+// at, and returns the clock.
+func waitUntil(at time.Time, burnt *uint64) time.Time {
+	for {
+		now := time.Now()
+		if !now.Before(at) {
+			return now
+		}
+		*burnt += spin(waitSpin)
+	}
 }
 
 // waitSpin is spin's count between two looks at the clock or the other
