@@ -28,7 +28,9 @@ import (
 )
 
 // binary is the exporter built once for the package's tests, in a directory an
-// unprivileged user can read.
+// unprivileged user can read; with PMU_EXPORTER_E2E_RACE=1 it is built with
+// the race detector, and a race it reports fails the test that ran it (the
+// binary exits 66 at SIGTERM).
 var binary string
 
 func TestMain(m *testing.M) {
@@ -38,7 +40,11 @@ func TestMain(m *testing.M) {
 	}
 	os.Chmod(dir, 0o755)
 	binary = filepath.Join(dir, "pmu_exporter")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	build := []string{"build", "-o", binary}
+	if os.Getenv("PMU_EXPORTER_E2E_RACE") == "1" {
+		build = append(build, "-race")
+	}
+	out, err := exec.Command("go", append(build, ".")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building the exporter: %v\n%s", err, out)
 		os.Exit(1)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -130,10 +131,14 @@ func (r *Ring) Close() error {
 }
 
 // Poller waits until any of its rings has reached its wakeup watermark.
+// One goroutine may Wait while others Add and Remove rings (a reader
+// blocked on traps while threads come and go); Wait itself is not for two
+// goroutines at once.
 type Poller struct {
 	epfd   int
+	mu     sync.Mutex // guards rings
 	rings  map[int32]*Ring
-	events []unix.EpollEvent
+	events []unix.EpollEvent // Wait's own
 }
 
 // NewPoller makes an epoll instance.
@@ -151,8 +156,9 @@ func (p *Poller) Add(r *Ring) error {
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, r.fd, &ev); err != nil {
 		return fmt.Errorf("epoll_ctl add perf fd %d: %w", r.fd, err)
 	}
+	p.mu.Lock()
 	p.rings[int32(r.fd)] = r
-	p.events = make([]unix.EpollEvent, len(p.rings))
+	p.mu.Unlock()
 	return nil
 }
 
@@ -161,17 +167,22 @@ func (p *Poller) Remove(r *Ring) error {
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, r.fd, nil); err != nil {
 		return fmt.Errorf("epoll_ctl del perf fd %d: %w", r.fd, err)
 	}
+	p.mu.Lock()
 	delete(p.rings, int32(r.fd))
+	p.mu.Unlock()
 	return nil
 }
 
 // Wait blocks up to timeoutMS (-1: forever) and returns the rings that are
 // ready to read (none on timeout). EINTR is a timeout, not an error.
 func (p *Poller) Wait(timeoutMS int) ([]*Ring, error) {
-	if len(p.events) == 0 {
-		// No ring yet: epoll_wait refuses maxevents 0 (EINVAL), but a
-		// watcher whose threads come later must still wait.
-		p.events = make([]unix.EpollEvent, 1)
+	p.mu.Lock()
+	// At least one: epoll_wait refuses maxevents 0 (EINVAL), but a watcher
+	// whose threads come later must still wait.
+	want := max(len(p.rings), 1)
+	p.mu.Unlock()
+	if len(p.events) != want {
+		p.events = make([]unix.EpollEvent, want)
 	}
 	n, err := unix.EpollWait(p.epfd, p.events, timeoutMS)
 	if errors.Is(err, unix.EINTR) {
@@ -181,8 +192,10 @@ func (p *Poller) Wait(timeoutMS int) ([]*Ring, error) {
 		return nil, fmt.Errorf("epoll_wait: %w", err)
 	}
 	out := make([]*Ring, 0, n)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, ev := range p.events[:n] {
-		if r := p.rings[ev.Fd]; r != nil {
+		if r := p.rings[ev.Fd]; r != nil { // not removed meanwhile
 			out = append(out, r)
 		}
 	}

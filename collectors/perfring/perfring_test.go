@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -246,5 +247,54 @@ func TestPollerWithoutRings(t *testing.T) {
 	ready, err := p.Wait(10)
 	if err != nil || len(ready) != 0 {
 		t.Errorf("%v %v", ready, err)
+	}
+}
+
+// A ring added while another goroutine waits is woken for; one removed
+// meanwhile is not returned (the watchpoint reader waits while threads come
+// and go; under -race this also checks that Add and Remove may run beside
+// Wait).
+func TestPollerAddRemoveDuringWait(t *testing.T) {
+	fd, r := openRing(t, 8)
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	type result struct {
+		ready []*Ring
+		err   error
+	}
+	wait := func(ms int) chan result {
+		c := make(chan result, 1)
+		go func() {
+			ready, err := p.Wait(ms)
+			c <- result{ready, err}
+		}()
+		return c
+	}
+	waiting := wait(5000)
+	time.Sleep(50 * time.Millisecond) // most likely in epoll_wait by now
+	if err := p.Add(r); err != nil {
+		t.Fatal(err)
+	}
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
+	touch(t, 1)
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	if got := <-waiting; got.err != nil || len(got.ready) != 1 || got.ready[0] != r {
+		t.Fatalf("Wait gave %v, %v; want the ring added while it waited", got.ready, got.err)
+	}
+	drain(t, r, func(perfrecord.Sample) {}, func(uint64) {})
+	// Removed while a wait is under way: that wait times out empty.
+	waiting = wait(500)
+	time.Sleep(50 * time.Millisecond)
+	if err := p.Remove(r); err != nil {
+		t.Fatal(err)
+	}
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
+	touch(t, 1)
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	if got := <-waiting; got.err != nil || len(got.ready) != 0 {
+		t.Fatalf("Wait gave %v, %v; want nothing from a removed ring", got.ready, got.err)
 	}
 }

@@ -12,6 +12,7 @@ package comdetect
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -348,6 +349,11 @@ func (p *process) matrix(pid uint32, topLines int) Matrix {
 	})
 	if len(m.Lines) > topLines {
 		m.Lines = m.Lines[:topLines]
+	}
+	// The report outlives the caller's lock: the code behind each line is
+	// its own copy, not the map detections keep adding to.
+	for i := range m.Lines {
+		m.Lines[i].PCs = maps.Clone(m.Lines[i].PCs)
 	}
 	return m
 }

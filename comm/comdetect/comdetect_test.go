@@ -1,6 +1,7 @@
 package comdetect
 
 import (
+	"maps"
 	"slices"
 	"testing"
 )
@@ -89,6 +90,28 @@ func TestMatrices(t *testing.T) {
 	}
 	if len(m.Lines) != 1 || m.Lines[0].Addr != lineA || m.Lines[0].Detections != 2 || len(m.Lines[0].PCs) != 3 {
 		t.Errorf("lines %+v", m.Lines)
+	}
+}
+
+// A report is the detector's state when it was made: later detections on
+// a reported line do not change the code the report names (/debug/comm
+// writes a report out after the decoder's lock is released).
+func TestReportIsASnapshot(t *testing.T) {
+	d := New(Options{})
+	d.Add(acc(10, 0, 1, lineA, true))
+	d.Add(acc(11, 1, 2, lineA+8, true))
+	r := d.Report(0, 10)
+	if len(r) != 1 || len(r[0].Lines) != 1 {
+		t.Fatalf("report %+v", r)
+	}
+	before := maps.Clone(r[0].Lines[0].PCs)
+	d.Add(acc(10, 0, 7, lineA, true))
+	d.Add(acc(11, 1, 8, lineA+8, true))
+	if !maps.Equal(r[0].Lines[0].PCs, before) {
+		t.Errorf("reported code %v became %v after later detections", before, r[0].Lines[0].PCs)
+	}
+	if now := d.Report(0, 10); maps.Equal(now[0].Lines[0].PCs, before) {
+		t.Errorf("a new report counts %v, as before the detections", now[0].Lines[0].PCs)
 	}
 }
 

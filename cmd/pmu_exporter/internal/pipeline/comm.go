@@ -553,8 +553,12 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 	ran := time.NewTicker(100 * time.Millisecond)
 	defer ran.Stop()
 	// The traps are read as they come: a watchpoint traps on every access
-	// until the reader disarms it.
+	// until the reader disarms it. watchThreads returns only once this
+	// reader has, so that closing the engine never unmaps a ring it reads.
+	reading := make(chan struct{})
+	defer func() { <-reading }()
 	go func() {
+		defer close(reading)
 		periodFailed := false
 		for ctx.Err() == nil {
 			if err := c.dec.WaitTraps(100 * time.Millisecond); err != nil {
