@@ -468,6 +468,46 @@ type reuseRun struct {
 	lbl map[string]string // h's labels
 }
 
+// --collector.comm.reuse-clock=accesses where no PMU counts loads and
+// stores (this VM; a DaemonSet spans such nodes too): the comm collector
+// still runs, reuse on the thread's CPU time, the log says why there are
+// no stack distances and pmu_capability{feature="access_counting"} is 0;
+// an event list that names nothing is refused, and the log says which and
+// why.
+func TestServeReuseClockWithoutPMU(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := os.Stat("/sys/bus/event_source/devices/cpu")
+	noPMU := os.IsNotExist(err)
+	top, _ := testenv.Cgroups(t, "job")
+	p := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-clock=accesses")
+	// Success is 0 until the collector's first pass over its rings.
+	var v float64
+	for range 50 {
+		_, mfs := p.scrape(t)
+		if v = mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v == 1 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if v != 1 ||
+		noPMU != strings.Contains(p.log.String(), "reuse distances on the thread's CPU time, not in accesses") {
+		t.Errorf("comm success %v (a core PMU here: %v); log:\n%s", v, !noPMU, p.log)
+	}
+	_, mfs := p.scrape(t)
+	if c := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": "access_counting"}); noPMU && c != 0 {
+		t.Errorf("access_counting %v without a core PMU", c)
+	}
+	if !noPMU {
+		return // the event below names something here
+	}
+	q := start(t, nil, "--collector.comm.cgroup="+top+"/job", "--collector.comm.reuse", "--collector.comm.reuse-clock=cpu/event=0xd0/")
+	_, mfs = q.scrape(t)
+	if v := mustValue(t, mfs, "pmu_collector_success", map[string]string{"collector": "comm"}); v != 0 ||
+		!strings.Contains(q.log.String(), `comm collector not running`) || !strings.Contains(q.log.String(), "--collector.comm.reuse-clock=cpu/event=0xd0/") {
+		t.Errorf("an event of no PMU: comm success %v; log:\n%s", v, q.log)
+	}
+}
+
 // With --collector.comm.reuse-clock the private distances are counts of
 // the given events, read at each watched thread's samples and traps:
 // context switches stand in here for a PMU's loads and stores. A thread

@@ -34,7 +34,11 @@ const (
 	// CgroupAttribution is judged by serve and check, which load the eBPF
 	// attribution program: it is not in Build's report.
 	CgroupAttribution = "cgroup_attribution"
-	SystemWide        = "system_wide"
+	// AccessCounting: a core PMU counts each thread's loads and stores,
+	// ReuseTracker's distance clock; judged by serve and check from the
+	// host's event lists.
+	AccessCounting = "access_counting"
+	SystemWide     = "system_wide"
 )
 
 // Feature is one capability with its verdict.

@@ -32,6 +32,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
@@ -320,6 +321,47 @@ func accessClock(cpu host.CPU, pmus []*pmu.PMU) (string, error) {
 		return c + "/event=0x13/", nil
 	}
 	return "", fmt.Errorf("no loads and stores events known for the %s (family %s) core PMU %s", cpu.Vendor, cpu.Family, c)
+}
+
+// accessCounting judges whether this host counts each thread's loads and
+// stores (accessClock's events, each opened on the calling thread by
+// probe), for pmu_capability and check; hw is the hardware_counters
+// verdict, whose fix is this one's where no core PMU exists.
+func accessCounting(cpu host.CPU, pmus []*pmu.PMU, hw capability.Feature, probe func(eventspec.Attr) error) capability.Feature {
+	f := capability.Feature{Name: capability.AccessCounting}
+	spec, err := accessClock(cpu, pmus)
+	if err != nil {
+		f.Reason = err.Error() + "; reuse distances are in the thread's CPU time, without stack distances or miss ratios"
+		switch {
+		case !hw.Available:
+			f.Fix = hw.Fix
+		case strings.Contains(err.Error(), "hybrid"):
+			f.Fix = "pin the watched workloads to one core type's CPUs and name that PMU's events: --collector.comm.reuse-clock=accesses=PMU/EVENT/+..."
+		default:
+			f.Fix = "name events that count this CPU's loads and stores: --collector.comm.reuse-clock=accesses=EVENT+EVENT"
+		}
+		return f
+	}
+	for _, part := range strings.Split(spec, "+") {
+		evs, err := eventspec.Resolve(part, pmus)
+		if err == nil && len(evs) != 1 {
+			err = fmt.Errorf("%d events", len(evs))
+		}
+		if err == nil {
+			err = probe(evs[0].Attr)
+		}
+		if err != nil {
+			f.Reason = fmt.Sprintf("%s does not open: %v; reuse distances are in the thread's CPU time", part, err)
+			f.Fix = hw.Fix
+			if hw.Available {
+				f.Fix = "perf stat -e " + part + " true says why (perf_event_paranoid, CAP_PERFMON, a counter the hypervisor hides)"
+			}
+			return f
+		}
+	}
+	f.Available = true
+	f.Detail = "each thread's loads and stores counted (" + spec + "): reuse distances in accesses, LRU stack distances and miss ratios with --collector.comm.reuse-clock=accesses"
+	return f
 }
 
 // reuseClockEvents resolves the events of --collector.comm.reuse-clock

@@ -1,12 +1,15 @@
 package pipeline
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
@@ -106,5 +109,37 @@ func TestAccessClock(t *testing.T) {
 				t.Errorf("%s: event %d config %#x type %d, want %#x on the core PMU", c.name, i, a.Config, a.Type, c.configs[i])
 			}
 		}
+	}
+}
+
+// access_counting: available where the host's loads and stores events
+// resolve and open (each opened by the probe, which a fixture cannot do:
+// the probe here stands in for perf_event_open), else why not, with the
+// hardware counters' fix where no core PMU exists.
+func TestAccessCounting(t *testing.T) {
+	hw := capability.Feature{Name: capability.HardwareCounters, Fix: "enable the virtual PMU"}
+	var opened []uint64
+	open := func(a eventspec.Attr) error { opened = append(opened, a.Config); return nil }
+	f := accessCounting(host.CPU{Vendor: "GenuineIntel", Family: "6"}, fixture.PMUs(t, fixture.IntelSkylake()), hw, open)
+	if !f.Available || !strings.Contains(f.Detail, "event=0xd0,umask=0x81") || !slices.Equal(opened, []uint64{0x81d0, 0x82d0}) {
+		t.Errorf("skylake: %+v, opened %#x", f, opened)
+	}
+	refuse := func(eventspec.Attr) error { return unix.ENOENT }
+	f = accessCounting(host.CPU{Vendor: "AuthenticAMD", Family: "25"}, fixture.PMUs(t, fixture.AMDZen3()), hw, refuse)
+	if f.Available || !strings.Contains(f.Reason, "event=0x29,umask=0x7") || !strings.Contains(f.Reason, unix.ENOENT.Error()) {
+		t.Errorf("zen3, refused: %+v", f)
+	}
+	f = accessCounting(host.CPU{Vendor: "AuthenticAMD", Family: "25"}, fixture.PMUs(t, fixture.NoPMU()), hw, open)
+	if f.Available || !strings.Contains(f.Reason, "no core PMU") || f.Fix != hw.Fix {
+		t.Errorf("no PMU: %+v", f)
+	}
+	hw.Available = true
+	f = accessCounting(host.CPU{Vendor: "GenuineIntel", Family: "6"}, fixture.PMUs(t, fixture.IntelAlderLake()), hw, open)
+	if f.Available || !strings.Contains(f.Reason, "hybrid") || !strings.Contains(f.Fix, "accesses=PMU/EVENT/") {
+		t.Errorf("alder lake: %+v", f)
+	}
+	f = accessCounting(host.CPU{Vendor: "AuthenticAMD", Family: "25"}, fixture.PMUs(t, fixture.AMDZen3()), hw, refuse)
+	if f.Available || !strings.Contains(f.Fix, "perf stat -e cpu/event=0x29,umask=0x7/ true") {
+		t.Errorf("zen3 with counters, refused: %+v", f)
 	}
 }

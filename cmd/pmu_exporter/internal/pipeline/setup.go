@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/probe"
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
@@ -68,6 +69,8 @@ func discover(f Options) setup {
 	}
 	s.pmus = pmus
 	s.report = capability.Build(s.facts, pmus, host.ReadCounters(s.facts.CPU.Vendor), probe.Live(s.facts))
+	s.report.Features = append(s.report.Features,
+		accessCounting(s.facts.CPU, pmus, s.report.Feature(capability.HardwareCounters), perf.Probe))
 
 	cfg := &config.Config{DefaultProfile: true}
 	if f.configFile != "" {
