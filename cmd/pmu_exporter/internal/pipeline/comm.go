@@ -621,6 +621,17 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-reading:
+			if ctx.Err() != nil {
+				return // shutting down
+			}
+			// The reader stopped on an error (logged): a watchpoint nobody
+			// reads and disarms traps on every access, so none stays.
+			for pid := range watched {
+				c.dec.SetWatched(pid, nil)
+			}
+			c.b.log.Error("watchpoints closed in every watched thread: their traps can no longer be read")
+			return
 		case <-ran.C:
 			for pid := range watched {
 				if cpu, ok := processCPU(c.b.f.procfs, pid); ok {
