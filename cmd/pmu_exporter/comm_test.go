@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -70,6 +71,20 @@ func commOf(t *testing.T, data string, pid int) comdetect.ProcessJSON {
 	return r.Processes[0]
 }
 
+// commText is `pmu_exporter comm`'s text report of a recording, cut to
+// its head (samples, how they resolved, the matrices): what a test that
+// found too little shows.
+func commText(t *testing.T, data string, pid int) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"comm", "--pid", itoa(pid), "--lines", "3", data}, &stdout, &stderr)
+	out := fmt.Sprintf("exit %d, stderr %q\n%s", code, stderr.String(), stdout.String())
+	if len(out) > 3000 {
+		out = out[:3000]
+	}
+	return out
+}
+
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func fsFraction(p comdetect.ProcessJSON) float64 {
@@ -104,7 +119,7 @@ func TestGroundTruthRecorded(t *testing.T) {
 			t.Logf("f=%s: %d true, %d false sharing detections: false-sharing fraction %.3f", f, p.Detections.True, p.Detections.False, got)
 			switch {
 			case n < 50:
-				t.Errorf("f=%s: only %d detections", f, n)
+				t.Errorf("f=%s: only %d detections; the recording:\n%s", f, n, commText(t, data, l.PID))
 				continue
 			case f == "0" && got > 0.02, f == "1" && got < 0.98:
 				t.Errorf("f=%s: false-sharing fraction %.3f", f, got)
