@@ -308,7 +308,7 @@ func accessClock(cpu host.CPU, pmus []*pmu.PMU) (string, error) {
 	case len(cores) == 0:
 		return "", errors.New("no core PMU here counts loads and stores")
 	case len(cores) > 1:
-		return "", fmt.Errorf("core PMUs %v (a hybrid CPU): a thread moves between them, and its group holds one PMU's events", cores)
+		return "", fmt.Errorf("core PMUs %v (%w): a thread moves between them, and its group holds one PMU's events", cores, errHybrid)
 	}
 	c := cores[0]
 	family, _ := strconv.Atoi(cpu.Family)
@@ -323,6 +323,10 @@ func accessClock(cpu host.CPU, pmus []*pmu.PMU) (string, error) {
 	return "", fmt.Errorf("no loads and stores events known for the %s (family %s) core PMU %s", cpu.Vendor, cpu.Family, c)
 }
 
+// errHybrid: the host has two core PMUs, and one thread's group cannot
+// count on both.
+var errHybrid = errors.New("a hybrid CPU")
+
 // accessCounting judges whether this host counts each thread's loads and
 // stores (accessClock's events, each opened on the calling thread by
 // probe), for pmu_capability and check; hw is the hardware_counters
@@ -335,7 +339,7 @@ func accessCounting(cpu host.CPU, pmus []*pmu.PMU, hw capability.Feature, probe 
 		switch {
 		case !hw.Available:
 			f.Fix = hw.Fix
-		case strings.Contains(err.Error(), "hybrid"):
+		case errors.Is(err, errHybrid):
 			f.Fix = "pin the watched workloads to one core type's CPUs and name that PMU's events: --collector.comm.reuse-clock=accesses=PMU/EVENT/+..."
 		default:
 			f.Fix = "name events that count this CPU's loads and stores: --collector.comm.reuse-clock=accesses=EVENT+EVENT"
