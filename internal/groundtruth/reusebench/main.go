@@ -135,7 +135,8 @@ func walk(a []uint64) {
 	}
 }
 
-// chunk is how many slots a thread walks between looking at the other.
+// chunk is how many slots a -follower thread touches at each tick of its
+// clock.
 const chunk = 4096
 
 // followed runs the walker and its follower for d and prints the walk
@@ -243,17 +244,16 @@ func waitUntil(at time.Time, burnt *uint64) time.Time {
 	}
 }
 
-// waitSpin is spin's count between two looks at the clock or the other
-// thread: about a microsecond.
+// waitSpin is spin's count between two looks at the clock: about a
+// microsecond.
 const waitSpin = 300
 
 // spin waits by n rounds of xorshift in registers. The threads wait most
-// of the time (a paced chunk is mostly waiting), and a wait on the clock
-// or on the other thread's counter loads memory that the other thread
-// touches microseconds later: sampled, such a load is a shared reuse that
-// a tracker sees only at its arm latency, a distance the benchmark does
-// not control. Samples in spin have no memory operand, so nothing is
-// armed for them.
+// of the time (a chunk takes a few µs of its 40), and a wait that loaded
+// memory the other thread touches (as a counter polled between them once
+// did) would be sampled as a shared reuse a tracker sees only at its arm
+// latency, a distance the benchmark does not control. Samples in spin
+// have no memory operand, so nothing is armed for them.
 //
 //go:noinline
 func spin(n int) uint64 {
