@@ -174,13 +174,19 @@ func setupComm(b *build) error {
 				if s, ok := strings.CutPrefix(spec, reuse.UnitAccesses+"="); ok {
 					spec, o.reuseClock = s, reuse.UnitAccesses
 				} else if spec == reuse.UnitAccesses {
-					// A node without them (a VM) still measures reuse,
-					// on the thread's CPU time, and says so.
-					var err error
-					if spec, err = accessClock(b.s.facts.CPU, b.s.pmus); err != nil {
-						b.log.Warn("reuse distances on the thread's CPU time, not in accesses: no stack distances or miss ratios", "reason", err)
-						o.reuseClock = ""
+					// A node without them still measures reuse, on the
+					// next best clock, and says so.
+					var unit string
+					var why error
+					spec, unit, why = bestReuseClock(b.s.facts.CPU, b.s.pmus)
+					switch unit {
+					case "":
+						b.log.Warn("reuse distances on the thread's CPU time, not in accesses: no stack distances or miss ratios", "reason", why)
+					case reuse.UnitAccesses:
+					default:
+						b.log.Warn("reuse distances in retired instructions, not in accesses: no stack distances or miss ratios", "reason", why)
 					}
+					o.reuseClock = unit
 				}
 				attrs, err := reuseClockEvents(spec, b.s.pmus)
 				if err == nil {
@@ -306,7 +312,7 @@ func accessClock(cpu host.CPU, pmus []*pmu.PMU) (string, error) {
 	}
 	switch {
 	case len(cores) == 0:
-		return "", errors.New("no core PMU here counts loads and stores")
+		return "", errNoCore
 	case len(cores) > 1:
 		return "", fmt.Errorf("core PMUs %v (%w): a thread moves between them, and its group holds one PMU's events", cores, errHybrid)
 	}
@@ -322,6 +328,32 @@ func accessClock(cpu host.CPU, pmus []*pmu.PMU) (string, error) {
 	}
 	return "", fmt.Errorf("no loads and stores events known for the %s (family %s) core PMU %s", cpu.Vendor, cpu.Family, c)
 }
+
+// bestReuseClock is the best distance clock this host counts, in the
+// order ReuseTracker prefers them: its loads and stores (unit accesses),
+// else its retired instructions (unit instructions) where one core PMU
+// counts them but no loads and stores events are known for it, else none
+// (unit "": the thread's CPU time); why says why not loads and stores.
+func bestReuseClock(cpu host.CPU, pmus []*pmu.PMU) (spec, unit string, why error) {
+	spec, why = accessClock(cpu, pmus)
+	if why == nil {
+		return spec, reuse.UnitAccesses, nil
+	}
+	if errors.Is(why, errNoCore) || errors.Is(why, errHybrid) {
+		return "", "", why
+	}
+	if _, err := reuseClockEvents(unitInstructions, pmus); err != nil {
+		return "", "", fmt.Errorf("%w; retired instructions: %v", why, err)
+	}
+	return unitInstructions, unitInstructions, why
+}
+
+// unitInstructions is the generic retired-instructions event, and the unit
+// of distances counted in it.
+const unitInstructions = "instructions"
+
+// errNoCore: no core PMU counts anything per thread here.
+var errNoCore = errors.New("no core PMU here counts loads and stores")
 
 // errHybrid: the host has two core PMUs, and one thread's group cannot
 // count on both.

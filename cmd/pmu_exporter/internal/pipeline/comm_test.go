@@ -143,3 +143,33 @@ func TestAccessCounting(t *testing.T) {
 		t.Errorf("zen3 with counters, refused: %+v", f)
 	}
 }
+
+// --collector.comm.reuse-clock=accesses takes the best clock the host
+// counts: loads and stores, else retired instructions on a core PMU whose
+// loads and stores events are not known (an AMD core before Zen here),
+// else the thread's CPU time (no core PMU, or a hybrid CPU).
+func TestBestReuseClock(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		host       fixture.Host
+		cpu        host.CPU
+		spec, unit string
+	}{
+		{"skylake", fixture.IntelSkylake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, "cpu/event=0xd0,umask=0x81/+cpu/event=0xd0,umask=0x82/", "accesses"},
+		{"amd family 16h", fixture.AMDZen3(), host.CPU{Vendor: "AuthenticAMD", Family: "22"}, "instructions", "instructions"},
+		{"alder lake", fixture.IntelAlderLake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, "", ""},
+		{"no PMU", fixture.NoPMU(), host.CPU{Vendor: "AuthenticAMD", Family: "25"}, "", ""},
+	} {
+		pmus := fixture.PMUs(t, c.host)
+		spec, unit, why := bestReuseClock(c.cpu, pmus)
+		if spec != c.spec || unit != c.unit || (unit != "accesses") != (why != nil) {
+			t.Errorf("%s: %q in %q (%v), want %q in %q", c.name, spec, unit, why, c.spec, c.unit)
+		}
+		if unit == "instructions" {
+			attrs, err := reuseClockEvents(spec, pmus)
+			if err != nil || len(attrs) != 1 || attrs[0].Type != unix.PERF_TYPE_HARDWARE || attrs[0].Config != unix.PERF_COUNT_HW_INSTRUCTIONS {
+				t.Errorf("%s: %s is %+v, %v; want the generic instructions event", c.name, spec, attrs, err)
+			}
+		}
+	}
+}
