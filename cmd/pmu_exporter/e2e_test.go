@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,7 +58,26 @@ func TestMain(m *testing.M) {
 type exporterProc struct {
 	addr string
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *logBuffer
+}
+
+// logBuffer holds what a process wrote: exec's copying goroutine writes it
+// while the test reads it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // start runs the binary with args and waits until /-/ready answers 200, which
@@ -74,7 +94,7 @@ const unready = "<unready>"
 // startWrapped is start with the binary run by a wrapper command (setpriv ...).
 func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args ...string) *exporterProc {
 	t.Helper()
-	p := &exporterProc{addr: testenv.FreeAddr(t), log: &bytes.Buffer{}}
+	p := &exporterProc{addr: testenv.FreeAddr(t), log: &logBuffer{}}
 	probe := "/-/ready"
 	if slices.Contains(wrapper, unready) {
 		probe = "/-/healthy"
@@ -318,7 +338,7 @@ func TestServeBasicAuth(t *testing.T) {
 	hash, _ := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
 	web := filepath.Join(t.TempDir(), "web.yml")
 	os.WriteFile(web, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o644)
-	p := &exporterProc{addr: testenv.FreeAddr(t), log: &bytes.Buffer{}}
+	p := &exporterProc{addr: testenv.FreeAddr(t), log: &logBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cmd = exec.CommandContext(ctx, binary, "--web.listen-address="+p.addr, "--web.config.file="+web)
 	p.cmd.Stderr = p.log

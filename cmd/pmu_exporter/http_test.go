@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -215,7 +214,7 @@ func TestServeDebugEndpoints(t *testing.T) {
 // in args' web config) and waits until it is ready.
 func startAuthed(t *testing.T, addr string, args ...string) *exporterProc {
 	t.Helper()
-	p := &exporterProc{addr: addr, log: &bytes.Buffer{}}
+	p := &exporterProc{addr: addr, log: &logBuffer{}}
 	p.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + addr, "--collector.counting.interval=100ms"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
