@@ -365,9 +365,14 @@ var errHybrid = errors.New("a hybrid CPU")
 // verdict, whose fix is this one's where no core PMU exists.
 func accessCounting(cpu host.CPU, pmus []*pmu.PMU, hw capability.Feature, probe func(eventspec.Attr) error) capability.Feature {
 	f := capability.Feature{Name: capability.AccessCounting}
-	spec, err := accessClock(cpu, pmus)
+	spec, unit, err := bestReuseClock(cpu, pmus)
 	if err != nil {
-		f.Reason = err.Error() + "; reuse distances are in the thread's CPU time, without stack distances or miss ratios"
+		// What --collector.comm.reuse-clock=accesses falls back to (setupComm).
+		instead := "the thread's CPU time"
+		if unit == unitInstructions {
+			instead = "retired instructions"
+		}
+		f.Reason = err.Error() + "; with --collector.comm.reuse-clock=accesses reuse distances are in " + instead + ", without stack distances or miss ratios"
 		switch {
 		case !hw.Available:
 			f.Fix = hw.Fix
@@ -387,7 +392,7 @@ func accessCounting(cpu host.CPU, pmus []*pmu.PMU, hw capability.Feature, probe 
 			err = probe(evs[0].Attr)
 		}
 		if err != nil {
-			f.Reason = fmt.Sprintf("%s does not open: %v; reuse distances are in the thread's CPU time", part, err)
+			f.Reason = fmt.Sprintf("%s does not open here: %v", part, err)
 			f.Fix = hw.Fix
 			if hw.Available {
 				f.Fix = "perf stat -e " + part + " true says why (perf_event_paranoid, CAP_PERFMON, a counter the hypervisor hides)"

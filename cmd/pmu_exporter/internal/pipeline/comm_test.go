@@ -130,10 +130,14 @@ func TestAccessCounting(t *testing.T) {
 		t.Errorf("zen3, refused: %+v", f)
 	}
 	f = accessCounting(host.CPU{Vendor: "AuthenticAMD", Family: "25"}, fixture.PMUs(t, fixture.NoPMU()), hw, open)
-	if f.Available || !strings.Contains(f.Reason, "no core PMU") || f.Fix != hw.Fix {
+	if f.Available || !strings.Contains(f.Reason, "no core PMU") || !strings.Contains(f.Reason, "in the thread's CPU time") || f.Fix != hw.Fix {
 		t.Errorf("no PMU: %+v", f)
 	}
 	hw.Available = true
+	f = accessCounting(host.CPU{Vendor: "AuthenticAMD", Family: "22"}, fixture.PMUs(t, fixture.AMDZen3()), hw, open)
+	if f.Available || !strings.Contains(f.Reason, "in retired instructions") || !strings.Contains(f.Fix, "accesses=EVENT+EVENT") {
+		t.Errorf("amd family 16h: %+v", f)
+	}
 	f = accessCounting(host.CPU{Vendor: "GenuineIntel", Family: "6"}, fixture.PMUs(t, fixture.IntelAlderLake()), hw, open)
 	if f.Available || !strings.Contains(f.Reason, "hybrid") || !strings.Contains(f.Fix, "accesses=PMU/EVENT/") {
 		t.Errorf("alder lake: %+v", f)
