@@ -130,6 +130,7 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	})
+	c.stack.keepOnly(per)
 	ch <- binnedHistogram(c.armLatency, c.src.ArmLatency(), timeBins, c.started)
 	s := Sampling{cgroups: c.cgroups, names: c.names}
 	for key, r := range per {

@@ -79,3 +79,16 @@ func (s *stackDistances) collect(ch chan<- prometheus.Metric, key reuseKey, fine
 		ch <- prometheus.MustNewConstMetric(s.missRatio, prometheus.GaugeValue, fp.MissRatio(lines), append(l[:len(l):len(l)], name)...)
 	}
 }
+
+// keepOnly forgets the placed reuses of every key but those the source
+// still reports: its cgroups gone (their series ended) would otherwise be
+// kept for the exporter's lifetime.
+func (s *stackDistances) keepOnly(keys map[reuseKey]*reuseTotals) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.placed {
+		if _, ok := keys[k]; !ok {
+			delete(s.placed, k)
+		}
+	}
+}

@@ -290,3 +290,36 @@ func TestReuseStackDistances(t *testing.T) {
 		}
 	}
 }
+
+// The stack distances placed for a cgroup are forgotten once the source no
+// longer reports it (its cgroup swept away after the grace period), with
+// its series; a cgroup still reported keeps its buckets.
+func TestReuseStackDistancesForgetCgroupsGone(t *testing.T) {
+	tracker := func() *reuse.Tracker {
+		tr := reuse.New(nopBackend{}, reuse.Options{Slots: 1, Unit: reuse.UnitAccesses})
+		tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: 100})
+		tr.Trapped(reuse.Hit{TID: 1, Clock: 164})
+		return tr
+	}
+	src := &trackers{live: []*reuse.Tracker{tracker()}, gone: []*reuse.Tracker{tracker()}}
+	c := NewReuse(src, nil, nil)
+	histograms := func() int {
+		ch := make(chan prometheus.Metric, 100)
+		c.Collect(ch)
+		close(ch)
+		n := 0
+		for m := range ch {
+			if m.Desc() == c.stack.histogram {
+				n++
+			}
+		}
+		return n
+	}
+	if n := histograms(); n != 1 || len(c.stack.placed) != 1 {
+		t.Fatalf("%d stack histograms, %d cgroups placed; want 1 and 1", n, len(c.stack.placed))
+	}
+	src.live, src.gone = nil, nil
+	if n := histograms(); n != 0 || len(c.stack.placed) != 0 {
+		t.Errorf("after the cgroup was forgotten: %d stack histograms, %d cgroups placed; want none", n, len(c.stack.placed))
+	}
+}

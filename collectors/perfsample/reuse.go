@@ -256,6 +256,36 @@ func (d *Decoder) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker))
 	}
 }
 
+// ReuseCgroupIDs lists the cgroups holding totals of processes gone.
+func (d *Decoder) ReuseCgroupIDs() []uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ids := make([]uint64, 0, len(d.reuseGone))
+	for cg := range d.reuseGone {
+		ids = append(ids, cg)
+	}
+	return ids
+}
+
+// ForgetReuseCgroups drops the totals of processes gone from cgroups that
+// are gone themselves, so that their series end and pods that come and go
+// do not grow the decoder. A cgroup some watched process still reports
+// (one moved out of it before it was removed) keeps its totals: without
+// them its counters would go down.
+func (d *Decoder) ForgetReuseCgroups(ids []uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	live := map[uint64]bool{}
+	for _, cg := range d.reuseCgroup {
+		live[cg] = true
+	}
+	for _, cg := range ids {
+		if !live[cg] {
+			delete(d.reuseGone, cg)
+		}
+	}
+}
+
 // armLatency bins how long after their samples (times, CLOCK_MONOTONIC
 // ns) the arms just flushed took effect.
 func (d *Decoder) armLatency(times []uint64) {

@@ -276,7 +276,11 @@ func setupComm(b *build) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cgNames.sweepEvery(ctx, stats, b.f.cgroups.grace)
+				holders := []cgroupTotals{statsTotals(stats)}
+				if o.reuse {
+					holders = append(holders, cgroupTotals{dec.ReuseCgroupIDs, dec.ForgetReuseCgroups})
+				}
+				cgNames.sweepEvery(ctx, b.f.cgroups.grace, holders...)
 			}()
 		}
 		wg.Add(1)

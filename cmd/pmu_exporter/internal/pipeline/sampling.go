@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -98,7 +99,7 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cgNames.sweepEvery(ctx, stats, cg.grace)
+				cgNames.sweepEvery(ctx, cg.grace, statsTotals(stats))
 			}()
 		}
 		if err := smp.Run(ctx); err != nil {
@@ -131,7 +132,7 @@ type cgroupNames struct {
 // forgets the totals of cgroups gone for longer than grace, as the counting
 // side does with --collector.cgroup.grace-period, so that pods that come and go do
 // not fill --collector.cgroup.max-series for good.
-func (c *cgroupNames) sweepEvery(ctx context.Context, stats *samplestat.Stats, grace time.Duration) {
+func (c *cgroupNames) sweepEvery(ctx context.Context, grace time.Duration, holders ...cgroupTotals) {
 	t := time.NewTicker(min(time.Minute, max(grace, time.Second)))
 	defer t.Stop()
 	for {
@@ -139,9 +140,40 @@ func (c *cgroupNames) sweepEvery(ctx context.Context, stats *samplestat.Stats, g
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			stats.ForgetCgroups(c.sweep(stats.CgroupIDs(), now, grace))
+			c.sweepOnce(now, grace, holders...)
 		}
 	}
+}
+
+// cgroupTotals is what holds totals per cgroup id (samplestat.Stats, the
+// decoder's reuse trackers of processes gone): the ids it holds, and
+// forgetting some.
+type cgroupTotals struct {
+	ids    func() []uint64
+	forget func([]uint64)
+}
+
+// sweepOnce forgets, in every holder, the cgroups any of them holds that
+// have been gone for longer than grace at now. One sweep over the union:
+// the gone-since times are kept per id, whichever holder has it.
+func (c *cgroupNames) sweepOnce(now time.Time, grace time.Duration, holders ...cgroupTotals) {
+	var ids []uint64
+	for _, h := range holders {
+		ids = append(ids, h.ids()...)
+	}
+	slices.Sort(ids)
+	forget := c.sweep(slices.Compact(ids), now, grace)
+	if len(forget) == 0 {
+		return
+	}
+	for _, h := range holders {
+		h.forget(forget)
+	}
+}
+
+// statsTotals are samplestat's per-cgroup totals as cgroupTotals.
+func statsTotals(s *samplestat.Stats) cgroupTotals {
+	return cgroupTotals{s.CgroupIDs, s.ForgetCgroups}
 }
 
 // sweep walks the hierarchy and returns which of ids have been gone for

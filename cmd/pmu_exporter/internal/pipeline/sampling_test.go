@@ -45,3 +45,54 @@ func TestSweepForgetsRemovedCgroups(t *testing.T) {
 		t.Errorf("the cgroup that stays does not resolve")
 	}
 }
+
+// One sweep serves every holder of per-cgroup totals: a cgroup held by
+// either, once gone for the grace period, is forgotten by both, and the
+// gone-since time of a cgroup held by one only is not lost when the other
+// does not hold it.
+func TestSweepOnceForgetsInEveryHolder(t *testing.T) {
+	_, dirs := testenv.Cgroups(t, "stays", "goes")
+	var ids [2]uint64
+	for i, d := range dirs {
+		id, err := cgroupid.ID(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	stays, goes := ids[0], ids[1]
+	held := [2]map[uint64]bool{{stays: true, goes: true}, {goes: true}}
+	holder := func(m map[uint64]bool) cgroupTotals {
+		return cgroupTotals{
+			ids: func() []uint64 {
+				var out []uint64
+				for id := range m {
+					out = append(out, id)
+				}
+				return out
+			},
+			forget: func(f []uint64) {
+				for _, id := range f {
+					delete(m, id)
+				}
+			},
+		}
+	}
+	c := &cgroupNames{r: cgroupid.New(testenv.Cgroup2Mount()), gone: map[uint64]time.Time{}}
+	if err := os.Remove(dirs[1]); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	c.sweepOnce(t0, time.Minute, holder(held[0]), holder(held[1]))
+	c.sweepOnce(t0.Add(30*time.Second), time.Minute, holder(held[0]), holder(held[1]))
+	if !held[0][goes] || !held[1][goes] {
+		t.Fatalf("forgot the removed cgroup within the grace period: %v", held)
+	}
+	c.sweepOnce(t0.Add(61*time.Second), time.Minute, holder(held[0]), holder(held[1]))
+	if held[0][goes] || held[1][goes] {
+		t.Errorf("the removed cgroup is still held after the grace period: %v", held)
+	}
+	if !held[0][stays] {
+		t.Errorf("forgot the cgroup that exists")
+	}
+}
