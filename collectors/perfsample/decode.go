@@ -180,6 +180,7 @@ func (d *Decoder) exec(pid uint32) {
 	if d.engine != nil {
 		for _, tid := range d.watched[pid] {
 			d.engine.Remove(tid)
+			delete(d.threadCPU, tid)
 		}
 		delete(d.watched, pid)
 		if t := d.trackers[pid]; t != nil {
@@ -202,6 +203,9 @@ func (d *Decoder) exec(pid uint32) {
 	d.code.Forget(pid)
 	d.maps.Forget(pid)
 	d.det.Forget(pid)
+	if d.watcher != nil {
+		d.watcher.Forget(pid)
+	}
 }
 
 // queue holds a resolved access of event ev until the pass's flush.
@@ -370,6 +374,7 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32) error {
 	for _, old := range d.watched[pid] {
 		if !slices.Contains(tids, old) {
 			d.engine.Remove(old)
+			delete(d.threadCPU, old)
 		}
 	}
 	var kept []uint32

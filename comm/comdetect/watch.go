@@ -113,3 +113,15 @@ func (w *Watcher) Trapped(a *Access, period uint64) Detection {
 	}
 	return Detection{Kind: kind, Peer: e.tid, PeerCPU: e.cpu}
 }
+
+// Forget drops what the watcher keeps of a process that is gone (or ran
+// a new program): its recent publications and what its threads watch.
+// Its registers went with its threads.
+func (w *Watcher) Forget(pid uint32) {
+	delete(w.recent, pid)
+	for k := range w.watch {
+		if k.pid == pid {
+			delete(w.watch, k)
+		}
+	}
+}

@@ -56,3 +56,30 @@ func TestWatchpointsOnGroundTruth(t *testing.T) {
 		t.Errorf("point-to-point: %d of %d in the pairs (1,2) and (3,4)", pairs, total)
 	}
 }
+
+type nopRegisters struct{}
+
+func (nopRegisters) Threads(uint32) []uint32                          { return nil }
+func (nopRegisters) Arm(pid, tid uint32, slot int, a uint64, s uint8) {}
+func (nopRegisters) Disarm(pid, tid uint32, slot int)                 {}
+
+// A process gone leaves nothing in the watcher: its publications and its
+// threads' watched lines go, another process's stay (before Forget, every
+// process ever watched kept up to 16 publications for good).
+func TestWatcherForgetsProcesses(t *testing.T) {
+	w := NewWatcher(New(Options{}), nopRegisters{}, 4, 1)
+	for pid := uint32(1); pid <= 2; pid++ {
+		w.Sampled(&Access{PID: pid, TID: pid * 10, Addr: 0x1000, Size: 8, Store: true, Time: 1, Period: 1}, false)
+		w.Sampled(&Access{PID: pid, TID: pid*10 + 1, Addr: 0x1008, Size: 8, Time: 2, Period: 1}, true)
+	}
+	if len(w.recent) != 2 || len(w.watch) != 2 {
+		t.Fatalf("before: %d processes with publications, %d threads watching; want 2 and 2", len(w.recent), len(w.watch))
+	}
+	w.Forget(1)
+	if _, ok := w.recent[1]; ok || len(w.recent) != 1 {
+		t.Errorf("publications kept for %d processes after forgetting pid 1: %v", len(w.recent), w.recent)
+	}
+	if _, ok := w.watch[watchKey{1, 11}]; ok || len(w.watch) != 1 {
+		t.Errorf("watched lines after forgetting pid 1: %v", w.watch)
+	}
+}
