@@ -238,6 +238,28 @@ func (s *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	<-r.Context().Done()
 }
 
+// startWithPods starts the exporter sampling the pods of node-a that a
+// fake API server lists as annotated (--collector.comm.pods=annotated),
+// with /debug and a sampler budget of 20% of a CPU, and flags.
+func startWithPods(t *testing.T, pods []corev1.Pod, flags ...string) *exporterProc {
+	srv := httptest.NewServer(&fakeAPIServer{pods: pods})
+	t.Cleanup(srv.Close)
+	return start(t, nil, append([]string{"--web.enable-debug", "--collector.comm.cpu-budget=0.2", "--collector.comm.pods=annotated",
+		"--kubernetes.node-name=node-a", "--kubernetes.kubeconfig=" + kubeconfigFor(t, srv.URL)}, flags...)...)
+}
+
+// labPod is a pod of namespace lab on node-a, annotated
+// pmu-exporter.io/comm: comm (none where "").
+func labPod(name, uid, comm string) corev1.Pod {
+	p := corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "lab", UID: types.UID(uid), ResourceVersion: "1"},
+		Spec:       corev1.PodSpec{NodeName: "node-a"}}
+	if comm != "" {
+		p.Annotations = map[string]string{"pmu-exporter.io/comm": comm}
+	}
+	return p
+}
+
 // kubeconfigFor writes a kubeconfig that points at url.
 func kubeconfigFor(t *testing.T, url string) string {
 	path := filepath.Join(t.TempDir(), "kubeconfig")
@@ -267,19 +289,7 @@ func TestServeCommAnnotatedPods(t *testing.T) {
 	on := fmt.Sprintf("1a2b3c4d-%04x-1111-2222-333344445555", os.Getpid()&0xffff)
 	off := fmt.Sprintf("9f8e7d6c-%04x-1111-2222-333344445555", os.Getpid()&0xffff)
 	_, dirs := testenv.Cgroups(t, "kubepods", "kubepods/pod"+on, "kubepods/pod"+off)
-	mk := func(name, uid string, annotated bool) corev1.Pod {
-		p := corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "lab", UID: types.UID(uid), ResourceVersion: "1"},
-			Spec:       corev1.PodSpec{NodeName: "node-a"}}
-		if annotated {
-			p.Annotations = map[string]string{"pmu-exporter.io/comm": "true"}
-		}
-		return p
-	}
-	srv := httptest.NewServer(&fakeAPIServer{pods: []corev1.Pod{mk("chosen", on, true), mk("other", off, false)}})
-	t.Cleanup(srv.Close)
-	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2",
-		"--collector.comm.pods=annotated", "--kubernetes.node-name=node-a", "--kubernetes.kubeconfig="+kubeconfigFor(t, srv.URL))
+	p := startWithPods(t, []corev1.Pod{labPod("chosen", on, "true"), labPod("other", off, "")}, "--collector.comm.period=200000")
 	in, stopIn := runBench(t, bench, dirs[1], "1", "12s")
 	defer stopIn()
 	out, stopOut := runBench(t, bench, dirs[2], "1", "12s")
@@ -308,6 +318,72 @@ func TestServeCommAnnotatedPods(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "sampling annotated pod") {
 		t.Errorf("the log does not say which pod is sampled:\n%s", p.log)
+	}
+}
+
+// Each annotated pod chooses what its threads' debug registers serve, on
+// a node whose flags turn neither on: a pod annotated watchpoints gets
+// ComDetective's trap path (its traps recorded as communication), one
+// annotated reuse gets ReuseTracker (its reuse series, under its own pod
+// name; none for the other pod), one annotated true is sampled only, as
+// the node's flags say; and an unknown value selects nothing and is said.
+func TestServeCommPodsChooseRegisters(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmarks' code is checked as x86-64 here")
+	testenv.RequireRoot(t)
+	share := buildShareBench(t)
+	walker := filepath.Join(t.TempDir(), "reusebench")
+	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", walker, "../../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
+		t.Fatalf("building reusebench: %v\n%s", err, out)
+	}
+	uid := func(prefix string) string {
+		return fmt.Sprintf("%s-%04x-1111-2222-333344445555", prefix, os.Getpid()&0xffff)
+	}
+	trap, reused, plain, odd := uid("a1a1a1a1"), uid("b2b2b2b2"), uid("c3c3c3c3"), uid("d4d4d4d4")
+	_, dirs := testenv.Cgroups(t, "kubepods", "kubepods/pod"+trap, "kubepods/pod"+reused, "kubepods/pod"+plain, "kubepods/pod"+odd)
+	p := startWithPods(t, []corev1.Pod{labPod("sharer", trap, "watchpoints"), labPod("walker", reused, "reuse"),
+		labPod("plain", plain, "true"), labPod("odd", odd, "yes please")}, "--collector.comm.period=500000")
+	_, waitShare := runBench(t, share, dirs[1], "0.5", "12s")
+	defer waitShare()
+	_, waitPlain := runBench(t, share, dirs[3], "0.5", "12s")
+	defer waitPlain()
+	cg, err := os.Open(dirs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	walk := exec.Command(walker, "-slots", "1048576", "-duration", "12s")
+	walk.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	if err := walk.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cg.Close()
+	defer walk.Wait()
+	// The pods are looked for every 5 s, once the API has listed them.
+	var traps, walkerSamples float64
+	var mfs map[string]*dto.MetricFamily
+	for deadline := time.Now().Add(11 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		_, mfs = p.scrape(t)
+		traps, _ = value(t, mfs, "pmu_comm_watchpoint_traps_total", map[string]string{"outcome": "recorded"})
+		walkerSamples, _ = value(t, mfs, "pmu_reuse_samples_total", map[string]string{"pod": "walker"})
+		if traps > 20 && walkerSamples >= 5 {
+			break
+		}
+	}
+	t.Logf("%.0f traps recorded as communication, %.0f reuse samples", traps, walkerSamples)
+	if traps <= 20 || walkerSamples < 5 {
+		t.Fatalf("%.0f traps recorded as communication (the pod annotated watchpoints), %.0f reuse samples of the pod annotated reuse\n%s", traps, walkerSamples, p.log)
+	}
+	for _, m := range mfs["pmu_reuse_samples_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "pod" && l.GetValue() != "walker" {
+				t.Errorf("reuse samples of pod %q, which did not choose reuse", l.GetValue())
+			}
+		}
+	}
+	log := p.log.String()
+	for _, want := range []string{`registers=watchpoints`, `registers=reuse`, `registers=none`, `value="yes please"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log does not say %s:\n%s", want, log)
+		}
 	}
 }
 

@@ -60,12 +60,15 @@ type Decoder struct {
 	domainOf map[uint32]string
 	domains  map[DomainPair]*comdetect.Cell
 
-	// The trap path, where Watch turned it on.
+	// The watchpoints, where Watch or WatchReuse (or both) turned them on:
+	// one engine, each watched process's registers serving ComDetective's
+	// trap path (the watcher) or, where reusing, its ReuseTracker.
 	engine  *watch.Engine
 	watcher *comdetect.Watcher
 	watched map[uint32][]uint32 // pid → its watched threads
+	reusing map[uint32]bool     // the watched pids whose registers serve ReuseTracker
 	lastOf  map[[2]uint32]int   // flush: each thread's last sample of the batch
-	// ReuseTracker instead of ComDetective on the watchpoints (WatchReuse).
+	// ReuseTracker on the watchpoints (WatchReuse).
 	trackers    map[uint32]*reuse.Tracker
 	reuseCgroup map[uint32]uint64
 	reuseGone   map[uint64]*reuse.Tracker // per cgroup: the totals of processes gone
@@ -178,20 +181,7 @@ func (d *Decoder) exec(pid uint32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.engine != nil {
-		for _, tid := range d.watched[pid] {
-			d.engine.Remove(tid)
-			delete(d.threadCPU, tid)
-		}
-		delete(d.watched, pid)
-		if t := d.trackers[pid]; t != nil {
-			cg := d.reuseCgroup[pid]
-			if d.reuseGone[cg] == nil {
-				d.reuseGone[cg] = reuse.New(nil, reuse.Options{Mode: d.reuseMode, Unit: d.reuseUnit()})
-			}
-			d.reuseGone[cg].Merge(t)
-		}
-		delete(d.trackers, pid)
-		delete(d.reuseCgroup, pid)
+		d.unwatch(pid)
 		if d.gov != nil {
 			d.gov.Forget(pid)
 		}
@@ -203,6 +193,27 @@ func (d *Decoder) exec(pid uint32) {
 	d.code.Forget(pid)
 	d.maps.Forget(pid)
 	d.det.Forget(pid)
+}
+
+// unwatch closes the watchpoint events of pid's threads and forgets what
+// its registers served: its tracker's totals join its cgroup's of
+// processes gone; the watcher's state of it goes.
+func (d *Decoder) unwatch(pid uint32) {
+	for _, tid := range d.watched[pid] {
+		d.engine.Remove(tid)
+		delete(d.threadCPU, tid)
+	}
+	delete(d.watched, pid)
+	delete(d.reusing, pid)
+	if t := d.trackers[pid]; t != nil {
+		cg := d.reuseCgroup[pid]
+		if d.reuseGone[cg] == nil {
+			d.reuseGone[cg] = reuse.New(nil, reuse.Options{Mode: d.reuseMode, Unit: d.reuseUnit()})
+		}
+		d.reuseGone[cg].Merge(t)
+	}
+	delete(d.trackers, pid)
+	delete(d.reuseCgroup, pid)
 	if d.watcher != nil {
 		d.watcher.Forget(pid)
 	}
@@ -245,7 +256,7 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		// The governor is asked only for a sample that would arm (not,
 		// in private reuse, the address sampler's: the leaders' arm).
 		watched := d.watched[a.PID] != nil
-		if d.trackers != nil && watched {
+		if watched && d.reusing[a.PID] {
 			found = d.det.Add(a)
 			if !d.ownClock && (d.gov == nil || d.gov.Allow(a.PID)) && d.tracker(a.PID).Sample(reuseUse(a, ReuseClock(a.Time))) {
 				d.armedAt = append(d.armedAt, a.Time)
@@ -253,7 +264,7 @@ func (d *Decoder) flush(b samplestat.Batch) {
 			if d.hasCg[i] {
 				d.reuseCgroup[a.PID] = d.cgroups[i]
 			}
-		} else if d.watcher != nil && watched && (d.gov == nil || d.gov.Allow(a.PID)) {
+		} else if watched && (d.gov == nil || d.gov.Allow(a.PID)) {
 			found = d.watcher.Sampled(a, d.lastOf[[2]uint32{a.PID, a.TID}] == k)
 		} else {
 			found = d.det.Add(a)
@@ -350,25 +361,76 @@ func (w watchBackend) Arm(_, tid uint32, slot int, addr uint64, size uint8) {
 
 func (w watchBackend) Disarm(_, tid uint32, slot int) { w.d.engine.Disarm(tid, slot) }
 
-// Watch adds ComDetective's trap path: the stores sampled in the processes
-// given to SetWatched arm the debug registers of their other threads
-// through e (registers per thread).
-func (d *Decoder) Watch(e *watch.Engine, registers int) {
+// Watch adds ComDetective's trap path: the samples of the processes given
+// to SetWatched for Communication arm their threads' debug registers
+// through e (registers per thread). It may share e with WatchReuse.
+func (d *Decoder) Watch(e *watch.Engine, registers int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.attach(e); err != nil {
+		return err
+	}
+	d.watcher = comdetect.NewWatcher(d.det, watchBackend{d}, registers, 1)
+	return nil
+}
+
+// attach makes e the decoder's watchpoint engine: one engine, whichever
+// algorithms its registers serve.
+func (d *Decoder) attach(e *watch.Engine) error {
+	if d.engine != nil {
+		if d.engine != e {
+			return errors.New("the trap path and ReuseTracker share one watchpoint engine")
+		}
+		return nil
+	}
 	d.engine = e
 	d.watched = map[uint32][]uint32{}
+	d.reusing = map[uint32]bool{}
 	d.lastOf = map[[2]uint32]int{}
-	d.watcher = comdetect.NewWatcher(d.det, watchBackend{d}, registers, 1)
+	d.threadCPU = map[uint32]uint32{}
+	d.domainIDs = map[string]int{}
+	return nil
+}
+
+// Use is what a watched process's debug registers serve.
+type Use int
+
+const (
+	// Communication: ComDetective's trap path (Watch).
+	Communication Use = iota
+	// Reuse: the process's ReuseTracker (WatchReuse).
+	Reuse
+)
+
+func (u Use) String() string {
+	if u == Reuse {
+		return "reuse"
+	}
+	return "watchpoints"
 }
 
 // SetWatched makes tids the watched threads of pid (none: unwatched),
-// opening and closing their watchpoint events.
-func (d *Decoder) SetWatched(pid uint32, tids []uint32) error {
+// their registers serving use, opening and closing their watchpoint
+// events. A process that changes use starts afresh: its threads' events
+// are reopened (a ReuseTracker's leaders sample their thread, the trap
+// path's only count) and what the other use kept of it is forgotten (a
+// tracker's totals kept with its cgroup's).
+func (d *Decoder) SetWatched(pid uint32, tids []uint32, use Use) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.engine == nil {
 		return nil
+	}
+	if len(tids) > 0 {
+		switch {
+		case use == Reuse && d.trackers == nil:
+			return errors.New("no ReuseTracker on the watchpoints (WatchReuse)")
+		case use == Communication && d.watcher == nil:
+			return errors.New("no trap path on the watchpoints (Watch)")
+		}
+	}
+	if d.watched[pid] != nil && d.reusing[pid] != (use == Reuse) {
+		d.unwatch(pid)
 	}
 	var errs []error
 	for _, old := range d.watched[pid] {
@@ -377,13 +439,20 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32) error {
 			delete(d.threadCPU, old)
 		}
 	}
+	add := d.engine.AddCounting // the trap path needs no distance clock
+	if use == Reuse {
+		add = d.engine.Add
+	}
 	var kept []uint32
 	for _, tid := range tids {
-		if err := d.engine.Add(tid); err != nil {
+		if err := add(tid); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		kept = append(kept, tid)
+	}
+	if len(kept) > 0 && use == Reuse {
+		d.reusing[pid] = true
 	}
 	if t := d.trackers[pid]; t != nil {
 		for _, tid := range kept {
@@ -394,6 +463,7 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32) error {
 	}
 	if len(kept) == 0 {
 		delete(d.watched, pid)
+		delete(d.reusing, pid)
 	} else {
 		d.watched[pid] = kept
 	}
@@ -422,13 +492,21 @@ func (d *Decoder) ReadTraps(period uint64) {
 	}
 	defer d.engine.Flush() // the disarms of the traps read, in effect now
 	defer d.disarmOverBudget()
-	if d.trackers != nil {
-		d.readReuse()
-		return
+	d.pendingReuse = d.pendingReuse[:0]
+	var sampled func(watch.Sampled)
+	if d.ownClock {
+		sampled = d.reuseSampled
 	}
-	_, lost := d.engine.Read(func(tr watch.Trap) {
+	_, lost := d.engine.ReadSampled(func(tr watch.Trap) {
 		d.traps++
 		d.charge(tr.PID)
+		if d.reusing[tr.PID] {
+			d.reuseTrapped(tr)
+			return
+		}
+		if d.watcher == nil {
+			return
+		}
 		acc, r := d.resolver.Before(tr.PID, tr.IP, tr.Regs)
 		if r != memop.Resolved {
 			d.trapUnresolved++
@@ -437,8 +515,9 @@ func (d *Decoder) ReadTraps(period uint64) {
 		a := cacheline.Access{Addr: acc.Addr, Size: uint8(min(acc.Width, 255)), PID: tr.PID, TID: tr.TID, CPU: tr.CPU,
 			Store: acc.Kind&memop.Store != 0, Period: period, Time: tr.Time, IP: acc.PC}
 		d.watcher.Trapped(&a, period)
-	})
+	}, sampled)
 	d.trapsLost += lost
+	d.applyReuse()
 }
 
 // WaitTraps blocks until a watchpoint trapped or timeout passed.

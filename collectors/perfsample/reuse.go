@@ -82,13 +82,11 @@ func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode, clock 
 	if err != nil {
 		return err
 	}
+	if err := d.attach(e); err != nil {
+		return err
+	}
 	d.ownClock, d.reuseResolver, d.reuseEvents = e.SamplePeriod() > 0, r, clock
 	d.reuseMode = mode
-	d.threadCPU = map[uint32]uint32{}
-	d.domainIDs = map[string]int{}
-	d.engine = e
-	d.watched = map[uint32][]uint32{}
-	d.lastOf = map[[2]uint32]int{}
 	d.reuseSlots = slots
 	d.trackers = map[uint32]*reuse.Tracker{}
 	d.reuseCgroup = map[uint32]uint64{}
@@ -136,42 +134,40 @@ type reuseEvent struct {
 	hit      reuse.Hit // a trap
 }
 
-// readReuse drains the watchpoint rings into the trackers: the traps, each
-// with its access decoded from the instruction before its IP (the reuse's
-// kind and address), and, where the leaders sample (ownClock), the watched
-// threads' samples too, whose slots are armed at once. Each ring is in its
-// thread's order; the rings are merged by time, so that a trap in one
-// thread is seen after the sample of another that armed it.
-func (d *Decoder) readReuse() {
-	d.pendingReuse = d.pendingReuse[:0]
-	var sampled func(watch.Sampled)
+// reuseSampled takes a sample of a thread watched for ReuseTracker, from
+// its leader (ownClock): its slots are armed at once, in applyReuse.
+func (d *Decoder) reuseSampled(s watch.Sampled) {
+	a, r := d.reuseResolver.Sample(s.Sample, 0)
+	if r != memop.Resolved {
+		return
+	}
+	d.pendingReuse = append(d.pendingReuse, reuseEvent{pid: a.PID, cpu: a.CPU, sample: true, use: reuseUse(&a, d.reuseClock(s.Clock))})
+}
+
+// reuseTrapped takes a trap of a thread watched for ReuseTracker, its
+// access decoded from the instruction before its IP (the reuse's kind and
+// address); applyReuse hands it to the tracker.
+func (d *Decoder) reuseTrapped(tr watch.Trap) {
+	clock := tr.Time
 	if d.ownClock {
-		sampled = func(s watch.Sampled) {
-			a, r := d.reuseResolver.Sample(s.Sample, 0)
-			if r != memop.Resolved {
-				return
-			}
-			d.pendingReuse = append(d.pendingReuse, reuseEvent{pid: a.PID, cpu: a.CPU, sample: true, use: reuseUse(&a, d.reuseClock(s.Clock))})
+		clock = tr.Clock
+	}
+	h := reuse.Hit{TID: tr.TID, Slot: tr.Slot, Clock: d.reuseClock(clock), At: tr.Time, Watched: tr.Watched}
+	// Undecoded, the trap is an outcome all the same, of unknown kind.
+	if acc, r := d.reuseResolver.Before(tr.PID, tr.IP, tr.Regs); r == memop.Resolved {
+		h.Addr, h.Size, h.Kind = acc.Addr, uint8(min(acc.Width, 255)), reuse.Read
+		if acc.Kind == memop.Store {
+			h.Kind = reuse.Write // a read-modify-write reads what the use left
 		}
 	}
-	_, lost := d.engine.ReadSampled(func(tr watch.Trap) {
-		d.traps++
-		d.charge(tr.PID)
-		clock := tr.Time
-		if d.ownClock {
-			clock = tr.Clock
-		}
-		h := reuse.Hit{TID: tr.TID, Slot: tr.Slot, Clock: d.reuseClock(clock), At: tr.Time, Watched: tr.Watched}
-		// Undecoded, the trap is an outcome all the same, of unknown kind.
-		if acc, r := d.reuseResolver.Before(tr.PID, tr.IP, tr.Regs); r == memop.Resolved {
-			h.Addr, h.Size, h.Kind = acc.Addr, uint8(min(acc.Width, 255)), reuse.Read
-			if acc.Kind == memop.Store {
-				h.Kind = reuse.Write // a read-modify-write reads what the use left
-			}
-		}
-		d.pendingReuse = append(d.pendingReuse, reuseEvent{pid: tr.PID, cpu: tr.CPU, hit: h})
-	}, sampled)
-	d.trapsLost += lost
+	d.pendingReuse = append(d.pendingReuse, reuseEvent{pid: tr.PID, cpu: tr.CPU, hit: h})
+}
+
+// applyReuse hands the traps and samples of one read of the rings to the
+// trackers. Each ring is in its thread's order; the rings are merged by
+// time, so that a trap in one thread is seen after the sample of another
+// that armed it.
+func (d *Decoder) applyReuse() {
 	slices.SortStableFunc(d.pendingReuse, func(a, b reuseEvent) int { return cmp.Compare(a.at(), b.at()) })
 	for _, ev := range d.pendingReuse {
 		if !ev.sample {
@@ -182,7 +178,7 @@ func (d *Decoder) readReuse() {
 			continue
 		}
 		d.threadCPU[ev.use.TID] = ev.cpu
-		if d.watched[ev.pid] == nil || (d.gov != nil && !d.gov.Allow(ev.pid)) {
+		if !d.reusing[ev.pid] || (d.gov != nil && !d.gov.Allow(ev.pid)) {
 			continue
 		}
 		if d.tracker(ev.pid).Sample(ev.use) {

@@ -4,12 +4,14 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -63,7 +65,7 @@ func TestExitedForgetsWatchedThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, tid := uint32(os.Getpid()), uint32(unix.Gettid())
-	if err := d.SetWatched(pid, []uint32{tid}); err != nil {
+	if err := d.SetWatched(pid, []uint32{tid}, Reuse); err != nil {
 		t.Fatal(err)
 	}
 	d.threadCPU[tid] = 1
@@ -74,4 +76,90 @@ func TestExitedForgetsWatchedThreads(t *testing.T) {
 	if n := len(e.Threads()); n != 0 || len(d.threadCPU) != 0 || d.WatchedThreads() != 0 {
 		t.Errorf("after the exit: %d threads with events, %d with a last CPU, %d watched; want none", n, len(d.threadCPU), d.WatchedThreads())
 	}
+}
+
+// One engine serves both algorithms, each process by its use: a thread
+// watched for the trap path is not sampled by its leader; switched to
+// ReuseTracker, its events are reopened with a sampling leader and its
+// samples go to its process's tracker; switched back, the tracker's
+// totals stay with its cgroup's (processes gone) and the process has none.
+func TestSetWatchedSwitchesUse(t *testing.T) {
+	testenv.RequireRoot(t)
+	e, err := watch.New(1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.SampleEvery(uint64(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecoder("/proc", comdetect.New(comdetect.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Watch(e, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WatchReuse(e, 1, reuse.Private, ""); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(os.Getpid())
+	tids := make(chan uint32)
+	jobs := make(chan bool)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		tids <- uint32(unix.Gettid())
+		var v uint64
+		for range jobs {
+			for start := threadNS(); threadNS()-start < 30e6; {
+				accesses.StoreLoop(&v, 1000)
+			}
+			done <- struct{}{}
+		}
+	}()
+	defer close(jobs)
+	tid := <-tids
+	run := func() { jobs <- true; <-done; d.ReadTraps(1) }
+	samples := func() (live, gone uint64) {
+		d.ReuseView(func(p uint32, _ uint64, tr *reuse.Tracker) {
+			if p == 0 {
+				gone += tr.Samples
+			} else {
+				live += tr.Samples
+			}
+		})
+		return live, gone
+	}
+	if err := d.SetWatched(pid, []uint32{tid}, Communication); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	if live, gone := samples(); live+gone != 0 {
+		t.Fatalf("watched for the trap path: %d samples went to a tracker", live+gone)
+	}
+	if err := d.SetWatched(pid, []uint32{tid}, Reuse); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	live, _ := samples()
+	if live == 0 {
+		t.Fatalf("watched for reuse, 30 ms of the thread's CPU time sampled every ms: no sample reached its tracker")
+	}
+	if err := d.SetWatched(pid, []uint32{tid}, Communication); err != nil {
+		t.Fatal(err)
+	}
+	if l, g := samples(); l != 0 || g != live {
+		t.Errorf("back on the trap path: %d samples with a live tracker, %d kept with the cgroup; want 0 and %d", l, g, live)
+	}
+	if d.WatchedThreads() != 1 || len(e.Threads()) != 1 {
+		t.Errorf("%d watched threads, %d with events; want the one", d.WatchedThreads(), len(e.Threads()))
+	}
+}
+
+// threadNS is the calling thread's CPU time.
+func threadNS() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return ts.Nano()
 }

@@ -136,6 +136,7 @@ const (
 )
 
 type thread struct {
+	counting bool  // AddCounting's: its leader never samples, nor counts CountWith's events
 	dirty    bool  // watchpoints changed since the last Flush
 	leader   int   // task-clock, counting
 	counters []int // CountWith's events
@@ -158,23 +159,36 @@ func New(slots, pages int) (*Engine, error) {
 // until it is armed: the page at 4 KiB, which no process maps.
 const placeholder = 0x1000
 
-// Add opens the events of thread tid, disarmed.
-func (e *Engine) Add(tid uint32) (err error) {
+// Add opens the events of thread tid, disarmed: its leader samples it
+// where the engine's leaders do (SampleEvery), with the CountWith events.
+func (e *Engine) Add(tid uint32) error { return e.add(tid, false) }
+
+// AddCounting opens the events of thread tid, disarmed, with a leader that
+// only counts whatever the engine's other leaders do: the threads whose
+// traps need no distance clock (ComDetective's trap path) beside those
+// whose do (ReuseTracker's), on one engine. A thread already added keeps
+// its events: Remove it first to change.
+func (e *Engine) AddCounting(tid uint32) error { return e.add(tid, true) }
+
+func (e *Engine) add(tid uint32, counting bool) (err error) {
 	if _, ok := e.threads[tid]; ok {
 		return nil
 	}
-	t := &thread{leader: -1, armed: make([]bool, e.slots)}
+	t := &thread{leader: -1, armed: make([]bool, e.slots), counting: counting}
 	defer func() {
 		if err != nil {
 			t.close()
 		}
 	}()
-	clock := e.leader()
+	clock := e.leader(!counting)
 	if t.leader, err = perf.OpenFD(&clock, int(tid), -1, -1, 0); err != nil {
 		return fmt.Errorf("thread %d: task-clock: %w", tid, err)
 	}
 	var counterIDs []uint64
 	for i, c := range e.counters {
+		if counting {
+			break
+		}
 		c.Bits |= unix.PerfBitUseClockID // a group's events share one clock
 		c.Clockid = unix.CLOCK_MONOTONIC
 		fd, err := perf.OpenFD(&c, int(tid), -1, t.leader, 0)
@@ -214,7 +228,7 @@ func (e *Engine) Add(tid uint32) (err error) {
 	if err != nil {
 		return err
 	}
-	if e.period > 0 { // its samples go to the thread's ring
+	if e.period > 0 && !counting { // its samples go to the thread's ring
 		if err := perf.SetOutput(t.leader, t.bps[0]); err != nil {
 			return fmt.Errorf("thread %d: task-clock: %w", tid, err)
 		}
@@ -236,10 +250,10 @@ func (e *Engine) Add(tid uint32) (err error) {
 // sampled (same layout, the same ring: samples and traps come in the
 // thread's order), waking the reader at each. A group's events share one
 // clock: the leader's is the traps'.
-func (e *Engine) leader() unix.PerfEventAttr {
+func (e *Engine) leader(sampled bool) unix.PerfEventAttr {
 	a := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK, Size: perf.AttrSize(),
 		Read_format: readFormat, Bits: unix.PerfBitExcludeHv | unix.PerfBitUseClockID, Clockid: unix.CLOCK_MONOTONIC}
-	if e.period > 0 {
+	if e.period > 0 && sampled {
 		// Kernel-mode ticks are not sampled (no user registers to decode
 		// there); the count is the thread's whole CPU time all the same.
 		a.Sample, a.Sample_type, a.Sample_regs_user = e.period, sampleType, memop.RegsMask(runtime.GOARCH)
@@ -258,12 +272,19 @@ func (e *Engine) SampleEvery(period uint64) error {
 	if period == 0 {
 		return errors.New("a sample period of 0")
 	}
-	if e.period == 0 && len(e.threads) > 0 {
-		return errors.New("the leaders are already open, counting: sample before adding threads")
+	if e.period == 0 {
+		for _, t := range e.threads {
+			if !t.counting {
+				return errors.New("the leaders are already open, counting: sample before adding threads")
+			}
+		}
 	}
 	e.period = period
 	var errs []error
 	for tid, t := range e.threads {
+		if t.counting {
+			continue
+		}
 		if err := perf.SetPeriod(t.leader, period); err != nil {
 			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
 		}
@@ -277,8 +298,10 @@ func (e *Engine) SampleEvery(period uint64) error {
 // ReuseTracker's clock is the thread's retired loads and stores, where the
 // PMU counts them. Before Add.
 func (e *Engine) CountWith(attrs []unix.PerfEventAttr) error {
-	if len(e.threads) > 0 {
-		return errors.New("threads already have their groups: count before adding threads")
+	for _, t := range e.threads {
+		if !t.counting {
+			return errors.New("threads already have their groups: count before adding threads")
+		}
 	}
 	e.counters = attrs
 	return nil

@@ -351,14 +351,7 @@ func TestLeaderSamplesOnThreadCPUTime(t *testing.T) {
 	testenv.RequireRoot(t)
 	const period = uint64(time.Millisecond)
 	w := startWorker(t)
-	e, err := New(1, 256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	if err := e.SampleEvery(period); err != nil {
-		t.Fatal(err)
-	}
+	e := samplingEngine(t, period)
 	if err := e.Add(w.tid); err != nil {
 		t.Fatal(err)
 	}
@@ -452,3 +445,64 @@ const stealTick = uint64(10 * time.Millisecond)
 // the counter's resolution: an upper bound on what any one thread's clock
 // ran on meanwhile while the thread did not run.
 func stolenSince(t *testing.T, from uint64) uint64 { return stolen(t) - from + stealTick }
+
+// One engine holds threads whose leaders sample (Add, after SampleEvery)
+// beside threads whose leaders only count (AddCounting): both run the same
+// CPU time, only the first is sampled, both trap exactly on their watched
+// variable, and a new period reaches the sampling leaders only.
+func TestAddCountingBesideSampling(t *testing.T) {
+	testenv.RequireRoot(t)
+	const period = uint64(time.Millisecond)
+	sampled, counting := startWorker(t), startWorker(t)
+	e := samplingEngine(t, period)
+	if err := e.AddCounting(counting.tid); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Add(sampled.tid); err != nil {
+		t.Fatal(err)
+	}
+	vars := make([]uint64, 16)
+	for i, w := range []*worker{sampled, counting} {
+		if err := e.Arm(w.tid, 0, addr(&vars[8*i]), 8, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Flush()
+	for i, w := range []*worker{sampled, counting} {
+		w.run(func() {
+			spinCPU(t, 20*time.Millisecond)
+			store(&vars[8*i], 100+100*i)
+		})
+	}
+	// A new period: the counting leader must stay counting (setting a
+	// period on it would make it sample).
+	if err := e.SampleEvery(2 * period); err != nil {
+		t.Fatal(err)
+	}
+	counting.run(func() { spinCPU(t, 20*time.Millisecond) })
+	samples, traps := map[uint32]int{}, map[uint32]int{}
+	_, lost := e.ReadSampled(func(tr Trap) { traps[tr.TID]++ }, func(s Sampled) { samples[s.Sample.TID]++ })
+	if lost > 0 {
+		t.Errorf("%d records lost", lost)
+	}
+	if samples[counting.tid] != 0 || samples[sampled.tid] < 5 {
+		t.Errorf("samples by thread %v: want none of the counting thread %d and about 20 of the sampled %d", samples, counting.tid, sampled.tid)
+	}
+	if traps[sampled.tid] != 100 || traps[counting.tid] != 200 {
+		t.Errorf("traps by thread %v: want 100 of %d and 200 of %d (their stores)", traps, sampled.tid, counting.tid)
+	}
+}
+
+// samplingEngine is an engine of one watchpoint per thread whose leaders
+// sample every period ns of their thread's CPU time, closed at cleanup.
+func samplingEngine(t *testing.T, period uint64) *Engine {
+	e, err := New(1, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	if err := e.SampleEvery(period); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}

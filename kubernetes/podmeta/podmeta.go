@@ -30,8 +30,9 @@ import (
 
 const byUID = "uid"
 
-// CommAnnotation, set to "true" on a pod, selects it for the address
-// sampler when --collector.comm.pods=annotated.
+// CommAnnotation selects a pod for the address sampler when
+// --collector.comm.pods=annotated: "true", or "watchpoints" or "reuse" to
+// choose what its threads' debug registers serve.
 const CommAnnotation = "pmu-exporter.io/comm"
 
 // Index answers pod names by UID from the informer's cache.
@@ -165,13 +166,15 @@ func (x *Index) WatchErrors() uint64 { return x.errors.Load() }
 // Pods is the number of pods known.
 func (x *Index) Pods() int { return len(x.informer.GetStore().ListKeys()) }
 
-// Annotated lists the UIDs of this node's pods whose annotation key is
-// "true" (key: CommAnnotation; the cache keeps no other).
-func (x *Index) Annotated(key string) []string {
-	var out []string
+// Annotations are the values of annotation key on this node's pods that
+// have it, by pod UID (key: CommAnnotation; the cache keeps no other).
+func (x *Index) Annotations(key string) map[string]string {
+	out := map[string]string{}
 	for _, obj := range x.informer.GetStore().List() {
-		if p, ok := obj.(*corev1.Pod); ok && p.Annotations[key] == "true" {
-			out = append(out, string(p.UID))
+		if p, ok := obj.(*corev1.Pod); ok {
+			if v, ok := p.Annotations[key]; ok {
+				out[string(p.UID)] = v
+			}
 		}
 	}
 	return out

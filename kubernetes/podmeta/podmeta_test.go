@@ -101,8 +101,8 @@ func TestNamesFromAPIServer(t *testing.T) {
 	}
 	api.mu.Unlock()
 	// The pods selected for the address sampler by annotation.
-	if got := x.Annotated(CommAnnotation); len(got) != 1 || got[0] != "0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c" {
-		t.Errorf("annotated pods %v, want the cart pod's UID", got)
+	if got := x.Annotations(CommAnnotation); len(got) != 2 || got["0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c"] != "true" || got["11111111-2222-3333-4444-555555555555"] != "false" {
+		t.Errorf("annotations by pod %v, want the cart pod's true and the late pod's false", got)
 	}
 	for _, c := range []struct {
 		id           podcgroup.Identity

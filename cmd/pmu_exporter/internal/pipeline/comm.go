@@ -105,16 +105,20 @@ func setupComm(b *build) error {
 	if perCgroup {
 		stats.TrackCgroups(b.f.cgroups.maxSeries)
 	}
-	set := &commSamplers{b: b, cfgs: cfgs, stats: stats, dec: dec, root: root, running: map[string]*commSampler{}}
+	if o.watchpoints && o.reuse {
+		return errors.New("--collector.comm.watchpoints and --collector.comm.reuse both want the debug registers: choose one (or let each pod choose: --collector.comm.pods=annotated)")
+	}
+	set := &commSamplers{b: b, cfgs: cfgs, stats: stats, dec: dec, root: root, running: map[string]*commSampler{},
+		nodeRegs: o.registers(), said: map[string]string{}}
 	// One sampler on every CPU, or one per selected cgroup (perf's cgroup
 	// mode: only their tasks are sampled, and cost nothing elsewhere), or
-	// one per pod annotated pmu-exporter.io/comm=true, followed as pods come
+	// one per pod annotated pmu-exporter.io/comm, followed as pods come
 	// and go.
-	var annotated interface{ Annotated(key string) []string }
+	var annotated podAnnotations
 	switch {
 	case o.pods == "annotated":
 		var ok bool
-		if annotated, ok = b.names.(interface{ Annotated(string) []string }); !ok || root == "" {
+		if annotated, ok = b.names.(podAnnotations); !ok || root == "" {
 			return errors.New("--collector.comm.pods=annotated needs the pods' annotations (--kubernetes.node-name) and a cgroup hierarchy with the perf_event controller")
 		}
 	case len(o.cgroups) > 0:
@@ -123,104 +127,41 @@ func setupComm(b *build) error {
 		}
 		set.budgetShare = len(o.cgroups)
 		for _, cg := range o.cgroups {
-			if err := set.open(cg); err != nil {
+			if err := set.open(cg, set.nodeRegs); err != nil {
 				set.closeAll()
 				return fmt.Errorf("--collector.comm.cgroup: %w", err)
 			}
 		}
 	default:
-		if err := set.open(""); err != nil {
+		if set.nodeRegs != regsNone {
+			return errors.New("watchpoints (--collector.comm.watchpoints, --collector.comm.reuse) arm every thread of what is sampled: select the workloads (--collector.comm.cgroup or --collector.comm.pods=annotated)")
+		}
+		if err := set.open("", regsNone); err != nil {
 			return err
 		}
 	}
 	p.closers = append(p.closers, set.closeAll)
 	p.cpuResets = append(p.cpuResets, set.resetCPU)
+	// The watchpoint engine: where the node's flags ask for it, or where
+	// annotated pods may (pmu-exporter.io/comm: watchpoints or reuse); in
+	// the second case a host whose breakpoints do not work still samples
+	// them, and says so.
 	var engine *watch.Engine
-	if o.watchpoints && o.reuse {
-		set.closeAll()
-		return errors.New("--collector.comm.watchpoints and --collector.comm.reuse both want the debug registers: choose one")
+	if set.nodeRegs != regsNone || annotated != nil {
+		var err error
+		engine, err = setupWatchpoints(b, dec, &o, annotated != nil)
+		switch {
+		case err != nil && (set.nodeRegs != regsNone || !errors.Is(err, errNoBreakpoints)):
+			set.closeAll()
+			return err
+		case err != nil:
+			b.log.Warn("address sampler: pods annotated pmu-exporter.io/comm: watchpoints or reuse are only sampled", "err", err)
+		default:
+			p.closers = append(p.closers, engine.Close)
+		}
 	}
-	if o.watchpoints || o.reuse {
-		if len(o.cgroups) == 0 && o.pods != "annotated" {
-			set.closeAll()
-			return errors.New("watchpoints (--collector.comm.watchpoints, --collector.comm.reuse) arm every thread of what is sampled: select the workloads (--collector.comm.cgroup or --collector.comm.pods=annotated)")
-		}
-		slots, err := watch.Slots(16)
-		if err != nil {
-			set.closeAll()
-			return fmt.Errorf("--collector.comm.watchpoints: %w", err)
-		}
-		if engine, err = watch.New(slots, 64); err != nil {
-			set.closeAll()
-			return fmt.Errorf("--collector.comm.watchpoints: %w", err)
-		}
-		if o.reuse {
-			mode := reuse.Private
-			if o.reuseMode == "shared" {
-				mode = reuse.Shared
-			}
-			if mode == reuse.Private {
-				// Each watched thread sampled on its own CPU time: the
-				// reuse distance is that time, read by the kernel, or
-				// the events counted beside it.
-				if err := engine.SampleEvery(o.period); err != nil {
-					set.closeAll()
-					return fmt.Errorf("--collector.comm.reuse: %w", err)
-				}
-				// The clock's unit (the metrics' label) is the events'
-				// spec, or accesses: the host's loads and stores, or
-				// events the user says count them (accesses=EVENTS).
-				spec := o.reuseClock
-				if s, ok := strings.CutPrefix(spec, reuse.UnitAccesses+"="); ok {
-					spec, o.reuseClock = s, reuse.UnitAccesses
-				} else if spec == reuse.UnitAccesses {
-					// A node without them still measures reuse, on the
-					// next best clock, and says so.
-					var unit string
-					var why error
-					spec, unit, why = bestReuseClock(b.s.facts.CPU, b.s.pmus)
-					switch unit {
-					case "":
-						b.log.Warn("reuse distances on the thread's CPU time, not in accesses: no stack distances or miss ratios", "reason", why)
-					case reuse.UnitAccesses:
-					default:
-						b.log.Warn("reuse distances in retired instructions, not in accesses: no stack distances or miss ratios", "reason", why)
-					}
-					o.reuseClock = unit
-				}
-				attrs, err := reuseClockEvents(spec, b.s.pmus)
-				if err == nil {
-					err = engine.CountWith(attrs)
-				}
-				if err != nil {
-					set.closeAll()
-					return fmt.Errorf("--collector.comm.reuse-clock=%s: %w", b.f.comm.reuseClock, err)
-				}
-			} else if o.reuseClock != "" {
-				set.closeAll()
-				return errors.New("--collector.comm.reuse-clock: shared reuse is timed on CLOCK_MONOTONIC (no one thread's counts measure it)")
-			}
-			if err := dec.WatchReuse(engine, slots, mode, o.reuseClock); err != nil {
-				set.closeAll()
-				return fmt.Errorf("--collector.comm.reuse: %w", err)
-			}
-		} else {
-			dec.Watch(engine, slots)
-		}
-		p.closers = append(p.closers, engine.Close)
-		if o.watchBudget <= 0 || o.watchBudget > 1 {
-			set.closeAll()
-			return fmt.Errorf("--collector.comm.watch-budget=%v: want a share of CPU time in (0, 1]", o.watchBudget)
-		}
-		cost, err := watch.TrapCost(1000)
-		if err != nil {
-			set.closeAll()
-			return fmt.Errorf("--collector.comm.watchpoints: measuring a trap's cost: %w", err)
-		}
-		dec.Govern(o.watchBudget, cost)
-		b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched,
-			"trap_cost", cost, "budget", o.watchBudget)
-	}
+	set.watchpoints = engine != nil
+	reuseOn := engine != nil && (o.reuse || annotated != nil)
 	coll := exporter.NewComm(dec).WithSource(source)
 	if source == "decode" {
 		b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
@@ -243,7 +184,7 @@ func setupComm(b *build) error {
 		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
 		coll.PerCgroup(stats, cgNames, b.names)
 	}
-	if o.reuse {
+	if reuseOn {
 		var ids exporter.CgroupIDs
 		if cgNames != nil {
 			ids = cgNames
@@ -277,7 +218,7 @@ func setupComm(b *build) error {
 			go func() {
 				defer wg.Done()
 				holders := []cgroupTotals{statsTotals(stats)}
-				if o.reuse {
+				if reuseOn {
 					holders = append(holders, cgroupTotals{dec.ReuseCgroupIDs, dec.ForgetReuseCgroups})
 				}
 				cgNames.sweepEvery(ctx, b.f.cgroups.grace, holders...)
@@ -298,6 +239,98 @@ func setupComm(b *build) error {
 		wg.Wait()
 	})
 	return nil
+}
+
+// errNoBreakpoints: this host's breakpoints cannot be opened, or do not
+// trap.
+var errNoBreakpoints = errors.New("no working watchpoints")
+
+// setupWatchpoints opens the watchpoint engine and puts the decoder's
+// algorithms on it, each where the node's flags or any pod (anyPod, the
+// pods choosing by annotation) may ask for it: ComDetective's trap path,
+// and ReuseTracker with its distance clock (o.reuseClock becomes the unit
+// it resolves to); and the governor of the traps' cost. Errors that say
+// the host has no working watchpoints wrap errNoBreakpoints; the others
+// are the flags'.
+func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bool) (*watch.Engine, error) {
+	if o.watchBudget <= 0 || o.watchBudget > 1 {
+		return nil, fmt.Errorf("--collector.comm.watch-budget=%v: want a share of CPU time in (0, 1]", o.watchBudget)
+	}
+	slots, err := watch.Slots(16)
+	if err != nil {
+		return nil, fmt.Errorf("--collector.comm.watchpoints: %w: %w", errNoBreakpoints, err)
+	}
+	cost, err := watch.TrapCost(1000)
+	if err != nil {
+		return nil, fmt.Errorf("--collector.comm.watchpoints: measuring a trap's cost: %w: %w", errNoBreakpoints, err)
+	}
+	engine, err := watch.New(slots, 64)
+	if err != nil {
+		return nil, fmt.Errorf("--collector.comm.watchpoints: %w: %w", errNoBreakpoints, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			engine.Close()
+		}
+	}()
+	if o.reuse || anyPod {
+		mode := reuse.Private
+		if o.reuseMode == "shared" {
+			mode = reuse.Shared
+		}
+		if mode == reuse.Private {
+			// Each watched thread sampled on its own CPU time: the
+			// reuse distance is that time, read by the kernel, or
+			// the events counted beside it.
+			if err := engine.SampleEvery(o.period); err != nil {
+				return nil, fmt.Errorf("--collector.comm.reuse: %w", err)
+			}
+			// The clock's unit (the metrics' label) is the events'
+			// spec, or accesses: the host's loads and stores, or
+			// events the user says count them (accesses=EVENTS).
+			spec := o.reuseClock
+			if s, ok := strings.CutPrefix(spec, reuse.UnitAccesses+"="); ok {
+				spec, o.reuseClock = s, reuse.UnitAccesses
+			} else if spec == reuse.UnitAccesses {
+				// A node without them still measures reuse, on the
+				// next best clock, and says so.
+				var unit string
+				var why error
+				spec, unit, why = bestReuseClock(b.s.facts.CPU, b.s.pmus)
+				switch unit {
+				case "":
+					b.log.Warn("reuse distances on the thread's CPU time, not in accesses: no stack distances or miss ratios", "reason", why)
+				case reuse.UnitAccesses:
+				default:
+					b.log.Warn("reuse distances in retired instructions, not in accesses: no stack distances or miss ratios", "reason", why)
+				}
+				o.reuseClock = unit
+			}
+			attrs, err := reuseClockEvents(spec, b.s.pmus)
+			if err == nil {
+				err = engine.CountWith(attrs)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("--collector.comm.reuse-clock=%s: %w", b.f.comm.reuseClock, err)
+			}
+		} else if o.reuseClock != "" {
+			return nil, errors.New("--collector.comm.reuse-clock: shared reuse is timed on CLOCK_MONOTONIC (no one thread's counts measure it)")
+		}
+		if err := dec.WatchReuse(engine, slots, mode, o.reuseClock); err != nil {
+			return nil, fmt.Errorf("--collector.comm.reuse: %w", err)
+		}
+	}
+	if o.watchpoints || anyPod {
+		if err := dec.Watch(engine, slots); err != nil {
+			return nil, fmt.Errorf("--collector.comm.watchpoints: %w", err)
+		}
+	}
+	dec.Govern(o.watchBudget, cost)
+	b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched,
+		"trap_cost", cost, "budget", o.watchBudget, "node", o.registers(), "pods_choose", anyPod)
+	ok = true
+	return engine, nil
 }
 
 // accessClock is the host's loads and stores in perf syntax, the clock
@@ -458,6 +491,13 @@ type commSamplers struct {
 	dec         *perfsample.Decoder
 	root        string
 	budgetShare int // the budget is split among this many samplers (0: 1)
+	// nodeRegs is what the selected workloads' debug registers serve by
+	// the node's flags (an annotated pod may choose), watchpoints whether
+	// the engine runs; said is the annotation value each pod was last
+	// told about (a log line per pod and value, not per follow).
+	nodeRegs    registers
+	watchpoints bool
+	said        map[string]string
 
 	mu      sync.Mutex
 	running map[string]*commSampler
@@ -466,20 +506,76 @@ type commSamplers struct {
 type commSampler struct {
 	smp    *perfsample.Sampler
 	cgroup *os.File
+	regs   registers          // what its threads' debug registers serve
 	stop   context.CancelFunc // nil until its reader runs
 	done   chan struct{}
 }
 
+// registers is what a sampled workload's debug registers serve.
+type registers int
+
+const (
+	regsNone  registers = iota // nothing: sampling alone
+	regsComm                   // ComDetective's trap path
+	regsReuse                  // ReuseTracker
+)
+
+func (r registers) String() string {
+	return [...]string{regsNone: "none", regsComm: "watchpoints", regsReuse: "reuse"}[r]
+}
+
+// use is the decoder's name of what the registers serve.
+func (r registers) use() perfsample.Use {
+	if r == regsReuse {
+		return perfsample.Reuse
+	}
+	return perfsample.Communication
+}
+
+// registers is what the node's flags make the selected workloads'
+// debug registers serve.
+func (o commFlags) registers() registers {
+	switch {
+	case o.watchpoints:
+		return regsComm
+	case o.reuse:
+		return regsReuse
+	}
+	return regsNone
+}
+
+// podAnnotations are the values of an annotation on this node's pods, by
+// pod UID (podmeta.Index).
+type podAnnotations interface {
+	Annotations(key string) map[string]string
+}
+
+// podRegisters is what the annotation value v asks of a pod's debug
+// registers, and whether it selects the pod at all: "true" takes the
+// node's flags, "watchpoints" and "reuse" choose; anything else does not
+// select it.
+func (c *commSamplers) podRegisters(v string) (registers, bool) {
+	switch v {
+	case "true":
+		return c.nodeRegs, true
+	case "watchpoints":
+		return regsComm, true
+	case "reuse":
+		return regsReuse, true
+	}
+	return regsNone, false
+}
+
 // open opens a sampler for target (a cgroup below root, or "" for every
-// task).
-func (c *commSamplers) open(target string) error {
+// task), whose threads' debug registers serve regs.
+func (c *commSamplers) open(target string, regs registers) error {
 	b := c.b
 	share := float64(max(c.budgetShare, 1))
 	poll := 100 * time.Millisecond
 	// The address sampler's samples arm watchpoints, except in private
 	// reuse, where the watched threads' own samples do (their leaders
 	// wake the trap reader).
-	watching := b.f.comm.watchpoints || b.f.comm.reuse && b.f.comm.reuseMode == "shared"
+	watching := regs == regsComm || regs == regsReuse && b.f.comm.reuseMode == "shared"
 	if watching {
 		poll = 10 * time.Millisecond // arms follow the samples this closely
 	}
@@ -489,7 +585,7 @@ func (c *commSamplers) open(target string) error {
 		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
 		Decoder:   c.dec,
 	}
-	cs := &commSampler{}
+	cs := &commSampler{regs: regs}
 	if target != "" {
 		f, err := os.Open(filepath.Join(c.root, target))
 		if err != nil {
@@ -586,7 +682,7 @@ func (c *commSamplers) periods() []uint64 {
 
 // run reads the samplers until ctx ends; with annotated, it follows the
 // annotated pods every podsEvery: a sampler per pod cgroup.
-func (c *commSamplers) run(ctx context.Context, annotated interface{ Annotated(string) []string }) {
+func (c *commSamplers) run(ctx context.Context, annotated podAnnotations) {
 	c.mu.Lock()
 	for _, cs := range c.running {
 		c.start(ctx, cs)
@@ -596,7 +692,7 @@ func (c *commSamplers) run(ctx context.Context, annotated interface{ Annotated(s
 		t := time.NewTicker(podsEvery)
 		defer t.Stop()
 		for ctx.Err() == nil {
-			c.follow(ctx, annotated.Annotated(podmeta.CommAnnotation))
+			c.follow(ctx, c.annotatedPods(annotated.Annotations(podmeta.CommAnnotation)))
 			select {
 			case <-ctx.Done():
 			case <-t.C:
@@ -661,7 +757,7 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 			}
 		}
 	}()
-	watched := map[uint32]bool{}
+	watched := map[uint32]perfsample.Use{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -672,8 +768,8 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 			}
 			// The reader stopped on an error (logged): a watchpoint nobody
 			// reads and disarms traps on every access, so none stays.
-			for pid := range watched {
-				c.dec.SetWatched(pid, nil)
+			for pid, use := range watched {
+				c.dec.SetWatched(pid, nil, use)
 			}
 			c.b.log.Error("watchpoints closed in every watched thread: their traps can no longer be read")
 			return
@@ -685,34 +781,42 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 			}
 		case <-follow.C:
 			byPID := map[uint32][]uint32{}
+			useOf := map[uint32]perfsample.Use{}
 			n := 0
 			for _, target := range c.targets() {
+				c.mu.Lock()
+				cs := c.running[target]
+				c.mu.Unlock()
+				if cs == nil || cs.regs == regsNone {
+					continue
+				}
 				for _, tid := range cgroupThreads(filepath.Join(c.root, target)) {
 					if n >= max {
 						break
 					}
 					if pid, ok := tgid(c.b.f.procfs, tid); ok {
 						byPID[pid] = append(byPID[pid], tid)
+						useOf[pid] = cs.regs.use()
 						n++
 					}
 				}
 			}
-			for pid := range watched {
+			for pid, use := range watched {
 				if byPID[pid] == nil {
-					c.dec.SetWatched(pid, nil)
+					c.dec.SetWatched(pid, nil, use)
 					delete(watched, pid)
 				}
 			}
 			for pid, tids := range byPID {
-				if err := c.dec.SetWatched(pid, tids); err != nil {
+				if err := c.dec.SetWatched(pid, tids, useOf[pid]); err != nil {
 					c.b.log.Debug("watchpoints not opened in some threads", "pid", pid, "err", err)
 				}
-				if !watched[pid] {
+				if use, ok := watched[pid]; !ok || use != useOf[pid] {
 					if cpu, ok := processCPU(c.b.f.procfs, pid); ok {
 						c.dec.Ran(pid, cpu) // the time it ran unwatched does not count
 					}
 				}
-				watched[pid] = true
+				watched[pid] = useOf[pid]
 			}
 		}
 	}
@@ -780,37 +884,73 @@ const podsEvery = 5 * time.Second
 
 // follow opens samplers for the cgroups of pods newly annotated and closes
 // those of pods gone or no longer annotated.
-func (c *commSamplers) follow(ctx context.Context, uids []string) {
-	want := podCgroups(c.root, uids)
+func (c *commSamplers) follow(ctx context.Context, pods map[string]registers) {
+	want := podCgroups(c.root, pods)
 	have := c.targets()
 	for _, t := range have {
-		if !slices.Contains(want, t) {
+		c.mu.Lock()
+		regs := c.running[t].regs
+		c.mu.Unlock()
+		if w, ok := want[t]; !ok || w != regs {
 			c.close(t)
-			c.b.log.Info("address sampler: pod no longer selected", "cgroup", t)
+			c.b.log.Info("address sampler: pod no longer selected as it was", "cgroup", t, "registers", regs)
 		}
 	}
-	for _, t := range want {
+	have = c.targets()
+	for t, regs := range want {
 		if slices.Contains(have, t) {
 			continue
 		}
-		if err := c.open(t); err != nil {
+		if err := c.open(t, regs); err != nil {
 			c.b.log.Warn("address sampler: annotated pod not sampled", "cgroup", t, "err", err)
 			continue
 		}
 		c.mu.Lock()
 		c.start(ctx, c.running[t])
 		c.mu.Unlock()
-		c.b.log.Info("address sampler: sampling annotated pod", "cgroup", t)
+		c.b.log.Info("address sampler: sampling annotated pod", "cgroup", t, "registers", regs)
 	}
+}
+
+// annotatedPods are the pods the annotation values by UID select, with
+// what their debug registers serve: none where the engine does not run
+// (said once per pod). A value that selects nothing and is not "false"
+// is said once per pod too.
+func (c *commSamplers) annotatedPods(values map[string]string) map[string]registers {
+	out := map[string]registers{}
+	for uid, v := range values {
+		regs, ok := c.podRegisters(v)
+		tell := c.said[uid] != v
+		c.said[uid] = v
+		switch {
+		case !ok:
+			if tell && v != "false" {
+				c.b.log.Warn("address sampler: pod not selected: "+podmeta.CommAnnotation+" takes true, watchpoints, reuse or false", "pod_uid", uid, "value", v)
+			}
+			continue
+		case regs != regsNone && !c.watchpoints:
+			if tell {
+				c.b.log.Warn("address sampler: pod sampled without watchpoints: none work here (see the start's log, pmu_exporter check)", "pod_uid", uid, "value", v)
+			}
+			regs = regsNone
+		}
+		out[uid] = regs
+	}
+	for uid := range c.said {
+		if _, ok := values[uid]; !ok {
+			delete(c.said, uid)
+		}
+	}
+	return out
 }
 
 // podCgroups finds the pod-level cgroups (below root) of the pods uids, as
 // the kubelet lays them out (podcgroup.Parse).
-func podCgroups(root string, uids []string) []string {
-	if len(uids) == 0 {
+func podCgroups(root string, pods map[string]registers) map[string]registers {
+	if len(pods) == 0 {
 		return nil
 	}
-	var out []string
+	out := map[string]registers{}
 	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil
@@ -819,13 +959,14 @@ func podCgroups(root string, uids []string) []string {
 		if strings.Count(rel, "/") > 6 {
 			return filepath.SkipDir
 		}
-		if id, ok := podcgroup.Parse(rel); ok && id.PodUID != "" && id.ContainerID == "" && slices.Contains(uids, id.PodUID) {
-			out = append(out, "/"+rel)
-			return filepath.SkipDir // its containers are inside it
+		if id, ok := podcgroup.Parse(rel); ok && id.PodUID != "" && id.ContainerID == "" {
+			if v, ok := pods[id.PodUID]; ok {
+				out["/"+rel] = v
+				return filepath.SkipDir // its containers are inside it
+			}
 		}
 		return nil
 	})
-	slices.Sort(out)
 	return out
 }
 

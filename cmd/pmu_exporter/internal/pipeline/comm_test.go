@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -175,5 +177,36 @@ func TestBestReuseClock(t *testing.T) {
 				t.Errorf("%s: %s is %+v, %v; want the generic instructions event", c.name, spec, attrs, err)
 			}
 		}
+	}
+}
+
+// What each annotation value makes of a pod's debug registers: "true" the
+// node's flags, "watchpoints" and "reuse" the pod's choice, anything else
+// no selection (said once per pod and value, never for "false"); where no
+// watchpoints work, the pods that chose them are sampled without.
+func TestAnnotatedPodsChooseRegisters(t *testing.T) {
+	var log strings.Builder
+	c := &commSamplers{b: &build{log: slog.New(slog.NewTextHandler(&log, nil))}, nodeRegs: regsComm, watchpoints: true, said: map[string]string{}}
+	values := map[string]string{"a": "true", "b": "watchpoints", "c": "reuse", "d": "false", "e": "Reuse"}
+	got := c.annotatedPods(values)
+	want := map[string]registers{"a": regsComm, "b": regsComm, "c": regsReuse}
+	if !maps.Equal(got, want) {
+		t.Errorf("registers by pod %v, want %v", got, want)
+	}
+	c.annotatedPods(values) // the same values again: nothing new to say
+	if n := strings.Count(log.String(), "pod not selected"); n != 1 || !strings.Contains(log.String(), `value=Reuse`) {
+		t.Errorf("said %d times that a pod is not selected, want once (for pod e's value Reuse):\n%s", n, log.String())
+	}
+	c.watchpoints = false
+	c.nodeRegs = regsReuse
+	got = c.annotatedPods(values)
+	want = map[string]registers{"a": regsNone, "b": regsNone, "c": regsNone}
+	if !maps.Equal(got, want) {
+		t.Errorf("without watchpoints: registers by pod %v, want sampling alone for the three selected", got)
+	}
+	delete(values, "e")
+	c.annotatedPods(values)
+	if _, ok := c.said["e"]; ok {
+		t.Errorf("a pod gone is still remembered: %v", c.said)
 	}
 }
