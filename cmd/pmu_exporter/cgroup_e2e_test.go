@@ -106,13 +106,19 @@ func TestServeWithoutBPF(t *testing.T) {
 	top, dirs := testenv.Cgroups(t, "app")
 	p := startWrapped(t, nil, []string{setpriv, "--inh-caps=-bpf,-sys_admin", "--bounding-set=-bpf,-sys_admin"},
 		"--collector.cgroup.perf-mode="+top+"/app")
-	testenv.BurnIn(t, dirs[0], 200*time.Millisecond).Wait()
+	steal0 := testenv.Stolen(t)
+	testenv.BurnIn(t, dirs[0], 500*time.Millisecond).Wait()
 	time.Sleep(250 * time.Millisecond)
 	_, mfs := p.scrape(t)
 	got := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": top + "/app", "event": "cpu-clock"})
 	usage := float64(testenv.CgroupUsage(t, dirs[0]))
-	if got < 0.97*usage || got > 1.03*usage {
-		t.Errorf("perf cgroup mode cpu-clock %v, cpu.stat %v", time.Duration(got), time.Duration(usage))
+	// perf's clock runs on while the hypervisor steals the CPU, cpu.stat's
+	// does not: what was stolen meanwhile may be counted on top (to a
+	// tick of /proc/stat, 2% of the burn).
+	steal := float64(testenv.StolenSince(t, steal0))
+	t.Logf("perf cgroup mode cpu-clock %v, cpu.stat %v (%.1f%%), up to %v stolen", time.Duration(got), time.Duration(usage), 100*got/usage, time.Duration(steal))
+	if got < 0.97*usage || got > 1.03*usage+steal {
+		t.Errorf("perf cgroup mode cpu-clock %v, cpu.stat %v, %v stolen meanwhile", time.Duration(got), time.Duration(usage), time.Duration(steal))
 	}
 	if fds := mustValue(t, mfs, "pmu_cgroup_perf_mode_fds", nil); fds < float64(len(testenv.OnlineCPUs(t))*2) {
 		t.Errorf("perf mode fds %v", fds)

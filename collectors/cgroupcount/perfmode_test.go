@@ -15,7 +15,8 @@ import (
 
 // TestPerfMode counts two allow-listed cgroups in perf's cgroup mode: the
 // busy one's cpu-clock matches its cpu.stat (the kernel's own cgroup time,
-// with no switch missed), the parent includes it, and the fd cost is
+// with no switch missed; perf's clock also runs while the hypervisor
+// steals the CPU), the parent includes it, and the fd cost is
 // cgroups x CPUs x events.
 func TestPerfMode(t *testing.T) {
 	top, dirs := testenv.Cgroups(t, "pod", "pod/ctr")
@@ -30,8 +31,13 @@ func TestPerfMode(t *testing.T) {
 	}
 	defer m.Close()
 	m.Cycle()
-	testenv.BurnIn(t, dirs[1], 300*time.Millisecond).Wait()
+	steal0 := testenv.Stolen(t)
+	testenv.BurnIn(t, dirs[1], 500*time.Millisecond).Wait()
 	m.Cycle()
+	// perf's clock runs on while the hypervisor steals the CPU, cpu.stat's
+	// does not: what was stolen meanwhile may be counted on top (to a
+	// tick of /proc/stat, 2% of the burn).
+	steal := float64(testenv.StolenSince(t, steal0))
 	s := m.Snapshot()
 	cpus := len(testenv.OnlineCPUs(t))
 	if s.PerfModeFDs != 2*cpus*2 || s.Tracked != 2 {
@@ -47,9 +53,9 @@ func TestPerfMode(t *testing.T) {
 	}
 	for i, p := range paths {
 		usage := float64(testenv.CgroupUsage(t, dirs[i]))
-		t.Logf("%s: perf cgroup mode %v, cpu.stat %v", filepath.Base(p), time.Duration(got[p]), time.Duration(usage))
-		if got[p] < 0.97*usage || got[p] > 1.03*usage {
-			t.Errorf("%s: cpu-clock %v, cpu.stat %v", p, time.Duration(got[p]), time.Duration(usage))
+		t.Logf("%s: perf cgroup mode %v, cpu.stat %v, up to %v stolen", filepath.Base(p), time.Duration(got[p]), time.Duration(usage), time.Duration(steal))
+		if got[p] < 0.97*usage || got[p] > 1.03*usage+steal {
+			t.Errorf("%s: cpu-clock %v, cpu.stat %v, %v stolen meanwhile", p, time.Duration(got[p]), time.Duration(usage), time.Duration(steal))
 		}
 	}
 

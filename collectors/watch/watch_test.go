@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -356,14 +355,14 @@ func TestLeaderSamplesOnThreadCPUTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := e.Clock(w.tid)
-	steal0 := stolen(t)
+	steal0 := testenv.Stolen(t)
 	w.run(func() {
 		spinCPU(t, 30*time.Millisecond)
 		time.Sleep(60 * time.Millisecond)
 		spinCPU(t, 30*time.Millisecond)
 	})
 	after, _ := e.Clock(w.tid)
-	steal := stolenSince(t, steal0)
+	steal := uint64(testenv.StolenSince(t, steal0))
 	type sample struct{ clock, time uint64 }
 	var got []sample
 	_, lost := e.ReadSampled(func(Trap) { t.Error("a trap, with nothing armed") }, func(s Sampled) {
@@ -407,44 +406,16 @@ func TestLeaderSamplesOnThreadCPUTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ = e.Clock(w.tid)
-	steal0 = stolen(t)
+	steal0 = testenv.Stolen(t)
 	w.run(func() { spinCPU(t, 40*time.Millisecond) })
 	after, _ = e.Clock(w.tid)
-	steal = stolenSince(t, steal0)
+	steal = uint64(testenv.StolenSince(t, steal0))
 	n := 0
 	e.ReadSampled(func(Trap) {}, func(Sampled) { n++ })
 	if want := float64(after-before) / float64(4*period); float64(n) < 0.7*(want-float64(steal)/float64(4*period)) || float64(n) > 1.3*want+1 {
 		t.Errorf("%d samples in %.1f ms of CPU time at a period of 4 ms, %.0f ms stolen", n, float64(after-before)/1e6, float64(steal)/1e6)
 	}
 }
-
-// stolen is the time the hypervisor ran something else on this VM's CPUs
-// so far (/proc/stat's steal, all CPUs, in ns; 0 on bare metal).
-func stolen(t *testing.T) uint64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		t.Fatalf("/proc/stat begins %q", line)
-	}
-	ticks, err := strconv.ParseUint(f[8], 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ticks * stealTick
-}
-
-// stealTick is /proc/stat's unit (USER_HZ 100).
-const stealTick = uint64(10 * time.Millisecond)
-
-// stolenSince is what was stolen since stolen read from, plus a tick for
-// the counter's resolution: an upper bound on what any one thread's clock
-// ran on meanwhile while the thread did not run.
-func stolenSince(t *testing.T, from uint64) uint64 { return stolen(t) - from + stealTick }
 
 // One engine holds threads whose leaders sample (Add, after SampleEvery)
 // beside threads whose leaders only count (AddCounting): both run the same

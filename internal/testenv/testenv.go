@@ -279,3 +279,37 @@ func HotplugCPU(t testing.TB) (cpu int, ctl string) {
 	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
 	return cpu, ctl
 }
+
+// Stolen is the time the hypervisor ran something else on this VM's CPUs
+// so far (/proc/stat's steal, all CPUs; 0 on bare metal). perf's clocks
+// (cpu-clock, task-clock, the cgroup time of perf's cgroup mode) run on
+// through it; the scheduler's (sum_exec_runtime: cpu.stat, the
+// CLOCK_*_CPUTIME_ID clocks) do not where the kernel accounts steal
+// (CONFIG_PARAVIRT_TIME_ACCOUNTING, as on this project's VMs).
+func Stolen(t testing.TB) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		t.Fatalf("/proc/stat begins %q", line)
+	}
+	ticks, err := strconv.ParseUint(f[8], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ticks) * stealTick
+}
+
+// stealTick is /proc/stat's unit (USER_HZ 100).
+const stealTick = 10 * time.Millisecond
+
+// StolenSince is what was stolen since Stolen read from, plus a tick for
+// the counter's resolution: an upper bound on how much further perf's
+// clock of a task ran meanwhile than the scheduler's.
+func StolenSince(t testing.TB, from time.Duration) time.Duration {
+	return Stolen(t) - from + stealTick
+}
