@@ -889,11 +889,14 @@ func (c *commSamplers) follow(ctx context.Context, pods map[string]registers) {
 	have := c.targets()
 	for _, t := range have {
 		c.mu.Lock()
-		regs := c.running[t].regs
+		cs := c.running[t]
 		c.mu.Unlock()
-		if w, ok := want[t]; !ok || w != regs {
+		if cs == nil {
+			continue // closed meanwhile (shutting down)
+		}
+		if w, ok := want[t]; !ok || w != cs.regs {
 			c.close(t)
-			c.b.log.Info("address sampler: pod no longer selected as it was", "cgroup", t, "registers", regs)
+			c.b.log.Info("address sampler: pod no longer selected as it was", "cgroup", t, "registers", cs.regs)
 		}
 	}
 	have = c.targets()
