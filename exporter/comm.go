@@ -65,10 +65,12 @@ func NewComm(src CommSource) *CommCollector {
 	}
 }
 
-// WatchStats are the watchpoint trap path's totals.
+// WatchStats are the watchpoints' totals: traps read, of which
+// undecodable and recorded as communication (the trap path) or handed to
+// ReuseTracker (Reuse); traps lost, arms; the threads watched by each.
 type WatchStats struct {
-	Traps, Unresolved, Lost, Arms, Recorded uint64
-	Threads                                 int
+	Traps, Unresolved, Lost, Arms, Recorded, Reuse uint64
+	Threads, ReuseThreads                          int
 	// The governor's (Governed false: none): its budget (a share of the
 	// targets' CPU time), a trap's measured cost (s), the targets' CPU
 	// time while watched (s), what their traps cost them (s), and the
@@ -82,10 +84,10 @@ type WatchStats struct {
 func (c *CommCollector) WithWatch(f func() WatchStats) *CommCollector {
 	c.watch = f
 	c.traps = prometheus.NewDesc("pmu_comm_watchpoint_traps_total",
-		"Watchpoint traps read (ComDetective's trap path), by outcome: recorded (its access, decoded from the trapping instruction, counted as communication with the line's publisher), ignored (it came after its thread was armed elsewhere), undecodable, lost (the kernel's ring was full).",
+		"Watchpoint traps read, by outcome: on ComDetective's trap path recorded (its access, decoded from the trapping instruction, counted as communication with the line's publisher), ignored (it came after its thread was armed elsewhere), undecodable; reuse (handed to ReuseTracker: a reuse, an invalidation or stale, pmu_reuse_*); lost (the kernel's ring was full).",
 		[]string{"outcome"}, nil)
-	c.arms = prometheus.NewDesc("pmu_comm_watchpoint_arms_total", "Watchpoints armed in other threads by sampled stores.", nil, nil)
-	c.watchedThreads = prometheus.NewDesc("pmu_comm_watched_threads", "Threads with watchpoint events open.", nil, nil)
+	c.arms = prometheus.NewDesc("pmu_comm_watchpoint_arms_total", "Watchpoints armed by sampled accesses (both algorithms).", nil, nil)
+	c.watchedThreads = prometheus.NewDesc("pmu_comm_watched_threads", "Threads with watchpoint events open, by what their registers serve (use: watchpoints, ComDetective's trap path; reuse, ReuseTracker).", []string{"use"}, nil)
 	c.budget = prometheus.NewDesc("pmu_comm_watchpoint_budget_ratio", "The share of a watched process's CPU time its watchpoint traps may cost it (--collector.comm.watch-budget).", nil, nil)
 	c.trapCost = prometheus.NewDesc("pmu_comm_watchpoint_trap_cost_seconds", "What one trap costs the trapping thread, measured at start on the exporter's own thread (CPU time of stores watched minus unwatched, per store).", nil, nil)
 	c.targetCPU = prometheus.NewDesc("pmu_comm_watchpoint_target_cpu_seconds_total", "CPU time the watched processes ran while watched.", nil, nil)
@@ -176,11 +178,13 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.watch != nil {
 		w := c.watch()
 		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Recorded), "recorded")
-		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Traps-w.Unresolved-w.Recorded), "ignored")
+		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Traps-w.Unresolved-w.Recorded-w.Reuse), "ignored")
 		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Unresolved), "undecodable")
+		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Reuse), "reuse")
 		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Lost), "lost")
 		ch <- prometheus.MustNewConstMetric(c.arms, prometheus.CounterValue, float64(w.Arms))
-		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.Threads))
+		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.Threads), "watchpoints")
+		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.ReuseThreads), "reuse")
 		if w.Governed {
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, w.Budget)
 			ch <- prometheus.MustNewConstMetric(c.trapCost, prometheus.GaugeValue, w.TrapCost)

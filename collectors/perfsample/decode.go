@@ -90,6 +90,7 @@ type Decoder struct {
 	threadCPU                              map[uint32]uint32
 	domainIDs                              map[string]int
 	traps, trapUnresolved, trapsLost, arms uint64
+	reuseTraps                             uint64 // of traps: ReuseTracker's
 	// armedAt are the times of the pass's samples that armed a reuse slot,
 	// and armLatencies how long after its sample each arm took effect,
 	// by log2 bin of ReuseClock units: a reuse sooner than that is missed
@@ -470,15 +471,19 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32, use Use) error {
 	return errors.Join(errs...)
 }
 
-// WatchedThreads is how many threads have watchpoint events.
-func (d *Decoder) WatchedThreads() int {
+// WatchedThreads is how many threads have watchpoint events, on the trap
+// path and for ReuseTracker.
+func (d *Decoder) WatchedThreads() (communication, reuse int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	n := 0
-	for _, tids := range d.watched {
-		n += len(tids)
+	for pid, tids := range d.watched {
+		if d.reusing[pid] {
+			reuse += len(tids)
+		} else {
+			communication += len(tids)
+		}
 	}
-	return n
+	return communication, reuse
 }
 
 // ReadTraps drains the watchpoint rings: each trap's access is decoded from
@@ -501,6 +506,7 @@ func (d *Decoder) ReadTraps(period uint64) {
 		d.traps++
 		d.charge(tr.PID)
 		if d.reusing[tr.PID] {
+			d.reuseTraps++
 			d.reuseTrapped(tr)
 			return
 		}
@@ -532,20 +538,28 @@ func (d *Decoder) WaitTraps(timeout time.Duration) error {
 	return e.Wait(timeout)
 }
 
-// WatchStats are the trap path's totals: traps read, traps whose access
-// could not be decoded, traps the kernel dropped, arms, and traps counted
-// as communication (the others came after their thread was re-armed
-// elsewhere, or were a thread's own line).
-func (d *Decoder) WatchStats() (traps, unresolved, lost, arms, recorded uint64) {
+// WatchTotals are the watchpoints' totals since the start.
+type WatchTotals struct {
+	// Traps read, of which: on the trap path, those whose access could not
+	// be decoded and those counted as communication (the others came after
+	// their thread was re-armed elsewhere, or were a thread's own line);
+	// and those handed to ReuseTracker (each an outcome: a reuse, an
+	// invalidation, or stale).
+	Traps, Unresolved, Communication, Reuse uint64
+	// Lost: traps the kernel dropped for a full ring; Arms: watchpoints
+	// armed, by both algorithms.
+	Lost, Arms uint64
+}
+
+// WatchStats are the watchpoints' totals.
+func (d *Decoder) WatchStats() WatchTotals {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	w := WatchTotals{Traps: d.traps, Unresolved: d.trapUnresolved, Reuse: d.reuseTraps, Lost: d.trapsLost, Arms: d.arms}
 	if d.watcher != nil {
-		recorded = d.watcher.Traps
+		w.Communication = d.watcher.Traps
 	}
-	if d.trackers != nil {
-		recorded = d.traps // each is a sample's outcome
-	}
-	return d.traps, d.trapUnresolved, d.trapsLost, d.arms, recorded
+	return w
 }
 
 // Govern limits each watched process's traps to budget (a share of its CPU

@@ -73,8 +73,9 @@ func TestExitedForgetsWatchedThreads(t *testing.T) {
 		t.Fatalf("%d threads with events, want 1", n)
 	}
 	d.Exited(pid)
-	if n := len(e.Threads()); n != 0 || len(d.threadCPU) != 0 || d.WatchedThreads() != 0 {
-		t.Errorf("after the exit: %d threads with events, %d with a last CPU, %d watched; want none", n, len(d.threadCPU), d.WatchedThreads())
+	comm, reused := d.WatchedThreads()
+	if n := len(e.Threads()); n != 0 || len(d.threadCPU) != 0 || comm+reused != 0 {
+		t.Errorf("after the exit: %d threads with events, %d with a last CPU, %d+%d watched; want none", n, len(d.threadCPU), comm, reused)
 	}
 }
 
@@ -142,9 +143,16 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	run()
+	if comm, reused := d.WatchedThreads(); comm != 0 || reused != 1 {
+		t.Errorf("%d threads watched on the trap path, %d for reuse; want the one for reuse", comm, reused)
+	}
+	run() // the slots armed at the first run's samples trap on its stores
 	live, _ := samples()
 	if live == 0 {
 		t.Fatalf("watched for reuse, 30 ms of the thread's CPU time sampled every ms: no sample reached its tracker")
+	}
+	if w := d.WatchStats(); w.Reuse == 0 || w.Reuse != w.Traps || w.Communication != 0 {
+		t.Errorf("watch totals %+v: want every trap ReuseTracker's, some", w)
 	}
 	if err := d.SetWatched(pid, []uint32{tid}, Communication); err != nil {
 		t.Fatal(err)
@@ -152,8 +160,8 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 	if l, g := samples(); l != 0 || g != live {
 		t.Errorf("back on the trap path: %d samples with a live tracker, %d kept with the cgroup; want 0 and %d", l, g, live)
 	}
-	if d.WatchedThreads() != 1 || len(e.Threads()) != 1 {
-		t.Errorf("%d watched threads, %d with events; want the one", d.WatchedThreads(), len(e.Threads()))
+	if comm, reused := d.WatchedThreads(); comm != 1 || reused != 0 || len(e.Threads()) != 1 {
+		t.Errorf("%d threads watched on the trap path, %d for reuse, %d with events; want the one on the trap path", comm, reused, len(e.Threads()))
 	}
 }
 

@@ -173,9 +173,11 @@ func setupComm(b *build) error {
 	}
 	if engine != nil {
 		coll.WithWatch(func() exporter.WatchStats {
-			traps, unresolved, lost, arms, recorded := dec.WatchStats()
+			w := dec.WatchStats()
 			g, budget, cost, ok := dec.Governed()
-			return exporter.WatchStats{Traps: traps, Unresolved: unresolved, Lost: lost, Arms: arms, Recorded: recorded, Threads: dec.WatchedThreads(),
+			threads, reuseThreads := dec.WatchedThreads()
+			return exporter.WatchStats{Traps: w.Traps, Unresolved: w.Unresolved, Lost: w.Lost, Arms: w.Arms, Recorded: w.Communication, Reuse: w.Reuse,
+				Threads: threads, ReuseThreads: reuseThreads,
 				Governed: ok, Budget: budget, TrapCost: cost, CPU: g.CPU, Cost: g.Spent, Denied: g.Denied}
 		})
 	}
