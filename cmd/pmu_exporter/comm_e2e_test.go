@@ -179,13 +179,30 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 	if o, ok := commProcess(t, p.addr, out.PID); ok {
 		t.Errorf("the benchmark outside the selected cgroup was sampled: %+v", o.Detections)
 	}
-	_, mfs := p.scrape(t)
-	var volume uint64
-	for i := range inside.False {
-		for j := range inside.False[i] {
-			volume += inside.False[i][j]
+	// The matrix and the scrape are compared as of one moment: samples
+	// the rings still held when the benchmark exited keep coming for a
+	// pass or two (CI once scraped one detection more than the matrix it
+	// had read before). Until the matrix reads the same before and after
+	// the scrape.
+	sum := func(m [][]uint64) (v uint64) {
+		for i := range m {
+			for j := range m[i] {
+				v += m[i][j]
+			}
 		}
+		return v
 	}
+	var mfs map[string]*dto.MetricFamily
+	for range 20 {
+		_, mfs = p.scrape(t)
+		after, _ := commProcess(t, p.addr, in.PID)
+		if sum(after.False) == sum(inside.False) && sum(after.CPUAll) == sum(inside.CPUAll) {
+			break
+		}
+		inside = after
+		time.Sleep(100 * time.Millisecond)
+	}
+	volume := sum(inside.False)
 	got := mustValue(t, mfs, "pmu_cgroup_comm_volume_total", map[string]string{"cgroup": top + "/" + job, "pod": uid, "kind": "false_sharing"})
 	if uint64(got) != volume/2 {
 		t.Errorf("pmu_cgroup_comm_volume_total of %s/%s: %.0f, the benchmark's matrix holds %d", top, job, got, volume/2)
@@ -196,12 +213,7 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 	for _, m := range mfs["pmu_comm_domain_volume_total"].GetMetric() {
 		folded += m.GetCounter().GetValue()
 	}
-	var cpuVolume uint64
-	for i := range inside.CPUAll {
-		for j := range inside.CPUAll[i] {
-			cpuVolume += inside.CPUAll[i][j]
-		}
-	}
+	cpuVolume := sum(inside.CPUAll)
 	if uint64(folded) != cpuVolume/2 {
 		t.Errorf("domain-folded communication %.0f, the benchmark's CPU matrix holds %d", folded, cpuVolume/2)
 	}

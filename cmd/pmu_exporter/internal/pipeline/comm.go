@@ -155,7 +155,8 @@ func setupComm(b *build) error {
 			set.closeAll()
 			return err
 		case err != nil:
-			b.log.Warn("address sampler: pods annotated pmu-exporter.io/comm: watchpoints or reuse are only sampled", "err", err)
+			// Said again, as a warning, for each pod that asks.
+			b.log.Info("address sampler: pods annotated pmu-exporter.io/comm: watchpoints or reuse will only be sampled", "err", err)
 		default:
 			p.closers = append(p.closers, engine.Close)
 		}
