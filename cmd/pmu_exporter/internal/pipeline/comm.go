@@ -263,10 +263,6 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 	if err != nil {
 		return nil, fmt.Errorf("--collector.comm.watchpoints: %w: %w", errNoBreakpoints, err)
 	}
-	cost, err := watch.TrapCost(1000)
-	if err != nil {
-		return nil, fmt.Errorf("--collector.comm.watchpoints: measuring a trap's cost: %w: %w", errNoBreakpoints, err)
-	}
 	engine, err := watch.New(slots, 64)
 	if err != nil {
 		return nil, fmt.Errorf("--collector.comm.watchpoints: %w: %w", errNoBreakpoints, err)
@@ -277,11 +273,11 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 			engine.Close()
 		}
 	}()
-	if o.reuse || anyPod {
-		mode := reuse.Private
-		if o.reuseMode == "shared" {
-			mode = reuse.Shared
-		}
+	reusing, mode := o.reuse || anyPod, reuse.Private
+	if o.reuseMode == "shared" {
+		mode = reuse.Shared
+	}
+	if reusing {
 		if mode == reuse.Private {
 			// Each watched thread sampled on its own CPU time: the
 			// reuse distance is that time, read by the kernel, or
@@ -320,6 +316,14 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 		} else if o.reuseClock != "" {
 			return nil, errors.New("--collector.comm.reuse-clock: shared reuse is timed on CLOCK_MONOTONIC (no one thread's counts measure it)")
 		}
+	}
+	// Measured before the decoder takes the engine: a host where it fails
+	// leaves the decoder without one.
+	cost, err := watch.TrapCost(1000)
+	if err != nil {
+		return nil, fmt.Errorf("--collector.comm.watchpoints: measuring a trap's cost: %w: %w", errNoBreakpoints, err)
+	}
+	if reusing {
 		if err := dec.WatchReuse(engine, slots, mode, o.reuseClock); err != nil {
 			return nil, fmt.Errorf("--collector.comm.reuse: %w", err)
 		}
