@@ -86,7 +86,15 @@ func TestExitedForgetsWatchedThreads(t *testing.T) {
 // totals stay with its cgroup's (processes gone) and the process has none.
 func TestSetWatchedSwitchesUse(t *testing.T) {
 	testenv.RequireRoot(t)
-	e, err := watch.New(1, 64)
+	// Every register a slot: a slot armed on what a sample outside the
+	// store loop touched (the clock's reads; more of them under the race
+	// detector) traps on nothing, and the reservoir keeps the first
+	// samples armed; with four, one of them is the variable's.
+	slots, err := watch.Slots(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := watch.New(slots, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +106,10 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Watch(e, 1); err != nil {
+	if err := d.Watch(e, slots); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.WatchReuse(e, 1, reuse.Private, ""); err != nil {
+	if err := d.WatchReuse(e, slots, reuse.Private, ""); err != nil {
 		t.Fatal(err)
 	}
 	pid := uint32(os.Getpid())
@@ -111,10 +119,9 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 	go func() {
 		runtime.LockOSThread()
 		tids <- uint32(unix.Gettid())
-		var v uint64
 		for range jobs {
 			for start := threadNS(); threadNS()-start < 30e6; {
-				accesses.StoreLoop(&v, 1000)
+				accesses.StoreLoop(&switchedVar, 1<<12)
 			}
 			done <- struct{}{}
 		}
@@ -164,6 +171,11 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 		t.Errorf("%d threads watched on the trap path, %d for reuse, %d with events; want the one on the trap path", comm, reused, len(e.Threads()))
 	}
 }
+
+// switchedVar is what TestSetWatchedSwitchesUse's thread stores to: a
+// package variable, which stays where one run's samples saw it for the
+// next (a goroutine's stack may move in between).
+var switchedVar uint64
 
 // threadNS is the calling thread's CPU time.
 func threadNS() int64 {
