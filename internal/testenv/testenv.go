@@ -6,6 +6,7 @@ package testenv
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 )
@@ -288,20 +291,15 @@ func HotplugCPU(t testing.TB) (cpu int, ctl string) {
 // (CONFIG_PARAVIRT_TIME_ACCOUNTING, as on this project's VMs).
 func Stolen(t testing.TB) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile("/proc/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		t.Fatalf("/proc/stat begins %q", line)
-	}
-	ticks, err := strconv.ParseUint(f[8], 10, 64)
+	st, err := fs.Stat()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Duration(ticks) * stealTick
+	return time.Duration(math.Round(st.CPUTotal.Steal * 1e9)) // seconds, in ticks of stealTick
 }
 
 // stealTick is /proc/stat's unit (USER_HZ 100).
