@@ -35,13 +35,24 @@ type Opener func(pid uint32, name string) (f File, key string, err error)
 type MemReader func(pid uint32, addr uint64, b []byte) (int, error)
 
 // Map resolves code addresses of processes.
+//
+// A file stays open while a process known to the map maps it, and a while
+// after: a program run again and again (a shell loop, a cron job) finds
+// its file loaded. What no process maps is closed by CloseIdle, or once
+// more than MaxIdle files wait, so that a node's churn of containers does
+// not keep every binary it ever ran open (and its disk space, once the
+// image is removed, held).
 type Map struct {
 	Maps  *addrmap.Maps
 	open  Opener
 	mem   MemReader
 	files map[string]*binary // by Opener key
 	names map[fileName]*binary
+	idle  []*binary // in files, mapped by no known process: oldest first
 }
+
+// MaxIdle is how many files no process maps stay open at most.
+const MaxIdle = 64
 
 type fileName struct {
 	pid  uint32
@@ -58,6 +69,8 @@ type binary struct {
 	lines []lineEntry // DWARF's line table by address, read on first use
 	read  bool        // lines was read (or found absent)
 	err   error
+	key   string // in Map.files; "" for a file that failed to open
+	refs  int    // names (process, mapped name) resolving to it
 }
 
 type symbol struct {
@@ -80,16 +93,45 @@ func (m *Map) Close() error {
 	}
 	m.files = map[string]*binary{}
 	m.names = map[fileName]*binary{}
+	m.idle = nil
 	return nil
 }
 
-// Forget drops what is known of pid's files (exec, exit).
+// Forget drops what is known of pid's files (exec, exit). A file no other
+// process maps waits, open, for CloseIdle.
 func (m *Map) Forget(pid uint32) {
-	for k := range m.names {
-		if k.pid == pid {
-			delete(m.names, k)
+	for k, b := range m.names {
+		if k.pid != pid {
+			continue
+		}
+		delete(m.names, k)
+		if b.key == "" {
+			continue
+		}
+		if b.refs--; b.refs == 0 {
+			m.idle = append(m.idle, b)
 		}
 	}
+	for len(m.idle) > MaxIdle {
+		m.closeFile(m.idle[0])
+		m.idle = m.idle[1:]
+	}
+}
+
+// CloseIdle closes the files no known process maps.
+func (m *Map) CloseIdle() {
+	for _, b := range m.idle {
+		m.closeFile(b)
+	}
+	m.idle = nil
+}
+
+// Open is how many files are open.
+func (m *Map) Open() int { return len(m.files) }
+
+func (m *Map) closeFile(b *binary) {
+	b.f.Close()
+	delete(m.files, b.key)
 }
 
 // kernelStart is where x86-64 and arm64 kernel addresses begin.
@@ -137,10 +179,19 @@ func (m *Map) binary(pid uint32, name string) *binary {
 	}
 	if b := m.files[key]; b != nil {
 		f.Close()
+		if b.refs == 0 {
+			m.idle = slices.DeleteFunc(m.idle, func(i *binary) bool { return i == b })
+		}
+		b.refs++
 		m.names[k] = b
 		return b
 	}
 	b := load(f)
+	if b.err != nil {
+		m.names[k] = b
+		return b
+	}
+	b.key, b.refs = key, 1
 	m.files[key], m.names[k] = b, b
 	return b
 }

@@ -130,3 +130,111 @@ func TestDWARFLinesAgreeWithPclntab(t *testing.T) {
 		t.Errorf("DWARF agrees with pclntab on %d of %d addresses", agree, compared)
 	}
 }
+
+// countedFile records its closing.
+type countedFile struct {
+	*os.File
+	closed *int
+}
+
+func (f countedFile) Close() error { *f.closed++; return f.File.Close() }
+
+// A file stays open while some process maps it; once none does it waits
+// for CloseIdle, and a process mapping it meanwhile takes it back without
+// loading it again. Without this every binary a node ever ran stayed open.
+func TestFilesClosedWhenNoProcessMapsThem(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := uint64(reflect.ValueOf(probe).Pointer())
+	var selfMap addrmap.Mapping
+	for _, mp := range selfMaps(t) {
+		if entry >= mp.Start && entry < mp.End {
+			selfMap = mp
+		}
+	}
+	maps := addrmap.New()
+	// Processes 1 and 2 map file A, process 3 file B: the test binary
+	// under two keys, as two files would be.
+	for pid, name := range map[uint32]string{1: "/A", 2: "/A", 3: "/B", 4: "/A"} {
+		mp := selfMap
+		mp.Name = name
+		maps.Set(pid, []addrmap.Mapping{mp})
+	}
+	opened, closed := map[string]int{}, 0
+	m := New(maps, func(_ uint32, name string) (File, string, error) {
+		f, err := os.Open(self)
+		opened[name]++
+		return countedFile{f, &closed}, name, err
+	}, nil)
+	defer m.Close()
+	for _, pid := range []uint32{1, 2, 3} {
+		if _, _, r := m.Text(pid, entry, nil); r != memop.Resolved {
+			t.Fatalf("pid %d: %v", pid, r)
+		}
+	}
+	// Each lookup of a new process opens its file to learn its key; a
+	// file already loaded is closed again at once.
+	if m.Open() != 2 || closed != 1 {
+		t.Fatalf("after three processes: %d files open, %d closes; want 2 and 1", m.Open(), closed)
+	}
+	m.Forget(1)
+	m.CloseIdle()
+	if m.Open() != 2 || closed != 1 {
+		t.Errorf("process 2 still maps A: %d files open, %d closes", m.Open(), closed)
+	}
+	m.Forget(2)
+	m.Forget(3)
+	if m.Open() != 2 || closed != 1 {
+		t.Errorf("idle files are kept until CloseIdle: %d open, %d closes", m.Open(), closed)
+	}
+	// Process 4 maps A: the idle file is taken back, not loaded again.
+	before := m.files["/A"]
+	if _, _, r := m.Text(4, entry, nil); r != memop.Resolved || m.files["/A"] != before {
+		t.Fatalf("process 4: %v, same binary %v", r, m.files["/A"] == before)
+	}
+	m.CloseIdle()
+	if m.Open() != 1 || closed != 3 || m.files["/A"] == nil {
+		t.Errorf("after CloseIdle: %d files open (A: %v), %d closes; want only A, which process 4 maps, and 3 closes", m.Open(), m.files["/A"] != nil, closed)
+	}
+	m.Forget(4)
+	m.CloseIdle()
+	if m.Open() != 0 || closed != 4 {
+		t.Errorf("no process left: %d files open, %d closes", m.Open(), closed)
+	}
+}
+
+// At most MaxIdle files wait for CloseIdle, the oldest closed first.
+func TestIdleFilesBounded(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := uint64(reflect.ValueOf(probe).Pointer())
+	maps := addrmap.New()
+	for _, mp := range selfMaps(t) {
+		if entry >= mp.Start && entry < mp.End {
+			for pid := uint32(1); pid <= MaxIdle+3; pid++ {
+				mp.Name = fmt.Sprintf("/file%d", pid)
+				maps.Set(pid, []addrmap.Mapping{mp})
+			}
+		}
+	}
+	closed := 0
+	m := New(maps, func(_ uint32, name string) (File, string, error) {
+		f, err := os.Open(self)
+		return countedFile{f, &closed}, name, err
+	}, nil)
+	defer m.Close()
+	for pid := uint32(1); pid <= MaxIdle+3; pid++ {
+		if _, _, r := m.Text(pid, entry, nil); r != memop.Resolved {
+			t.Fatalf("pid %d: %v", pid, r)
+		}
+		m.Forget(pid)
+	}
+	if m.Open() != MaxIdle || closed != 3 || m.files["/file1"] != nil || m.files["/file4"] == nil {
+		t.Errorf("%d files open, %d closed (file1 open: %v, file4: %v); want %d open, the first 3 closed",
+			m.Open(), closed, m.files["/file1"] != nil, m.files["/file4"] != nil, MaxIdle)
+	}
+}
