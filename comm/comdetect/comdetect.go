@@ -184,6 +184,13 @@ func (t *thread) fresh(pt uint64) bool {
 	return t.recent[t.n%w] <= pt // the oldest of the last w samples
 }
 
+// fresh says whether publication e is fresh for its own thread: a thread
+// forgotten (exited) no longer keeps it.
+func (p *process) fresh(e *publication) bool {
+	t := p.threads[e.tid]
+	return t != nil && t.fresh(e.time)
+}
+
 func (t *thread) push(time uint64) {
 	t.recent[t.n%len(t.recent)] = time
 	t.n++
@@ -204,6 +211,43 @@ func (d *Detector) Forget(pid uint32) {
 		d.gone.merge(p.det)
 	}
 	delete(d.procs, pid)
+}
+
+// Threads are pid's threads with a row or state.
+func (d *Detector) Threads(pid uint32) []uint32 {
+	p := d.procs[pid]
+	if p == nil {
+		return nil
+	}
+	out := make([]uint32, 0, len(p.threads))
+	for tid := range p.threads {
+		out = append(out, tid)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ForgetThreads drops threads of pid that exited: their state, their rows
+// and the pairs they took part in. The process's totals and lines keep
+// every detection; a reader may still detect a publication of theirs on
+// the board (the data they wrote is there), which counts in the totals
+// but in no pair, and, with no sample of theirs left to expire it, any
+// store may replace it. A long-lived process that starts and ends threads
+// would otherwise keep a row, and a matrix growing with their square, for
+// every thread it ever had.
+func (d *Detector) ForgetThreads(pid uint32, tids []uint32) {
+	p := d.procs[pid]
+	if p == nil {
+		return
+	}
+	for _, tid := range tids {
+		delete(p.threads, tid)
+	}
+	for pr := range p.pairs {
+		if p.threads[pr.a] == nil || p.threads[pr.b] == nil {
+			delete(p.pairs, pr)
+		}
+	}
 }
 
 // Detection is what Add found: nothing (Kind NotShared), or communication
@@ -231,7 +275,7 @@ func (d *Detector) Add(a *Access) Detection {
 			found.Kind = cacheline.TrueSharing
 		}
 	}
-	if a.Store && (!e.valid || e.line == line || !d.thread(p, e.tid).fresh(e.time)) {
+	if a.Store && (!e.valid || e.line == line || !p.fresh(e)) {
 		*e = publication{line: line, addr: a.Addr, time: a.Time, pc: a.IP, tid: a.TID, cpu: a.CPU, width: a.Size, valid: true}
 	}
 	t.push(a.Time)
@@ -240,12 +284,14 @@ func (d *Detector) Add(a *Access) Detection {
 
 func (d *Detector) detect(p *process, a *Access, e *publication, trueSharing bool, volume uint64) {
 	p.det.Add(volume, trueSharing)
-	c := p.pairs[pairOf(a.TID, e.tid)]
-	if c == nil {
-		c = &Cell{}
-		p.pairs[pairOf(a.TID, e.tid)] = c
+	if p.threads[a.TID] != nil && p.threads[e.tid] != nil { // else one has exited: no row
+		c := p.pairs[pairOf(a.TID, e.tid)]
+		if c == nil {
+			c = &Cell{}
+			p.pairs[pairOf(a.TID, e.tid)] = c
+		}
+		c.Add(volume, trueSharing)
 	}
-	c.Add(volume, trueSharing)
 	if a.CPU != e.cpu {
 		c := p.cpus[pairOf(a.CPU, e.cpu)]
 		if c == nil {

@@ -132,3 +132,43 @@ func TestAddDoesNotAllocate(t *testing.T) {
 		t.Errorf("%.1f allocations per run", n)
 	}
 }
+
+// A thread that exited loses its row and its pairs; the totals keep what
+// it took part in. Its publication stays on the board for others to read
+// (counted in the totals, in no pair) and a store to another line of the
+// same board slot replaces it: no later sample of the thread can expire it.
+func TestForgetThreads(t *testing.T) {
+	const lineB = lineA + 2*LineSize
+	d := New(Options{})
+	d.Add(acc(10, 0, 1, lineA, true))
+	d.Add(acc(11, 1, 2, lineA, false)) // 11↔10 true
+	d.Add(acc(12, 1, 3, lineB, true))
+	d.Add(acc(10, 0, 4, lineB+8, false)) // 10↔12 false
+	before := d.Report(1, 10)[0]
+	if !slices.Equal(before.Threads, []uint32{10, 11, 12}) || before.Totals.Detections != 2 {
+		t.Fatalf("before: threads %v, %d detections", before.Threads, before.Totals.Detections)
+	}
+	d.ForgetThreads(1, []uint32{12})
+	if got := d.Threads(1); !slices.Equal(got, []uint32{10, 11}) {
+		t.Errorf("threads after 12 exited: %v", got)
+	}
+	d.Add(acc(11, 1, 5, lineB, false)) // reads what 12 wrote: true sharing, no pair
+	m := d.Report(1, 10)[0]
+	if !slices.Equal(m.Threads, []uint32{10, 11}) || m.All[0][1] != 1000 || m.All[1][0] != 1000 {
+		t.Errorf("after: threads %v, matrix %v; want 10 and 11 with their one detection", m.Threads, m.All)
+	}
+	if m.Totals.Detections != 3 || m.Totals.TrueCount != 2 || m.Totals.FalseCount != 1 {
+		t.Errorf("totals %+v, want 3 detections (2 true, 1 false)", m.Totals)
+	}
+	// 12's entry does not hold its board slot against another line.
+	other := uint64(lineB + 127*LineSize)
+	d.Add(acc(10, 0, 6, other, true))
+	d.Add(acc(11, 1, 7, other, false))
+	if m := d.Report(1, 10)[0]; m.All[0][1] != 2000 || m.Totals.Detections != 4 {
+		t.Errorf("a store to another line of 12's slot: pair 10↔11 %d, %d detections; want 2000 and 4", m.All[0][1], m.Totals.Detections)
+	}
+	if got := d.Threads(1); !slices.Equal(got, []uint32{10, 11}) {
+		t.Errorf("threads after more accesses: %v, 12 came back", got)
+	}
+	d.ForgetThreads(2, []uint32{10}) // no such process: nothing happens
+}

@@ -2,6 +2,7 @@ package comdetect
 
 import (
 	"math/rand/v2"
+	"slices"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 )
@@ -112,6 +113,20 @@ func (w *Watcher) Trapped(a *Access, period uint64) Detection {
 		kind = cacheline.TrueSharing
 	}
 	return Detection{Kind: kind, Peer: e.tid, PeerCPU: e.cpu}
+}
+
+// ForgetThreads drops what the watcher keeps of pid's threads that exited:
+// their publications (no thread arms on them any more) and the lines they
+// watched. A thread still watching one of their publications keeps it: a
+// trap on it is a read of what they wrote.
+func (w *Watcher) ForgetThreads(pid uint32, tids []uint32) {
+	w.recent[pid] = slices.DeleteFunc(w.recent[pid], func(p publication) bool { return slices.Contains(tids, p.tid) })
+	if len(w.recent[pid]) == 0 {
+		delete(w.recent, pid)
+	}
+	for _, tid := range tids {
+		delete(w.watch, watchKey{pid, tid})
+	}
 }
 
 // Forget drops what the watcher keeps of a process that is gone (or ran

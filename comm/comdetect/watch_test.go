@@ -83,3 +83,29 @@ func TestWatcherForgetsProcesses(t *testing.T) {
 		t.Errorf("watched lines after forgetting pid 1: %v", w.watch)
 	}
 }
+
+// A thread that exited leaves the watcher: its publications are no longer
+// armed on and its watched line goes; another thread's stay.
+func TestWatcherForgetsThreads(t *testing.T) {
+	w := NewWatcher(New(Options{}), nopRegisters{}, 4, 1)
+	w.Sampled(&Access{PID: 1, TID: 10, Addr: 0x1000, Size: 8, Store: true, Time: 1, Period: 1}, false)
+	w.Sampled(&Access{PID: 1, TID: 11, Addr: 0x2000, Size: 8, Store: true, Time: 2, Period: 1}, true) // arms on 10's line
+	w.Sampled(&Access{PID: 1, TID: 12, Addr: 0x3000, Size: 8, Time: 3, Period: 1}, true)
+	if len(w.recent[1]) != 2 || len(w.watch) != 2 {
+		t.Fatalf("before: %d publications, %d threads watching; want 2 and 2", len(w.recent[1]), len(w.watch))
+	}
+	armed := w.watch[watchKey{1, 12}]
+	w.ForgetThreads(1, []uint32{10, 11})
+	if _, ok := w.recent[1]; ok {
+		t.Errorf("publications of exited threads kept: %v", w.recent[1])
+	}
+	if _, ok := w.watch[watchKey{1, 12}]; !ok || len(w.watch) != 1 {
+		t.Errorf("watched lines after 10 and 11 exited: %v; want only 12's", w.watch)
+	}
+	for range 20 { // nothing left to arm on
+		w.Sampled(&Access{PID: 1, TID: 12, Addr: 0x3000, Size: 8, Time: 4, Period: 1}, true)
+	}
+	if wt := w.watch[watchKey{1, 12}]; wt != armed {
+		t.Errorf("12 watches %+v, armed on %+v before: a sample armed on what exited threads published", wt, armed)
+	}
+}
