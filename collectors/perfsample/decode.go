@@ -177,6 +177,25 @@ func (d *Decoder) mapped(m perfrecord.Mmap) {
 // Exited forgets a process that is gone.
 func (d *Decoder) Exited(pid uint32) { d.exec(pid) }
 
+// ThreadsExited forgets threads of pid that are gone while the process
+// lives on: their rows of its matrices and what the watcher kept of them.
+func (d *Decoder) ThreadsExited(pid uint32, tids []uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.det.ForgetThreads(pid, tids)
+	if d.watcher != nil {
+		d.watcher.ForgetThreads(pid, tids)
+	}
+}
+
+// CloseIdleCode closes the mapped files that no process known to the
+// decoder maps any more.
+func (d *Decoder) CloseIdleCode() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.code.CloseIdle()
+}
+
 // exec forgets what was known of a process that ran a new program.
 func (d *Decoder) exec(pid uint32) {
 	d.mu.Lock()

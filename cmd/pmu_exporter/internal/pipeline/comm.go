@@ -980,7 +980,8 @@ func podCgroups(root string, pods map[string]registers) map[string]registers {
 	return out
 }
 
-// forgetExited drops, every minute, the matrices of processes that exited.
+// forgetExited drops, every minute, what the decoder keeps of processes
+// and threads that exited.
 func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -990,18 +991,41 @@ func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
 			return
 		case <-t.C:
 		}
-		var gone []uint32
-		dec.View(func(det *comdetect.Detector, _ memop.Outcomes) {
-			for _, pid := range det.PIDs() {
-				if _, err := os.Stat(filepath.Join(proc, strconv.Itoa(int(pid)))); errors.Is(err, os.ErrNotExist) {
-					gone = append(gone, pid)
-				}
-			}
-		})
-		for _, pid := range gone {
+		sweepExited(dec, proc)
+	}
+}
+
+// sweepExited forgets the processes and threads known to dec that proc
+// no longer lists, then closes the files none of the rest maps. The
+// decoder's lock is held only to list them, not while proc is read.
+func sweepExited(dec *perfsample.Decoder, proc string) {
+	known := map[uint32][]uint32{}
+	dec.View(func(det *comdetect.Detector, _ memop.Outcomes) {
+		for _, pid := range det.PIDs() {
+			known[pid] = det.Threads(pid)
+		}
+	})
+	gone := func(path string) bool {
+		_, err := os.Stat(path)
+		return errors.Is(err, os.ErrNotExist)
+	}
+	for pid, tids := range known {
+		dir := filepath.Join(proc, strconv.Itoa(int(pid)))
+		if gone(dir) {
 			dec.Exited(pid)
+			continue
+		}
+		var exited []uint32
+		for _, tid := range tids {
+			if gone(filepath.Join(dir, "task", strconv.Itoa(int(tid)))) {
+				exited = append(exited, tid)
+			}
+		}
+		if len(exited) > 0 {
+			dec.ThreadsExited(pid, exited)
 		}
 	}
+	dec.CloseIdleCode()
 }
 
 // commView is the detector as /debug/comm reads it, live or replayed.
