@@ -318,9 +318,13 @@ func (d *Detector) detect(p *process, a *Access, e *publication, trueSharing boo
 
 // Matrix is one process's communication.
 type Matrix struct {
-	PID     uint32
-	Comm    string
-	Threads []uint32 // the matrices' rows and columns: the sampled threads
+	PID  uint32
+	Comm string
+	// Threads are the matrices' rows and columns: the threads that
+	// communicated. A row of zeros says nothing, and a process of
+	// thousands of threads of which a few share data would otherwise
+	// report a matrix of millions of cells.
+	Threads []uint32
 	Names   []string // the threads' names
 	// All, True and False are estimated accesses between threads:
 	// symmetric, zero diagonal.
@@ -352,10 +356,12 @@ func (d *Detector) Report(pid uint32, topLines int) []Matrix {
 
 func (p *process) matrix(pid uint32, topLines int) Matrix {
 	m := Matrix{PID: pid, Comm: p.comm, Totals: p.det}
-	for tid, t := range p.threads {
-		if t.n > 0 { // named but never sampled: no row
-			m.Threads = append(m.Threads, tid)
-		}
+	rows := map[uint32]bool{}
+	for pr := range p.pairs {
+		rows[pr.a], rows[pr.b] = true, true
+	}
+	for tid := range rows {
+		m.Threads = append(m.Threads, tid)
 	}
 	slices.Sort(m.Threads)
 	idx := map[uint32]int{}

@@ -60,7 +60,8 @@ func TestAlgorithmOne(t *testing.T) {
 }
 
 // The matrices are symmetric with a zero diagonal, indexed like Threads
-// and CPUs; CPU pairs count only transfers between different CPUs.
+// (those that communicated) and CPUs; CPU pairs count only transfers
+// between different CPUs.
 func TestMatrices(t *testing.T) {
 	d := New(Options{})
 	d.SetName(1, 1, "bench")
@@ -68,6 +69,7 @@ func TestMatrices(t *testing.T) {
 	d.Add(acc(10, 0, 1, lineA, true))
 	d.Add(acc(11, 1, 2, lineA+8, true))  // 11↔10 false, CPUs 1↔0
 	d.Add(acc(12, 1, 3, lineA+8, false)) // 12↔11 true, same CPU
+	d.Add(acc(13, 0, 4, 0x90000, true))  // sampled, shares nothing: no row
 	r := d.Report(0, 10)
 	if len(r) != 1 {
 		t.Fatalf("%d processes", len(r))
