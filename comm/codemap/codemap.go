@@ -52,7 +52,7 @@ type Map struct {
 }
 
 // MaxIdle is how many files no process maps stay open at most.
-const MaxIdle = 64
+const MaxIdle = 16
 
 type fileName struct {
 	pid  uint32
@@ -65,12 +65,15 @@ type binary struct {
 	loads []elf.ProgHeader // PT_LOAD
 	syms  []symbol         // functions, by address
 	gotab *gosym.Table     // a Go binary's source lines, else nil
-	ef    *elf.File
-	lines []lineEntry // DWARF's line table by address, read on first use
-	read  bool        // lines was read (or found absent)
-	err   error
-	key   string // in Map.files; "" for a file that failed to open
-	refs  int    // names (process, mapped name) resolving to it
+	// goRead says gotab was looked for: a Go binary with a symbol table
+	// reads its pclntab (megabytes) only when a report names its code.
+	goRead bool
+	ef     *elf.File
+	lines  []lineEntry // DWARF's line table by address, read on first use
+	read   bool        // lines was read (or found absent)
+	err    error
+	key    string // in Map.files; "" for a file that failed to open
+	refs   int    // names (process, mapped name) resolving to it
 }
 
 type symbol struct {
@@ -224,9 +227,6 @@ func load(f File) *binary {
 				b.syms = append(b.syms, symbol{s.Value, s.Size, s.Name})
 			}
 		}
-		if ef.Section(".gopclntab") != nil {
-			b.goLines(ef)
-		}
 	}
 	slices.SortFunc(b.syms, func(x, y symbol) int { return cmp.Compare(x.addr, y.addr) })
 	return b
@@ -368,6 +368,12 @@ type lineEntry struct {
 // source is file:line of vaddr: from Go's pclntab, else DWARF's line
 // tables (C and C++ built with -g), else "".
 func (b *binary) source(vaddr uint64) string {
+	if !b.goRead {
+		b.goRead = true
+		if b.gotab == nil {
+			b.goLines(b.ef)
+		}
+	}
 	if b.gotab != nil {
 		if file, line, _ := b.gotab.PCToLine(vaddr); file != "" {
 			return fmt.Sprintf("%s:%d", file, line)

@@ -108,6 +108,12 @@ func TestDWARFLinesAgreeWithPclntab(t *testing.T) {
 	}
 	b := load(f)
 	defer f.Close()
+	// Its symbol table gives the functions; the pclntab waits for the
+	// first source line asked for.
+	if b.gotab != nil {
+		t.Errorf("the pclntab of a binary with symbols was read before any source line was asked for")
+	}
+	b.source(b.syms[0].addr)
 	if b.gotab == nil || len(b.syms) < 1000 {
 		t.Fatalf("pclntab %v, %d functions", b.gotab != nil, len(b.syms))
 	}
