@@ -22,16 +22,16 @@ type CommSource interface {
 // CommCollector exports communication between threads, node-wide, and what
 // the address sampler could and could not resolve.
 type CommCollector struct {
-	src                          CommSource
-	outcomes, detections, volume *prometheus.Desc
-	widths                       *prometheus.Desc
-	window, domains, period      *prometheus.Desc
-	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
-	source                       string          // the sampler whose accesses the detections come from
-	watch                        func() WatchStats
-	traps, arms, watchedThreads  *prometheus.Desc
-	budget, trapCost, targetCPU  *prometheus.Desc
-	trapCPU, denied              *prometheus.Desc
+	src                                 CommSource
+	outcomes, detections, volume        *prometheus.Desc
+	widths                              *prometheus.Desc
+	window, domains, period             *prometheus.Desc
+	periods                             func() []uint64 // the samplers' periods in ns (nil: not exported)
+	source                              string          // the sampler whose accesses the detections come from
+	watch                               func() WatchStats
+	traps, arms, watchedThreads, joined *prometheus.Desc
+	budget, trapCost, targetCPU         *prometheus.Desc
+	trapCPU, denied                     *prometheus.Desc
 
 	stats    *samplestat.Stats // per-cgroup sharing (nil: none)
 	cgroups  CgroupIDs
@@ -71,6 +71,8 @@ func NewComm(src CommSource) *CommCollector {
 type WatchStats struct {
 	Traps, Unresolved, Lost, Arms, Recorded, Reuse uint64
 	Threads, ReuseThreads                          int
+	// Joined: threads given their events at their first sample.
+	Joined uint64
 	// The governor's (Governed false: none): its budget (a share of the
 	// targets' CPU time), a trap's measured cost (s), the targets' CPU
 	// time while watched (s), what their traps cost them (s), and the
@@ -88,6 +90,7 @@ func (c *CommCollector) WithWatch(f func() WatchStats) *CommCollector {
 		[]string{"outcome"}, nil)
 	c.arms = prometheus.NewDesc("pmu_comm_watchpoint_arms_total", "Watchpoints armed by sampled accesses (both algorithms).", nil, nil)
 	c.watchedThreads = prometheus.NewDesc("pmu_comm_watched_threads", "Threads with watchpoint events open, by what their registers serve (use: watchpoints, ComDetective's trap path; reuse, ReuseTracker).", []string{"use"}, nil)
+	c.joined = prometheus.NewDesc("pmu_comm_watched_threads_joined_total", "Threads of watched processes given watchpoint events at their first sample, before the second's reading of their cgroup's threads found them (short-lived threads).", nil, nil)
 	c.budget = prometheus.NewDesc("pmu_comm_watchpoint_budget_ratio", "The share of a watched process's CPU time its watchpoint traps may cost it (--collector.comm.watch-budget).", nil, nil)
 	c.trapCost = prometheus.NewDesc("pmu_comm_watchpoint_trap_cost_seconds", "What one trap costs the trapping thread, measured at start on the exporter's own thread (CPU time of stores watched minus unwatched, per store).", nil, nil)
 	c.targetCPU = prometheus.NewDesc("pmu_comm_watchpoint_target_cpu_seconds_total", "CPU time the watched processes ran while watched.", nil, nil)
@@ -137,6 +140,7 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.traps
 		ch <- c.arms
 		ch <- c.watchedThreads
+		ch <- c.joined
 		ch <- c.budget
 		ch <- c.trapCost
 		ch <- c.targetCPU
@@ -185,6 +189,7 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.arms, prometheus.CounterValue, float64(w.Arms))
 		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.Threads), "watchpoints")
 		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.ReuseThreads), "reuse")
+		ch <- prometheus.MustNewConstMetric(c.joined, prometheus.CounterValue, float64(w.Joined))
 		if w.Governed {
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, w.Budget)
 			ch <- prometheus.MustNewConstMetric(c.trapCost, prometheus.GaugeValue, w.TrapCost)

@@ -343,10 +343,7 @@ func TestServeCommPodsChooseRegisters(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the benchmarks' code is checked as x86-64 here")
 	testenv.RequireRoot(t)
 	share := buildShareBench(t)
-	walker := filepath.Join(t.TempDir(), "reusebench")
-	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", walker, "../../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
-		t.Fatalf("building reusebench: %v\n%s", err, out)
-	}
+	walker := buildGroundTruth(t, "reusebench")
 	uid := func(prefix string) string {
 		return fmt.Sprintf("%s-%04x-1111-2222-333344445555", prefix, os.Getpid()&0xffff)
 	}
@@ -445,6 +442,49 @@ func TestServeCommWatchpoints(t *testing.T) {
 				t.Errorf("the shared variable's line: %+v", line)
 			}
 		}
+	}
+}
+
+// Threads that live 20 ms each (a thread-per-request server's) are never
+// in a cgroup's thread list when the exporter reads it, once a second;
+// each gets its watchpoints at its first sample instead, and the trap
+// path records their false sharing. Before, the watched threads were the
+// Go runtime's long-lived ones, which share nothing, and the few traps
+// came from a worker the list happened to catch. The budget is wide (20%)
+// so that the governor does not bound the traps: 100 to 130 in 7 s here
+// with two spinning processes beside, against 4 to 9 before.
+func TestServeCommWatchpointsShortLivedThreads(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the trap's access is decoded as x86-64 here")
+	testenv.RequireRoot(t)
+	churn := buildGroundTruth(t, "threadchurn")
+	top, dirs := testenv.Cgroups(t, "job")
+	p := start(t, nil, "--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2",
+		"--collector.comm.cgroup="+top+"/job", "--collector.comm.watchpoints", "--collector.comm.watch-budget=0.2")
+	cg, err := os.Open(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	cmd := exec.Command(churn, "-life", "20ms", "-duration", "8s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	var joined, recorded float64
+	for range 70 {
+		time.Sleep(100 * time.Millisecond)
+		_, mfs := p.scrape(t)
+		joined, _ = value(t, mfs, "pmu_comm_watched_threads_joined_total", nil)
+		recorded, _ = value(t, mfs, "pmu_comm_watchpoint_traps_total", map[string]string{"outcome": "recorded"})
+		if joined >= 10 && recorded >= 40 {
+			break
+		}
+	}
+	t.Logf("%.0f threads given watchpoints at a sample, %.0f traps recorded", joined, recorded)
+	if joined < 10 || recorded < 40 {
+		t.Fatalf("%.0f threads given watchpoints at a sample, %.0f traps recorded as communication; want 10 and 40 or more (without: none and 3 to 9 in 7 s)\n%s", joined, recorded, p.log)
 	}
 }
 
@@ -649,10 +689,7 @@ func TestServeReuseEventClock(t *testing.T) {
 // scrapes it.
 func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseRun {
 	t.Helper()
-	bench := filepath.Join(t.TempDir(), "reusebench")
-	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bench, "../../internal/groundtruth/reusebench").CombinedOutput(); err != nil {
-		t.Fatalf("building reusebench: %v\n%s", err, out)
-	}
+	bench := buildGroundTruth(t, "reusebench")
 	top, dirs := testenv.Cgroups(t, "job")
 	mode := "private"
 	if slices.Contains(flags, "--collector.comm.reuse-mode=shared") {

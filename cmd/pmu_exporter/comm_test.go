@@ -25,12 +25,15 @@ type benchLayout struct {
 }
 
 // buildShareBench builds the ground-truth benchmarks.
-func buildShareBench(t *testing.T) string {
+func buildShareBench(t *testing.T) string { t.Helper(); return buildGroundTruth(t, "sharebench") }
+
+// buildGroundTruth builds the program internal/groundtruth/NAME.
+func buildGroundTruth(t *testing.T, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "sharebench")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, "../../internal/groundtruth/sharebench")
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, "../../internal/groundtruth/"+name)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building sharebench: %v\n%s", err, b)
+		t.Fatalf("building %s: %v\n%s", name, err, b)
 	}
 	return out
 }

@@ -91,6 +91,10 @@ type Decoder struct {
 	domainIDs                              map[string]int
 	traps, trapUnresolved, trapsLost, arms uint64
 	reuseTraps                             uint64 // of traps: ReuseTracker's
+	// maxWatched > 0: threads are given events at their first sample
+	// (WatchNewThreads), up to that many; joined counts them.
+	maxWatched int
+	joined     uint64
 	// armedAt are the times of the pass's samples that armed a reuse slot,
 	// and armLatencies how long after its sample each arm took effect,
 	// by log2 bin of ReuseClock units: a reuse sooner than that is missed
@@ -276,6 +280,9 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		// The governor is asked only for a sample that would arm (not,
 		// in private reuse, the address sampler's: the leaders' arm).
 		watched := d.watched[a.PID] != nil
+		if watched && d.maxWatched > 0 && d.lastOf[[2]uint32{a.PID, a.TID}] == k {
+			d.join(a.PID, a.TID)
+		}
 		if watched && d.reusing[a.PID] {
 			found = d.det.Add(a)
 			if !d.ownClock && (d.gov == nil || d.gov.Allow(a.PID)) && d.tracker(a.PID).Sample(reuseUse(a, ReuseClock(a.Time))) {
@@ -490,6 +497,39 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32, use Use) error {
 	return errors.Join(errs...)
 }
 
+// WatchNewThreads gives a watched process's thread its events at its
+// first sample, when SetWatched has not (yet) given it any, up to max
+// threads with events in all. The threads SetWatched is given are found
+// by reading lists (a cgroup's, every second): without this a thread that
+// lives less than that, as a thread-per-request server's do, never gets
+// a watchpoint.
+func (d *Decoder) WatchNewThreads(max int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.maxWatched = max
+}
+
+// join gives thread tid of watched process pid its events, as its
+// process's use wants. A thread that has exited by now stays without: its
+// sample was read late.
+func (d *Decoder) join(pid, tid uint32) {
+	if d.engine.Watching(tid) || d.engine.NumThreads() >= d.maxWatched {
+		return
+	}
+	add := d.engine.AddCounting
+	if d.reusing[pid] {
+		add = d.engine.Add
+	}
+	if add(tid) != nil {
+		return
+	}
+	d.watched[pid] = append(d.watched[pid], tid)
+	d.joined++
+	if t := d.trackers[pid]; t != nil {
+		t.Join(tid)
+	}
+}
+
 // WatchedThreads is how many threads have watchpoint events, on the trap
 // path and for ReuseTracker.
 func (d *Decoder) WatchedThreads() (communication, reuse int) {
@@ -566,15 +606,16 @@ type WatchTotals struct {
 	// invalidation, or stale).
 	Traps, Unresolved, Communication, Reuse uint64
 	// Lost: traps the kernel dropped for a full ring; Arms: watchpoints
-	// armed, by both algorithms.
-	Lost, Arms uint64
+	// armed, by both algorithms; Joined: threads given their events at
+	// their first sample (WatchNewThreads).
+	Lost, Arms, Joined uint64
 }
 
 // WatchStats are the watchpoints' totals.
 func (d *Decoder) WatchStats() WatchTotals {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	w := WatchTotals{Traps: d.traps, Unresolved: d.trapUnresolved, Reuse: d.reuseTraps, Lost: d.trapsLost, Arms: d.arms}
+	w := WatchTotals{Traps: d.traps, Unresolved: d.trapUnresolved, Reuse: d.reuseTraps, Lost: d.trapsLost, Arms: d.arms, Joined: d.joined}
 	if d.watcher != nil {
 		w.Communication = d.watcher.Traps
 	}

@@ -1,6 +1,7 @@
 package perfsample
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"testing"
@@ -9,8 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -182,4 +186,87 @@ func threadNS() int64 {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
 	return ts.Nano()
+}
+
+// A thread of a watched process that the lists have not named yet gets its
+// events at its first sample, up to the limit; one that has exited by the
+// time its sample is read gets none, and no error stops the others.
+func TestSampledThreadsJoin(t *testing.T) {
+	testenv.RequireRoot(t)
+	e, err := watch.New(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	d, err := NewDecoder("/proc", comdetect.New(comdetect.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Watch(e, 1); err != nil {
+		t.Fatal(err)
+	}
+	d.WatchNewThreads(2)
+	live := func() (uint32, func()) {
+		tids, stop := make(chan uint32), make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			tids <- uint32(unix.Gettid())
+			<-stop
+		}()
+		return <-tids, func() { close(stop) }
+	}
+	pid := uint32(os.Getpid())
+	a, stopA := live()
+	defer stopA()
+	b, stopB := live()
+	defer stopB()
+	c, stopC := live()
+	defer stopC()
+	gone := exitedTID(t)
+	if err := d.SetWatched(pid, []uint32{a}, Communication); err != nil {
+		t.Fatal(err)
+	}
+	stats := samplestat.New(1, 64)
+	batch := stats.Lock()
+	for i, tid := range []uint32{gone, b, c} { // c comes after the limit is reached
+		d.queue(cacheline.Access{PID: pid, TID: tid, Addr: 0x1000 + 64*uint64(i), Size: 8, Store: true, Time: uint64(i + 1), Period: 1}, &perfrecord.Sample{}, 0, true)
+	}
+	d.flush(batch)
+	batch.Unlock()
+	if !e.Watching(a) || !e.Watching(b) || e.Watching(c) || e.Watching(gone) {
+		t.Errorf("events in a %v, b %v, c %v, the exited thread %v; want a (listed) and b (sampled) only", e.Watching(a), e.Watching(b), e.Watching(c), e.Watching(gone))
+	}
+	if w := d.WatchStats(); w.Joined != 1 {
+		t.Errorf("%d threads joined at a sample, want 1", w.Joined)
+	}
+	// The next listing without b (it exited) closes its events.
+	if err := d.SetWatched(pid, []uint32{a}, Communication); err != nil {
+		t.Fatal(err)
+	}
+	if comm, _ := d.WatchedThreads(); comm != 1 || e.Watching(b) {
+		t.Errorf("%d threads watched after b left the list (b has events: %v)", comm, e.Watching(b))
+	}
+}
+
+// exitedTID is the id a thread of this process had; it has exited.
+func exitedTID(t *testing.T) uint32 {
+	for range 10 {
+		tids := make(chan uint32)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			tids <- uint32(unix.Gettid())
+		}()
+		tid := <-tids
+		if int(tid) == os.Getpid() {
+			continue // the main thread is never let go
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); os.IsNotExist(err) {
+				return tid
+			}
+		}
+	}
+	t.Fatal("no thread exited")
+	return 0
 }

@@ -327,6 +327,12 @@ func (e *Engine) index() error {
 	return nil
 }
 
+// Watching says whether thread tid has events.
+func (e *Engine) Watching(tid uint32) bool { return e.threads[tid] != nil }
+
+// NumThreads is how many threads have events.
+func (e *Engine) NumThreads() int { return len(e.threads) }
+
 // Remove closes thread tid's events (it exited).
 func (e *Engine) Remove(tid uint32) {
 	t := e.threads[tid]

@@ -178,7 +178,7 @@ func setupComm(b *build) error {
 			g, budget, cost, ok := dec.Governed()
 			threads, reuseThreads := dec.WatchedThreads()
 			return exporter.WatchStats{Traps: w.Traps, Unresolved: w.Unresolved, Lost: w.Lost, Arms: w.Arms, Recorded: w.Communication, Reuse: w.Reuse,
-				Threads: threads, ReuseThreads: reuseThreads,
+				Threads: threads, ReuseThreads: reuseThreads, Joined: w.Joined,
 				Governed: ok, Budget: budget, TrapCost: cost, CPU: g.CPU, Cost: g.Spent, Denied: g.Denied}
 		})
 	}
@@ -334,6 +334,7 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 		}
 	}
 	dec.Govern(o.watchBudget, cost)
+	dec.WatchNewThreads(o.maxWatched)
 	b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched,
 		"trap_cost", cost, "budget", o.watchBudget, "node", o.registers(), "pods_choose", anyPod)
 	ok = true
