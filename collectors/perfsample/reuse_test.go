@@ -1,7 +1,6 @@
 package perfsample
 
 import (
-	"fmt"
 	"os"
 	"runtime"
 	"testing"
@@ -223,7 +222,7 @@ func TestSampledThreadsJoin(t *testing.T) {
 	defer stopB()
 	c, stopC := live()
 	defer stopC()
-	gone := exitedTID(t)
+	gone := testenv.ExitedThread(t)
 	if err := d.SetWatched(pid, []uint32{a}, Communication); err != nil {
 		t.Fatal(err)
 	}
@@ -247,26 +246,4 @@ func TestSampledThreadsJoin(t *testing.T) {
 	if comm, _ := d.WatchedThreads(); comm != 1 || e.Watching(b) {
 		t.Errorf("%d threads watched after b left the list (b has events: %v)", comm, e.Watching(b))
 	}
-}
-
-// exitedTID is the id a thread of this process had; it has exited.
-func exitedTID(t *testing.T) uint32 {
-	for range 10 {
-		tids := make(chan uint32)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-			tids <- uint32(unix.Gettid())
-		}()
-		tid := <-tids
-		if int(tid) == os.Getpid() {
-			continue // the main thread is never let go
-		}
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); os.IsNotExist(err) {
-				return tid
-			}
-		}
-	}
-	t.Fatal("no thread exited")
-	return 0
 }

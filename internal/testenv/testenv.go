@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -310,4 +311,30 @@ const stealTick = 10 * time.Millisecond
 // clock of a task ran meanwhile than the scheduler's.
 func StolenSince(t testing.TB, from time.Duration) time.Duration {
 	return Stolen(t) - from + stealTick
+}
+
+// ExitedThread is the id a thread of this process had; the thread has
+// exited (its /proc/self/task entry is gone).
+func ExitedThread(t testing.TB) uint32 {
+	t.Helper()
+	for range 10 {
+		tids := make(chan uint32)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			tids <- uint32(syscall.Gettid())
+		}()
+		tid := <-tids
+		if int(tid) == os.Getpid() {
+			continue // the main thread never exits: the runtime wedges it instead
+		}
+		task := fmt.Sprintf("/proc/self/task/%d", tid)
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if _, err := os.Stat(task); os.IsNotExist(err) {
+				return tid
+			}
+		}
+		t.Fatalf("thread %d has not exited after 5 s", tid)
+	}
+	t.Fatal("every locked goroutine ran on the main thread")
+	return 0
 }

@@ -6,18 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
 // The minute's sweep forgets a process that exited and closes the file it
@@ -50,7 +48,7 @@ func TestSweepExitedForgetsProcessesThreadsAndFiles(t *testing.T) {
 
 	// This process's main thread and one that has exited communicated.
 	pid := uint32(os.Getpid())
-	tid := exitedThread(t)
+	tid := testenv.ExitedThread(t)
 	dec.View(func(det *comdetect.Detector, _ memop.Outcomes) {
 		det.Add(&comdetect.Access{PID: pid, TID: tid, Addr: 0x1000, Size: 8, Store: true, Time: 1, Period: 1})
 		det.Add(&comdetect.Access{PID: pid, TID: pid, Addr: 0x1000, Size: 8, Time: 2, Period: 1})
@@ -82,24 +80,6 @@ func TestSweepExitedForgetsProcessesThreadsAndFiles(t *testing.T) {
 			t.Errorf("report %+v; want the detection in the totals, and no row: its one pair's other thread exited", m)
 		}
 	})
-}
-
-// exitedThread is the id a thread of this process had; it has exited.
-func exitedThread(t *testing.T) uint32 {
-	for range 10 {
-		tids := make(chan uint32)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-			tids <- uint32(unix.Gettid())
-		}()
-		// The main thread never exits (the runtime wedges it instead).
-		if tid := <-tids; int(tid) != os.Getpid() {
-			waitGone(t, filepath.Join("/proc/self/task", strconv.Itoa(int(tid))))
-			return tid
-		}
-	}
-	t.Fatal("every locked goroutine ran on the main thread")
-	return 0
 }
 
 func copyFile(t *testing.T, from, to string) {
@@ -143,15 +123,6 @@ func textOf(t *testing.T, pid int, file string) uint64 {
 	}
 	t.Fatalf("%d never mapped %s", pid, file)
 	return 0
-}
-
-func waitGone(t *testing.T, path string) {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if _, err := os.Stat(path); os.IsNotExist(err) {
-			return
-		}
-	}
-	t.Fatalf("%s is still there", path)
 }
 
 // holds says whether this process has file open (the kernel's fd table;
