@@ -129,8 +129,8 @@ func (m *Map) CloseIdle() {
 	m.idle = nil
 }
 
-// Open is how many files are open.
-func (m *Map) Open() int { return len(m.files) }
+// OpenFiles is how many files are open.
+func (m *Map) OpenFiles() int { return len(m.files) }
 
 func (m *Map) closeFile(b *binary) {
 	b.f.Close()

@@ -182,18 +182,18 @@ func TestFilesClosedWhenNoProcessMapsThem(t *testing.T) {
 	}
 	// Each lookup of a new process opens its file to learn its key; a
 	// file already loaded is closed again at once.
-	if m.Open() != 2 || closed != 1 {
-		t.Fatalf("after three processes: %d files open, %d closes; want 2 and 1", m.Open(), closed)
+	if m.OpenFiles() != 2 || closed != 1 {
+		t.Fatalf("after three processes: %d files open, %d closes; want 2 and 1", m.OpenFiles(), closed)
 	}
 	m.Forget(1)
 	m.CloseIdle()
-	if m.Open() != 2 || closed != 1 {
-		t.Errorf("process 2 still maps A: %d files open, %d closes", m.Open(), closed)
+	if m.OpenFiles() != 2 || closed != 1 {
+		t.Errorf("process 2 still maps A: %d files open, %d closes", m.OpenFiles(), closed)
 	}
 	m.Forget(2)
 	m.Forget(3)
-	if m.Open() != 2 || closed != 1 {
-		t.Errorf("idle files are kept until CloseIdle: %d open, %d closes", m.Open(), closed)
+	if m.OpenFiles() != 2 || closed != 1 {
+		t.Errorf("idle files are kept until CloseIdle: %d open, %d closes", m.OpenFiles(), closed)
 	}
 	// Process 4 maps A: the idle file is taken back, not loaded again.
 	before := m.files["/A"]
@@ -201,13 +201,13 @@ func TestFilesClosedWhenNoProcessMapsThem(t *testing.T) {
 		t.Fatalf("process 4: %v, same binary %v", r, m.files["/A"] == before)
 	}
 	m.CloseIdle()
-	if m.Open() != 1 || closed != 3 || m.files["/A"] == nil {
-		t.Errorf("after CloseIdle: %d files open (A: %v), %d closes; want only A, which process 4 maps, and 3 closes", m.Open(), m.files["/A"] != nil, closed)
+	if m.OpenFiles() != 1 || closed != 3 || m.files["/A"] == nil {
+		t.Errorf("after CloseIdle: %d files open (A: %v), %d closes; want only A, which process 4 maps, and 3 closes", m.OpenFiles(), m.files["/A"] != nil, closed)
 	}
 	m.Forget(4)
 	m.CloseIdle()
-	if m.Open() != 0 || closed != 4 {
-		t.Errorf("no process left: %d files open, %d closes", m.Open(), closed)
+	if m.OpenFiles() != 0 || closed != 4 {
+		t.Errorf("no process left: %d files open, %d closes", m.OpenFiles(), closed)
 	}
 }
 
@@ -239,8 +239,8 @@ func TestIdleFilesBounded(t *testing.T) {
 		}
 		m.Forget(pid)
 	}
-	if m.Open() != MaxIdle || closed != 3 || m.files["/file1"] != nil || m.files["/file4"] == nil {
+	if m.OpenFiles() != MaxIdle || closed != 3 || m.files["/file1"] != nil || m.files["/file4"] == nil {
 		t.Errorf("%d files open, %d closed (file1 open: %v, file4: %v); want %d open, the first 3 closed",
-			m.Open(), closed, m.files["/file1"] != nil, m.files["/file4"] != nil, MaxIdle)
+			m.OpenFiles(), closed, m.files["/file1"] != nil, m.files["/file4"] != nil, MaxIdle)
 	}
 }
