@@ -55,15 +55,7 @@ func TestExitedForgetsWatchedThreads(t *testing.T) {
 	testenv.RequireRoot(t)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	e, err := watch.New(1, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	d, err := NewDecoder("/proc", comdetect.New(comdetect.Options{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, d := engineAndDecoder(t, 1, 1)
 	if err := d.WatchReuse(e, 1, reuse.Shared, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -97,16 +89,8 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := watch.New(slots, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e, d := engineAndDecoder(t, slots, 64)
 	if err := e.SampleEvery(uint64(time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
-	d, err := NewDecoder("/proc", comdetect.New(comdetect.Options{}))
-	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Watch(e, slots); err != nil {
@@ -192,15 +176,7 @@ func threadNS() int64 {
 // time its sample is read gets none, and no error stops the others.
 func TestSampledThreadsJoin(t *testing.T) {
 	testenv.RequireRoot(t)
-	e, err := watch.New(1, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	d, err := NewDecoder("/proc", comdetect.New(comdetect.Options{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, d := engineAndDecoder(t, 1, 1)
 	if err := d.Watch(e, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -246,4 +222,20 @@ func TestSampledThreadsJoin(t *testing.T) {
 	if comm, _ := d.WatchedThreads(); comm != 1 || e.Watching(b) {
 		t.Errorf("%d threads watched after b left the list (b has events: %v)", comm, e.Watching(b))
 	}
+}
+
+// engineAndDecoder is a watchpoint engine (slots per thread, rings of pages)
+// closed when the test ends, and a decoder reading /proc, not yet given it.
+func engineAndDecoder(t *testing.T, slots, pages int) (*watch.Engine, *Decoder) {
+	t.Helper()
+	e, err := watch.New(slots, pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	d, err := NewDecoder("/proc", comdetect.New(comdetect.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, d
 }
