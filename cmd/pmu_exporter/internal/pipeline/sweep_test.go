@@ -1,16 +1,16 @@
 package pipeline
 
 import (
-	"bufio"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
@@ -103,23 +103,24 @@ func copyFile(t *testing.T, from, to string) {
 // textOf is an address in pid's executable mapping of file, once exec has
 // mapped it.
 func textOf(t *testing.T, pid int, file string) uint64 {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "maps"))
+	fs, err := procfs.NewFS("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		maps, err := p.ProcMaps()
 		if err != nil {
 			t.Fatal(err)
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fl := strings.Fields(sc.Text())
-			if len(fl) >= 6 && fl[5] == file && strings.Contains(fl[1], "x") {
-				start, _ := strconv.ParseUint(strings.SplitN(fl[0], "-", 2)[0], 16, 64)
-				f.Close()
-				return start + 16
+		for _, m := range maps {
+			if m.Pathname == file && m.Perms.Execute {
+				return uint64(m.StartAddr) + 16
 			}
 		}
-		f.Close()
-		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("%d never mapped %s", pid, file)
 	return 0
