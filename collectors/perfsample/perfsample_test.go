@@ -346,8 +346,20 @@ func TestSyncFollowsOnlineList(t *testing.T) {
 	if f, err := s.Sync(online); err != nil || len(f) != 0 {
 		t.Fatalf("re-adding CPU %d: %v %v", last, f, err)
 	}
+	// The CPU's count is read after the samples before it are taken: other
+	// processes fault on that CPU too, and a fault counted before the read
+	// was sampled before it, so every fault between the two reads has its
+	// sample in between the two snapshots.
+	count := func() uint64 {
+		var b [8]byte
+		if _, err := unix.Read(s.cpus[last].fds[0], b[:]); err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint64(b[:])
+	}
 	s.ReadAll()
 	before := stats.Snapshot().Events[0]
+	counted := count()
 	onCPU := func(cpu int, fn func()) {
 		onEachCPU(t, func(c int) {
 			if c == cpu {
@@ -357,12 +369,7 @@ func TestSyncFollowsOnlineList(t *testing.T) {
 	}
 	onCPU(last, func() { faults(t, 400) })
 	disable(s)
-	var kernel uint64
-	var b [8]byte
-	if _, err := unix.Read(s.cpus[last].fds[0], b[:]); err != nil {
-		t.Fatal(err)
-	}
-	kernel = binary.LittleEndian.Uint64(b[:])
+	kernel := count() - counted
 	s.ReadAll()
 	after := stats.Snapshot().Events[0]
 	// At period 4, the re-added CPU's 400+ faults give a sample per 4.
