@@ -61,19 +61,47 @@ func TestServeCommLive(t *testing.T) {
 		if d.True+d.False < 20 {
 			t.Fatalf("f=%s: only %d detections", c.f, d.True+d.False)
 		}
-		wrong := d.True
+		// The benchmark's own code touches only its two lines; other lines
+		// are its Go runtime's (on many CPUs idle Ps share the scheduler's
+		// lock), real communication but not the benchmark's.
+		own, shared := hex(l.Own[0]&^63), hex(l.Shared[0]&^63)
+		var right, wrong, all, bench uint64
+		for _, ln := range proc.Lines {
+			code := ""
+			if len(ln.Code) > 0 {
+				code = ln.Code[0].Symbol
+			}
+			t.Logf("  line %s: %d true, %d false sharing, by %s", ln.Addr, ln.True, ln.False, code)
+			all += ln.True + ln.False
+			if !strings.EqualFold(ln.Addr, own) && !strings.EqualFold(ln.Addr, shared) {
+				if strings.Contains(code, "main.work") {
+					t.Errorf("f=%s: line %s, not the benchmark's, written by %s", c.f, ln.Addr, code)
+				}
+				continue
+			}
+			bench += ln.True + ln.False
+			if c.wantFalse {
+				right, wrong = right+ln.False, wrong+ln.True
+			} else {
+				right, wrong = right+ln.True, wrong+ln.False
+			}
+		}
+		if bench*20 < all*19 {
+			t.Errorf("f=%s: the benchmark's lines hold %d of %d sharing, want ≥ 95%%", c.f, bench, all)
+		}
+		// Samples where the jump after the first atomic lands are not the
+		// second's when a skid past the jump explains them (Intel: about
+		// 1.7% of the first's samples, 6–9% of the detections before the
+		// resolver knew it; docs/sampling.md).
+		if wrong*50 > right+wrong {
+			t.Errorf("f=%s: %d of %d sharing on the benchmark's lines of the wrong kind", c.f, wrong, right+wrong)
+		}
+		want := own
 		if !c.wantFalse {
-			wrong = d.False
+			want = shared
 		}
-		if wrong*50 > d.True+d.False {
-			t.Errorf("f=%s: %d of %d detections of the wrong kind", c.f, wrong, d.True+d.False)
-		}
-		want := l.Own[0] &^ 63
-		if !c.wantFalse {
-			want = l.Shared[0] &^ 63
-		}
-		if len(proc.Lines) == 0 || !strings.EqualFold(proc.Lines[0].Addr, hex(want)) || !strings.Contains(proc.Lines[0].Code[0].Symbol, "main.work") {
-			t.Errorf("f=%s: hottest line %+v, want %#x written by main.work", c.f, proc.Lines, want)
+		if len(proc.Lines) == 0 || !strings.EqualFold(proc.Lines[0].Addr, want) || !strings.Contains(proc.Lines[0].Code[0].Symbol, "main.work") {
+			t.Errorf("f=%s: hottest line %+v, want %s written by main.work", c.f, proc.Lines, want)
 		}
 	}
 	body, _ := p.scrape(t)

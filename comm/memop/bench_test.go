@@ -62,3 +62,59 @@ func TestLoopResolves(t *testing.T) {
 		t.Errorf("ip 0x4ccac2: %v", res)
 	}
 }
+
+// In loopHex the jmp at 0x4ccadb, after the first lock xadd, lands at
+// 0x4ccae8, the instruction after the second: a sample there followed the
+// second atomic, or (on Intel, about 1.7% of the first's samples) the jump
+// after the first. Samples there are the second's only while they outnumber
+// what that skid could put there.
+func TestJumpLanding(t *testing.T) {
+	code, _ := hex.DecodeString(loopHex)
+	const jump, landing = 0x4ccadb, 0x4ccae8
+	var regs Regs
+	regs[AMD64AX], regs[AMD64BX] = 0x600680, 0x600700
+	for _, c := range []struct {
+		name            string
+		ips             []uint64
+		second, dropped int
+	}{
+		// f = 1: the second atomic never runs; 2 of 102 samples skid past the jump.
+		{"first only", append(repeatIP(jump, 100), repeatIP(landing, 2)...), 0, 2},
+		// f = 0: the jump never runs.
+		{"second only", repeatIP(landing, 100), 100, 0},
+		// Both: the landing's samples outnumber a skid's share from the start.
+		{"both", interleave(repeatIP(jump, 50), repeatIP(landing, 50)), 50, 0},
+	} {
+		r, _ := NewResolver(loopCode{code}, "amd64")
+		second := 0
+		for _, ip := range c.ips {
+			a, res := r.Resolve(1, ip, &regs)
+			switch {
+			case res == Resolved && a.Addr == 0x600700:
+				second++
+			case res == Resolved && a.Addr == 0x600680:
+			case res != Ambiguous:
+				t.Errorf("%s: ip %#x: %+v %v", c.name, ip, a, res)
+			}
+		}
+		if second != c.second || r.Unresolved[Ambiguous] != uint64(c.dropped) {
+			t.Errorf("%s: %d samples taken as the second atomic, %d ambiguous; want %d, %d", c.name, second, r.Unresolved[Ambiguous], c.second, c.dropped)
+		}
+	}
+}
+
+func repeatIP(ip uint64, n int) []uint64 {
+	s := make([]uint64, n)
+	for i := range s {
+		s[i] = ip
+	}
+	return s
+}
+
+func interleave(a, b []uint64) []uint64 {
+	var s []uint64
+	for i := range a {
+		s = append(s, a[i], b[i])
+	}
+	return s
+}

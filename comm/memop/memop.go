@@ -48,12 +48,13 @@ const (
 	Kernel             // the sample is in kernel code
 	JIT                // the code is in an anonymous executable mapping, which may change
 	NoRegisters        // the sample carries no user registers
+	Ambiguous          // the IP is where a jump lands and where the code before it falls through: either could have run last
 	numReasons
 )
 
 // Reasons are the label values, by Reason.
 var Reasons = [numReasons]string{"resolved", "no_memory_operand", "segment_relative", "gather", "string_instruction",
-	"undecodable", "unreadable_code", "kernel", "jit", "no_registers"}
+	"undecodable", "unreadable_code", "kernel", "jit", "no_registers", "ambiguous"}
 
 func (r Reason) String() string {
 	if int(r) < len(Reasons) {
@@ -95,6 +96,10 @@ type Operand struct {
 	// register n), which tell whether its operand can still be computed
 	// from registers sampled after it ran.
 	Writes uint64
+	// Jump is a direct jump or conditional branch (no memory operand) to
+	// the instruction's end plus Rel.
+	Jump bool
+	Rel  int64
 }
 
 // Regs are a sample's user registers at their perf register numbers.
