@@ -54,6 +54,9 @@ func perfReg(r x86asm.Reg) int8 {
 // describes its explicit memory operand. Len is set whenever the bytes
 // decode, whatever the reason.
 func DecodeAMD64(code []byte) Operand {
+	if o, ok := notInX86asm(code); ok {
+		return o
+	}
 	in, err := x86asm.Decode(code, 64)
 	if err != nil || in.Op == 0 { // truncated bytes decode to a bare prefix, Op 0
 		return Operand{Reason: Undecodable}
@@ -204,6 +207,33 @@ var readOnlyPrefixes = []string{"FLD", "FILD", "FBLD", "FCOM", "FICOM", "FUCOM",
 func noAccess(name string) bool {
 	return name == "LEA" || name == "NOP" || strings.HasPrefix(name, "PREFETCH") || strings.HasPrefix(name, "CLFLUSH") ||
 		name == "CLWB" || name == "CLDEMOTE" || name == "INVLPG" || strings.HasPrefix(name, "BND")
+}
+
+// notInX86asm decodes the instructions without a memory operand whose length
+// x86asm gets wrong (TestLengthsAgreeWithObjdump): endbr64 and endbr32 (CET:
+// the first instruction of every function that Ubuntu's and Fedora's
+// compilers emit) and rdpkru and wrpkru, which it does not know, and
+// vzeroupper and vzeroall, which it reads a byte too long. The resolver
+// decodes forward from a function's start, so each would hide the
+// instruction before every IP after it.
+func notInX86asm(code []byte) (Operand, bool) {
+	o := Operand{Reason: NoMemory, Base: NoReg, Index: NoReg, AddrBits: 64}
+	switch {
+	case len(code) >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && (code[3] == 0xfa || code[3] == 0xfb):
+		o.Len, o.Landing = 4, true
+	case len(code) >= 3 && code[0] == 0x0f && code[1] == 0x01 && (code[2] == 0xee || code[2] == 0xef):
+		o.Len = 3
+		if code[2] == 0xee { // rdpkru writes edx:eax
+			o.Writes = 1<<AMD64AX | 1<<AMD64DX
+		}
+	case len(code) >= 3 && code[0] == 0xc5 && code[2] == 0x77: // two-byte VEX, map 0F
+		o.Len = 3
+	case len(code) >= 4 && code[0] == 0xc4 && code[1]&0x1f == 1 && code[3] == 0x77: // three-byte VEX, map 0F
+		o.Len = 4
+	default:
+		return o, false
+	}
+	return o, true
 }
 
 // stringOp are the string instructions, whose address is in rsi/rdi and

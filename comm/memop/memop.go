@@ -100,6 +100,9 @@ type Operand struct {
 	// the instruction's end plus Rel.
 	Jump bool
 	Rel  int64
+	// Landing is endbr64 or endbr32: where an indirect branch lands, so the
+	// instruction before it in the code may not have run.
+	Landing bool
 }
 
 // Regs are a sample's user registers at their perf register numbers.

@@ -99,33 +99,7 @@ var (
 // checks each instruction with a memory operand against DecodeAMD64 of the
 // same bytes; it returns how many it compared and how many agreed.
 func compareBinary(t *testing.T, bin string, disagree func(mnemonic, why string)) (total, agree int) {
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	type sect struct {
-		addr uint64
-		data []byte
-	}
-	var sects []sect
-	for _, s := range f.Sections {
-		if s.Flags&elf.SHF_EXECINSTR != 0 && s.Type == elf.SHT_PROGBITS {
-			d, err := s.Data()
-			if err != nil {
-				t.Fatal(err)
-			}
-			sects = append(sects, sect{s.Addr, d})
-		}
-	}
-	bytesAt := func(a uint64) []byte {
-		for _, s := range sects {
-			if a >= s.addr && a < s.addr+uint64(len(s.data)) {
-				return s.data[a-s.addr:]
-			}
-		}
-		return nil
-	}
+	bytesAt := sectionBytes(t, bin)
 	cmd := exec.Command("objdump", "-d", "-M", "intel", "--no-show-raw-insn", "-w", bin)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -170,6 +144,39 @@ func compareBinary(t *testing.T, bin string, disagree func(mnemonic, why string)
 		t.Fatalf("objdump %s: %v", bin, err)
 	}
 	return total, agree
+}
+
+// sectionBytes reads bin's executable sections and returns the bytes from
+// an address to its section's end (nil outside them).
+func sectionBytes(t *testing.T, bin string) func(addr uint64) []byte {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type sect struct {
+		addr uint64
+		data []byte
+	}
+	var sects []sect
+	for _, s := range f.Sections {
+		if s.Flags&elf.SHF_EXECINSTR != 0 && s.Type == elf.SHT_PROGBITS {
+			d, err := s.Data()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sects = append(sects, sect{s.Addr, d})
+		}
+	}
+	return func(a uint64) []byte {
+		for _, s := range sects {
+			if a >= s.addr && a < s.addr+uint64(len(s.data)) {
+				return s.data[a-s.addr:]
+			}
+		}
+		return nil
+	}
 }
 
 // objdumpOperand is what objdump's Intel syntax says of a memory operand.

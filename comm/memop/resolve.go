@@ -146,7 +146,7 @@ func (r *Resolver) Resolve(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 	prevOK := e.prevPC != 0 && e.prev.ReadsAfter()
 	usePrev := prevOK && (e.prev.Atomic || e.at.Reason != Resolved)
 	e.samples++
-	if usePrev && e.jumpPC != 0 && !r.fallsThrough(pid, e) {
+	if usePrev && (e.at.Landing || e.jumpPC != 0 && !r.fallsThrough(pid, e)) {
 		r.Unresolved[Ambiguous]++
 		return Access{}, Ambiguous
 	}

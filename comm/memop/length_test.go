@@ -1,0 +1,150 @@
+package memop
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// cetSource is a program compiled with -fcf-protection, as Ubuntu and Fedora
+// build theirs: every function starts with endbr64, and so do the targets of
+// its computed gotos.
+const cetSource = `
+#include <stdlib.h>
+static long counters[64];
+__attribute__((noinline)) long add(long *p, long n) { return __atomic_add_fetch(p, n, __ATOMIC_SEQ_CST); }
+__attribute__((noinline)) long dispatch(const unsigned char *ops, int n) {
+	static void *labels[] = {&&inc, &&dec, &&end};
+	long acc = 0;
+	int i = 0;
+	goto *labels[ops[i]];
+inc:	acc += add(&counters[i & 63], 1); if (++i < n) goto *labels[ops[i]]; goto end;
+dec:	acc -= counters[i & 63]; if (++i < n) goto *labels[ops[i]];
+end:	return acc;
+}
+int main(int argc, char **argv) {
+	unsigned char ops[4] = {0, 1, 0, 2};
+	return (int)dispatch(ops, argc + 3) & 1;
+}
+`
+
+// buildCET compiles cetSource with gcc -O2 -fcf-protection=full.
+func buildCET(t *testing.T) string {
+	t.Helper()
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "cet.c"), filepath.Join(dir, "cet")
+	if err := os.WriteFile(src, []byte(cetSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-O2", "-fcf-protection=full", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+var rawLine = regexp.MustCompile(`^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(.*)$`)
+
+// The resolver finds the instruction before a sampled IP by decoding
+// forward from its function's start, so a single wrong length loses every
+// IP after it: each instruction's length agrees with GNU objdump's, over
+// the C library, a few programs and a CET-built one.
+func TestLengthsAgreeWithObjdump(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the binaries on this machine must be x86-64")
+	objdump := testenv.RequireTool(t, "objdump")
+	bins := append(oracleBinaries(t), buildCET(t))
+	var total, agree, endbr int
+	bad := map[string]int{}
+	example := map[string]string{}
+	for _, bin := range bins {
+		out, err := exec.Command(objdump, "-d", "-w", bin).Output()
+		if err != nil {
+			t.Fatalf("objdump %s: %v", bin, err)
+		}
+		bytesAt := sectionBytes(t, bin)
+		sc := bufio.NewScanner(strings.NewReader(string(out)))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			m := rawLine.FindStringSubmatch(sc.Text())
+			if m == nil || strings.Contains(m[3], "(bad)") {
+				continue
+			}
+			addr, _ := strconv.ParseUint(m[1], 16, 64)
+			code := bytesAt(addr)
+			if code == nil {
+				continue
+			}
+			want := len(strings.Fields(m[2]))
+			mn := strings.Fields(m[3] + " ?")[0]
+			if mn == "endbr64" {
+				endbr++
+			}
+			total++
+			if got := int(DecodeAMD64(code[:min(len(code), MaxInsn)]).Len); got != want {
+				bad[mn]++
+				example[mn] = m[1] + ": " + strings.TrimSpace(m[2]) + " " + m[3] + ": length " + strconv.Itoa(got)
+				continue
+			}
+			agree++
+		}
+	}
+	var mns []string
+	for mn := range bad {
+		mns = append(mns, mn)
+	}
+	sort.Slice(mns, func(i, j int) bool { return bad[mns[i]] > bad[mns[j]] })
+	for _, mn := range mns {
+		t.Logf("disagree %-10s %6d  e.g. %s", mn, bad[mn], example[mn])
+	}
+	t.Logf("%d of %d lengths agree; %d endbr64", agree, total, endbr)
+	if total < 100000 || endbr < 3 {
+		t.Fatalf("only %d instructions, %d endbr64, compared", total, endbr)
+	}
+	if bad["endbr64"] > 0 || float64(agree) < 0.9999*float64(total) {
+		t.Errorf("%d of %d lengths disagree with objdump (%d endbr64)", total-agree, total, bad["endbr64"])
+	}
+}
+
+// endbr64 (objdump: f3 0f 1e fa) starts a function compiled with
+// -fcf-protection and marks where indirect branches land: the resolver
+// decodes past the first, and does not take the code before the second as
+// what ran before it.
+func TestEndbr(t *testing.T) {
+	code := []byte{
+		0xf3, 0x0f, 0x1e, 0xfa, // 0: endbr64
+		0xf0, 0x48, 0x01, 0x37, // 4: lock add %rsi,(%rdi)
+		0x89, 0xc0, // 8: mov %eax,%eax
+		0xf0, 0x48, 0x01, 0x37, // 10: lock add %rsi,(%rdi)
+		0xf3, 0x0f, 0x1e, 0xfa, // 14: endbr64, a computed goto's target
+		0xc3, // 18: ret
+	}
+	const start = 0x1000
+	r, _ := NewResolver(fixedCode{start, code}, "amd64")
+	var regs Regs
+	regs[AMD64DI] = 0x600680
+	if a, res := r.Resolve(1, start+8, &regs); res != Resolved || a.Addr != 0x600680 || a.PC != start+4 || !a.Atomic {
+		t.Errorf("after the first lock add: %+v %v, want the lock add at %#x on 0x600680", a, res, start+4)
+	}
+	if a, res := r.Resolve(1, start+14, &regs); res != Ambiguous {
+		t.Errorf("at the landing after the second lock add: %+v %v, want %v", a, res, Ambiguous)
+	}
+}
+
+// fixedCode is code at start, whatever the IP.
+type fixedCode struct {
+	start uint64
+	b     []byte
+}
+
+func (c fixedCode) Text(_ uint32, _ uint64, _ []byte) (uint64, []byte, Reason) {
+	return c.start, c.b, Resolved
+}
