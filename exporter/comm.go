@@ -43,7 +43,7 @@ type CommCollector struct {
 func NewComm(src CommSource) *CommCollector {
 	return &CommCollector{src: src, source: "decode",
 		outcomes: prometheus.NewDesc("pmu_address_samples_total",
-			"Timer samples of the address sampler by outcome: resolved from the instruction at the sampled IP (at_ip) or the one before it (before_ip), or why no address (no_memory_operand, segment_relative, gather, string_instruction, undecodable, unreadable_code, kernel, jit, no_registers, ambiguous: where a jump lands after an access and the code before falls through, and samples there do not outnumber a skid past the jump).",
+			"Timer samples of the address sampler by outcome: resolved from the instruction at the sampled IP (at_ip) or the one before it (before_ip), or why no address (no_memory_operand, segment_relative, gather, string_instruction, undecodable, unreadable_code, kernel, jit, no_registers, ambiguous: a jump or an indirect branch lands at the IP, so the code before it may not have run).",
 			[]string{"outcome"}, nil),
 		widths: prometheus.NewDesc("pmu_comm_access_widths_total",
 			"Precise memory samples the detector took (source pebs, ibs or spe) by whether their access width, which the records lack, came from the instruction at their IP (decoded) or not (unknown: one byte, so an overlap can be missed and true sharing seen as false).",

@@ -112,6 +112,56 @@ func TestServeCommLive(t *testing.T) {
 	}
 }
 
+// C code built as Ubuntu and Fedora build theirs (-fcf-protection: each
+// function starts with endbr64, which the decoder must step over to find the
+// instruction before a sampled IP): testdata/cetshare's two threads add to
+// their own slots of one line, and /debug/comm shows that line falsely
+// shared by its work function.
+func TestServeCommCETBinary(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the program is checked as x86-64 code")
+	testenv.RequireRoot(t)
+	gcc := testenv.RequireTool(t, "gcc")
+	bin := filepath.Join(t.TempDir(), "cetshare")
+	if out, err := exec.Command(gcc, "-O2", "-fcf-protection=full", "-pthread", "-o", bin, "testdata/cetshare.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2")
+	cmd := exec.Command(bin, "3")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		PID  int    `json:"pid"`
+		Line uint64 `json:"line"`
+	}
+	if err := json.NewDecoder(out).Decode(&l); err != nil {
+		t.Fatalf("cetshare's layout: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("cetshare: %v", err)
+	}
+	var proc comdetect.ProcessJSON
+	for range 20 {
+		var ok bool
+		if proc, ok = commProcess(t, p.addr, l.PID); ok {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d := proc.Detections
+	t.Logf("%d true, %d false sharing detections, lines %+v", d.True, d.False, proc.Lines)
+	if d.False < 20 || d.True*50 > d.True+d.False {
+		t.Fatalf("%d false and %d true sharing detections, want at least 20, all false sharing", d.False, d.True)
+	}
+	if len(proc.Lines) == 0 || !strings.EqualFold(proc.Lines[0].Addr, hex(l.Line)) || !strings.Contains(proc.Lines[0].Code[0].Symbol, "work+") {
+		t.Errorf("hottest line %+v, want %#x written by work", proc.Lines, l.Line)
+	}
+}
+
 // runBench starts sharebench (in the cgroup dir when set) for duration and
 // returns its layout once it runs; wait waits for it to end.
 func runBench(t *testing.T, bench, dir, f, duration string) (benchLayout, func() *os.ProcessState) {
