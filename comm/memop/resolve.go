@@ -53,8 +53,8 @@ type entry struct {
 
 // skidShare bounds the share of samples that a timer interrupt takes after
 // the jump following an access rather than at the jump, against those at
-// the jump: 0 on AMD Zen 2, about 1.7% on an Intel Xeon 4th generation
-// (docs/sampling.md). Samples where such a jump lands are attributed to
+// the jump: 0 on AMD Zen 2, about 1.7% on an Intel Xeon of family 6, model
+// 207 (docs/sampling.md). Samples where such a jump lands are attributed to
 // the instruction before them in the code only while they outnumber this
 // share of the jump's own.
 const skidShare = 0.1
@@ -143,6 +143,9 @@ func (r *Resolver) Resolve(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 	// on the ground-truth benchmark, docs/sampling.md) or when the IP's own
 	// instruction accesses no memory, provided its address registers
 	// survive it; else the instruction at the IP.
+	// But not where a jump after another access lands (while a skid past
+	// the jump explains the samples there) or an indirect branch does
+	// (endbr64): the instruction before may not have run.
 	prevOK := e.prevPC != 0 && e.prev.ReadsAfter()
 	usePrev := prevOK && (e.prev.Atomic || e.at.Reason != Resolved)
 	e.samples++
