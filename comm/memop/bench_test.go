@@ -2,6 +2,7 @@ package memop
 
 import (
 	"encoding/hex"
+	"slices"
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
@@ -79,11 +80,11 @@ func TestJumpLanding(t *testing.T) {
 		second, dropped int
 	}{
 		// f = 1: the second atomic never runs; 2 of 102 samples skid past the jump.
-		{"first only", append(repeatIP(jump, 100), repeatIP(landing, 2)...), 0, 2},
+		{"first only", append(slices.Repeat([]uint64{jump}, 100), slices.Repeat([]uint64{landing}, 2)...), 0, 2},
 		// f = 0: the jump never runs.
-		{"second only", repeatIP(landing, 100), 100, 0},
+		{"second only", slices.Repeat([]uint64{landing}, 100), 100, 0},
 		// Both: the landing's samples outnumber a skid's share from the start.
-		{"both", interleave(repeatIP(jump, 50), repeatIP(landing, 50)), 50, 0},
+		{"both", slices.Repeat([]uint64{jump, landing}, 50), 50, 0},
 	} {
 		r, _ := NewResolver(loopCode{code}, "amd64")
 		second := 0
@@ -101,20 +102,4 @@ func TestJumpLanding(t *testing.T) {
 			t.Errorf("%s: %d samples taken as the second atomic, %d ambiguous; want %d, %d", c.name, second, r.Unresolved[Ambiguous], c.second, c.dropped)
 		}
 	}
-}
-
-func repeatIP(ip uint64, n int) []uint64 {
-	s := make([]uint64, n)
-	for i := range s {
-		s[i] = ip
-	}
-	return s
-}
-
-func interleave(a, b []uint64) []uint64 {
-	var s []uint64
-	for i := range a {
-		s = append(s, a[i], b[i])
-	}
-	return s
 }
