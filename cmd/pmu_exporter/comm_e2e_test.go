@@ -46,16 +46,7 @@ func TestServeCommLive(t *testing.T) {
 	}{{"1", true}, {"0", false}} {
 		l, wait := runBench(t, bench, "", c.f, "3s")
 		wait()
-		// The sampler reads its rings every 100 ms; the process's state stays
-		// until the exporter sees it gone (a minute).
-		var proc comdetect.ProcessJSON
-		for range 20 {
-			var ok bool
-			if proc, ok = commProcess(t, p.addr, l.PID); ok {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		proc := awaitCommProcess(t, p.addr, l.PID)
 		d := proc.Detections
 		t.Logf("f=%s: %d true, %d false sharing detections, threads %v, lines %d", c.f, d.True, d.False, proc.Threads, len(proc.Lines))
 		if d.True+d.False < 20 {
@@ -144,14 +135,7 @@ func TestServeCommCETBinary(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("cetshare: %v", err)
 	}
-	var proc comdetect.ProcessJSON
-	for range 20 {
-		var ok bool
-		if proc, ok = commProcess(t, p.addr, l.PID); ok {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	proc := awaitCommProcess(t, p.addr, l.PID)
 	d := proc.Detections
 	t.Logf("%d true, %d false sharing detections, lines %+v", d.True, d.False, proc.Lines)
 	if d.False < 20 || d.True*50 > d.True+d.False {
@@ -160,6 +144,21 @@ func TestServeCommCETBinary(t *testing.T) {
 	if len(proc.Lines) == 0 || !strings.EqualFold(proc.Lines[0].Addr, hex(l.Line)) || !strings.Contains(proc.Lines[0].Code[0].Symbol, "work+") {
 		t.Errorf("hottest line %+v, want %#x written by work", proc.Lines, l.Line)
 	}
+}
+
+// awaitCommProcess is /debug/comm's process pid once the exporter has it:
+// the sampler reads its rings every 100 ms, and the process's state stays
+// until the exporter sees it gone (a minute). Two seconds at most; then an
+// empty process.
+func awaitCommProcess(t *testing.T, addr string, pid int) comdetect.ProcessJSON {
+	t.Helper()
+	for range 20 {
+		if proc, ok := commProcess(t, addr, pid); ok {
+			return proc
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return comdetect.ProcessJSON{}
 }
 
 // runBench starts sharebench (in the cgroup dir when set) for duration and
