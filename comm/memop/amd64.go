@@ -80,7 +80,7 @@ func DecodeAMD64(code []byte) Operand {
 		return o
 	case pos < 0 || noAccess(name):
 		o.Reason = NoMemory
-		if rel, ok := in.Args[0].(x86asm.Rel); ok && (name == "JMP" || name[0] == 'J' || strings.HasPrefix(name, "LOOP")) {
+		if rel, ok := in.Args[0].(x86asm.Rel); ok && (name[0] == 'J' || strings.HasPrefix(name, "LOOP")) {
 			o.Jump, o.Rel = true, int64(rel)
 		}
 		return o

@@ -48,7 +48,7 @@ const (
 	Kernel             // the sample is in kernel code
 	JIT                // the code is in an anonymous executable mapping, which may change
 	NoRegisters        // the sample carries no user registers
-	Ambiguous          // the IP is where a jump lands and where the code before it falls through: either could have run last
+	Ambiguous          // a jump or an indirect branch lands at the IP: the code before it may not have run
 	numReasons
 )
 
