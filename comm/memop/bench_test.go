@@ -10,8 +10,9 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
-// loopCode is sharebench's loop (go tool objdump): two lock xadds, each
-// followed by the instruction most samples land on.
+// loopCode is code at loopStart, whatever the IP: loopHex is sharebench's
+// loop (go tool objdump), two lock xadds, each followed by the instruction
+// most samples land on.
 type loopCode struct{ b []byte }
 
 const loopStart = 0x4ccaa0

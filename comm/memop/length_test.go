@@ -127,8 +127,8 @@ func TestEndbr(t *testing.T) {
 		0xf3, 0x0f, 0x1e, 0xfa, // 14: endbr64, a computed goto's target
 		0xc3, // 18: ret
 	}
-	const start = 0x1000
-	r, _ := NewResolver(fixedCode{start, code}, "amd64")
+	const start = loopStart
+	r, _ := NewResolver(loopCode{code}, "amd64")
 	var regs Regs
 	regs[AMD64DI] = 0x600680
 	if a, res := r.Resolve(1, start+8, &regs); res != Resolved || a.Addr != 0x600680 || a.PC != start+4 || !a.Atomic {
@@ -137,14 +137,4 @@ func TestEndbr(t *testing.T) {
 	if a, res := r.Resolve(1, start+14, &regs); res != Ambiguous {
 		t.Errorf("at the landing after the second lock add: %+v %v, want %v", a, res, Ambiguous)
 	}
-}
-
-// fixedCode is code at start, whatever the IP.
-type fixedCode struct {
-	start uint64
-	b     []byte
-}
-
-func (c fixedCode) Text(_ uint32, _ uint64, _ []byte) (uint64, []byte, Reason) {
-	return c.start, c.b, Resolved
 }
