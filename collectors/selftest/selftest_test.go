@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/model"
@@ -24,7 +25,7 @@ func sizes(k Kernel) []float64 { return floats(k.Sizes) }
 
 // The kernels every host can run, counted on this machine: one minor
 // fault per fresh page, one context switch per pipe round trip, a ns of
-// task-clock per ns of thread CPU time, one breakpoint hit per watched
+// task-clock per ns on the CPU, one breakpoint hit per watched
 // write, each a slope the analysis passes; and a deliberately wrong
 // expectation (two faults a page) fails.
 func TestSoftwareKernels(t *testing.T) {
@@ -57,6 +58,98 @@ func TestSoftwareKernels(t *testing.T) {
 				t.Errorf("two faults a page passed: %+v", w)
 			}
 		}
+	}
+}
+
+// A spin on a CPU a busy thread shares is switched out now and then; those
+// runs are run again, so task-clock still counts 1 ns per ns of wall time:
+// kept, they would hold the time off the CPU, which task-clock leaves out.
+func TestSpinOnSharedCPU(t *testing.T) {
+	testenv.RequireRoot(t)
+	stop := make(chan struct{})
+	hogDone := make(chan error, 1)
+	running := make(chan struct{})
+	go func() {
+		hogDone <- cpubind.RunOn(0, func() {
+			close(running)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		})
+	}()
+	defer func() {
+		close(stop)
+		if err := <-hogDone; err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-running:
+	case err := <-hogDone:
+		t.Fatal(err)
+	}
+	k := Spin(false)
+	runs := 0
+	spin := k.Run
+	k.Run = func(size int, measure func(func()) error) error {
+		return spin(size, func(work func()) error {
+			runs++
+			return measure(work)
+		})
+	}
+	// Sweep until a few runs were switched out: a fresh thread may run a
+	// whole sweep before the scheduler's tick hands the CPU over.
+	sweeps := 0
+	switched := func() int { return runs - sweeps*len(k.Sizes)*k.Repeats }
+	for ; switched() < 3 && sweeps < 500; sweeps++ {
+		counts, err := Measure(0, sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := validate.Judge("task-clock", k.Name, 1, sizes(k), counts); r.Verdict != validate.Pass {
+			t.Errorf("sweep %d: %+v: %v", sweeps, r, counts)
+		}
+	}
+	t.Logf("%d runs for %d sweeps of %d sizes, %d times each", runs, sweeps, len(k.Sizes), k.Repeats)
+	if switched() < 3 {
+		t.Errorf("fewer than 3 runs were switched out: the busy thread on CPU 0 hardly ran")
+	}
+}
+
+// Measure keeps each size's least count over the kernel's repeats: here
+// each size's first run also spins as long again inside the counted window
+// (as time stolen in a syscall would add), and the sweep still counts 1 ns
+// of task-clock per ns.
+func TestRepeatsKeepTheLeast(t *testing.T) {
+	testenv.RequireRoot(t)
+	k := Spin(true)
+	call, last := 0, 0
+	spin := k.Run
+	k.Run = func(size int, measure func(func()) error) error {
+		return spin(size, func(work func()) error {
+			call++
+			if size != last {
+				last = size
+				return measure(func() { work(); spinFor(int64(size)) })
+			}
+			return measure(work)
+		})
+	}
+	counts, err := Measure(0, sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := validate.Judge("task-clock", k.Name, 1, sizes(k), counts)
+	t.Logf("%d runs: slope %.4f: %v", call, r.Slope, counts)
+	if r.Verdict != validate.Pass {
+		t.Errorf("%+v", r)
+	}
+	if call < 3*len(k.Sizes) {
+		t.Errorf("%d runs for %d sizes, want 3 each", call, len(k.Sizes))
 	}
 }
 
