@@ -59,6 +59,9 @@ func DecodeAMD64(code []byte) Operand {
 	}
 	in, err := x86asm.Decode(code, 64)
 	if err != nil || in.Op == 0 { // truncated bytes decode to a bare prefix, Op 0
+		if o, ok := lengthOnly(code); ok {
+			return o
+		}
 		return Operand{Reason: Undecodable}
 	}
 	o := Operand{Len: uint8(in.Len), Base: NoReg, Index: NoReg, AddrBits: 64}
@@ -231,9 +234,104 @@ func notInX86asm(code []byte) (Operand, bool) {
 	case len(code) >= 4 && code[0] == 0xc4 && code[1]&0x1f == 1 && code[3] == 0x77: // three-byte VEX, map 0F
 		o.Len = 4
 	default:
-		return o, false
+		return shadowStackGroup(code)
 	}
 	return o, true
+}
+
+// shadowStackGroup decodes F3 0F AE /4, /5 and /6 (ptwrite, incssp,
+// umonitor, clrssbsy), which x86asm takes for xsave, lfence or xsaveopt
+// without their F3 prefix: a wrong kind for the memory forms.
+func shadowStackGroup(code []byte) (Operand, bool) {
+	p := 0
+	for p < len(code) && code[p] == 0xf3 {
+		p++
+	}
+	if p == 0 {
+		return Operand{}, false
+	}
+	if p < len(code) && code[p]&0xf0 == 0x40 { // REX
+		p++
+	}
+	if p+2 >= len(code) || code[p] != 0x0f || code[p+1] != 0xae {
+		return Operand{}, false
+	}
+	if reg := code[p+2] >> 3 & 7; reg < 4 || reg > 6 {
+		return Operand{}, false
+	}
+	return lengthOnly(code)
+}
+
+// lengthOnly measures the instructions of the opcode groups whose layout
+// the SDM fixes for the whole group, for those x86asm does not know (CET's
+// shadow-stack instructions, adcx and adox, rdpid, serialize, movdiri,
+// gf2p8affineqb, …: TestLengthsAgreeWithObjdump): maps 0F38 (ModRM, no
+// immediate) and 0F3A (ModRM, imm8), and the 0F groups 01, 0D, 18–1F, AE
+// and C7 (ModRM). A register form (mod 3) accesses no data memory (at most
+// the shadow stack or a monitored line); a memory form is Undecodable, but
+// with its length, so that the forward scan goes on past it.
+func lengthOnly(code []byte) (Operand, bool) {
+	p := 0
+	for p < len(code) && isLegacyPrefix(code[p]) {
+		p++
+	}
+	if p < len(code) && code[p]&0xf0 == 0x40 { // REX
+		p++
+	}
+	if p+1 >= len(code) || code[p] != 0x0f {
+		return Operand{}, false
+	}
+	imm := 0
+	switch op := code[p+1]; {
+	case op == 0x38:
+		p += 3
+	case op == 0x3a:
+		p, imm = p+3, 1
+	case op == 0x01, op == 0x0d, op >= 0x18 && op <= 0x1f, op == 0xae, op == 0xc7:
+		p += 2
+	default:
+		return Operand{}, false
+	}
+	if p >= len(code) {
+		return Operand{}, false
+	}
+	modrm := code[p]
+	p++
+	mod, rm := modrm>>6, modrm&7
+	o := Operand{Reason: Undecodable, Base: NoReg, Index: NoReg, AddrBits: 64}
+	switch {
+	case mod == 3:
+		o.Reason = NoMemory
+	case rm == 4: // SIB
+		if p >= len(code) {
+			return Operand{}, false
+		}
+		if mod == 0 && code[p]&7 == 5 {
+			p += 4
+		}
+		p++
+	case mod == 0 && rm == 5: // rip-relative
+		p += 4
+	}
+	switch mod {
+	case 1:
+		p++
+	case 2:
+		p += 4
+	}
+	if p += imm; p > len(code) || p > MaxInsn {
+		return Operand{}, false
+	}
+	o.Len = uint8(p)
+	return o, true
+}
+
+func isLegacyPrefix(b byte) bool {
+	switch b {
+	case 0x66, 0x67, 0xf0, 0xf2, 0xf3, 0x2e, 0x36, 0x3e, 0x26, 0x64, 0x65:
+		return true
+	}
+	return false
 }
 
 // stringOp are the string instructions, whose address is in rsi/rdi and

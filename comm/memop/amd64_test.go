@@ -80,3 +80,34 @@ func TestDecodeAMD64(t *testing.T) {
 		}
 	}
 }
+
+// x86asm reads F3 0F AE /4–/6 without their F3 prefix: clrssbsy as a store
+// of xsaveopt, ptwrite as xsave. They are the shadow stack and a trace
+// write, not the operands a store would name; the same groups without the
+// prefix keep their kind. An instruction x86asm does not know, in a group
+// whose layout the SDM fixes, keeps its length (the forward scan needs it)
+// but is undecodable.
+func TestPrefixedGroupsAndLengthOnly(t *testing.T) {
+	for _, c := range []struct {
+		asm, hex string
+		reason   Reason
+		kind     Kind
+	}{
+		{"clrssbsy (%rbx)", "f30fae33", Undecodable, 0},
+		{"ptwritel 0x8(%rbp)", "f30fae6508", Undecodable, 0},
+		{"ptwrite %rax", "f3480faee0", NoMemory, 0},
+		{"xsaveopt (%rbx)", "0fae33", Resolved, Store},
+		{"xsave64 (%rax)", "480fae20", Resolved, Store},
+		{"adox (%rcx),%rdx", "f3480f38f611", Undecodable, 0},
+		{"rdsspq %r12", "f3490f1ecc", NoMemory, 0},
+	} {
+		code, err := hex.DecodeString(c.hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := DecodeAMD64(append(code, 0x90, 0x90))
+		if o.Reason != c.reason || o.Kind != c.kind || int(o.Len) != len(code) {
+			t.Errorf("%s: %v %v length %d, want %v %v length %d", c.asm, o.Reason, o.Kind, o.Len, c.reason, c.kind, len(code))
+		}
+	}
+}

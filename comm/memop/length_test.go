@@ -52,17 +52,93 @@ func buildCET(t *testing.T) string {
 	return bin
 }
 
+// newerSource holds instructions x86asm does not know (or reads without
+// their F3 prefix), as GNU as assembles them: CET's shadow-stack
+// instructions (in Ubuntu's C library), adcx and adox (bignum code),
+// GFNI, rdpid, rdseed, serialize, the WAITPKG, MOVDIR and user-interrupt
+// instructions, Key Locker, cldemote and prefetchwt1, in register and
+// memory forms, with and without REX, SIB, displacements and immediates.
+const newerSource = `
+	.text
+	rdsspq %rax
+	rdsspd %ecx
+	rdsspq %r12
+	incsspq %r9
+	incsspd %edx
+	saveprevssp
+	rstorssp 8(%rax)
+	rstorssp (%r10,%r11,4)
+	rstorssp 0x12345678(%rip)
+	setssbsy
+	clrssbsy (%rbx)
+	clrssbsy -0x80(%rsp)
+	wrssq %rax, (%rbx)
+	wrssd %eax, 0x400(%rcx,%rdx,8)
+	wrussq %r8, (%r9)
+	wrussd %ecx, (%rdx)
+	adcx %rax, %rbx
+	adcx 0x10(%rsi), %r11
+	adox (%rcx), %rdx
+	adox %r8d, %r9d
+	gf2p8affineqb $1, %xmm1, %xmm2
+	gf2p8affineinvqb $2, 0x20(%rax,%rbx,2), %xmm3
+	gf2p8mulb (%rdi), %xmm4
+	rdpid %rax
+	rdseed %ecx
+	rdseed %r10
+	serialize
+	umonitor %rax
+	umwait %ecx
+	tpause %r8d
+	movdiri %rax, (%rbx)
+	movdiri %ecx, 0x7f(%rdx)
+	movdir64b (%rax), %rbx
+	enqcmd (%rax), %rbx
+	enqcmds 0x40(%rsi), %rdi
+	ptwrite %rax
+	ptwrite 8(%rbp)
+	hreset $0
+	uiret
+	testui
+	clui
+	stui
+	aesenc128kl (%rax), %xmm1
+	encodekey128 %eax, %ebx
+	cldemote (%rax)
+	cldemote 0x100(%r13)
+	prefetchwt1 (%rax)
+	pconfig
+	nop
+`
+
+// buildNewer assembles newerSource with gcc into an object file.
+func buildNewer(t *testing.T) string {
+	t.Helper()
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	src, obj := filepath.Join(dir, "newer.s"), filepath.Join(dir, "newer.o")
+	if err := os.WriteFile(src, []byte(newerSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-c", "-o", obj, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return obj
+}
+
 var rawLine = regexp.MustCompile(`^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(.*)$`)
 
 // The resolver finds the instruction before a sampled IP by decoding
 // forward from its function's start, so a single wrong length loses every
 // IP after it: each instruction's length agrees with GNU objdump's, over
-// the C library, a few programs and a CET-built one.
+// the C library, a few programs, a CET-built one, and, each without
+// exception, the instructions of newerSource.
 func TestLengthsAgreeWithObjdump(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the binaries on this machine must be x86-64")
 	objdump := testenv.RequireTool(t, "objdump")
-	bins := append(oracleBinaries(t), buildCET(t))
-	var total, agree, endbr int
+	newer := buildNewer(t)
+	bins := append(oracleBinaries(t), buildCET(t), newer)
+	var total, agree, endbr, newerTotal int
 	bad := map[string]int{}
 	example := map[string]string{}
 	for _, bin := range bins {
@@ -89,6 +165,10 @@ func TestLengthsAgreeWithObjdump(t *testing.T) {
 				endbr++
 			}
 			total++
+			if bin == newer {
+				newerTotal++
+				mn = "newer:" + mn
+			}
 			if got := int(DecodeAMD64(code[:min(len(code), MaxInsn)]).Len); got != want {
 				bad[mn]++
 				example[mn] = m[1] + ": " + strings.TrimSpace(m[2]) + " " + m[3] + ": length " + strconv.Itoa(got)
@@ -108,6 +188,14 @@ func TestLengthsAgreeWithObjdump(t *testing.T) {
 	t.Logf("%d of %d lengths agree; %d endbr64", agree, total, endbr)
 	if total < 100000 || endbr < 3 {
 		t.Fatalf("only %d instructions, %d endbr64, compared", total, endbr)
+	}
+	if want := strings.Count(newerSource, "\n\t") - 1; newerTotal != want {
+		t.Errorf("objdump shows %d instructions of newerSource, want %d", newerTotal, want)
+	}
+	for mn, n := range bad {
+		if strings.HasPrefix(mn, "newer:") {
+			t.Errorf("%s: %d lengths disagree with objdump (%s)", mn, n, example[mn])
+		}
 	}
 	if bad["endbr64"] > 0 || float64(agree) < 0.9999*float64(total) {
 		t.Errorf("%d of %d lengths disagree with objdump (%d endbr64)", total-agree, total, bad["endbr64"])
