@@ -14,10 +14,13 @@ import (
 )
 
 // TestPerfMode counts two allow-listed cgroups in perf's cgroup mode: the
-// busy one's cpu-clock matches its cpu.stat (the kernel's own cgroup time,
-// with no switch missed; perf's clock also runs while the hypervisor
-// steals the CPU), the parent includes it, and the fd cost is
-// cgroups x CPUs x events.
+// busy one's cpu-clock is at least its cpu.stat (the kernel's own cgroup
+// time: no switch missed) and at most the wall time it had (one spinning
+// shell), the parent includes it, and the fd cost is cgroups x CPUs x
+// events. Not within a few percent of cpu.stat: perf's clock also runs
+// while the hypervisor steals the CPU and through part of each context
+// switch, which cpu.stat leaves out; CI once saw 32 ms more over 330 ms
+// of cpu.stat while /proc/stat showed no steal.
 func TestPerfMode(t *testing.T) {
 	top, dirs := testenv.Cgroups(t, "pod", "pod/ctr")
 	groups := []perfcount.GroupSpec{{Name: "software", Events: []eventspec.Event{
@@ -31,13 +34,10 @@ func TestPerfMode(t *testing.T) {
 	}
 	defer m.Close()
 	m.Cycle()
-	steal0 := testenv.Stolen(t)
+	start := time.Now()
 	testenv.BurnIn(t, dirs[1], 500*time.Millisecond).Wait()
 	m.Cycle()
-	// perf's clock runs on while the hypervisor steals the CPU, cpu.stat's
-	// does not: what was stolen meanwhile may be counted on top (to a
-	// tick of /proc/stat, 2% of the burn).
-	steal := float64(testenv.StolenSince(t, steal0))
+	wall := float64(time.Since(start))
 	s := m.Snapshot()
 	cpus := len(testenv.OnlineCPUs(t))
 	if s.PerfModeFDs != 2*cpus*2 || s.Tracked != 2 {
@@ -53,9 +53,9 @@ func TestPerfMode(t *testing.T) {
 	}
 	for i, p := range paths {
 		usage := float64(testenv.CgroupUsage(t, dirs[i]))
-		t.Logf("%s: perf cgroup mode %v, cpu.stat %v, up to %v stolen", filepath.Base(p), time.Duration(got[p]), time.Duration(usage), time.Duration(steal))
-		if got[p] < 0.97*usage || got[p] > 1.03*usage+steal {
-			t.Errorf("%s: cpu-clock %v, cpu.stat %v, %v stolen meanwhile", p, time.Duration(got[p]), time.Duration(usage), time.Duration(steal))
+		t.Logf("%s: perf cgroup mode %v, cpu.stat %v, wall %v", filepath.Base(p), time.Duration(got[p]), time.Duration(usage), time.Duration(wall))
+		if got[p] < 0.97*usage || got[p] > wall {
+			t.Errorf("%s: cpu-clock %v, cpu.stat %v, wall %v", p, time.Duration(got[p]), time.Duration(usage), time.Duration(wall))
 		}
 	}
 
