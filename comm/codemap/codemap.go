@@ -279,20 +279,23 @@ func (b *binary) function(vaddr uint64) (symbol, bool) {
 
 // Text implements memop.Code: the bytes from the start of ip's function
 // (or ip when no symbol holds it, or the function starts more than 16 KiB
-// before it) to MaxInsn bytes past ip.
+// before it) to its end (at least MaxInsn bytes past ip, at most 16 KiB).
 func (m *Map) Text(pid uint32, ip uint64, buf []byte) (uint64, []byte, memop.Reason) {
 	mp, b, vaddr, r := m.where(pid, ip)
 	if r != memop.Resolved {
 		return 0, nil, r
 	}
-	start := ip
+	start, after := ip, uint64(memop.MaxInsn)
 	if s, ok := b.function(vaddr); ok && vaddr-s.addr <= 16<<10 {
 		start = ip - (vaddr - s.addr)
+		if s.size != 0 {
+			after = min(max(s.addr+s.size-vaddr, after), 16<<10)
+		}
 	}
 	if start < mp.Start {
-		start = ip
+		start, after = ip, memop.MaxInsn
 	}
-	n := int(ip-start) + memop.MaxInsn
+	n := int(ip-start) + int(min(after, mp.End-ip))
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}

@@ -104,3 +104,46 @@ func TestJumpLanding(t *testing.T) {
 		}
 	}
 }
+
+// A loop's back edge that follows an access lands at the loop's head, whose
+// instruction before it in the code (here a load before the loop) did not
+// run: the resolver finds the jump after the IP too, decoding on to the
+// function's end.
+func TestBackEdgeLanding(t *testing.T) {
+	code := []byte{
+		0x48, 0x8b, 0x0f, // 0: mov (%rdi),%rcx, before the loop
+		0x48, 0xff, 0xc2, // 3: L: inc %rdx
+		0xf0, 0x4c, 0x0f, 0xc1, 0x00, // 6: lock xadd %r8,(%rax)
+		0x75, 0xf6, // 11: jne L
+		0xc3, // 13: ret
+	}
+	const head, jump = loopStart + 3, loopStart + 11
+	var regs Regs
+	regs[AMD64AX], regs[AMD64DI] = 0x600680, 0x600700
+	for _, c := range []struct {
+		name          string
+		ips           []uint64
+		load, dropped int
+	}{
+		// The loop spins: 2 of 102 samples skid past the back edge.
+		{"loop", append(slices.Repeat([]uint64{jump}, 100), slices.Repeat([]uint64{head}, 2)...), 0, 2},
+		// Only the entry: the load runs and the loop does not.
+		{"entry", slices.Repeat([]uint64{head}, 100), 100, 0},
+	} {
+		r, _ := NewResolver(loopCode{code}, "amd64")
+		load := 0
+		for _, ip := range c.ips {
+			a, res := r.Resolve(1, ip, &regs)
+			switch {
+			case res == Resolved && a.Addr == 0x600700 && a.PC == loopStart:
+				load++
+			case res == Resolved && a.Addr == 0x600680 && a.PC == loopStart+6:
+			case res != Ambiguous:
+				t.Errorf("%s: ip %#x: %+v %v", c.name, ip, a, res)
+			}
+		}
+		if load != c.load || r.Unresolved[Ambiguous] != uint64(c.dropped) {
+			t.Errorf("%s: %d samples taken as the load, %d ambiguous; want %d, %d", c.name, load, r.Unresolved[Ambiguous], c.load, c.dropped)
+		}
+	}
+}

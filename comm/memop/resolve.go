@@ -11,9 +11,10 @@ import (
 
 // Code finds a process's instruction bytes. Text returns the bytes from
 // start (the start of the function holding ip where symbols say, else ip
-// itself) to at least MaxInsn bytes past ip, using buf when it is large
-// enough; a reason other than Resolved says why there are none (Kernel,
-// JIT, Unreadable).
+// itself) to at least MaxInsn bytes past ip, and to the function's end
+// where symbols say (the resolver looks there for jumps back to ip), using
+// buf when it is large enough; a reason other than Resolved says why there
+// are none (Kernel, JIT, Unreadable).
 type Code interface {
 	Text(pid uint32, ip uint64, buf []byte) (start uint64, b []byte, r Reason)
 }
@@ -43,9 +44,10 @@ type entry struct {
 	prevPC   uint64
 	reason   Reason // of the code lookup
 	// jumpPC is a jump to this address that follows a memory access
-	// (found decoding forward from the function's start; 0: none): a
-	// sample taken after the jump ran lands here too, and the instruction
-	// before this one in the code did not run.
+	// (found decoding the function from its start; 0: none), before it or,
+	// a loop's back edge, after it: a sample taken after the jump ran
+	// lands here too, and the instruction before this one in the code did
+	// not run.
 	jumpPC uint64
 	// samples counts the samples with this IP.
 	samples uint64
@@ -247,11 +249,29 @@ func (r *Resolver) decode(pid uint32, ip uint64) entry {
 		}
 		if end == ip {
 			e.prev, e.prevPC = o, pos
-			return e
 		}
 		pos, last = end, o.Reason
 	}
-	return entry{at: e.at} // ip is not on an instruction boundary from the function's start
+	if pos != ip {
+		return entry{at: e.at} // ip is not on an instruction boundary from the function's start
+	}
+	// On to the function's end, for a loop's back edge to ip, where it
+	// could matter: Resolve would take the instruction before.
+	if e.jumpPC != 0 || e.prevPC == 0 || !e.prev.ReadsAfter() || !e.prev.Atomic && e.at.Reason == Resolved {
+		return e
+	}
+	for e.jumpPC == 0 && pos < start+uint64(len(b)) && pos-ip <= maxScan {
+		o := r.decodeInsn(b[pos-start:])
+		if o.Len == 0 {
+			break
+		}
+		end := pos + uint64(o.Len)
+		if o.Jump && last == Resolved && end+uint64(o.Rel) == ip {
+			e.jumpPC = pos
+		}
+		pos, last = end, o.Reason
+	}
+	return e
 }
 
 // Sample resolves a timer sample taken with PERF_SAMPLE_REGS_USER into the
