@@ -307,10 +307,23 @@ func Stolen(t testing.TB) time.Duration {
 const stealTick = 10 * time.Millisecond
 
 // StolenSince is what was stolen since Stolen read from, plus a tick for
-// the counter's resolution: an upper bound on how much further perf's
-// clock of a task ran meanwhile than the scheduler's.
+// the counter's resolution: how much further perf's clock of a task may
+// have run meanwhile than the scheduler's, on steal alone.
 func StolenSince(t testing.TB, from time.Duration) time.Duration {
 	return Stolen(t) - from + stealTick
+}
+
+// ClockCeiling is the most perf's clock may count for a cgroup whose
+// cpu.stat grew by usage while its workloads, a thread each, ran for wall
+// in all: 3% over usage plus what /proc/stat says was stolen since steal0
+// plus slack, or wall if that is more. perf's clock runs on through
+// stolen time and through part of each context switch, which cpu.stat
+// leaves out, and /proc/stat has not always shown the difference (CI: 32
+// ms over 330 ms of cpu.stat with no steal, under load); but a thread
+// cannot run longer than the wall clock.
+func ClockCeiling(t testing.TB, usage float64, steal0, slack, wall time.Duration) float64 {
+	t.Helper()
+	return max(1.03*usage+float64(StolenSince(t, steal0)+slack), float64(wall))
 }
 
 // ExitedThread is the id a thread of this process had; the thread has
