@@ -225,4 +225,12 @@ func TestEndbr(t *testing.T) {
 	if a, res := r.Resolve(1, start+14, &regs); res != Ambiguous {
 		t.Errorf("at the landing after the second lock add: %+v %v, want %v", a, res, Ambiguous)
 	}
+	// A watchpoint's trap (Before) likewise: after the first lock add it is
+	// that add; at the landing, the add or an indirect jump's read.
+	if a, res := r.Before(1, start+8, &regs); res != Resolved || a.PC != start+4 {
+		t.Errorf("trap after the first lock add: %+v %v", a, res)
+	}
+	if a, res := r.Before(1, start+14, &regs); res != Ambiguous {
+		t.Errorf("trap at the landing: %+v %v, want %v", a, res, Ambiguous)
+	}
 }

@@ -173,7 +173,9 @@ func (r *Resolver) Resolve(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 
 // Before resolves the instruction that ran just before ip: a data
 // watchpoint traps after the access (x86), so its IP is the next
-// instruction's; regs are those at the trap.
+// instruction's; regs are those at the trap. Where an indirect branch
+// lands (endbr64), the access may have been the branch's own read of its
+// target (jmp *(%rax)), at another address: Ambiguous.
 func (r *Resolver) Before(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 	if regs == nil {
 		return Access{}, NoRegisters
@@ -184,6 +186,8 @@ func (r *Resolver) Before(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 		return Access{}, e.reason
 	case e.prevPC == 0:
 		return Access{}, Unreadable // no instruction boundary found before ip
+	case e.at.Landing:
+		return Access{}, Ambiguous
 	case e.prev.Reason != Resolved:
 		return Access{}, e.prev.Reason
 	case !e.prev.ReadsAfter():
