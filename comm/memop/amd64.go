@@ -75,15 +75,15 @@ func DecodeAMD64(code []byte) Operand {
 			pos, mem = i, m
 		}
 	}
-	o.Writes = writesAMD64(&in)
-	name := in.Op.String()
+	c := classOf(in.Op)
+	o.Writes = writesAMD64(&in, c)
 	switch {
-	case stringOp(name):
+	case c.str:
 		o.Reason = String
 		return o
-	case pos < 0 || noAccess(name):
+	case pos < 0 || c.noAccess:
 		o.Reason = NoMemory
-		if rel, ok := in.Args[0].(x86asm.Rel); ok && (name[0] == 'J' || strings.HasPrefix(name, "LOOP")) {
+		if rel, ok := in.Args[0].(x86asm.Rel); ok && c.jump {
 			o.Jump, o.Rel = true, int64(rel)
 		}
 		return o
@@ -108,7 +108,7 @@ func DecodeAMD64(code []byte) Operand {
 	if o.Width == 0 && x87m80(&in, code) {
 		o.Width = 10
 	}
-	o.Kind = kindAMD64(name, pos)
+	o.Kind = c.kind(pos)
 	for _, p := range in.Prefix {
 		if p == 0 {
 			break
@@ -159,20 +159,65 @@ func x87m80(in *x86asm.Inst, code []byte) bool {
 	return op == 0xDB && (reg == 5 || reg == 7) || op == 0xDF && (reg == 4 || reg == 6)
 }
 
-// kindAMD64 classifies by mnemonic and the operand's place: Intel order
-// puts the destination first.
-func kindAMD64(name string, pos int) Kind {
+// opClass is what the decoder needs to know of a mnemonic, worked out once
+// per x86asm.Op from its name: matching names for each decoded instruction
+// was a third of the cold path (BenchmarkResolveCold in comm/codemap).
+type opClass struct {
+	str      bool // a string instruction (stringOp)
+	noAccess bool // its memory operand accesses no data (noAccess)
+	jump     bool // J* or LOOP*: a direct jump when its operand is relative
+	rmw      bool // reads and writes memory wherever the operand sits
+	store    bool // only writes a memory destination (storePrefixes)
+	readOnly bool // only reads a first memory operand (readOnlyDest, readOnlyPrefixes)
+	// keepsDest: a register destination is not written (readOnlyDest, CMP*).
+	keepsDest bool
+}
+
+// kind classifies by the operand's place: Intel order puts the
+// destination first.
+func (c opClass) kind(pos int) Kind {
 	switch {
-	case rmwAlways[name]:
+	case c.rmw:
 		return RMW
 	case pos > 0:
 		return Load
-	case hasPrefix(name, storePrefixes):
+	case c.store:
 		return Store
-	case readOnlyDest[name] || hasPrefix(name, readOnlyPrefixes):
+	case c.readOnly:
 		return Load
 	}
 	return RMW
+}
+
+// opClasses are the classes by x86asm.Op; read-only once built.
+var opClasses = func() []opClass {
+	var out []opClass
+	for op, unnamed := x86asm.Op(0), 0; unnamed < 256; op++ { // past the last name
+		name := op.String()
+		if strings.HasPrefix(name, "Op(") {
+			out = append(out, opClass{})
+			unnamed++
+			continue
+		}
+		unnamed = 0
+		out = append(out, opClass{
+			str:       stringOp(name),
+			noAccess:  noAccess(name),
+			jump:      name[0] == 'J' || strings.HasPrefix(name, "LOOP"),
+			rmw:       rmwAlways[name],
+			store:     hasPrefix(name, storePrefixes),
+			readOnly:  readOnlyDest[name] || hasPrefix(name, readOnlyPrefixes),
+			keepsDest: readOnlyDest[name] || strings.HasPrefix(name, "CMP"),
+		})
+	}
+	return out
+}()
+
+func classOf(op x86asm.Op) opClass {
+	if int(op) < len(opClasses) {
+		return opClasses[op]
+	}
+	return opClass{}
 }
 
 func hasPrefix(name string, prefixes []string) bool {
@@ -349,40 +394,41 @@ func stringOp(name string) bool {
 // destination, both operands of exchanges, and the implicit ones (the
 // stack pointer of pushes, pops, calls and returns; rax/rdx of multiplies,
 // divides and compare-exchanges; rsi/rdi/rcx of string instructions).
-func writesAMD64(in *x86asm.Inst) uint64 {
+func writesAMD64(in *x86asm.Inst, c opClass) uint64 {
 	var w uint64
 	set := func(r int8) {
 		if r != NoReg {
 			w |= 1 << r
 		}
 	}
-	name := in.Op.String()
-	if r, ok := in.Args[0].(x86asm.Reg); ok && !readOnlyDest[name] && !strings.HasPrefix(name, "CMP") {
+	if r, ok := in.Args[0].(x86asm.Reg); ok && !c.keepsDest {
 		set(perfReg(r))
 	}
-	switch name {
-	case "XCHG", "XADD":
+	switch op := in.Op; op {
+	case x86asm.XCHG, x86asm.XADD:
 		if r, ok := in.Args[1].(x86asm.Reg); ok {
 			set(perfReg(r))
 		}
-	case "CMPXCHG", "CMPXCHG8B", "CMPXCHG16B", "MUL", "IMUL", "DIV", "IDIV", "CPUID", "RDTSC", "RDTSCP", "CQO", "CDQ", "CWD":
+	case x86asm.CMPXCHG, x86asm.CMPXCHG8B, x86asm.CMPXCHG16B, x86asm.MUL, x86asm.IMUL, x86asm.DIV, x86asm.IDIV,
+		x86asm.CPUID, x86asm.RDTSC, x86asm.RDTSCP, x86asm.CQO, x86asm.CDQ, x86asm.CWD:
 		set(AMD64AX)
 		set(AMD64DX)
-		if name == "CPUID" || name == "RDTSCP" {
+		if op == x86asm.CPUID || op == x86asm.RDTSCP {
 			set(AMD64BX)
 			set(AMD64CX)
 		}
-	case "PUSH", "POP", "CALL", "RET", "LCALL", "LRET", "ENTER", "LEAVE", "PUSHF", "POPF", "PUSHFQ", "POPFQ":
+	case x86asm.PUSH, x86asm.POP, x86asm.CALL, x86asm.RET, x86asm.LCALL, x86asm.LRET, x86asm.ENTER, x86asm.LEAVE,
+		x86asm.PUSHF, x86asm.POPF, x86asm.PUSHFQ, x86asm.POPFQ:
 		set(AMD64SP)
-		if name == "LEAVE" || name == "ENTER" {
+		if op == x86asm.LEAVE || op == x86asm.ENTER {
 			set(AMD64BP)
 		}
-	case "SYSCALL":
+	case x86asm.SYSCALL:
 		set(AMD64AX)
 		set(AMD64CX)
 		set(17) // r11
 	}
-	if stringOp(name) {
+	if c.str {
 		set(AMD64SI)
 		set(AMD64DI)
 		set(AMD64CX)
