@@ -150,9 +150,14 @@ func NewPoller() (*Poller, error) {
 	return &Poller{epfd: fd, rings: map[int32]*Ring{}}, nil
 }
 
-// Add watches r.
+// Add watches r. Edge-triggered: the kernel reports the event of a task
+// that exited as hung up for as long as its fd is watched, and level-
+// triggered every Wait returned at once until the ring was removed (under
+// thread churn the watchpoint reader spun on such rings). Readiness for
+// data is edge-like either way (perf's poll reports a wakeup once), and
+// the readers drain every ring after each Wait.
 func (p *Poller) Add(r *Ring) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(r.fd)}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(r.fd)}
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, r.fd, &ev); err != nil {
 		return fmt.Errorf("epoll_ctl add perf fd %d: %w", r.fd, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -303,5 +304,68 @@ func TestPollerAddRemoveDuringWait(t *testing.T) {
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 	if got := <-waiting; got.err != nil || len(got.ready) != 0 {
 		t.Fatalf("Wait gave %v, %v; want nothing from a removed ring", got.ready, got.err)
+	}
+}
+
+// A ring whose thread exited is ready once, not on every Wait after: the
+// kernel reports a dead task's event as hung up for as long as its fd is
+// watched, and level-triggered, every Wait returned at once until the
+// watchpoint engine's next listing closed it, so that under thread churn
+// the trap reader spun (half a CPU).
+func TestPollerQuietAfterThreadExit(t *testing.T) {
+	testenv.RequireRoot(t)
+	var tid int
+	exit := make(chan struct{})
+	for tid == 0 || tid == os.Getpid() { // the main thread never exits: the runtime wedges it instead
+		if tid != 0 {
+			close(exit)
+			exit = make(chan struct{})
+		}
+		tids, done := make(chan int), exit
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			tids <- unix.Gettid()
+			<-done
+		}()
+		tid = <-tids
+	}
+	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS,
+		Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{})), Sample: 1, Sample_type: sampleType, Wakeup: 1}
+	fd, err := unix.PerfEventOpen(&attr, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	r, err := Open(fd, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Add(r); err != nil {
+		t.Fatal(err)
+	}
+	close(exit)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); os.IsNotExist(err) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("thread %d did not exit", tid)
+		}
+	}
+	ready, waits := 0, 0
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; waits++ {
+		got, err := p.Wait(50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready += len(got)
+	}
+	if ready > 1 {
+		t.Errorf("the exited thread's ring was ready %d times in %d waits over 300 ms, want once", ready, waits)
 	}
 }
