@@ -279,10 +279,15 @@ func TestServeCommSelectedCgroup(t *testing.T) {
 		inside = after
 		time.Sleep(100 * time.Millisecond)
 	}
-	volume := sum(inside.False)
+	// The cgroup's counter holds every detection; the thread matrix not
+	// those whose publishing thread had exited (comdetect.ForgetThreads:
+	// they count in the totals but in no pair), which happen as the
+	// benchmark's threads end one after another (CI: one, 0.1% of the
+	// volume). So the counter is the matrix's volume, or a little more.
+	volume := sum(inside.False) / 2
 	got := mustValue(t, mfs, "pmu_cgroup_comm_volume_total", map[string]string{"cgroup": top + "/" + job, "pod": uid, "kind": "false_sharing"})
-	if uint64(got) != volume/2 {
-		t.Errorf("pmu_cgroup_comm_volume_total of %s/%s: %.0f, the benchmark's matrix holds %d", top, job, got, volume/2)
+	if uint64(got) < volume || got > 1.01*float64(volume) {
+		t.Errorf("pmu_cgroup_comm_volume_total of %s/%s: %.0f, the benchmark's matrix holds %d", top, job, got, volume)
 	}
 	// The CPU matrix holds both kinds (a stray true-sharing detection in
 	// the benchmark's runtime happens): so does the folded sum compared.
