@@ -2,6 +2,8 @@ package memop
 
 import (
 	"fmt"
+	"math"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -68,6 +70,7 @@ type Resolver struct {
 	decodeInsn func([]byte) Operand
 	fixed      uint64 // the instruction length where it is fixed (arm64: 4), else 0
 	procs      map[uint32]map[uint64]*entry
+	funcs      map[uint32]map[uint64]*function // by pid and start
 	buf        []byte
 	// Unresolved counts samples without an address, by Reason.
 	Unresolved [NumReasons]uint64
@@ -82,7 +85,7 @@ type Resolver struct {
 // NewResolver reads code through code, for arch (GOARCH spelling: amd64
 // or arm64).
 func NewResolver(code Code, arch string) (*Resolver, error) {
-	r := &Resolver{code: code, procs: map[uint32]map[uint64]*entry{}, buf: make([]byte, 0, 4096)}
+	r := &Resolver{code: code, procs: map[uint32]map[uint64]*entry{}, funcs: map[uint32]map[uint64]*function{}, buf: make([]byte, 0, 4096)}
 	switch arch {
 	case "amd64":
 		r.decodeInsn = DecodeAMD64
@@ -116,14 +119,22 @@ func (r *Resolver) Outcomes() Outcomes {
 }
 
 // Forget drops what is cached of pid: after an exec, or its exit.
-func (r *Resolver) Forget(pid uint32) { delete(r.procs, pid) }
+func (r *Resolver) Forget(pid uint32) {
+	delete(r.procs, pid)
+	delete(r.funcs, pid)
+}
 
-// Unmap drops pid's cached instructions in [start, end): a new mapping
-// took that range.
+// Unmap drops pid's cached instructions and functions in [start, end): a
+// new mapping took that range.
 func (r *Resolver) Unmap(pid uint32, start, end uint64) {
 	for ip := range r.procs[pid] {
 		if ip >= start && ip < end {
 			delete(r.procs[pid], ip)
+		}
+	}
+	for at := range r.funcs[pid] {
+		if at >= start && at < end {
+			delete(r.funcs[pid], at)
 		}
 	}
 }
@@ -240,42 +251,90 @@ func (r *Resolver) decode(pid uint32, ip uint64) entry {
 	if start == ip || ip-start > maxScan {
 		return e
 	}
-	pos := start
-	var last Reason = NoMemory // of the instruction before pos
-	for pos < ip {
-		o := r.decodeInsn(b[pos-start:])
+	f := r.function(pid, start, len(b))
+	off := ip - start
+	f.extend(r.decodeInsn, b, int(off))
+	prev := -1
+	switch at := int(off); {
+	case at == f.size: // the pass just reached ip
+		prev = int(f.starts[len(f.starts)-1])
+	case at < f.size:
+		i, ok := slices.BinarySearch(f.starts, uint16(off))
+		if !ok {
+			return entry{at: e.at} // ip is not on an instruction boundary from the function's start
+		}
+		prev = int(f.starts[i-1]) // off > 0 = starts[0]
+	}
+	found := prev >= 0 // else the pass stopped before ip, at an instruction the decoder does not know
+	if found {
+		e.prev, e.prevPC = r.decodeInsn(b[prev:]), start+uint64(prev)
+	}
+	// A jump to ip after it, a loop's back edge, is looked for only where
+	// it could matter: where Resolve would take the instruction before.
+	if _, ok := f.landings[uint16(off)]; !ok && found && e.prev.ReadsAfter() && (e.prev.Atomic || e.at.Reason != Resolved) {
+		f.extend(r.decodeInsn, b, len(b))
+	}
+	if j, ok := f.landings[uint16(off)]; ok {
+		e.jumpPC = start + uint64(j)
+	}
+	return e // found, or past an instruction the decoder does not know
+}
+
+// function is a decoding pass over a function's code from its start,
+// which every IP in it then shares, made as far as the IPs so far needed:
+// where its instructions start, and where the direct jumps that follow a
+// memory access land (a sample taken after such a jump ran lands there
+// too: before the IP, or after it, a loop's back edge). Decoding from the
+// start for each new IP was most of the cold path's time
+// (BenchmarkResolveCold in comm/codemap, BenchmarkColdLibc).
+type function struct {
+	read     int               // the bytes the pass may decode
+	size     int               // decoded so far: instructions start before it
+	last     Reason            // of the instruction before size
+	stopped  bool              // at size is an instruction the decoder does not know
+	starts   []uint16          // offsets of the instructions, ascending
+	landings map[uint16]uint16 // a jump's target → the first such jump, as offsets
+}
+
+// function is pid's pass over the n bytes of code from start, begun anew
+// when there are more of them than it had (Text reads at most 16 KiB past
+// an IP).
+func (r *Resolver) function(pid uint32, start uint64, n int) *function {
+	fs := r.funcs[pid]
+	if f := fs[start]; f != nil && n <= f.read {
+		return f
+	}
+	if fs == nil {
+		fs = map[uint64]*function{}
+		r.funcs[pid] = fs
+	}
+	f := &function{read: min(n, math.MaxUint16), last: NoMemory}
+	fs[start] = f
+	return f
+}
+
+// extend decodes on until the next instruction starts at or past upTo,
+// at the end of b, or is one the decoder does not know.
+func (f *function) extend(decode func([]byte) Operand, b []byte, upTo int) {
+	n := min(len(b), f.read)
+	for f.size < min(upTo, n) && !f.stopped {
+		o := decode(b[f.size:])
 		if o.Len == 0 {
-			return e
+			f.stopped = true
+			return
 		}
-		end := pos + uint64(o.Len)
-		if o.Jump && last == Resolved && end+uint64(o.Rel) == ip && e.jumpPC == 0 {
-			e.jumpPC = pos
+		f.starts = append(f.starts, uint16(f.size))
+		end := f.size + int(o.Len)
+		if t := int64(end) + o.Rel; o.Jump && f.last == Resolved && t >= 0 && t < int64(n) {
+			if f.landings == nil {
+				f.landings = map[uint16]uint16{}
+			}
+			if _, ok := f.landings[uint16(t)]; !ok {
+				f.landings[uint16(t)] = uint16(f.size)
+			}
 		}
-		if end == ip {
-			e.prev, e.prevPC = o, pos
-		}
-		pos, last = end, o.Reason
+		f.size, f.last = end, o.Reason
 	}
-	if pos != ip {
-		return entry{at: e.at} // ip is not on an instruction boundary from the function's start
-	}
-	// On to the function's end, for a loop's back edge to ip, where it
-	// could matter: Resolve would take the instruction before.
-	if e.jumpPC != 0 || e.prevPC == 0 || !e.prev.ReadsAfter() || !e.prev.Atomic && e.at.Reason == Resolved {
-		return e
-	}
-	for e.jumpPC == 0 && pos < start+uint64(len(b)) && pos-ip <= maxScan {
-		o := r.decodeInsn(b[pos-start:])
-		if o.Len == 0 {
-			break
-		}
-		end := pos + uint64(o.Len)
-		if o.Jump && last == Resolved && end+uint64(o.Rel) == ip {
-			e.jumpPC = pos
-		}
-		pos, last = end, o.Reason
-	}
-	return e
 }
 
 // Sample resolves a timer sample taken with PERF_SAMPLE_REGS_USER into the
