@@ -151,10 +151,8 @@ func TestFunctionPassAgreesWithScan(t *testing.T) {
 // sized functions ("every-ip": the most a function's single pass saves)
 // or one instruction in the middle of each ("one-ip": the least).
 func BenchmarkColdLibc(b *testing.B) {
-	lib := oracleBinaries(&testing.T{})
-	if len(lib) == 0 {
-		b.Skip("no C library")
-	}
+	lib := oracleBinaries(b)
+	testenv.Require(b, len(lib) > 0, "needs the C library")
 	f, err := elf.Open(lib[0])
 	if err != nil {
 		b.Fatal(err)
@@ -170,7 +168,7 @@ func BenchmarkColdLibc(b *testing.B) {
 		}
 	}
 	sort.Slice(funcs, func(i, j int) bool { return funcs[i].Value < funcs[j].Value })
-	code := elfCode{funcs: funcs, bytesAt: sectionBytes(&testing.T{}, lib[0])}
+	code := elfCode{funcs: funcs, bytesAt: sectionBytes(b, lib[0])}
 	funcs = funcs[:min(len(funcs), 300)]
 	every, one := []uint64{}, []uint64{}
 	for _, fn := range funcs {

@@ -19,7 +19,7 @@ import (
 
 // oracleBinaries are real x86-64 code on every Debian/Ubuntu machine: the C
 // library, the Go toolchain, and a few programs.
-func oracleBinaries(t *testing.T) []string {
+func oracleBinaries(t testing.TB) []string {
 	var out []string
 	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/ls", "/usr/bin/bash"} {
 		if _, err := os.Stat(p); err == nil {
@@ -148,7 +148,7 @@ func compareBinary(t *testing.T, bin string, disagree func(mnemonic, why string)
 
 // sectionBytes reads bin's executable sections and returns the bytes from
 // an address to its section's end (nil outside them).
-func sectionBytes(t *testing.T, bin string) func(addr uint64) []byte {
+func sectionBytes(t testing.TB, bin string) func(addr uint64) []byte {
 	t.Helper()
 	f, err := elf.Open(bin)
 	if err != nil {
