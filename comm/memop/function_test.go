@@ -50,7 +50,7 @@ func scanFor(b []byte, off int) (prev, jump int, onBoundary bool) {
 	return prev, jump, onBoundary
 }
 
-// The resolver decodes each function once for all its IPs (function), as
+// The resolver decodes each function once for all its IPs (funcPass), as
 // far as they need; at
 // every instruction of the C library's first thousand sized functions, and
 // at a byte inside each, it finds what decoding the function for that IP

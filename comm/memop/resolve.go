@@ -70,7 +70,7 @@ type Resolver struct {
 	decodeInsn func([]byte) Operand
 	fixed      uint64 // the instruction length where it is fixed (arm64: 4), else 0
 	procs      map[uint32]map[uint64]*entry
-	funcs      map[uint32]map[uint64]*function // by pid and start
+	funcs      map[uint32]map[uint64]*funcPass // by pid and start
 	buf        []byte
 	// Unresolved counts samples without an address, by Reason.
 	Unresolved [NumReasons]uint64
@@ -85,7 +85,7 @@ type Resolver struct {
 // NewResolver reads code through code, for arch (GOARCH spelling: amd64
 // or arm64).
 func NewResolver(code Code, arch string) (*Resolver, error) {
-	r := &Resolver{code: code, procs: map[uint32]map[uint64]*entry{}, funcs: map[uint32]map[uint64]*function{}, buf: make([]byte, 0, 4096)}
+	r := &Resolver{code: code, procs: map[uint32]map[uint64]*entry{}, funcs: map[uint32]map[uint64]*funcPass{}, buf: make([]byte, 0, 4096)}
 	switch arch {
 	case "amd64":
 		r.decodeInsn = DecodeAMD64
@@ -251,7 +251,7 @@ func (r *Resolver) decode(pid uint32, ip uint64) entry {
 	if start == ip || ip-start > maxScan {
 		return e
 	}
-	f := r.function(pid, start, len(b))
+	f := r.passOf(pid, start, len(b))
 	off := ip - start
 	f.extend(r.decodeInsn, b, int(off))
 	prev := -1
@@ -280,14 +280,14 @@ func (r *Resolver) decode(pid uint32, ip uint64) entry {
 	return e // found, or past an instruction the decoder does not know
 }
 
-// function is a decoding pass over a function's code from its start,
+// funcPass is a decoding pass over a function's code from its start,
 // which every IP in it then shares, made as far as the IPs so far needed:
 // where its instructions start, and where the direct jumps that follow a
 // memory access land (a sample taken after such a jump ran lands there
 // too: before the IP, or after it, a loop's back edge). Decoding from the
 // start for each new IP was most of the cold path's time
 // (BenchmarkResolveCold in comm/codemap, BenchmarkColdLibc).
-type function struct {
+type funcPass struct {
 	read     int               // the bytes the pass may decode
 	size     int               // decoded so far: instructions start before it
 	last     Reason            // of the instruction before size
@@ -296,26 +296,26 @@ type function struct {
 	landings map[uint16]uint16 // a jump's target → the first such jump, as offsets
 }
 
-// function is pid's pass over the n bytes of code from start, begun anew
+// passOf is pid's pass over the n bytes of code from start, begun anew
 // when there are more of them than it had (Text reads at most 16 KiB past
 // an IP).
-func (r *Resolver) function(pid uint32, start uint64, n int) *function {
+func (r *Resolver) passOf(pid uint32, start uint64, n int) *funcPass {
 	fs := r.funcs[pid]
 	if f := fs[start]; f != nil && n <= f.read {
 		return f
 	}
 	if fs == nil {
-		fs = map[uint64]*function{}
+		fs = map[uint64]*funcPass{}
 		r.funcs[pid] = fs
 	}
-	f := &function{read: min(n, math.MaxUint16), last: NoMemory}
+	f := &funcPass{read: min(n, math.MaxUint16), last: NoMemory}
 	fs[start] = f
 	return f
 }
 
 // extend decodes on until the next instruction starts at or past upTo,
 // at the end of b, or is one the decoder does not know.
-func (f *function) extend(decode func([]byte) Operand, b []byte, upTo int) {
+func (f *funcPass) extend(decode func([]byte) Operand, b []byte, upTo int) {
 	n := min(len(b), f.read)
 	for f.size < min(upTo, n) && !f.stopped {
 		o := decode(b[f.size:])
