@@ -74,6 +74,20 @@ func openRing(t *testing.T, pages int) (int, *Ring) {
 	return fd, r
 }
 
+// pollerOf is a poller watching r, closed when the test ends.
+func pollerOf(t *testing.T, r *Ring) *Poller {
+	t.Helper()
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.Add(r); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // drain reads every record, handing samples and LOST counts on.
 func drain(t *testing.T, r *Ring, sample func(perfrecord.Sample), lost func(uint64)) {
 	t.Helper()
@@ -112,14 +126,7 @@ func count(t *testing.T, fd int) uint64 {
 // with that exact address, this thread's ids and period 1.
 func TestPageFaultAddresses(t *testing.T) {
 	fd, r := openRing(t, 64) // 256 KiB: room for every sample
-	p, err := NewPoller()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.Add(r); err != nil {
-		t.Fatal(err)
-	}
+	p := pollerOf(t, r)
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
 	_, addrs := touch(t, 200)
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
@@ -341,14 +348,7 @@ func TestPollerQuietAfterThreadExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	p, err := NewPoller()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.Add(r); err != nil {
-		t.Fatal(err)
-	}
+	p := pollerOf(t, r)
 	close(exit)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); os.IsNotExist(err) {

@@ -50,6 +50,49 @@ func scanFor(b []byte, off int) (prev, jump int, onBoundary bool) {
 	return prev, jump, onBoundary
 }
 
+// firstFunctions serves the sized functions of the first oracle binary
+// (the C library) as Text does, and returns its first 300, by address.
+func firstFunctions(tb testing.TB) (code elfCode, lib string, funcs []elf.Symbol) {
+	tb.Helper()
+	bins := oracleBinaries(tb)
+	testenv.Require(tb, len(bins) > 0, "needs the C library or another x86-64 binary")
+	lib = bins[0]
+	f, err := elf.Open(lib)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	syms, err := f.DynamicSymbols()
+	f.Close()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 && s.Size < maxScan && !seen[s.Value] {
+			seen[s.Value] = true
+			funcs = append(funcs, s)
+		}
+	}
+	sort.Slice(funcs, func(i, j int) bool { return funcs[i].Value < funcs[j].Value })
+	code = elfCode{funcs: funcs, bytesAt: sectionBytes(tb, lib)}
+	return code, lib, funcs[:min(len(funcs), 300)]
+}
+
+// starts are the addresses of fn's instructions, decoding from its start.
+func (c elfCode) starts(fn elf.Symbol) []uint64 {
+	var out []uint64
+	b := c.bytesAt(fn.Value)[:fn.Size]
+	for pos := 0; pos < len(b); {
+		o := DecodeAMD64(b[pos:])
+		if o.Len == 0 {
+			break
+		}
+		out = append(out, fn.Value+uint64(pos))
+		pos += int(o.Len)
+	}
+	return out
+}
+
 // The resolver decodes each function once for all its IPs (funcPass), as
 // far as they need; at
 // every instruction of the C library's first thousand sized functions, and
@@ -60,47 +103,14 @@ func scanFor(b []byte, off int) (prev, jump int, onBoundary bool) {
 // so that a function's pass is usually made for an IP in its middle.
 func TestFunctionPassAgreesWithScan(t *testing.T) {
 	testenv.Require(t, runtime.GOARCH == "amd64", "the binaries on this machine must be x86-64")
-	var lib string
-	for _, p := range oracleBinaries(t) {
-		if lib == "" {
-			lib = p
-		}
-	}
-	f, err := elf.Open(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	syms, err := f.DynamicSymbols()
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var funcs []elf.Symbol
-	seen := map[uint64]bool{}
-	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 && s.Size < maxScan && !seen[s.Value] {
-			seen[s.Value] = true
-			funcs = append(funcs, s)
-		}
-	}
-	sort.Slice(funcs, func(i, j int) bool { return funcs[i].Value < funcs[j].Value })
-	code := elfCode{funcs: funcs, bytesAt: sectionBytes(t, lib)}
-	if len(funcs) > 300 {
-		funcs = funcs[:300]
-	}
+	code, lib, funcs := firstFunctions(t)
 	var ips []uint64
 	for _, fn := range funcs {
-		b := code.bytesAt(fn.Value)[:fn.Size]
-		for pos := 0; pos < len(b); {
-			o := DecodeAMD64(b[pos:])
-			if o.Len == 0 {
-				break
+		for _, ip := range code.starts(fn) {
+			ips = append(ips, ip)
+			if o := DecodeAMD64(code.bytesAt(ip)); o.Len > 1 {
+				ips = append(ips, ip+1) // inside an instruction
 			}
-			ips = append(ips, fn.Value+uint64(pos))
-			if o.Len > 1 {
-				ips = append(ips, fn.Value+uint64(pos)+1) // inside an instruction
-			}
-			pos += int(o.Len)
 		}
 	}
 	for i := range ips { // a fixed shuffle
@@ -151,37 +161,10 @@ func TestFunctionPassAgreesWithScan(t *testing.T) {
 // sized functions ("every-ip": the most a function's single pass saves)
 // or one instruction in the middle of each ("one-ip": the least).
 func BenchmarkColdLibc(b *testing.B) {
-	lib := oracleBinaries(b)
-	testenv.Require(b, len(lib) > 0, "needs the C library")
-	f, err := elf.Open(lib[0])
-	if err != nil {
-		b.Fatal(err)
-	}
-	syms, _ := f.DynamicSymbols()
-	f.Close()
-	var funcs []elf.Symbol
-	seen := map[uint64]bool{}
-	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 && s.Size < maxScan && !seen[s.Value] {
-			seen[s.Value] = true
-			funcs = append(funcs, s)
-		}
-	}
-	sort.Slice(funcs, func(i, j int) bool { return funcs[i].Value < funcs[j].Value })
-	code := elfCode{funcs: funcs, bytesAt: sectionBytes(b, lib[0])}
-	funcs = funcs[:min(len(funcs), 300)]
+	code, _, funcs := firstFunctions(b)
 	every, one := []uint64{}, []uint64{}
 	for _, fn := range funcs {
-		var starts []uint64
-		bs := code.bytesAt(fn.Value)[:fn.Size]
-		for pos := 0; pos < len(bs); {
-			o := DecodeAMD64(bs[pos:])
-			if o.Len == 0 {
-				break
-			}
-			starts = append(starts, fn.Value+uint64(pos))
-			pos += int(o.Len)
-		}
+		starts := code.starts(fn)
 		every = append(every, starts...)
 		if len(starts) > 1 {
 			one = append(one, starts[len(starts)/2])
