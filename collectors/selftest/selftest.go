@@ -15,6 +15,7 @@ import (
 	"math"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -261,7 +262,8 @@ func Spin(quick bool) Kernel {
 		n = 4
 	}
 	return Kernel{Name: "spin", Unit: "ns on the CPU (wall time, in runs without a context switch)", Sizes: geometric(spinLongest>>(n-1), n), Repeats: 3, Run: func(size int, measure func(func()) error) error {
-		for range spinTries {
+		runs := 0
+		for deadline := time.Now().Add(spinPatience); runs < 50 || time.Now().Before(deadline); runs++ {
 			var r0, r1 unix.Rusage
 			if err := unix.Getrusage(unix.RUSAGE_THREAD, &r0); err != nil {
 				return fmt.Errorf("spin: getrusage: %w", err)
@@ -276,15 +278,16 @@ func Spin(quick bool) Kernel {
 				return nil
 			}
 		}
-		return fmt.Errorf("spin: the thread left its CPU during each of %d runs of %d ns", spinTries, size)
+		return fmt.Errorf("spin: the thread left its CPU during each of %d runs of %d ns over %v (other threads woke on its CPU more often than that)", runs, size, spinPatience)
 	}}
 }
 
-// spinLongest is the longest spin in ns; spinTries bounds the runs of one
-// size that may be switched out.
+// spinLongest is the longest spin in ns; spinPatience is how long, and at
+// least 50 runs, one size may keep being switched out (a burst of wakeups
+// on its CPU, another test's pipe round trips, passes in that time).
 const (
-	spinLongest = 800_000
-	spinTries   = 50
+	spinLongest  = 800_000
+	spinPatience = 250 * time.Millisecond
 )
 
 // spinFor keeps the CPU until CLOCK_MONOTONIC advanced by ns.
