@@ -185,10 +185,12 @@ func TestServeCgroupV1(t *testing.T) {
 	pod := "kubepods/burstable/pod" + e2ePod
 	mnt, dirs := testenv.PerfEventV1(t, "kubepods", "kubepods/burstable", pod, pod+"/"+e2eCtrA)
 	p := start(t, nil)
+	steal0, started := testenv.Stolen(t), time.Now()
 	w := testenv.InCgroupV1(dirs[3], "timeout", "0.3", "sh", "-c", "while :; do :; done")
 	if err := w.Run(); err != nil && w.ProcessState.ExitCode() != 124 {
 		t.Fatal(err)
 	}
+	wall := time.Since(started)
 	ru := w.ProcessState.SysUsage().(*syscall.Rusage)
 	used := float64(ru.Utime.Nano() + ru.Stime.Nano())
 	time.Sleep(350 * time.Millisecond) // a few 100 ms cycles
@@ -196,7 +198,9 @@ func TestServeCgroupV1(t *testing.T) {
 	got := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": "/" + pod + "/" + e2eCtrA, "event": "cpu-clock", "pod": e2ePod, "container": e2eCtrA, "namespace": ""})
 	unseen := mustValue(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"})
 	t.Logf("attributed %v, the process ran %v, unattributed %v", time.Duration(got), time.Duration(used), time.Duration(unseen))
-	if got > 1.03*used+2e6 || got < 0.97*used-2e6-unseen {
+	// perf's clock runs on while the hypervisor steals the CPU and through
+	// part of each switch, rusage's does not (testenv.ClockCeiling).
+	if got > testenv.ClockCeiling(t, used, steal0, 2*time.Millisecond, wall) || got < 0.97*used-2e6-unseen {
 		t.Errorf("attributed cpu-clock %v, the process ran %v", time.Duration(got), time.Duration(used))
 	}
 	if !strings.Contains(p.log.String(), "v1 perf_event hierarchy at "+mnt) {

@@ -314,8 +314,8 @@ func StolenSince(t testing.TB, from time.Duration) time.Duration {
 }
 
 // ClockCeiling is the most perf's clock may count for a cgroup whose
-// cpu.stat grew by usage while its workloads, a thread each, ran for wall
-// in all: 3% over usage plus what /proc/stat says was stolen since steal0
+// cpu.stat (or a process whose rusage) grew by usage while its workloads,
+// a thread each, ran for wall in all: 3% over usage plus what /proc/stat says was stolen since steal0
 // plus slack, or wall if that is more. perf's clock runs on through
 // stolen time and through part of each context switch, which cpu.stat
 // leaves out, and /proc/stat has not always shown the difference (CI: 32
