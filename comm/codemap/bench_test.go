@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 )
 
@@ -19,14 +18,7 @@ import (
 // it. One op resolves every instruction boundary of five library
 // functions of this binary once, through a fresh resolver.
 func BenchmarkResolveCold(b *testing.B) {
-	maps := addrmap.New()
-	pid := uint32(os.Getpid())
-	maps.Set(pid, selfMaps(b))
-	m := New(maps, func(_ uint32, name string) (File, string, error) {
-		f, err := os.Open(name)
-		return f, name, err
-	}, nil)
-	defer m.Close()
+	m, pid := selfCodeMap(b)
 	self, err := os.Open("/proc/self/mem")
 	if err != nil {
 		b.Fatal(err)

@@ -44,17 +44,24 @@ func selfMaps(t testing.TB) []addrmap.Mapping {
 	return out
 }
 
-// The bytes and the function start come from the ELF file the process
-// maps, and agree with the code in memory; the symbol is the function's.
-func TestTextAndSymbolOfOwnCode(t *testing.T) {
+// selfCodeMap is a Map of this process's mappings, reading their files,
+// closed when the test ends; and this process's pid.
+func selfCodeMap(tb testing.TB) (*Map, uint32) {
 	maps := addrmap.New()
 	pid := uint32(os.Getpid())
-	maps.Set(pid, selfMaps(t))
+	maps.Set(pid, selfMaps(tb))
 	m := New(maps, func(_ uint32, name string) (File, string, error) {
 		f, err := os.Open(name)
 		return f, name, err
 	}, nil)
-	defer m.Close()
+	tb.Cleanup(func() { m.Close() })
+	return m, pid
+}
+
+// The bytes and the function start come from the ELF file the process
+// maps, and agree with the code in memory; the symbol is the function's.
+func TestTextAndSymbolOfOwnCode(t *testing.T) {
+	m, pid := selfCodeMap(t)
 	entry := uint64(reflect.ValueOf(probe).Pointer())
 	ip := entry + 4
 	start, b, r := m.Text(pid, ip, nil)

@@ -87,20 +87,10 @@ func TestJumpLanding(t *testing.T) {
 		// Both: the landing's samples outnumber a skid's share from the start.
 		{"both", slices.Repeat([]uint64{jump, landing}, 50), 50, 0},
 	} {
-		r, _ := NewResolver(loopCode{code}, "amd64")
-		second := 0
-		for _, ip := range c.ips {
-			a, res := r.Resolve(1, ip, &regs)
-			switch {
-			case res == Resolved && a.Addr == 0x600700:
-				second++
-			case res == Resolved && a.Addr == 0x600680:
-			case res != Ambiguous:
-				t.Errorf("%s: ip %#x: %+v %v", c.name, ip, a, res)
-			}
-		}
-		if second != c.second || r.Unresolved[Ambiguous] != uint64(c.dropped) {
-			t.Errorf("%s: %d samples taken as the second atomic, %d ambiguous; want %d, %d", c.name, second, r.Unresolved[Ambiguous], c.second, c.dropped)
+		second, dropped := resolveAll(t, c.name, code, &regs, c.ips,
+			func(a Access) bool { return a.Addr == 0x600700 }, func(a Access) bool { return a.Addr == 0x600680 })
+		if second != c.second || dropped != c.dropped {
+			t.Errorf("%s: %d samples taken as the second atomic, %d ambiguous; want %d, %d", c.name, second, dropped, c.second, c.dropped)
 		}
 	}
 }
@@ -130,20 +120,36 @@ func TestBackEdgeLanding(t *testing.T) {
 		// Only the entry: the load runs and the loop does not.
 		{"entry", slices.Repeat([]uint64{head}, 100), 100, 0},
 	} {
-		r, _ := NewResolver(loopCode{code}, "amd64")
-		load := 0
-		for _, ip := range c.ips {
-			a, res := r.Resolve(1, ip, &regs)
-			switch {
-			case res == Resolved && a.Addr == 0x600700 && a.PC == loopStart:
-				load++
-			case res == Resolved && a.Addr == 0x600680 && a.PC == loopStart+6:
-			case res != Ambiguous:
-				t.Errorf("%s: ip %#x: %+v %v", c.name, ip, a, res)
-			}
-		}
-		if load != c.load || r.Unresolved[Ambiguous] != uint64(c.dropped) {
-			t.Errorf("%s: %d samples taken as the load, %d ambiguous; want %d, %d", c.name, load, r.Unresolved[Ambiguous], c.load, c.dropped)
+		load, dropped := resolveAll(t, c.name, code, &regs, c.ips,
+			func(a Access) bool { return a.Addr == 0x600700 && a.PC == loopStart },
+			func(a Access) bool { return a.Addr == 0x600680 && a.PC == loopStart+6 })
+		if load != c.load || dropped != c.dropped {
+			t.Errorf("%s: %d samples taken as the load, %d ambiguous; want %d, %d", c.name, load, dropped, c.load, c.dropped)
 		}
 	}
+}
+
+// resolveAll resolves ips in turn through a fresh resolver over code at
+// loopStart and counts the samples resolved to an access that counted
+// accepts, and the ambiguous ones; any other outcome than those two or an
+// access other accepts is an error.
+func resolveAll(t *testing.T, name string, code []byte, regs *Regs, ips []uint64, counted, other func(Access) bool) (n, ambiguous int) {
+	t.Helper()
+	r, _ := NewResolver(loopCode{code}, "amd64")
+	for _, ip := range ips {
+		a, res := r.Resolve(1, ip, regs)
+		switch {
+		case res == Resolved && counted(a):
+			n++
+		case res == Resolved && other(a):
+		case res == Ambiguous:
+			ambiguous++
+		default:
+			t.Errorf("%s: ip %#x: %+v %v", name, ip, a, res)
+		}
+	}
+	if r.Unresolved[Ambiguous] != uint64(ambiguous) {
+		t.Errorf("%s: the resolver counted %d ambiguous samples, %d returned", name, r.Unresolved[Ambiguous], ambiguous)
+	}
+	return n, ambiguous
 }

@@ -39,17 +39,23 @@ int main(int argc, char **argv) {
 
 // buildCET compiles cetSource with gcc -O2 -fcf-protection=full.
 func buildCET(t *testing.T) string {
+	return gccBuild(t, "cet.c", cetSource, "-O2", "-fcf-protection=full")
+}
+
+// gccBuild writes source to a file named file and builds it with gcc and
+// args into a file beside it, whose path it returns.
+func gccBuild(t *testing.T, file, source string, args ...string) string {
 	t.Helper()
 	gcc := testenv.RequireTool(t, "gcc")
 	dir := t.TempDir()
-	src, bin := filepath.Join(dir, "cet.c"), filepath.Join(dir, "cet")
-	if err := os.WriteFile(src, []byte(cetSource), 0o644); err != nil {
+	src, out := filepath.Join(dir, file), filepath.Join(dir, "out")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(gcc, "-O2", "-fcf-protection=full", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
+	if msg, err := exec.Command(gcc, append(args, "-o", out, src)...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, msg)
 	}
-	return bin
+	return out
 }
 
 // newerSource holds instructions x86asm does not know (or reads without
@@ -112,19 +118,7 @@ const newerSource = `
 `
 
 // buildNewer assembles newerSource with gcc into an object file.
-func buildNewer(t *testing.T) string {
-	t.Helper()
-	gcc := testenv.RequireTool(t, "gcc")
-	dir := t.TempDir()
-	src, obj := filepath.Join(dir, "newer.s"), filepath.Join(dir, "newer.o")
-	if err := os.WriteFile(src, []byte(newerSource), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(gcc, "-c", "-o", obj, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return obj
-}
+func buildNewer(t *testing.T) string { return gccBuild(t, "newer.s", newerSource, "-c") }
 
 var rawLine = regexp.MustCompile(`^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(.*)$`)
 
