@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -64,13 +65,20 @@ type entry struct {
 const skidShare = 0.1
 
 // Resolver turns (pid, ip, registers) into an access, decoding each
-// distinct instruction address of a process once.
+// distinct instruction address of a process once, and keeping what it
+// decoded within a bound (SetCacheBytes): a daemon samples processes for
+// months, each its own copy of the libraries they share (the C library
+// alone is 108,000 instructions, 20 MB decoded).
 type Resolver struct {
 	code       Code
 	decodeInsn func([]byte) Operand
 	fixed      uint64 // the instruction length where it is fixed (arm64: 4), else 0
-	procs      map[uint32]map[uint64]*entry
-	funcs      map[uint32]map[uint64]*funcPass // by pid and start
+	// cur and old are the cache's two generations: lookups fill cur and
+	// move what they find in old to cur; once cur holds half the bound,
+	// old is dropped and cur becomes old. What was used since the last
+	// turn survives it.
+	cur, old   generation
+	cacheBytes int
 	buf        []byte
 	// Unresolved counts samples without an address, by Reason.
 	Unresolved [NumReasons]uint64
@@ -80,12 +88,66 @@ type Resolver struct {
 	// Widths counts precise samples (Precise) by whether the instruction
 	// at their IP gave the access width: [0] no, [1] yes.
 	Widths [2]uint64
+	// Evicted counts the instructions dropped from the cache for its bound.
+	Evicted uint64
+}
+
+// DefaultCacheBytes bounds a resolver's cache unless SetCacheBytes says
+// otherwise: about 170,000 instructions with their functions' passes.
+const DefaultCacheBytes = 32 << 20
+
+// generation is one half of the resolver's cache: decoded instructions by
+// pid and address, the functions' passes by pid and start, and what they
+// hold in bytes, as estimated by entryBytes and funcPass.bytes.
+type generation struct {
+	procs   map[uint32]map[uint64]*entry
+	funcs   map[uint32]map[uint64]*funcPass
+	entries int
+	bytes   int
+}
+
+func newGeneration() generation {
+	return generation{procs: map[uint32]map[uint64]*entry{}, funcs: map[uint32]map[uint64]*funcPass{}}
+}
+
+// entryBytes is what a cached instruction holds: the entry and its
+// pointer and key in a map (a map slot costs about its key and value
+// again, in buckets kept partly empty). TestCacheBound weighs it against
+// the heap.
+const entryBytes = int(unsafe.Sizeof(entry{})) + 2*(8+8)
+
+// bytes is what the pass holds: the struct, its starts, its landings.
+func (f *funcPass) bytes() int {
+	return int(unsafe.Sizeof(*f)) + 2*cap(f.starts) + 2*(2+2)*len(f.landings)
+}
+
+// forget drops pid's instructions and passes in [start, end).
+func (g *generation) forget(pid uint32, start, end uint64) {
+	for ip := range g.procs[pid] {
+		if ip >= start && ip < end {
+			delete(g.procs[pid], ip)
+			g.entries--
+			g.bytes -= entryBytes
+		}
+	}
+	if len(g.procs[pid]) == 0 {
+		delete(g.procs, pid)
+	}
+	for at, f := range g.funcs[pid] {
+		if at >= start && at < end {
+			delete(g.funcs[pid], at)
+			g.bytes -= f.bytes()
+		}
+	}
+	if len(g.funcs[pid]) == 0 {
+		delete(g.funcs, pid)
+	}
 }
 
 // NewResolver reads code through code, for arch (GOARCH spelling: amd64
 // or arm64).
 func NewResolver(code Code, arch string) (*Resolver, error) {
-	r := &Resolver{code: code, procs: map[uint32]map[uint64]*entry{}, funcs: map[uint32]map[uint64]*funcPass{}, buf: make([]byte, 0, 4096)}
+	r := &Resolver{code: code, cur: newGeneration(), old: newGeneration(), cacheBytes: DefaultCacheBytes, buf: make([]byte, 0, 4096)}
 	switch arch {
 	case "amd64":
 		r.decodeInsn = DecodeAMD64
@@ -96,6 +158,14 @@ func NewResolver(code Code, arch string) (*Resolver, error) {
 	}
 	return r, nil
 }
+
+// SetCacheBytes bounds what the resolver keeps of decoded code to n bytes
+// (as CacheBytes estimates them); an instruction dropped for it is decoded
+// again if sampled again.
+func (r *Resolver) SetCacheBytes(n int) { r.cacheBytes = n }
+
+// CacheBytes is what the cache holds now, as estimated for its bound.
+func (r *Resolver) CacheBytes() int { return r.cur.bytes + r.old.bytes }
 
 // RegsMask is the sample_regs_user that gives the resolver every general
 // register of arch.
@@ -111,32 +181,25 @@ type Outcomes struct {
 	Unresolved [NumReasons]uint64
 	Resolved   [2]uint64
 	Widths     [2]uint64
+	// CacheBytes is what the cache of decoded code holds (estimated), and
+	// Evicted the instructions its bound dropped.
+	CacheBytes int
+	Evicted    uint64
 }
 
 // Outcomes copies the counts.
 func (r *Resolver) Outcomes() Outcomes {
-	return Outcomes{Unresolved: r.Unresolved, Resolved: r.Resolved, Widths: r.Widths}
+	return Outcomes{Unresolved: r.Unresolved, Resolved: r.Resolved, Widths: r.Widths, CacheBytes: r.CacheBytes(), Evicted: r.Evicted}
 }
 
 // Forget drops what is cached of pid: after an exec, or its exit.
-func (r *Resolver) Forget(pid uint32) {
-	delete(r.procs, pid)
-	delete(r.funcs, pid)
-}
+func (r *Resolver) Forget(pid uint32) { r.Unmap(pid, 0, math.MaxUint64) }
 
 // Unmap drops pid's cached instructions and functions in [start, end): a
 // new mapping took that range.
 func (r *Resolver) Unmap(pid uint32, start, end uint64) {
-	for ip := range r.procs[pid] {
-		if ip >= start && ip < end {
-			delete(r.procs[pid], ip)
-		}
-	}
-	for at := range r.funcs[pid] {
-		if at >= start && at < end {
-			delete(r.funcs[pid], at)
-		}
-	}
+	r.cur.forget(pid, start, end)
+	r.old.forget(pid, start, end)
 }
 
 // Resolve attributes a user-mode sample at ip with registers regs (nil or
@@ -213,24 +276,53 @@ func (r *Resolver) Before(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 // the skid past the jump could put there.
 func (r *Resolver) fallsThrough(pid uint32, e *entry) bool {
 	var atJump uint64
-	if j := r.procs[pid][e.jumpPC]; j != nil {
+	if j := r.cur.procs[pid][e.jumpPC]; j != nil {
+		atJump = j.samples
+	} else if j := r.old.procs[pid][e.jumpPC]; j != nil {
 		atJump = j.samples
 	}
 	return float64(e.samples) > skidShare*float64(atJump)
 }
 
 func (r *Resolver) lookup(pid uint32, ip uint64) *entry {
-	m := r.procs[pid]
+	m := r.cur.procs[pid]
 	if e, ok := m[ip]; ok {
 		return e
 	}
+	e, ok := r.old.procs[pid][ip]
+	if ok {
+		delete(r.old.procs[pid], ip)
+		r.old.entries--
+		r.old.bytes -= entryBytes
+	} else {
+		d := r.decode(pid, ip)
+		e = &d
+	}
 	if m == nil {
 		m = map[uint64]*entry{}
-		r.procs[pid] = m
+		r.cur.procs[pid] = m
 	}
-	e := r.decode(pid, ip)
-	m[ip] = &e
-	return &e
+	m[ip] = e
+	r.cur.entries++
+	r.cur.bytes += entryBytes
+	r.turn()
+	return e
+}
+
+// turn drops the old generation once the current one holds half the
+// bound, or both more than all of it (a function's pass grew); and the
+// current one too where it alone holds more (a pass larger than the
+// bound), so that the cache never holds more than its bound.
+func (r *Resolver) turn() {
+	if r.cur.bytes < r.cacheBytes/2 && r.cur.bytes+r.old.bytes <= r.cacheBytes {
+		return
+	}
+	r.Evicted += uint64(r.old.entries)
+	r.old, r.cur = r.cur, newGeneration()
+	if r.old.bytes > r.cacheBytes {
+		r.Evicted += uint64(r.old.entries)
+		r.old = newGeneration()
+	}
 }
 
 // decode reads the code around ip and decodes the instruction at it and,
@@ -253,7 +345,7 @@ func (r *Resolver) decode(pid uint32, ip uint64) entry {
 	}
 	f := r.passOf(pid, start, len(b))
 	off := ip - start
-	f.extend(r.decodeInsn, b, int(off))
+	r.grow(f, b, int(off))
 	prev := -1
 	switch at := int(off); {
 	case at == f.size: // the pass just reached ip
@@ -272,7 +364,7 @@ func (r *Resolver) decode(pid uint32, ip uint64) entry {
 	// A jump to ip after it, a loop's back edge, is looked for only where
 	// it could matter: where Resolve would take the instruction before.
 	if _, ok := f.landings[uint16(off)]; !ok && found && e.prev.ReadsAfter() && (e.prev.Atomic || e.at.Reason != Resolved) {
-		f.extend(r.decodeInsn, b, len(b))
+		r.grow(f, b, len(b))
 	}
 	if j, ok := f.landings[uint16(off)]; ok {
 		e.jumpPC = start + uint64(j)
@@ -300,17 +392,36 @@ type funcPass struct {
 // when there are more of them than it had (Text reads at most 16 KiB past
 // an IP).
 func (r *Resolver) passOf(pid uint32, start uint64, n int) *funcPass {
-	fs := r.funcs[pid]
+	fs := r.cur.funcs[pid]
 	if f := fs[start]; f != nil && n <= f.read {
 		return f
 	}
 	if fs == nil {
 		fs = map[uint64]*funcPass{}
-		r.funcs[pid] = fs
+		r.cur.funcs[pid] = fs
 	}
-	f := &funcPass{read: min(n, math.MaxUint16), last: NoMemory}
+	if f := fs[start]; f != nil {
+		r.cur.bytes -= f.bytes()
+	}
+	f := r.old.funcs[pid][start]
+	if f != nil {
+		delete(r.old.funcs[pid], start)
+		r.old.bytes -= f.bytes()
+	}
+	if f == nil || n > f.read {
+		f = &funcPass{read: min(n, math.MaxUint16), last: NoMemory}
+	}
 	fs[start] = f
+	r.cur.bytes += f.bytes()
 	return f
+}
+
+// grow extends f, a pass of the current generation, counting what it
+// grows by against the cache's bound.
+func (r *Resolver) grow(f *funcPass, b []byte, upTo int) {
+	before := f.bytes()
+	f.extend(r.decodeInsn, b, upTo)
+	r.cur.bytes += f.bytes() - before
 }
 
 // extend decodes on until the next instruction starts at or past upTo,
