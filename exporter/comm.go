@@ -26,6 +26,7 @@ type CommCollector struct {
 	outcomes, detections, volume        *prometheus.Desc
 	widths                              *prometheus.Desc
 	window, domains, period             *prometheus.Desc
+	cacheBytes, cacheEvicted            *prometheus.Desc
 	periods                             func() []uint64 // the samplers' periods in ns (nil: not exported)
 	source                              string          // the sampler whose accesses the detections come from
 	watch                               func() WatchStats
@@ -54,6 +55,10 @@ func NewComm(src CommSource) *CommCollector {
 		volume: prometheus.NewDesc("pmu_comm_volume_total",
 			"Communication between threads estimated from the detections, by kind: the sum of the detecting samples' periods (source=decode: nanoseconds of sampled CPU time, so a share of time, not of accesses; pebs, ibs: accesses).",
 			[]string{"kind", "source"}, nil),
+		cacheBytes: prometheus.NewDesc("pmu_address_decode_cache_bytes",
+			"Memory the address decoder keeps of the sampled instructions it decoded and their functions' decoding passes, as it estimates it; bounded by --collector.comm.decode-cache (per decoder: the address sampler's, and ReuseTracker's where it runs).", nil, nil),
+		cacheEvicted: prometheus.NewDesc("pmu_address_decode_cache_evicted_total",
+			"Decoded instructions the address decoder dropped for its memory bound, those not sampled since the cache last turned over; one sampled again is decoded again. A fast rise means the bound is below the node's working set of sampled code.", nil, nil),
 		window: prometheus.NewDesc("pmu_comm_window_samples",
 			"How many of a reader's own samples a published store stays fresh for.", nil, nil),
 		period: prometheus.NewDesc("pmu_comm_sample_period_seconds",
@@ -132,6 +137,8 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.detections
 	ch <- c.volume
 	ch <- c.window
+	ch <- c.cacheBytes
+	ch <- c.cacheEvicted
 	ch <- c.domains
 	if c.periods != nil {
 		ch <- c.period
@@ -173,6 +180,8 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.True), "true_sharing", c.source)
 		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.False), "false_sharing", c.source)
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(det.Window()))
+		ch <- prometheus.MustNewConstMetric(c.cacheBytes, prometheus.GaugeValue, float64(out.CacheBytes))
+		ch <- prometheus.MustNewConstMetric(c.cacheEvicted, prometheus.CounterValue, float64(out.Evicted))
 	})
 	if c.periods != nil {
 		for i, ns := range c.periods() {

@@ -103,6 +103,35 @@ func TestServeCommLive(t *testing.T) {
 	}
 }
 
+// The decoder's memory bound, live: at 1 KiB (about five instructions) the
+// cache turns over many times a second on the False-Sharing benchmark's
+// loop alone, stays within the bound, and says so, while what the hot
+// loop's samples find is unchanged: its line, all false sharing at f = 1.
+func TestServeCommDecodeCacheBound(t *testing.T) {
+	testenv.Require(t, runtime.GOARCH == "amd64", "the ground-truth benchmark's code is checked as x86-64 here")
+	testenv.RequireRoot(t)
+	bench := buildShareBench(t)
+	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2", "--collector.comm.decode-cache=1KiB")
+	l, wait := runBench(t, bench, "", "1", "2s")
+	wait()
+	proc := awaitCommProcess(t, p.addr, l.PID)
+	d := proc.Detections
+	t.Logf("%d true, %d false sharing detections", d.True, d.False)
+	if d.False < 20 || d.True*50 > d.True+d.False {
+		t.Errorf("%d false and %d true sharing detections, want at least 20, all false sharing", d.False, d.True)
+	}
+	if len(proc.Lines) == 0 || !strings.EqualFold(proc.Lines[0].Addr, hex(l.Own[0]&^63)) {
+		t.Errorf("hottest line %+v, want the threads' slots' %#x", proc.Lines, l.Own[0]&^63)
+	}
+	_, mfs := p.scrape(t)
+	held := mustValue(t, mfs, "pmu_address_decode_cache_bytes", nil)
+	evicted := mustValue(t, mfs, "pmu_address_decode_cache_evicted_total", nil)
+	t.Logf("cache holds %.0f bytes, %.0f instructions evicted", held, evicted)
+	if held > 1024 || evicted < 10 {
+		t.Errorf("bounded at 1 KiB, the decode cache holds %.0f bytes and evicted %.0f instructions", held, evicted)
+	}
+}
+
 // C code built as Ubuntu and Fedora build theirs (-fcf-protection: each
 // function starts with endbr64, which the decoder must step over to find the
 // instruction before a sampled IP): testdata/cetshare's two threads add to

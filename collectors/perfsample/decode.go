@@ -104,6 +104,9 @@ type Decoder struct {
 	// gov keeps each watched process's traps within its budget (nil: no
 	// limit).
 	gov *governor.Governor
+	// cacheBytes bounds what each resolver keeps of decoded code (0: its
+	// default).
+	cacheBytes int
 }
 
 // NewDecoder reads processes under proc (/proc).
@@ -361,11 +364,30 @@ func (d *Decoder) Domains(f func(a, b string, c comdetect.Cell)) {
 	}
 }
 
-// View runs f with the detector and the resolver's counts held still.
+// SetDecodeCache bounds what each of the decoder's resolvers (the
+// address sampler's, and ReuseTracker's where it runs) keeps of decoded
+// code to about n bytes.
+func (d *Decoder) SetDecodeCache(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cacheBytes = n
+	d.resolver.SetCacheBytes(n)
+	if d.reuseResolver != nil {
+		d.reuseResolver.SetCacheBytes(n)
+	}
+}
+
+// View runs f with the detector and the resolver's counts held still;
+// the decode cache's size and evictions are both resolvers'.
 func (d *Decoder) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	f(d.det, d.resolver.Outcomes())
+	out := d.resolver.Outcomes()
+	if d.reuseResolver != nil {
+		out.CacheBytes += d.reuseResolver.CacheBytes()
+		out.Evicted += d.reuseResolver.Evicted
+	}
+	f(d.det, out)
 }
 
 // Symbolize names an instruction of pid.

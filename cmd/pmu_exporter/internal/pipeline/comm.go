@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/alecthomas/units"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
@@ -59,6 +60,8 @@ type commFlags struct {
 	// reuseClock: events whose counts are the private distance clock
 	// (perf syntax joined by +; "": the thread's CPU time).
 	reuseClock string
+	// decodeCache bounds the decoder's cache of decoded instructions.
+	decodeCache units.Base2Bytes
 }
 
 // liveComm runs the address sampler: cpu-clock in user mode on every CPU
@@ -95,6 +98,7 @@ func setupComm(b *build) error {
 	if err != nil {
 		return err
 	}
+	dec.SetDecodeCache(int(o.decodeCache))
 	if doms, err := host.LLCDomains(b.f.sysfs, b.s.facts.OnlineCPUs); err != nil {
 		b.log.Warn("communication not folded by last-level cache", "err", err)
 	} else {
