@@ -394,7 +394,8 @@ func (e *Engine) Threads() []uint32 {
 // outcome per arm, so their reader wakes on each trap (Wait) and disarms.
 // (PERF_EVENT_IOC_REFRESH 1 would make the kernel disable it after one
 // trap, but on Linux 6.18 here such a watchpoint never trapped again,
-// whatever was modified, refreshed or enabled after: docs/benchmarks.md.)
+// whatever was modified, refreshed or enabled after, unless its period was
+// set while its thread ran: docs/sampling.md.)
 func (e *Engine) Arm(tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error {
 	t := e.threads[tid]
 	if t == nil || slot < 0 || slot >= len(t.bps) {
