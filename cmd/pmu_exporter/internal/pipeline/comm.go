@@ -787,8 +787,8 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 			return
 		case <-ran.C:
 			for pid := range watched {
-				if cpu, ok := processCPU(c.b.f.procfs, pid); ok {
-					c.dec.Ran(pid, cpu)
+				if cpu, err := watch.ProcessCPU(pid); err == nil {
+					c.dec.Ran(pid, cpu.Seconds())
 				}
 			}
 		case <-follow.C:
@@ -824,31 +824,14 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 					c.b.log.Debug("watchpoints not opened in some threads", "pid", pid, "err", err)
 				}
 				if use, ok := watched[pid]; !ok || use != useOf[pid] {
-					if cpu, ok := processCPU(c.b.f.procfs, pid); ok {
-						c.dec.Ran(pid, cpu) // the time it ran unwatched does not count
+					if cpu, err := watch.ProcessCPU(pid); err == nil {
+						c.dec.Ran(pid, cpu.Seconds()) // the time it ran unwatched does not count
 					}
 				}
 				watched[pid] = useOf[pid]
 			}
 		}
 	}
-}
-
-// processCPU is a process's user + system time so far, in seconds.
-func processCPU(proc string, pid uint32) (float64, bool) {
-	fs, err := procfs.NewFS(proc)
-	if err != nil {
-		return 0, false
-	}
-	p, err := fs.Proc(int(pid))
-	if err != nil {
-		return 0, false
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, false
-	}
-	return st.CPUTime(), true
 }
 
 // cgroupThreads lists the threads of a cgroup and its descendants

@@ -1,0 +1,124 @@
+package watch
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// schedRuntime is the first field of a /proc schedstat file: the task's
+// CPU time in ns, as the scheduler counts it.
+func schedRuntime(t *testing.T, path string) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return time.Duration(ns)
+}
+
+// Another process's CPU clock is its one thread's scheduler count, to the
+// nanosecond: a child that spun, then sleeps, read between two identical
+// readings of its /proc/PID/schedstat. A pid that is no process is an
+// error.
+func TestProcessCPU(t *testing.T) {
+	sh := testenv.RequireTool(t, "sh")
+	cmd := exec.Command(sh, "-c", `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; exec sleep 30`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := uint32(cmd.Process.Pid)
+	stat := filepath.Join("/proc", strconv.Itoa(int(pid)), "stat")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err == nil && strings.Contains(string(b), "(sleep) S") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child never slept: %s", b)
+		}
+	}
+	schedstat := filepath.Join("/proc", strconv.Itoa(int(pid)), "schedstat")
+	for range 10 {
+		before := schedRuntime(t, schedstat)
+		got, err := ProcessCPU(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after := schedRuntime(t, schedstat); after != before {
+			continue // it woke in between
+		}
+		if got != before || got < 5*time.Millisecond {
+			t.Errorf("process %d's CPU clock says %v, its schedstat %v", pid, got, before)
+		}
+		break
+	}
+	if _, err := ProcessCPU(uint32(testenv.ExitedThread(t))); err == nil {
+		t.Error("the CPU clock of a thread that exited read without error")
+	}
+}
+
+// A process's CPU clock keeps the time of its threads that exited, as
+// the governor needs (a watched process's threads come and go): this
+// process's clock covers its live threads' schedstat and a thread that
+// spun for 30 ms of its own CPU time, then exited.
+func TestProcessCPUKeepsExitedThreads(t *testing.T) {
+	const burn = 30 * time.Millisecond
+	var tid int
+	for range 10 { // until the goroutine runs on a thread other than the main one, which never exits
+		tids := make(chan int)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			var ts unix.Timespec
+			for unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) == nil && time.Duration(ts.Nano()) < burn {
+			}
+			tids <- unix.Gettid()
+		}()
+		if tid = <-tids; tid != os.Getpid() {
+			break
+		}
+	}
+	if tid == os.Getpid() {
+		t.Fatal("every locked goroutine ran on the main thread")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d has not exited after 5 s", tid)
+		}
+	}
+	tasks, err := filepath.Glob("/proc/self/task/*/schedstat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live time.Duration
+	for _, f := range tasks {
+		if b, err := os.ReadFile(f); err == nil { // a thread may exit meanwhile
+			ns, _ := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+			live += time.Duration(ns)
+		}
+	}
+	got, err := ProcessCPU(uint32(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < live+burn {
+		t.Errorf("this process's CPU clock says %v; its live threads ran %v and an exited one %v", got, live, burn)
+	}
+}
