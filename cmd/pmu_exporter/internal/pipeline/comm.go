@@ -583,16 +583,16 @@ func (c *commSamplers) podRegisters(v string) (registers, bool) {
 func (c *commSamplers) open(target string, regs registers) error {
 	b := c.b
 	share := float64(max(c.budgetShare, 1))
-	poll := 100 * time.Millisecond
 	// The address sampler's samples arm watchpoints, except in private
 	// reuse, where the watched threads' own samples do (their leaders
-	// wake the trap reader).
+	// wake the trap reader): then each sample wakes the reader, so that
+	// an arm follows its sample by the reader's reaction. The poll's
+	// timeout stays 100 ms: polling every 10 ms as well, for samples that
+	// had already woken it, cost half the exporter's CPU with watchpoints,
+	// which its governor took from the samples (docs/benchmarks.md).
 	watching := regs == regsComm || regs == regsReuse && b.f.comm.reuseMode == "shared"
-	if watching {
-		poll = 10 * time.Millisecond // arms follow the samples this closely
-	}
 	opts := perfsample.Options{
-		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: poll, Govern: 500 * time.Millisecond, WakeEach: watching,
+		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: 100 * time.Millisecond, Govern: 500 * time.Millisecond, WakeEach: watching,
 		Governor:  sampling.NewGovernor(b.f.comm.budget/share, b.s.facts.MaxSampleRate),
 		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
 		Decoder:   c.dec,
