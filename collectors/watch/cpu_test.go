@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,31 +77,11 @@ func TestProcessCPU(t *testing.T) {
 // spun for 30 ms of its own CPU time, then exited.
 func TestProcessCPUKeepsExitedThreads(t *testing.T) {
 	const burn = 30 * time.Millisecond
-	var tid int
-	for range 10 { // until the goroutine runs on a thread other than the main one, which never exits
-		tids := make(chan int)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-			var ts unix.Timespec
-			for unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) == nil && time.Duration(ts.Nano()) < burn {
-			}
-			tids <- unix.Gettid()
-		}()
-		if tid = <-tids; tid != os.Getpid() {
-			break
+	testenv.ExitedThreadAfter(t, func() {
+		var ts unix.Timespec
+		for unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) == nil && time.Duration(ts.Nano()) < burn {
 		}
-	}
-	if tid == os.Getpid() {
-		t.Fatal("every locked goroutine ran on the main thread")
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread %d has not exited after 5 s", tid)
-		}
-	}
+	})
 	tasks, err := filepath.Glob("/proc/self/task/*/schedstat")
 	if err != nil {
 		t.Fatal(err)

@@ -330,10 +330,20 @@ func ClockCeiling(t testing.TB, usage float64, steal0, slack, wall time.Duration
 // exited (its /proc/self/task entry is gone).
 func ExitedThread(t testing.TB) uint32 {
 	t.Helper()
+	return ExitedThreadAfter(t, func() {})
+}
+
+// ExitedThreadAfter runs f on a thread of its own, which then exits, and
+// returns its id once its /proc/self/task entry is gone. f may run more
+// than once: again on another thread where the runtime gave it the main
+// thread, which never exits.
+func ExitedThreadAfter(t testing.TB, f func()) uint32 {
+	t.Helper()
 	for range 10 {
 		tids := make(chan uint32)
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			f()
 			tids <- uint32(syscall.Gettid())
 		}()
 		tid := <-tids
