@@ -104,8 +104,7 @@ type Decoder struct {
 	// gov keeps each watched process's traps within its budget (nil: no
 	// limit).
 	gov *governor.Governor
-	// cacheBytes bounds what each resolver keeps of decoded code (0: its
-	// default).
+	// cacheBytes bounds what each resolver keeps of decoded code.
 	cacheBytes int
 }
 
@@ -115,7 +114,7 @@ func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("address sampler: %w", err)
 	}
-	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det, domains: map[DomainPair]*comdetect.Cell{}}
+	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det, domains: map[DomainPair]*comdetect.Cell{}, cacheBytes: memop.DefaultCacheBytes}
 	d.code = codemap.New(d.maps, d.open, d.readMem)
 	if d.resolver, err = memop.NewResolver(d, runtime.GOARCH); err != nil {
 		return nil, fmt.Errorf("address sampler: %w", err)

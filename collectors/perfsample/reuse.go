@@ -82,9 +82,7 @@ func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode, clock 
 	if err != nil {
 		return err
 	}
-	if d.cacheBytes > 0 {
-		r.SetCacheBytes(d.cacheBytes)
-	}
+	r.SetCacheBytes(d.cacheBytes)
 	if err := d.attach(e); err != nil {
 		return err
 	}
