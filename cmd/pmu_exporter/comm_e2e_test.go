@@ -112,7 +112,7 @@ func TestServeCommDecodeCacheBound(t *testing.T) {
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
 	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2", "--collector.comm.decode-cache=1KiB")
-	l, wait := runBench(t, bench, "", "1", "2s")
+	l, wait := runBench(t, bench, "", "1", "3s")
 	wait()
 	proc := awaitCommProcess(t, p.addr, l.PID)
 	d := proc.Detections
