@@ -770,6 +770,7 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 		}
 	}()
 	watched := map[uint32]perfsample.Use{}
+	procs := newThreadProcs(c.b.f.procfs)
 	for {
 		select {
 		case <-ctx.Done():
@@ -806,13 +807,14 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 					if n >= max {
 						break
 					}
-					if pid, ok := tgid(c.b.f.procfs, tid); ok {
+					if pid, ok := procs.of(tid); ok {
 						byPID[pid] = append(byPID[pid], tid)
 						useOf[pid] = cs.regs.use()
 						n++
 					}
 				}
 			}
+			procs.forgetUnlisted()
 			for pid, use := range watched {
 				if byPID[pid] == nil {
 					c.dec.SetWatched(pid, nil, use)
@@ -872,6 +874,45 @@ func tgid(proc string, tid uint32) (uint32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// threadProcs remembers the process of each thread the listing found,
+// which cannot change while the thread lives, so that /proc/TID/status is
+// read once a thread, not once a second (a selected pod's hundreds of
+// threads, every second, all read before).
+type threadProcs struct {
+	proc   string
+	pids   map[uint32]uint32
+	listed map[uint32]bool // since the last forgetUnlisted
+}
+
+func newThreadProcs(proc string) *threadProcs {
+	return &threadProcs{proc: proc, pids: map[uint32]uint32{}, listed: map[uint32]bool{}}
+}
+
+// of is tid's process (false: the thread is gone).
+func (t *threadProcs) of(tid uint32) (uint32, bool) {
+	pid, ok := t.pids[tid]
+	if !ok {
+		if pid, ok = tgid(t.proc, tid); !ok {
+			return 0, false
+		}
+		t.pids[tid] = pid
+	}
+	t.listed[tid] = true
+	return pid, true
+}
+
+// forgetUnlisted forgets the threads not looked up since its last call:
+// they left the listing (exited, or moved out), and their ids may be
+// given to other threads.
+func (t *threadProcs) forgetUnlisted() {
+	for tid := range t.pids {
+		if !t.listed[tid] {
+			delete(t.pids, tid)
+		}
+	}
+	clear(t.listed)
 }
 
 // podsEvery is how often the annotated pods are looked for.
