@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,17 +17,25 @@ import (
 
 // schedRuntime is the first field of a /proc schedstat file: the task's
 // CPU time in ns, as the scheduler counts it.
-func schedRuntime(t *testing.T, path string) time.Duration {
-	t.Helper()
+func schedRuntime(path string) (time.Duration, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
 	if err != nil {
-		t.Fatalf("%s: %v", path, err)
+		return 0, fmt.Errorf("%s: %w", path, err)
 	}
-	return time.Duration(ns)
+	return time.Duration(ns), nil
+}
+
+func mustSchedRuntime(t *testing.T, path string) time.Duration {
+	t.Helper()
+	d, err := schedRuntime(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // Another process's CPU clock is its one thread's scheduler count, to the
@@ -53,12 +62,12 @@ func TestProcessCPU(t *testing.T) {
 	}
 	schedstat := filepath.Join("/proc", strconv.Itoa(int(pid)), "schedstat")
 	for range 10 {
-		before := schedRuntime(t, schedstat)
+		before := mustSchedRuntime(t, schedstat)
 		got, err := ProcessCPU(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if after := schedRuntime(t, schedstat); after != before {
+		if after := mustSchedRuntime(t, schedstat); after != before {
 			continue // it woke in between
 		}
 		if got != before || got < 5*time.Millisecond {
@@ -88,9 +97,8 @@ func TestProcessCPUKeepsExitedThreads(t *testing.T) {
 	}
 	var live time.Duration
 	for _, f := range tasks {
-		if b, err := os.ReadFile(f); err == nil { // a thread may exit meanwhile
-			ns, _ := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
-			live += time.Duration(ns)
+		if d, err := schedRuntime(f); err == nil { // a thread may exit meanwhile
+			live += d
 		}
 	}
 	got, err := ProcessCPU(uint32(os.Getpid()))
