@@ -3,6 +3,7 @@ package perf
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -43,7 +44,14 @@ const probeWrites = 1000
 func ProbeBreakpoint() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	watched := new(uint64)
+	// A page of its own: a Go variable may live on the goroutine's stack,
+	// which moves when it grows, and the watchpoint would not follow.
+	page, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return fmt.Errorf("breakpoint: mapping the watched page: %w", err)
+	}
+	defer unix.Munmap(page)
+	watched := (*uint64)(unsafe.Pointer(&page[0]))
 	u := unix.PerfEventAttr{
 		Type:    unix.PERF_TYPE_BREAKPOINT,
 		Size:    attrSize,
@@ -68,7 +76,6 @@ func ProbeBreakpoint() error {
 	if _, err := unix.Read(fd, b[:]); err != nil {
 		return fmt.Errorf("breakpoint: read: %w", err)
 	}
-	runtime.KeepAlive(watched)
 	if n := binary.LittleEndian.Uint64(b[:]); n != probeWrites {
 		return fmt.Errorf("%w: a write watchpoint opened but counted %d of %d writes: the debug registers do not reach this machine (a hypervisor that does not pass them through)",
 			capability.ErrNotSupported, n, probeWrites)

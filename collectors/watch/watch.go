@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -555,8 +556,11 @@ func (e *Engine) Clock(tid uint32) (uint64, error) {
 // stores to a variable of its own, watched minus unwatched, per store. The
 // governor charges each trap this much of its target's budget. A
 // measurement whose watchpoint never trapped is made again, up to three
-// times in all: CI saw it once, in an exporter whose breakpoints had just
-// been shown to fire, and not again in 1,500 tries here.
+// times in all: CI saw that once, in an exporter whose breakpoints had
+// just been shown to fire, and not again in 1,500 tries here. The likely
+// cause, found since: the variable was on the goroutine's stack (the
+// compiler's escape analysis put it there), which moves when it grows, as
+// it may while arming; the watched variable is now on a page of its own.
 func TrapCost(n int) (time.Duration, error) {
 	var err error
 	for range 3 {
@@ -585,7 +589,14 @@ func trapCost(n int) (time.Duration, error) {
 	if err := e.Add(tid); err != nil {
 		return 0, err
 	}
-	v := new(uint64)
+	// A page of its own: a Go variable may live on the goroutine's stack,
+	// which moves when it grows, and the watchpoint would not follow.
+	page, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return 0, fmt.Errorf("mapping the watched page: %w", err)
+	}
+	defer unix.Munmap(page)
+	v := (*uint64)(unsafe.Pointer(&page[0]))
 	stores := func() (time.Duration, error) {
 		var t0, t1 unix.Timespec
 		if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0); err != nil {
