@@ -68,7 +68,9 @@ func ProbeBreakpoint() error {
 	if err := Enable(fd); err != nil {
 		return err
 	}
-	writeN(watched, probeWrites)
+	if err := SignalsHeld(func() { writeN(watched, probeWrites) }); err != nil {
+		return fmt.Errorf("breakpoint: %w", err)
+	}
 	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0); err != nil {
 		return fmt.Errorf("breakpoint: disable: %w", err)
 	}
@@ -79,6 +81,32 @@ func ProbeBreakpoint() error {
 	if n := binary.LittleEndian.Uint64(b[:]); n != probeWrites {
 		return fmt.Errorf("%w: a write watchpoint opened but counted %d of %d writes: the debug registers do not reach this machine (a hypervisor that does not pass them through)",
 			capability.ErrNotSupported, n, probeWrites)
+	}
+	return nil
+}
+
+// SignalsHeld runs fn with every signal blocked on the calling thread, so
+// that a watchpoint on what fn accesses counts each access once. An arm64
+// watchpoint is taken before the access, which the kernel then steps
+// over; a signal delivered in between (the Go runtime's preemption signal)
+// makes the access run again from the start, and trap again: 1,002 to
+// 1,006 traps for 1,000 stores in QEMU's arm64 with signals open, exactly
+// 1,000 with them blocked. An x86 watchpoint traps after the access, once.
+// Meant for short, known accesses (the breakpoint probe's, tests'): a
+// blocked thread defers the runtime's preemption until fn returns.
+func SignalsHeld(fn func()) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, old unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &all, &old); err != nil {
+		return fmt.Errorf("blocking signals: %w", err)
+	}
+	fn()
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil); err != nil {
+		return fmt.Errorf("restoring the signal mask: %w", err)
 	}
 	return nil
 }

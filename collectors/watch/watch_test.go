@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
@@ -49,10 +50,20 @@ func startWorker(t testing.TB) *worker {
 func (w *worker) run(job func()) { w.jobs <- job; <-w.done }
 
 // store and load make n plain 8-byte stores or loads of *p, each one
-// access in every build (accesses.StoreLoop, LoadLoop).
-func store(p *uint64, n int) { accesses.StoreLoop(p, n) }
+// access in every build (accesses.StoreLoop, LoadLoop), and one trap on
+// arm64 too (perf.SignalsHeld).
+func store(p *uint64, n int) { held(func() { accesses.StoreLoop(p, n) }) }
 
-func load(p *uint64, n int) uint64 { return accesses.LoadLoop(p, n) }
+func load(p *uint64, n int) (v uint64) {
+	held(func() { v = accesses.LoadLoop(p, n) })
+	return v
+}
+
+func held(fn func()) {
+	if err := perf.SignalsHeld(fn); err != nil {
+		panic(err)
+	}
+}
 
 // Watchpoints armed from outside a thread trap on each of its accesses to
 // the watched bytes while armed (stores only, or loads too), counted
@@ -247,7 +258,7 @@ func walkArray(a []uint64) {
 // from the next access on: a thread walking an array reuses each slot once
 // a walk, so in the 20 ms after each re-arm it must trap about once a walk,
 // not a handful of times (before the engine rescheduled the group: 5 to 7
-// traps per window instead of about 50).
+// traps per window instead of about 50, with walks 16 times as long).
 func TestArmTakesEffectAtOnce(t *testing.T) {
 	testenv.RequireRoot(t)
 	w := startWorker(t)
@@ -259,7 +270,9 @@ func TestArmTakesEffectAtOnce(t *testing.T) {
 	if err := e.Add(w.tid); err != nil {
 		t.Fatal(err)
 	}
-	a := make([]uint64, 1<<20)
+	// 512 KiB: a walk of tens of µs here, and still several a window
+	// where the CPU is emulated (QEMU's arm64, scripts/arm64-vm).
+	a := make([]uint64, 1<<16)
 	var stop atomic.Bool
 	walks := make(chan int, 1)
 	go w.run(func() {
