@@ -566,8 +566,9 @@ func (d *Decoder) WatchedThreads() (communication, reuse int) {
 	return communication, reuse
 }
 
-// ReadTraps drains the watchpoint rings: each trap's access is decoded from
-// the instruction before its IP and recorded as communication with the
+// ReadTraps drains the watchpoint rings: each trap's access is decoded
+// (memop.Resolver.Trap: the instruction before its IP on x86, at it on
+// arm64) and recorded as communication with the
 // line's publisher, weighing period (the sampler's) × L/(D×M).
 func (d *Decoder) ReadTraps(period uint64) {
 	d.mu.Lock()
@@ -593,7 +594,7 @@ func (d *Decoder) ReadTraps(period uint64) {
 		if d.watcher == nil {
 			return
 		}
-		acc, r := d.resolver.Before(tr.PID, tr.IP, tr.Regs)
+		acc, r := d.resolver.Trap(tr.PID, tr.IP, tr.Regs)
 		if r != memop.Resolved {
 			d.trapUnresolved++
 			return

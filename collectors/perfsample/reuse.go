@@ -146,7 +146,7 @@ func (d *Decoder) reuseSampled(s watch.Sampled) {
 }
 
 // reuseTrapped takes a trap of a thread watched for ReuseTracker, its
-// access decoded from the instruction before its IP (the reuse's kind and
+// access decoded as memop.Resolver.Trap says (the reuse's kind and
 // address); applyReuse hands it to the tracker.
 func (d *Decoder) reuseTrapped(tr watch.Trap) {
 	clock := tr.Time
@@ -155,7 +155,7 @@ func (d *Decoder) reuseTrapped(tr watch.Trap) {
 	}
 	h := reuse.Hit{TID: tr.TID, Slot: tr.Slot, Clock: d.reuseClock(clock), At: tr.Time, Watched: tr.Watched}
 	// Undecoded, the trap is an outcome all the same, of unknown kind.
-	if acc, r := d.reuseResolver.Before(tr.PID, tr.IP, tr.Regs); r == memop.Resolved {
+	if acc, r := d.reuseResolver.Trap(tr.PID, tr.IP, tr.Regs); r == memop.Resolved {
 		h.Addr, h.Size, h.Kind = acc.Addr, uint8(min(acc.Width, 255)), reuse.Read
 		if acc.Kind == memop.Store {
 			h.Kind = reuse.Write // a read-modify-write reads what the use left

@@ -68,8 +68,8 @@ func held(fn func()) {
 // Watchpoints armed from outside a thread trap on each of its accesses to
 // the watched bytes while armed (stores only, or loads too), counted
 // against the accesses it made; re-arming moves them (MODIFY_ATTRIBUTES);
-// each trap's access, decoded from the instruction before its IP with its
-// registers, is the watched variable; the distance clock is the thread's
+// each trap's access, decoded with its registers from the instruction
+// before its IP (x86) or at it (arm64), is the watched variable; the distance clock is the thread's
 // CPU time.
 func TestEngineTrapsExactly(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -105,7 +105,7 @@ func TestEngineTrapsExactly(t *testing.T) {
 			if tr.TID != w.tid {
 				t.Errorf("trap of thread %d, watching %d", tr.TID, w.tid)
 			}
-			acc, r := res.Before(tr.PID, tr.IP, tr.Regs)
+			acc, r := res.Trap(tr.PID, tr.IP, tr.Regs)
 			if r != memop.Resolved || acc.Width != 8 {
 				t.Errorf("trap at %#x decodes to %+v (%v)", tr.IP, acc, r)
 			}

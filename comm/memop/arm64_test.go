@@ -348,3 +348,37 @@ func lseObject(t *testing.T) string {
 	}
 	return obj
 }
+
+// An arm64 watchpoint is taken before the access runs (the kernel steps
+// over it after), so a trap's IP is the access itself, with its registers
+// not yet updated by it; an x86 trap's is the instruction after it.
+// Encodings from llvm-mc, addresses by hand.
+func TestTrapARM64(t *testing.T) {
+	var code []byte
+	for _, enc := range []uint32{
+		0x8b020020, // 0: add x0, x1, x2
+		0xf8008420, // 4: str x0, [x1], #8 (post-indexed: stores at x1, then x1 += 8)
+		0xf9400820, // 8: ldr x0, [x1, #16]
+	} {
+		code = binary.LittleEndian.AppendUint32(code, enc)
+	}
+	r, err := NewResolver(loopCode{code}, "arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regs Regs
+	regs[1] = 0x2000
+	if a, res := r.Trap(1, loopStart+4, &regs); res != Resolved || a.PC != loopStart+4 || a.Addr != 0x2000 || a.Kind != Store || a.Width != 8 {
+		t.Errorf("trap at the post-indexed str: %+v %v, want its store of 8 bytes at 0x2000", a, res)
+	}
+	if a, res := r.Trap(1, loopStart+8, &regs); res != Resolved || a.PC != loopStart+8 || a.Addr != 0x2010 || a.Kind != Load {
+		t.Errorf("trap at the ldr: %+v %v, want its load at 0x2010", a, res)
+	}
+	// The rule for x86 would take the instruction before: the add, no access.
+	if _, res := r.Trap(1, loopStart, &regs); res != NoMemory {
+		t.Errorf("trap at the add: %v, want %v", res, NoMemory)
+	}
+	if _, res := r.Trap(1, loopStart+4, nil); res != NoRegisters {
+		t.Errorf("trap without registers: %v, want %v", res, NoRegisters)
+	}
+}

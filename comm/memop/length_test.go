@@ -227,4 +227,8 @@ func TestEndbr(t *testing.T) {
 	if a, res := r.Before(1, start+14, &regs); res != Ambiguous {
 		t.Errorf("trap at the landing: %+v %v, want %v", a, res, Ambiguous)
 	}
+	// On x86 a trap is resolved as Before.
+	if a, res := r.Trap(1, start+8, &regs); res != Resolved || a.PC != start+4 {
+		t.Errorf("x86 trap after the first lock add: %+v %v", a, res)
+	}
 }

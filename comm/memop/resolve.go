@@ -73,6 +73,7 @@ type Resolver struct {
 	code       Code
 	decodeInsn func([]byte) Operand
 	fixed      uint64 // the instruction length where it is fixed (arm64: 4), else 0
+	trapsAt    bool   // a data watchpoint traps before the access (arm64), not after it (x86)
 	// cur and old are the cache's two generations: lookups fill cur and
 	// move what they find in old to cur; once cur holds half the bound,
 	// old is dropped and cur becomes old. What was used since the last
@@ -152,7 +153,7 @@ func NewResolver(code Code, arch string) (*Resolver, error) {
 	case "amd64":
 		r.decodeInsn = DecodeAMD64
 	case "arm64":
-		r.decodeInsn, r.fixed = DecodeARM64, 4
+		r.decodeInsn, r.fixed, r.trapsAt = DecodeARM64, 4, true
 	default:
 		return nil, fmt.Errorf("decoding %s instructions is not supported (amd64 and arm64 are)", arch)
 	}
@@ -243,6 +244,30 @@ func (r *Resolver) Resolve(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 	}
 	r.Resolved[k]++
 	return Access{Addr: o.Address(regs, pc), PC: pc, Width: o.Width, Kind: o.Kind, Atomic: o.Atomic, Prev: usePrev}, Resolved
+}
+
+// Trap resolves the access that made a data watchpoint trap at ip, with
+// regs those at the trap. An x86 debug register traps after the access,
+// so the access is the instruction before ip (Before). An arm64
+// watchpoint is taken before the access runs, which the kernel then steps
+// over: the access is the instruction at ip, its address registers not yet
+// updated by it (a pre- or post-indexed store's base included).
+func (r *Resolver) Trap(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
+	if !r.trapsAt {
+		return r.Before(pid, ip, regs)
+	}
+	if regs == nil {
+		return Access{}, NoRegisters
+	}
+	e := r.lookup(pid, ip)
+	switch {
+	case e.reason != Resolved:
+		return Access{}, e.reason
+	case e.at.Reason != Resolved:
+		return Access{}, e.at.Reason
+	}
+	o := &e.at
+	return Access{Addr: o.Address(regs, ip), PC: ip, Width: o.Width, Kind: o.Kind, Atomic: o.Atomic}, Resolved
 }
 
 // Before resolves the instruction that ran just before ip: a data
