@@ -23,7 +23,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"golang.org/x/crypto/bcrypt"
-	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -208,14 +207,10 @@ func TestServeGrowsWithLoad(t *testing.T) {
 	}
 
 	const pages = 3000
-	mem, err := unix.Mmap(-1, 0, pages*os.Getpagesize(), unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mem := testenv.FreshPages(t, pages)
 	for i := 0; i < pages; i++ {
 		mem[i*os.Getpagesize()] = 1
 	}
-	unix.Munmap(mem)
 	spinStart := time.Now()
 	for time.Since(spinStart) < 200*time.Millisecond {
 	}

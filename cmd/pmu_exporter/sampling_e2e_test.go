@@ -31,14 +31,10 @@ func TestServeSampling(t *testing.T) {
 	_, before := p.scrape(t)
 	b0 := mustValue(t, before, "pmu_sampling_samples_total", ev)
 	const pages = 2000
-	mem, err := unix.Mmap(-1, 0, pages*os.Getpagesize(), unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mem := testenv.FreshPages(t, pages)
 	for i := range pages {
 		mem[i*os.Getpagesize()] = 1
 	}
-	unix.Munmap(mem)
 	time.Sleep(600 * time.Millisecond) // two of the reader's poll periods
 	body, after := p.scrape(t)
 	grew := mustValue(t, after, "pmu_sampling_samples_total", ev) + mustValue(t, after, "pmu_sampling_lost_total", ev) - b0

@@ -91,14 +91,10 @@ func pingPong(t *testing.T, n int) {
 // touchPages maps n fresh anonymous pages and writes each one: n page faults.
 func touchPages(t *testing.T, n int) {
 	page := os.Getpagesize()
-	mem, err := unix.Mmap(-1, 0, n*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mem := testenv.FreshPages(t, n)
 	for i := 0; i < n; i++ {
 		mem[i*page] = 1
 	}
-	unix.Munmap(mem)
 }
 
 // TestSystemWideSoftwareGroupOnEveryCPU opens the software group on every online

@@ -74,11 +74,10 @@ func TestEngineCountsOnEveryCPU(t *testing.T) {
 		t.Fatalf("a group never read must have no value, got %v", find(t, s, "cpu-clock").PerCPU)
 	}
 	const pages = 1000
-	mem, _ := unix.Mmap(-1, 0, pages*os.Getpagesize(), unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	mem := testenv.FreshPages(t, pages)
 	for i := 0; i < pages; i++ {
 		mem[i*os.Getpagesize()] = 1
 	}
-	unix.Munmap(mem)
 	time.Sleep(50 * time.Millisecond)
 	mid := time.Now()
 	e.Cycle() // reads

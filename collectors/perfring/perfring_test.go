@@ -46,11 +46,7 @@ func openFaults(t *testing.T) int {
 func touch(t *testing.T, n int) ([]byte, []uint64) {
 	t.Helper()
 	page := os.Getpagesize()
-	mem, err := unix.Mmap(-1, 0, n*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Munmap(mem) })
+	mem := testenv.FreshPages(t, n)
 	addrs := make([]uint64, n)
 	for i := range n {
 		mem[i*page+8] = 1

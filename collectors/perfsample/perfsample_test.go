@@ -57,14 +57,10 @@ func kernelCount(t *testing.T, s *Sampler, i int) uint64 {
 // faults touches n fresh pages.
 func faults(t *testing.T, n int) {
 	page := os.Getpagesize()
-	mem, err := unix.Mmap(-1, 0, n*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mem := testenv.FreshPages(t, n)
 	for i := range n {
 		mem[i*page] = 1
 	}
-	unix.Munmap(mem)
 }
 
 // onEachCPU runs fn on every online CPU in turn, pinning this thread.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 )
@@ -360,4 +361,21 @@ func ExitedThreadAfter(t testing.TB, f func()) uint32 {
 	}
 	t.Fatal("every locked goroutine ran on the main thread")
 	return 0
+}
+
+// FreshPages maps n anonymous pages, each of which faults once when first
+// touched: huge pages are refused for them, since where transparent huge
+// pages are "always" (Debian's arm64 kernel) one fault maps 512 pages.
+// They are unmapped when the test ends.
+func FreshPages(t testing.TB, n int) []byte {
+	t.Helper()
+	mem, err := unix.Mmap(-1, 0, n*os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	if err := unix.Madvise(mem, unix.MADV_NOHUGEPAGE); err != nil {
+		t.Fatal(err)
+	}
+	return mem
 }
