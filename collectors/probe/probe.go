@@ -26,8 +26,15 @@ import (
 // Live asks the running kernel.
 func Live(f host.Facts) capability.Probes {
 	return capability.Probes{
+		// A core PMU need not implement every generic event (QEMU's
+		// arm64 counts cycles, and instructions only with -icount):
+		// either one makes hardware counters.
 		Hardware: func() error {
-			return perf.Probe(eventspec.Attr{Type: pmu.TypeHardware, Config: unix.PERF_COUNT_HW_INSTRUCTIONS})
+			err := perf.Probe(eventspec.Attr{Type: pmu.TypeHardware, Config: unix.PERF_COUNT_HW_INSTRUCTIONS})
+			if err != nil && perf.Probe(eventspec.Attr{Type: pmu.TypeHardware, Config: unix.PERF_COUNT_HW_CPU_CYCLES}) == nil {
+				return nil
+			}
+			return err
 		},
 		SystemWide: func() error {
 			for _, cpu := range f.OnlineCPUs {

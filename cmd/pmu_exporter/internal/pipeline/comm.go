@@ -300,7 +300,7 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 				// next best clock, and says so.
 				var unit string
 				var why error
-				spec, unit, why = bestReuseClock(b.s.facts.CPU, b.s.pmus)
+				spec, unit, why = bestReuseClock(b.s.facts.CPU, b.s.pmus, perf.Probe)
 				switch unit {
 				case "":
 					b.log.Warn("reuse distances on the thread's CPU time, not in accesses: no stack distances or miss ratios", "reason", why)
@@ -373,26 +373,63 @@ func accessClock(cpu host.CPU, pmus []*pmu.PMU) (string, error) {
 	case (cpu.Vendor == "AuthenticAMD" || cpu.Vendor == "HygonGenuine") && family >= 0x17:
 		return c + "/event=0x29,umask=0x7/", nil
 	case strings.HasPrefix(c, "armv8_") || strings.HasPrefix(c, "armv9_"):
+		// The kernel lists a PMUv3's common events that the CPU says it
+		// implements (PMCEID); a raw event it does not opens all the
+		// same and counts nothing (QEMU's arm64 has no MEM_ACCESS).
+		i := slices.IndexFunc(pmus, func(p *pmu.PMU) bool { return p.Name == c })
+		if _, ok := pmus[i].Aliases["mem_access"]; !ok {
+			return "", fmt.Errorf("the %s PMU does not list mem_access (event 0x13) among its events: this CPU does not count it", c)
+		}
 		return c + "/event=0x13/", nil
 	}
 	return "", fmt.Errorf("no loads and stores events known for the %s (family %s) core PMU %s", cpu.Vendor, cpu.Family, c)
 }
 
+// closedEvent: one of a clock's events resolved but did not open here.
+type closedEvent struct {
+	part string
+	err  error
+}
+
+func (e *closedEvent) Error() string { return e.part + " does not open here: " + e.err.Error() }
+
+// openAll resolves each event of spec (perf syntax, joined by +) to one
+// event and opens it with probe.
+func openAll(spec string, pmus []*pmu.PMU, probe func(eventspec.Attr) error) error {
+	for _, part := range strings.Split(spec, "+") {
+		evs, err := eventspec.Resolve(part, pmus)
+		if err == nil && len(evs) != 1 {
+			err = fmt.Errorf("%d events", len(evs))
+		}
+		if err == nil {
+			err = probe(evs[0].Attr)
+		}
+		if err != nil {
+			return &closedEvent{part, err}
+		}
+	}
+	return nil
+}
+
 // bestReuseClock is the best distance clock this host counts, in the
 // order ReuseTracker prefers them: its loads and stores (unit accesses),
 // else its retired instructions (unit instructions) where one core PMU
-// counts them but no loads and stores events are known for it, else none
-// (unit "": the thread's CPU time); why says why not loads and stores.
-func bestReuseClock(cpu host.CPU, pmus []*pmu.PMU) (spec, unit string, why error) {
+// counts them but no loads and stores events are known for it or open,
+// else none (unit "": the thread's CPU time); why says why not loads and
+// stores. Each event is opened by probe (on the calling thread) before
+// it is chosen: a PMU need not implement a generic event either.
+func bestReuseClock(cpu host.CPU, pmus []*pmu.PMU, probe func(eventspec.Attr) error) (spec, unit string, why error) {
 	spec, why = accessClock(cpu, pmus)
 	if why == nil {
-		return spec, reuse.UnitAccesses, nil
+		if why = openAll(spec, pmus, probe); why == nil {
+			return spec, reuse.UnitAccesses, nil
+		}
 	}
 	if errors.Is(why, errNoCore) || errors.Is(why, errHybrid) {
 		return "", "", why
 	}
-	if _, err := reuseClockEvents(unitInstructions, pmus); err != nil {
-		return "", "", fmt.Errorf("%w; retired instructions: %v", why, err)
+	if err := openAll(unitInstructions, pmus, probe); err != nil {
+		return "", "", fmt.Errorf("%w; retired instructions: %w", why, err)
 	}
 	return unitInstructions, unitInstructions, why
 }
@@ -414,43 +451,29 @@ var errHybrid = errors.New("a hybrid CPU")
 // verdict, whose fix is this one's where no core PMU exists.
 func accessCounting(cpu host.CPU, pmus []*pmu.PMU, hw capability.Feature, probe func(eventspec.Attr) error) capability.Feature {
 	f := capability.Feature{Name: capability.AccessCounting}
-	spec, unit, err := bestReuseClock(cpu, pmus)
-	if err != nil {
-		// What --collector.comm.reuse-clock=accesses falls back to (setupComm).
-		instead := "the thread's CPU time"
-		if unit == unitInstructions {
-			instead = "retired instructions"
-		}
-		f.Reason = err.Error() + "; with --collector.comm.reuse-clock=accesses reuse distances are in " + instead + ", without stack distances or miss ratios"
-		switch {
-		case !hw.Available:
-			f.Fix = hw.Fix
-		case errors.Is(err, errHybrid):
-			f.Fix = "pin the watched workloads to one core type's CPUs and name that PMU's events: --collector.comm.reuse-clock=accesses=PMU/EVENT/+..."
-		default:
-			f.Fix = "name events that count this CPU's loads and stores: --collector.comm.reuse-clock=accesses=EVENT+EVENT"
-		}
+	spec, unit, err := bestReuseClock(cpu, pmus, probe)
+	if err == nil {
+		f.Available = true
+		f.Detail = "each thread's loads and stores counted (" + spec + "): reuse distances in accesses, LRU stack distances and miss ratios with --collector.comm.reuse-clock=accesses"
 		return f
 	}
-	for _, part := range strings.Split(spec, "+") {
-		evs, err := eventspec.Resolve(part, pmus)
-		if err == nil && len(evs) != 1 {
-			err = fmt.Errorf("%d events", len(evs))
-		}
-		if err == nil {
-			err = probe(evs[0].Attr)
-		}
-		if err != nil {
-			f.Reason = fmt.Sprintf("%s does not open here: %v", part, err)
-			f.Fix = hw.Fix
-			if hw.Available {
-				f.Fix = "perf stat -e " + part + " true says why (perf_event_paranoid, CAP_PERFMON, a counter the hypervisor hides)"
-			}
-			return f
-		}
+	// What --collector.comm.reuse-clock=accesses falls back to (setupComm).
+	instead := "the thread's CPU time"
+	if unit == unitInstructions {
+		instead = "retired instructions"
 	}
-	f.Available = true
-	f.Detail = "each thread's loads and stores counted (" + spec + "): reuse distances in accesses, LRU stack distances and miss ratios with --collector.comm.reuse-clock=accesses"
+	f.Reason = err.Error() + "; with --collector.comm.reuse-clock=accesses reuse distances are in " + instead + ", without stack distances or miss ratios"
+	var closed *closedEvent
+	switch {
+	case !hw.Available:
+		f.Fix = hw.Fix
+	case errors.Is(err, errHybrid):
+		f.Fix = "pin the watched workloads to one core type's CPUs and name that PMU's events: --collector.comm.reuse-clock=accesses=PMU/EVENT/+..."
+	case errors.As(err, &closed) && closed.part != unitInstructions:
+		f.Fix = "perf stat -e " + closed.part + " true says why (perf_event_paranoid, CAP_PERFMON, a counter the hypervisor hides)"
+	default:
+		f.Fix = "name events that count this CPU's loads and stores: --collector.comm.reuse-clock=accesses=EVENT+EVENT"
+	}
 	return f
 }
 

@@ -81,6 +81,14 @@ func TestReuseClockEvents(t *testing.T) {
 	}
 }
 
+// pmuv3WithoutMemAccess is a PMUv3 that does not implement MEM_ACCESS,
+// as QEMU's arm64 CPU: the kernel leaves it out of the PMU's events.
+func pmuv3WithoutMemAccess() fixture.Host {
+	h := fixture.ArmNeoverseN1()
+	delete(h, "sys/bus/event_source/devices/armv8_pmuv3_0/events/mem_access")
+	return h
+}
+
 // --collector.comm.reuse-clock=accesses names the host's loads and stores
 // (the encodings of Intel's, AMD's and Arm's event lists), resolved on
 // its fixture's core PMU; a hybrid CPU and a host without a PMU refuse.
@@ -94,6 +102,7 @@ func TestAccessClock(t *testing.T) {
 		{"skylake", fixture.IntelSkylake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, []uint64{0x81d0, 0x82d0}},
 		{"zen3", fixture.AMDZen3(), host.CPU{Vendor: "AuthenticAMD", Family: "25"}, []uint64{0x0729}},
 		{"neoverse-n1", fixture.ArmNeoverseN1(), host.CPU{Vendor: "0x41", Family: ""}, []uint64{0x13}},
+		{"pmuv3 without mem_access", pmuv3WithoutMemAccess(), host.CPU{Vendor: "0x00", Family: ""}, nil},
 		{"alder lake", fixture.IntelAlderLake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, nil},
 		{"no PMU", fixture.NoPMU(), host.CPU{Vendor: "AuthenticAMD", Family: "25"}, nil},
 	} {
@@ -158,19 +167,33 @@ func TestAccessCounting(t *testing.T) {
 // loads and stores events are not known (an AMD core before Zen here),
 // else the thread's CPU time (no core PMU, or a hybrid CPU).
 func TestBestReuseClock(t *testing.T) {
+	open := func(eventspec.Attr) error { return nil }
+	// QEMU's arm64 without -icount: cycles count, instructions do not.
+	noInstructions := func(a eventspec.Attr) error {
+		if a.Type == unix.PERF_TYPE_HARDWARE && a.Config == unix.PERF_COUNT_HW_INSTRUCTIONS {
+			return unix.ENOENT
+		}
+		return nil
+	}
+	refuse := func(eventspec.Attr) error { return unix.ENOENT }
 	for _, c := range []struct {
 		name       string
 		host       fixture.Host
 		cpu        host.CPU
+		probe      func(eventspec.Attr) error
 		spec, unit string
 	}{
-		{"skylake", fixture.IntelSkylake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, "cpu/event=0xd0,umask=0x81/+cpu/event=0xd0,umask=0x82/", "accesses"},
-		{"amd family 16h", fixture.AMDZen3(), host.CPU{Vendor: "AuthenticAMD", Family: "22"}, "instructions", "instructions"},
-		{"alder lake", fixture.IntelAlderLake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, "", ""},
-		{"no PMU", fixture.NoPMU(), host.CPU{Vendor: "AuthenticAMD", Family: "25"}, "", ""},
+		{"skylake", fixture.IntelSkylake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, open, "cpu/event=0xd0,umask=0x81/+cpu/event=0xd0,umask=0x82/", "accesses"},
+		{"skylake, refused", fixture.IntelSkylake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, refuse, "", ""},
+		{"amd family 16h", fixture.AMDZen3(), host.CPU{Vendor: "AuthenticAMD", Family: "22"}, open, "instructions", "instructions"},
+		{"neoverse-n1", fixture.ArmNeoverseN1(), host.CPU{Vendor: "0x41"}, open, "armv8_pmuv3_0/event=0x13/", "accesses"},
+		{"pmuv3 without mem_access", pmuv3WithoutMemAccess(), host.CPU{Vendor: "0x00"}, open, "instructions", "instructions"},
+		{"pmuv3 without mem_access or instructions", pmuv3WithoutMemAccess(), host.CPU{Vendor: "0x00"}, noInstructions, "", ""},
+		{"alder lake", fixture.IntelAlderLake(), host.CPU{Vendor: "GenuineIntel", Family: "6"}, open, "", ""},
+		{"no PMU", fixture.NoPMU(), host.CPU{Vendor: "AuthenticAMD", Family: "25"}, open, "", ""},
 	} {
 		pmus := fixture.PMUs(t, c.host)
-		spec, unit, why := bestReuseClock(c.cpu, pmus)
+		spec, unit, why := bestReuseClock(c.cpu, pmus, c.probe)
 		if spec != c.spec || unit != c.unit || (unit != "accesses") != (why != nil) {
 			t.Errorf("%s: %q in %q (%v), want %q in %q", c.name, spec, unit, why, c.spec, c.unit)
 		}
