@@ -212,6 +212,9 @@ func TestCgroupScopedBusyLoop(t *testing.T) {
 		t.Fatalf("helper output %q: %v", stdout.String(), err)
 	}
 	process := time.Duration(spun)
+	// All its CPU time, the Go runtime's start and exit included, some of
+	// it before it joined the cgroup (rusage).
+	total := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	usage := testenv.CgroupUsage(t, dir)
 
 	var cpuClock, taskClock time.Duration
@@ -226,14 +229,15 @@ func TestCgroupScopedBusyLoop(t *testing.T) {
 	// perf's clocks run on while the hypervisor steals the CPU and through
 	// part of each switch, cpu.stat's does not (testenv.ClockCeiling).
 	steal := testenv.StolenSince(t, steal0)
-	t.Logf("cgroup usage %v, process CPU time spinning %v, cpu-clock %v, task-clock %v, up to %v stolen, wall %v", usage, process, cpuClock, taskClock, steal, wall)
+	t.Logf("cgroup usage %v, process CPU time spinning %v and in all %v, cpu-clock %v, task-clock %v, up to %v stolen, wall %v", usage, process, total, cpuClock, taskClock, steal, wall)
 	for name, got := range map[string]time.Duration{"cpu-clock": cpuClock, "task-clock": taskClock} {
 		if got < usage*97/100 || float64(got) > testenv.ClockCeiling(t, float64(usage), steal0, 0, wall) {
 			t.Errorf("%s %v differs from the cgroup's usage %v by more than 3%% (and what was stolen, or the wall time %v)", name, got, usage, wall)
 		}
-		// The spin is most, but not all, of the time in the cgroup (exit follows it).
-		if got < process*97/100 || got > max(process*110/100+steal, wall) {
-			t.Errorf("%s %v is not within [97%%, 110%%] of the process's spinning CPU time %v (plus what was stolen, or the wall time %v)", name, got, process, wall)
+		// The spin is most, but not all, of the time in the cgroup: the
+		// runtime's exit follows it (a fifth of it on an emulated CPU).
+		if got < process*97/100 || got > total*103/100+steal {
+			t.Errorf("%s %v is not between 97%% of the process's spinning CPU time %v and its whole CPU time %v (plus 3%% and what was stolen)", name, got, process, total)
 		}
 	}
 	if process < spin {

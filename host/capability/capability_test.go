@@ -3,6 +3,7 @@ package capability
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -11,10 +12,19 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 func ok() error { return nil }
+
+// x86Fixture: the test's judgement rests on an x86 /proc/cpuinfo (the
+// vendor, the hypervisor flag), which procfs parses only in an x86 build:
+// it picks its cpuinfo parser by GOARCH.
+func x86Fixture(t *testing.T) {
+	t.Helper()
+	testenv.Require(t, runtime.GOARCH == "amd64", "an x86 cpuinfo fixture, parsed by procfs only in an x86-64 build")
+}
 
 // allWork are the probe results of a bare-metal host run as root.
 var allWork = Probes{Hardware: ok, SystemWide: ok, Breakpoint: ok, EBPF: ok, Cgroup: ok, AddressSampling: ok}
@@ -43,6 +53,7 @@ func want(t *testing.T, r Report, features map[string]bool) {
 }
 
 func TestIntelIcelake(t *testing.T) {
+	x86Fixture(t)
 	r := report(t, fixture.IntelIcelake(), allWork)
 	want(t, r, map[string]bool{HardwareCounters: true, PreciseSampling: true, PerfMetrics: true, IBS: false, SPE: false,
 		Breakpoints: true, EBPF: true, CgroupEvents: true, SystemWide: true})
@@ -52,6 +63,7 @@ func TestIntelIcelake(t *testing.T) {
 }
 
 func TestIntelSkylakeHasNoPerfMetrics(t *testing.T) {
+	x86Fixture(t)
 	r := report(t, fixture.IntelSkylake(), allWork)
 	want(t, r, map[string]bool{HardwareCounters: true, PreciseSampling: true, PerfMetrics: false})
 }
@@ -76,6 +88,7 @@ func TestAMDAndArm(t *testing.T) {
 
 // TestVMWithoutPMU: the probes fail the way this project's CI VM fails them.
 func TestVMWithoutPMU(t *testing.T) {
+	x86Fixture(t)
 	p := allWork
 	p.Hardware = func() error {
 		return &model.OpenError{Event: "probe", Err: unix.ENOENT, Reason: model.ReasonUnsupported}
