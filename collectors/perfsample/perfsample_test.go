@@ -449,10 +449,9 @@ func TestResetCPUAfterQuickHotplug(t *testing.T) {
 // The address sampler's samples are timed on CLOCK_MONOTONIC (the reader
 // compares them with its own clock, and the watchpoints' traps are timed
 // on it too): a thread's samples lie between two readings of that clock
-// taken before and after it spun.
+// taken before the sampler opened and after the thread spun.
 func TestDecodedSamplesOnMonotonicClock(t *testing.T) {
 	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
-	s, _ := open(t, []sampling.Config{sampling.Decoded(1000000, false, memop.RegsMask(runtime.GOARCH))}, 256, sampling.Governor{})
 	mono := func() uint64 {
 		var ts unix.Timespec
 		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
@@ -460,10 +459,14 @@ func TestDecodedSamplesOnMonotonicClock(t *testing.T) {
 		}
 		return uint64(ts.Nano())
 	}
+	// From before the sampler opens: the thread may be sampled from then
+	// on (on an emulated CPU, QEMU's arm64, half a millisecond passed
+	// between the open and the spin).
+	m0 := mono()
+	s, _ := open(t, []sampling.Config{sampling.Decoded(1000000, false, memop.RegsMask(runtime.GOARCH))}, 256, sampling.Governor{})
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tid := uint32(unix.Gettid())
-	m0 := mono()
 	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
 		for i := 0; i < 100000; i++ {
 			sink += i
