@@ -253,21 +253,7 @@ func (r *Resolver) Resolve(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 // over: the access is the instruction at ip, its address registers not yet
 // updated by it (a pre- or post-indexed store's base included).
 func (r *Resolver) Trap(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
-	if !r.trapsAt {
-		return r.Before(pid, ip, regs)
-	}
-	if regs == nil {
-		return Access{}, NoRegisters
-	}
-	e := r.lookup(pid, ip)
-	switch {
-	case e.reason != Resolved:
-		return Access{}, e.reason
-	case e.at.Reason != Resolved:
-		return Access{}, e.at.Reason
-	}
-	o := &e.at
-	return Access{Addr: o.Address(regs, ip), PC: ip, Width: o.Width, Kind: o.Kind, Atomic: o.Atomic}, Resolved
+	return r.trapped(pid, ip, regs, r.trapsAt)
 }
 
 // Before resolves the instruction that ran just before ip: a data
@@ -276,6 +262,12 @@ func (r *Resolver) Trap(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 // lands (endbr64), the access may have been the branch's own read of its
 // target (jmp *(%rax)), at another address: Ambiguous.
 func (r *Resolver) Before(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
+	return r.trapped(pid, ip, regs, false)
+}
+
+// trapped resolves a trap's access: the instruction at ip, or the one
+// before it.
+func (r *Resolver) trapped(pid uint32, ip uint64, regs *Regs, at bool) (Access, Reason) {
 	if regs == nil {
 		return Access{}, NoRegisters
 	}
@@ -283,6 +275,11 @@ func (r *Resolver) Before(pid uint32, ip uint64, regs *Regs) (Access, Reason) {
 	switch {
 	case e.reason != Resolved:
 		return Access{}, e.reason
+	case at && e.at.Reason != Resolved:
+		return Access{}, e.at.Reason
+	case at:
+		o := &e.at
+		return Access{Addr: o.Address(regs, ip), PC: ip, Width: o.Width, Kind: o.Kind, Atomic: o.Atomic}, Resolved
 	case e.prevPC == 0:
 		return Access{}, Unreadable // no instruction boundary found before ip
 	case e.at.Landing:
