@@ -44,14 +44,11 @@ const probeWrites = 1000
 func ProbeBreakpoint() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	// A page of its own: a Go variable may live on the goroutine's stack,
-	// which moves when it grows, and the watchpoint would not follow.
-	page, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	watched, release, err := WatchedWord()
 	if err != nil {
-		return fmt.Errorf("breakpoint: mapping the watched page: %w", err)
+		return fmt.Errorf("breakpoint: %w", err)
 	}
-	defer unix.Munmap(page)
-	watched := (*uint64)(unsafe.Pointer(&page[0]))
+	defer release()
 	u := unix.PerfEventAttr{
 		Type:    unix.PERF_TYPE_BREAKPOINT,
 		Size:    attrSize,
@@ -83,6 +80,18 @@ func ProbeBreakpoint() error {
 			capability.ErrNotSupported, n, probeWrites)
 	}
 	return nil
+}
+
+// WatchedWord is 8 bytes on a page of their own, for a watchpoint on
+// what the caller writes: a Go variable may live on the goroutine's stack
+// (where escape analysis puts it), which moves when the stack grows, and
+// the watchpoint would not follow. release unmaps the page.
+func WatchedWord() (w *uint64, release func(), err error) {
+	page, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mapping the watched page: %w", err)
+	}
+	return (*uint64)(unsafe.Pointer(&page[0])), func() { unix.Munmap(page) }, nil
 }
 
 // SignalsHeld runs fn with every signal blocked on the calling thread, so

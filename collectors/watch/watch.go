@@ -15,7 +15,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -589,14 +588,11 @@ func trapCost(n int) (time.Duration, error) {
 	if err := e.Add(tid); err != nil {
 		return 0, err
 	}
-	// A page of its own: a Go variable may live on the goroutine's stack,
-	// which moves when it grows, and the watchpoint would not follow.
-	page, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	v, release, err := perf.WatchedWord()
 	if err != nil {
-		return 0, fmt.Errorf("mapping the watched page: %w", err)
+		return 0, err
 	}
-	defer unix.Munmap(page)
-	v := (*uint64)(unsafe.Pointer(&page[0]))
+	defer release()
 	stores := func() (time.Duration, error) {
 		var t0, t1 unix.Timespec
 		if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0); err != nil {

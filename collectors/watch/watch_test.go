@@ -69,8 +69,8 @@ func held(fn func()) {
 // the watched bytes while armed (stores only, or loads too), counted
 // against the accesses it made; re-arming moves them (MODIFY_ATTRIBUTES);
 // each trap's access, decoded with its registers from the instruction
-// before its IP (x86) or at it (arm64), is the watched variable; the distance clock is the thread's
-// CPU time.
+// before its IP (x86) or at it (arm64), is the watched variable; the
+// distance clock is the thread's CPU time.
 func TestEngineTrapsExactly(t *testing.T) {
 	testenv.RequireRoot(t)
 	slots, err := Slots(16)
