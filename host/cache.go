@@ -78,8 +78,26 @@ type Caches struct {
 	LLCLevel     int
 }
 
+// Unsized names the caches (L1d, L2, LLC) whose size is not known.
+func (c Caches) Unsized() []string {
+	var out []string
+	for _, s := range []struct {
+		name string
+		size uint64
+	}{{"L1d", c.L1d}, {"L2", c.L2}, {"LLC", c.LLC}} {
+		if s.size == 0 {
+			out = append(out, s.name)
+		}
+	}
+	return out
+}
+
 // CacheSizes reads cpu's data and unified caches from
-// <sysfs>/devices/system/cpu/cpuN/cache/index*/{level,type,size}.
+// <sysfs>/devices/system/cpu/cpuN/cache/index*/{level,type,size}. A cache
+// without a size file is described but not sized (0): arm64 kernels learn
+// levels and types from the CPU (CLIDR_EL1) but sizes only from the
+// firmware (devicetree or ACPI PPTT), and hide the file where it gives
+// none, as on QEMU's virt machine.
 func CacheSizes(sysfs string, cpu int) (Caches, error) {
 	var c Caches
 	caches, err := cacheIndexes(sysfs, cpu)
@@ -87,9 +105,11 @@ func CacheSizes(sysfs string, cpu int) (Caches, error) {
 		return c, fmt.Errorf("cache sizes: %w", err)
 	}
 	for _, ci := range caches {
-		size, err := parseSize(ci.size)
-		if err != nil {
-			return c, fmt.Errorf("cpu%d: level %d cache size: %w", cpu, ci.level, err)
+		var size uint64
+		if ci.size != "" {
+			if size, err = parseSize(ci.size); err != nil {
+				return c, fmt.Errorf("cpu%d: level %d cache size: %w", cpu, ci.level, err)
+			}
 		}
 		switch ci.level {
 		case 1:

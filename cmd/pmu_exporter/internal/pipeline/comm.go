@@ -203,6 +203,10 @@ func setupComm(b *build) error {
 				b.log.Warn("reuse: no miss ratios at this host's cache sizes", "err", err)
 			} else {
 				rc.WithCaches(c.L1d, c.L2, c.LLC)
+				if unsized := c.Unsized(); len(unsized) > 0 {
+					b.log.Warn("reuse: no miss ratios at caches sysfs does not size", "caches", strings.Join(unsized, ","),
+						"why", "the firmware (devicetree or ACPI PPTT) gives the kernel no size for them")
+				}
 			}
 		}
 		p.collectors = append(p.collectors, rc)
