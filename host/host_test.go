@@ -11,10 +11,13 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
+// The fixtures' cpuinfo is x86's, which procfs parses only in an x86-64
+// build (it picks its parser by GOARCH); the rest is read on any.
 func TestReadFixtureHosts(t *testing.T) {
+	x86 := runtime.GOARCH == "amd64"
 	sys, proc := fixture.Write(t, fixture.IntelIcelake())
 	f := Read(proc, sys)
-	if f.CPU.Vendor != "GenuineIntel" || f.CPU.Family != "6" || f.CPU.Model != "106" || f.CPU.Stepping != "6" || !f.CPU.Hypervisor {
+	if x86 && (f.CPU.Vendor != "GenuineIntel" || f.CPU.Family != "6" || f.CPU.Model != "106" || f.CPU.Stepping != "6" || !f.CPU.Hypervisor) {
 		t.Errorf("cpu = %+v", f.CPU)
 	}
 	if !f.ParanoidKnown || f.Paranoid != 2 || f.MaxSampleRate != 100000 || f.NMIWatchdog {
@@ -24,7 +27,7 @@ func TestReadFixtureHosts(t *testing.T) {
 		t.Errorf("online = %v", f.OnlineCPUs)
 	}
 	sys, proc = fixture.Write(t, fixture.AMDZen3())
-	if f := Read(proc, sys); f.CPU.Vendor != "AuthenticAMD" || f.CPU.Family != "25" || f.CPU.Hypervisor {
+	if f := Read(proc, sys); x86 && (f.CPU.Vendor != "AuthenticAMD" || f.CPU.Family != "25" || f.CPU.Hypervisor) {
 		t.Errorf("AMD cpu = %+v", f.CPU)
 	}
 }
