@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	endian "encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -21,11 +23,13 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -860,6 +864,74 @@ func TestServeReuseEventClock(t *testing.T) {
 	}
 }
 
+// A distance clock that a core PMU counts, live: with
+// --collector.comm.reuse-clock=instructions:u each watched thread's group
+// counts its user-mode instructions beside its watchpoints, and a reuse is
+// the count at the trap minus the count at the sample. The walk's
+// instructions, as the kernel counts them on the walking thread for the
+// test, must be the histogram's dominant distance. Needs a core PMU that
+// counts instructions (QEMU's arm64 under -icount, scripts/arm64-vm; not
+// this project's x86 VMs).
+func TestServeReuseInstructionClock(t *testing.T) {
+	requireDecoder(t)
+	testenv.RequireRoot(t)
+	if err := countsInstructions(); err != nil {
+		t.Skipf("no core PMU counts this thread's instructions here: %v", err)
+	}
+	r := runReuseBench(t, []string{"--collector.comm.reuse-clock=instructions:u", "--collector.comm.cpu-budget=0.2"}, nil,
+		"-slots", "1048576", "-duration", "3s")
+	dominantBinHolds(t, r.h, r.walk, "instructions")
+}
+
+// userInstructions is perf's instructions:u.
+func userInstructions() unix.PerfEventAttr {
+	return unix.PerfEventAttr{Type: unix.PERF_TYPE_HARDWARE, Config: unix.PERF_COUNT_HW_INSTRUCTIONS,
+		Size: perf.AttrSize(), Bits: unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv}
+}
+
+// countsInstructions says why this thread's user-mode instructions cannot
+// be counted here, or nil where they can (and a loop counts some).
+func countsInstructions() error {
+	attr := userInstructions()
+	fd, err := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("perf_event_open instructions:u: %w", err)
+	}
+	defer unix.Close(fd)
+	var x uint64
+	for i := range 1_000_000 {
+		x += uint64(i)
+	}
+	runtime.KeepAlive(x)
+	var buf [8]byte
+	if _, err := unix.Read(fd, buf[:]); err != nil {
+		return fmt.Errorf("reading instructions:u: %w", err)
+	}
+	if endian.NativeEndian.Uint64(buf[:]) == 0 {
+		return errors.New("instructions:u opens but counts nothing (QEMU without -icount)")
+	}
+	return nil
+}
+
+// countUserInstructions counts thread tid's user-mode instructions from now
+// on; the function returned reads the count (also after the thread ended).
+func countUserInstructions(t *testing.T, tid int) func() uint64 {
+	t.Helper()
+	attr := userInstructions()
+	fd, err := unix.PerfEventOpen(&attr, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		t.Fatalf("counting thread %d's instructions: %v", tid, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return func() uint64 {
+		var buf [8]byte
+		if _, err := unix.Read(fd, buf[:]); err != nil {
+			t.Fatalf("reading thread %d's instructions: %v", tid, err)
+		}
+		return endian.NativeEndian.Uint64(buf[:])
+	}
+}
+
 // runReuseBench starts the exporter with ReuseTracker on a cgroup (and
 // flags), runs reusebench there (wrapped by wrapper, with args) and
 // scrapes it.
@@ -880,11 +952,39 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 	argv := append(append(slices.Clone(wrapper), bench), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	out, err := cmd.Output()
+	clock := ""
+	for _, f := range flags {
+		if c, ok := strings.CutPrefix(f, "--collector.comm.reuse-clock="); ok {
+			clock = c
+		}
+	}
+	pipe, err := cmd.StdoutPipe()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Its first line names the walking thread: an instructions clock's
+	// walk is what the kernel counts on that thread over the run.
+	br := bufio.NewReader(pipe)
+	out, _ := br.ReadBytes('\n')
+	var instructions func() uint64
+	if strings.HasPrefix(clock, "instructions") {
+		var hello struct{ TID int }
+		if err := json.Unmarshal(out, &hello); err != nil || hello.TID == 0 {
+			cmd.Process.Kill()
+			t.Fatalf("reusebench said %q: %v", out, err)
+		}
+		instructions = countUserInstructions(t, hello.TID)
+	}
+	rest, _ := io.ReadAll(br)
+	out = append(out, rest...)
+	if err := cmd.Wait(); err != nil {
 		t.Fatalf("reusebench %v: %v", args, err)
 	}
 	var run struct {
+		Walks        int     `json:"walks"`
 		WalkNS       int64   `json:"mean_walk_ns"`
 		WalkCPUNS    int64   `json:"mean_walk_cpu_ns"`
 		WalkSwitches float64 `json:"mean_walk_switches"`
@@ -901,12 +1001,13 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 	if mode == "private" {
 		unit, walk = "thread_cpu_seconds", float64(run.WalkCPUNS)*1e-9
 	}
-	for _, f := range flags {
-		if c, ok := strings.CutPrefix(f, "--collector.comm.reuse-clock="); ok {
-			unit, walk, family = c, run.WalkSwitches, "pmu_reuse_event_distance"
-			if strings.HasPrefix(c, "accesses=") {
-				unit = "accesses" // events said to count loads and stores
-			}
+	if clock != "" {
+		unit, walk, family = clock, run.WalkSwitches, "pmu_reuse_event_distance"
+		if strings.HasPrefix(clock, "accesses=") {
+			unit = "accesses" // events said to count loads and stores
+		}
+		if instructions != nil {
+			walk = float64(instructions()) / float64(max(run.Walks, 1))
 		}
 	}
 	if run.WalkCPUNS > 0 {
