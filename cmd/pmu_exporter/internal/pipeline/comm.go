@@ -315,6 +315,12 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 				o.reuseClock = unit
 			}
 			attrs, err := reuseClockEvents(spec, b.s.pmus)
+			if err == nil && spec != "" {
+				// A generic event resolves on any host; one that no
+				// PMU here counts would fail each thread's group
+				// later, leaving no reuse and no word why.
+				err = openAll(spec, b.s.pmus, perf.Probe)
+			}
 			if err == nil {
 				err = engine.CountWith(attrs)
 			}
