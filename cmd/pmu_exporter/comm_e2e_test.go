@@ -981,7 +981,7 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 		t.Fatalf("reusebench %v: %v", args, err)
 	}
 	var run struct {
-		Walks        int     `json:"walks"`
+		Walks        float64 `json:"walks"`
 		WalkNS       int64   `json:"mean_walk_ns"`
 		WalkCPUNS    int64   `json:"mean_walk_cpu_ns"`
 		WalkSwitches float64 `json:"mean_walk_switches"`
@@ -1004,7 +1004,7 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 			unit = "accesses" // events said to count loads and stores
 		}
 		if instructions != nil {
-			walk = float64(instructions()) / float64(max(run.Walks, 1))
+			walk = float64(instructions()) / max(run.Walks, 1)
 		}
 	}
 	if run.WalkCPUNS > 0 {
