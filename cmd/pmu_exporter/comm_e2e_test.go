@@ -50,9 +50,7 @@ func TestServeCommLive(t *testing.T) {
 		f         string
 		wantFalse bool
 	}{{"1", true}, {"0", false}} {
-		l, wait := runBench(t, bench, "", c.f, "3s")
-		wait()
-		proc := awaitCommProcess(t, p.addr, l.PID)
+		l, proc := benchDetections(t, p, bench, c.f)
 		d := proc.Detections
 		t.Logf("f=%s: %d true, %d false sharing detections, threads %v, lines %d", c.f, d.True, d.False, proc.Threads, len(proc.Lines))
 		if d.True+d.False < 20 {
@@ -118,9 +116,7 @@ func TestServeCommDecodeCacheBound(t *testing.T) {
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
 	p := start(t, nil, "--web.enable-debug", "--collector.comm.period=200000", "--collector.comm.cpu-budget=0.2", "--collector.comm.decode-cache=1KiB")
-	l, wait := runBench(t, bench, "", "1", "3s")
-	wait()
-	proc := awaitCommProcess(t, p.addr, l.PID)
+	l, proc := benchDetections(t, p, bench, "1")
 	d := proc.Detections
 	t.Logf("%d true, %d false sharing detections", d.True, d.False)
 	if d.False < 20 || d.True*50 > d.True+d.False {
@@ -185,6 +181,24 @@ func TestServeCommCETBinary(t *testing.T) {
 // the sampler reads its rings every 100 ms, and the process's state stays
 // until the exporter sees it gone (a minute). Two seconds at most; then an
 // empty process.
+// benchDetections runs sharebench at f for 3 s, up to three times, until
+// the exporter finds 20 detections in one run, and returns that run's: on
+// a machine whose CPUs other processes keep busy the benchmark's two
+// threads seldom run at once (CI with four spinning processes on its two
+// CPUs: once none in a run).
+func benchDetections(t *testing.T, p *exporterProc, bench, f string) (benchLayout, comdetect.ProcessJSON) {
+	t.Helper()
+	for try := 1; ; try++ {
+		l, wait := runBench(t, bench, "", f, "3s")
+		wait()
+		proc := awaitCommProcess(t, p.addr, l.PID)
+		if d := proc.Detections; d.True+d.False >= 20 || try == 3 {
+			return l, proc
+		}
+		t.Logf("f=%s, run %d: %d detections; running it again", f, try, proc.Detections.True+proc.Detections.False)
+	}
+}
+
 func awaitCommProcess(t *testing.T, addr string, pid int) comdetect.ProcessJSON {
 	t.Helper()
 	for range 20 {
