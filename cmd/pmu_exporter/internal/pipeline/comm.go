@@ -205,7 +205,7 @@ func setupComm(b *build) error {
 				rc.WithCaches(c.L1d, c.L2, c.LLC)
 				if unsized := c.Unsized(); len(unsized) > 0 {
 					b.log.Warn("reuse: no miss ratios at caches sysfs does not size", "caches", strings.Join(unsized, ","),
-						"why", "the firmware (devicetree or ACPI PPTT) gives the kernel no size for them")
+						"why", "the firmware (devicetree or ACPI PPTT) gives the kernel no size for them, or the CPU has no such level")
 				}
 			}
 		}
