@@ -172,24 +172,49 @@ func TestLostRecords(t *testing.T) {
 }
 
 // TestWrappedRecords: records that straddle the end of a small buffer come
-// out whole (through the scratch copy) across many laps.
+// out whole (through the scratch copy) across many laps. The runtime may
+// fault on this thread too (heap growth; under -race, the shadow of every
+// page the test writes), at times enough to fill the page: a LOST record,
+// which the kernel writes once the next record finds room, so in the round
+// after, excuses both rounds if the kernel counted more faults in them than
+// the test made, and fails the test otherwise.
 func TestWrappedRecords(t *testing.T) {
+	const rounds, perRound = 40, 20 // 40 × 20 samples of 56 bytes: 5 laps of 4 KiB
 	fd, r := openRing(t, 1)
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
-	want := map[uint64]bool{}
 	got := map[uint64]bool{}
-	for range 40 { // 40 × 20 samples of 56 bytes: 5 laps of 4 KiB
-		_, addrs := touch(t, 20)
-		for _, a := range addrs {
-			want[a] = true
+	var want, pending []uint64 // pending: the last round's, judged by the next
+	excused, faults, lastFaults := 0, count(t, fd), uint64(0)
+	round := func(n int) {
+		_, addrs := touch(t, n)
+		lost := uint64(0)
+		drain(t, r, func(s perfrecord.Sample) { got[s.Addr] = true }, func(n uint64) { lost += n })
+		before := faults
+		faults = count(t, fd)
+		made := uint64(len(pending) + n)
+		switch span := lastFaults + faults - before; {
+		case lost == 0:
+			want = append(want, pending...)
+		case span > made:
+			excused++
+			t.Logf("%d samples lost in two rounds in which this thread faulted %d times, %d of them the test's", lost, span, made)
+		default:
+			t.Errorf("%d samples lost in two rounds of %d faults, all the test's: read too late", lost, span)
 		}
-		drain(t, r, func(s perfrecord.Sample) { got[s.Addr] = true }, func(uint64) { t.Error("LOST record: read too late") })
+		pending, lastFaults = addrs, faults-before
 	}
+	for range rounds {
+		round(perRound)
+	}
+	round(1) // a LOST record from the last round comes out with this fault
 	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 	if cap(r.scratch) == 0 {
 		t.Error("no record wrapped: the test did not exercise the scratch copy")
 	}
-	for a := range want {
+	if excused > rounds/4 {
+		t.Errorf("%d of %d rounds lost samples to faults the test did not make: too few left to judge", excused, rounds)
+	}
+	for _, a := range want {
 		if !got[a] {
 			t.Errorf("sample at %#x lost or misread", a)
 		}
