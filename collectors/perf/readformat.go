@@ -2,8 +2,14 @@ package perf
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
+
+// ErrGroupBroken says the kernel reads a group with fewer events than were
+// opened into it: it took the members off the leader, as it does to every
+// group on a CPU going offline.
+var ErrGroupBroken = errors.New("the kernel broke the group up (its CPU went offline)")
 
 // DecodeGroupRead decodes what read(2) returns for
 // PERF_FORMAT_GROUP|ID|TOTAL_TIME_ENABLED|TOTAL_TIME_RUNNING:
@@ -22,6 +28,9 @@ func DecodeGroupRead(buf []byte, ids []uint64, values []uint64) (enabled, runnin
 	}
 	le := binary.LittleEndian // perf records are host-endian; every supported target is little-endian
 	nr := le.Uint64(buf)
+	if nr < uint64(len(ids)) {
+		return 0, 0, fmt.Errorf("group read: kernel reports %d events, group has %d: %w", nr, len(ids), ErrGroupBroken)
+	}
 	if nr != uint64(len(ids)) {
 		return 0, 0, fmt.Errorf("group read: kernel reports %d events, group has %d", nr, len(ids))
 	}

@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -27,11 +28,15 @@ func TestDecodeGroupReadRejectsMalformed(t *testing.T) {
 		"unknown event id 8":              EncodeGroupRead(10, 10, []uint64{7, 8}, []uint64{1, 2}),
 		"appears twice":                   EncodeGroupRead(10, 10, []uint64{7, 7}, []uint64{1, 2}),
 	}
+	cases["kernel reports 1 events, group has 2: "+ErrGroupBroken.Error()] = EncodeGroupRead(10, 10, []uint64{7}, []uint64{1})
 	for want, buf := range cases {
 		out := []uint64{42, 42}
 		_, _, err := DecodeGroupRead(buf, ids, out)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error = %v, want %q", err, want)
+		}
+		if broken := strings.Contains(want, "1 events"); errors.Is(err, ErrGroupBroken) != broken {
+			t.Errorf("%s: errors.Is(ErrGroupBroken) = %v", want, !broken)
 		}
 		if out[0] != 42 || out[1] != 42 {
 			t.Errorf("%s: values overwritten on error: %v", want, out)

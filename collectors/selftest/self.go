@@ -100,18 +100,50 @@ func NullReads(cpu, n int, attrs []eventspec.Attr, names []string) ([]time.Durat
 		defer g.Close()
 		vals := make([]uint64, g.Len())
 		out = make([]time.Duration, 0, n)
+		var enabled0, enabled uint64
+		if enabled0, _, err = g.Read(vals); err != nil {
+			return
+		}
+		start := time.Now()
 		for range n {
 			t0 := time.Now()
-			if _, _, err = g.Read(vals); err != nil {
+			if enabled, _, err = g.Read(vals); err != nil {
 				return
 			}
 			out = append(out, time.Since(t0))
 		}
+		// Reads of events the CPU's going offline stopped cost less.
+		err = counted(cpu, time.Duration(enabled-enabled0), time.Since(start))
 	})
 	if rerr != nil {
 		return nil, rerr
 	}
-	return out, err
+	return out, offline(cpu, err)
+}
+
+// ErrCPUWentOffline says the CPU a measurement counted on went offline
+// during it: the kernel stopped its events for good and moved the thread
+// bound there, so the counts are not the measurement's. Measure again on
+// an online CPU.
+var ErrCPUWentOffline = errors.New("the CPU went offline during the measurement")
+
+// offline adds ErrCPUWentOffline to err where a group read found the group
+// broken up, as the kernel leaves every group of a CPU going offline.
+func offline(cpu int, err error) error {
+	if errors.Is(err, perf.ErrGroupBroken) && !errors.Is(err, ErrCPUWentOffline) {
+		return fmt.Errorf("CPU %d: %w: %w", cpu, ErrCPUWentOffline, err)
+	}
+	return err
+}
+
+// counted checks that a group pinned to cpu stayed enabled for the wall
+// time between two reads (within a millisecond of it), which it does
+// unless the CPU went offline.
+func counted(cpu int, enabled, wall time.Duration) error {
+	if enabled+time.Millisecond < wall {
+		return fmt.Errorf("CPU %d: counted %v of %v: %w", cpu, enabled, wall, ErrCPUWentOffline)
+	}
+	return nil
 }
 
 // Perturbation is what reading a group adds to what a CPU counts (notes
@@ -168,9 +200,11 @@ func MeasurePerturbation(ctx context.Context, cpu int, attrs []eventspec.Attr, n
 			before := make([]uint64, measured.Len())
 			after := make([]uint64, measured.Len())
 			scratch := make([]uint64, reader.Len())
-			if _, _, err = measured.Read(before); err != nil {
+			enabled0, _, e := measured.Read(before)
+			if err = e; err != nil {
 				return
 			}
+			start := time.Now()
 			end := time.Now().Add(window)
 			for next := time.Now().Add(every); next.Before(end); next = next.Add(every) {
 				if !sleep(time.Until(next)) {
@@ -186,7 +220,11 @@ func MeasurePerturbation(ctx context.Context, cpu int, attrs []eventspec.Attr, n
 				err = ctx.Err()
 				return
 			}
-			if _, _, err = measured.Read(after); err != nil {
+			enabled1, _, e := measured.Read(after)
+			if err = e; err != nil {
+				return
+			}
+			if err = counted(cpu, time.Duration(enabled1-enabled0), time.Since(start)); err != nil {
 				return
 			}
 			var b [8]byte
@@ -203,11 +241,11 @@ func MeasurePerturbation(ctx context.Context, cpu int, attrs []eventspec.Attr, n
 	}
 	fc, fr, fs, err := run(fast)
 	if err != nil {
-		return nil, err
+		return nil, offline(cpu, err)
 	}
 	sc, sr, ss, err := run(slow)
 	if err != nil {
-		return nil, err
+		return nil, offline(cpu, err)
 	}
 	var out []Perturbation
 	for i := range fc {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
@@ -134,8 +136,14 @@ func (b *build) validateOnStart() {
 		rows = got
 		mu.Unlock()
 		// What each read adds, at the counting interval against ten times it.
-		cpu, _ := host.IdlestCPU(b.f.procfs, b.s.facts.OnlineCPUs, 200*time.Millisecond)
-		ps, err := perturbation(ctx, *b.s, cpu, b.f.interval, 0)
+		var ps []selftest.Perturbation
+		cpu, err := b.onOnlineCPU("read perturbation", func(online []int) int {
+			cpu, _ := host.IdlestCPU(b.f.procfs, online, 200*time.Millisecond)
+			return cpu
+		}, func(cpu int) (err error) {
+			ps, err = perturbation(ctx, *b.s, cpu, b.f.interval, 0)
+			return err
+		})
 		if err != nil {
 			b.log.Info("read perturbation not measured", "err", err)
 			return
@@ -178,12 +186,49 @@ func nullReads(s setup, cpu int) (validate.Spread, error) {
 	return validate.Summarize(ds), nil
 }
 
+// onOnlineCPU runs measure on the CPU pick chooses among those online, and
+// again on another choice (three tries in all) where that CPU went offline
+// meanwhile: another process's hotplug must not cost the exporter its
+// self-measurements, or leave it exporting a measurement the kernel cut
+// short.
+func (b *build) onOnlineCPU(what string, pick func(online []int) int, measure func(cpu int) error) (int, error) {
+	var cpu int
+	var err error
+	for try := 1; try <= 3; try++ {
+		online, oerr := b.online.Read()
+		if oerr != nil || len(online) == 0 {
+			online = b.s.facts.OnlineCPUs
+		}
+		cpu = pick(online)
+		if err = measure(cpu); err == nil {
+			return cpu, nil
+		}
+		now, _ := b.online.Read()
+		if !errors.Is(err, selftest.ErrCPUWentOffline) && !errors.Is(err, unix.ENODEV) && slices.Contains(now, cpu) {
+			return cpu, err
+		}
+		b.log.Info(what+": its CPU went offline, measuring on another", "cpu", cpu, "err", err)
+	}
+	return cpu, err
+}
+
+// lastCPU is the last online CPU, where the validation kernels run.
+func lastCPU(online []int) int {
+	if len(online) == 0 {
+		return 0
+	}
+	return online[len(online)-1]
+}
+
 // calibrateReads measures what a read costs, once at start, beside the
 // counting.
 func (b *build) calibrateReads() {
 	b.p.beside = append(b.p.beside, func(context.Context) {
-		cpu := validationCPU(*b.s, -1)
-		sp, err := nullReads(*b.s, cpu)
+		var sp validate.Spread
+		cpu, err := b.onOnlineCPU("null-read calibration", lastCPU, func(cpu int) (err error) {
+			sp, err = nullReads(*b.s, cpu)
+			return err
+		})
 		if err != nil {
 			b.log.Info("null-read calibration not done", "err", err)
 			return
