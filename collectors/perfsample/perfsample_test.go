@@ -75,7 +75,11 @@ func onEachCPU(t *testing.T, fn func(cpu int)) {
 	for _, cpu := range testenv.OnlineCPUs(t) {
 		var set unix.CPUSet
 		set.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
+		err := unix.SchedSetaffinity(0, &set)
+		if err == unix.EINVAL {
+			continue // offline since the list was read: testenv.WithoutHotplug
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		fn(cpu)
@@ -248,10 +252,10 @@ func TestGovernorRaisesPeriod(t *testing.T) {
 // RUSAGE_THREAD time, ±15%), with an IP in this test binary (or the vDSO
 // it reads the clock through).
 func TestCPUClock(t *testing.T) {
-	// Every CPU open throughout: no hotplug test meanwhile.
+	// Every CPU open throughout: no hotplug test meanwhile, and a run
+	// again where another process took a CPU offline.
 	testenv.LockMachine(t, false)
 	const period = 1000000 // ns
-	s, _ := open(t, []sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, period)}, 256, sampling.Governor{})
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +265,8 @@ func TestCPUClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	tid := uint32(0)
-	spun := map[int]time.Duration{}
+	var s *Sampler
+	var spun map[int]time.Duration
 	threadCPU := func() time.Duration {
 		var ru unix.Rusage
 		if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
@@ -269,20 +274,24 @@ func TestCPUClock(t *testing.T) {
 		}
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	onEachCPU(t, func(cpu int) {
-		tid = uint32(unix.Gettid())
-		// Until the thread itself has run 150 ms there (not 150 ms of wall
-		// time): on a busy machine a thread that gets a fraction of the CPU
-		// would have too few samples for ±15% to hold.
-		start, cpu0 := time.Now(), threadCPU()
-		for threadCPU()-cpu0 < 150*time.Millisecond && time.Since(start) < 5*time.Second {
-			for i := 0; i < 100000; i++ {
-				sink += i
+	testenv.WithoutHotplug(t, func(int) {
+		s, _ = open(t, []sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, period)}, 256, sampling.Governor{})
+		spun = map[int]time.Duration{}
+		onEachCPU(t, func(cpu int) {
+			tid = uint32(unix.Gettid())
+			// Until the thread itself has run 150 ms there (not 150 ms of
+			// wall time): on a busy machine a thread that gets a fraction
+			// of the CPU would have too few samples for ±15% to hold.
+			start, cpu0 := time.Now(), threadCPU()
+			for threadCPU()-cpu0 < 150*time.Millisecond && time.Since(start) < 5*time.Second {
+				for i := 0; i < 100000; i++ {
+					sink += i
+				}
 			}
-		}
-		spun[cpu] = threadCPU() - cpu0
+			spun[cpu] = threadCPU() - cpu0
+		})
+		disable(s)
 	})
-	disable(s)
 	name := procmaps.Namer(fs)
 	for r, ring := range s.rings() {
 		var mine uint64

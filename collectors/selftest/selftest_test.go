@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -260,7 +261,11 @@ func TestThreadCounters(t *testing.T) {
 func TestPerturbation(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.LockMachine(t, false) // CPU 1 online throughout: no hotplug test meanwhile
-	ps, err := MeasurePerturbation(context.Background(), 1, softwareGroup, softwareNames, 300*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond)
+	var ps []Perturbation
+	var err error
+	testenv.WithoutHotplug(t, func(int) { // nor another process's
+		ps, err = MeasurePerturbation(context.Background(), 1, softwareGroup, softwareNames, 300*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,5 +276,34 @@ func TestPerturbation(t *testing.T) {
 	}
 	if cs.Fast < cs.ReaderSwitches[0] || cs.Slow < cs.ReaderSwitches[1] || cs.ReaderSwitches[0] < uint64(cs.FastReads) {
 		t.Errorf("the CPU counted %d and %d switches, the reader bound to it %v for %d and %d reads", cs.Fast, cs.Slow, cs.ReaderSwitches, cs.FastReads, cs.SlowReads)
+	}
+}
+
+// A CPU taken offline while the perturbation is measured on it stops the
+// measured group for good and moves the reader away: the measurement says
+// so (ErrCPUWentOffline) instead of returning what the cut-short windows
+// counted. The kernel breaks a group of two up (its read names one
+// event); a group of one just stops counting (its enabled time falls
+// behind the wall clock).
+func TestPerturbationCPUWentOffline(t *testing.T) {
+	cpu, ctl := testenv.HotplugCPU(t)
+	for _, n := range []int{2, 1} {
+		done := make(chan error, 1)
+		go func() {
+			time.Sleep(100 * time.Millisecond) // into the fast window
+			if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
+				done <- err
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+			done <- os.WriteFile(ctl, []byte("1"), 0o644)
+		}()
+		_, err := MeasurePerturbation(context.Background(), cpu, softwareGroup[:n], softwareNames[:n], 400*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond)
+		if herr := <-done; herr != nil {
+			t.Fatalf("hotplug CPU %d: %v", cpu, herr)
+		}
+		if !errors.Is(err, ErrCPUWentOffline) {
+			t.Errorf("a group of %d on CPU %d, offline for 100 ms of a 400 ms window: err %v, want %v", n, cpu, err, ErrCPUWentOffline)
+		}
 	}
 }

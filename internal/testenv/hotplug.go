@@ -1,0 +1,128 @@
+package testenv
+
+import (
+	"encoding/binary"
+	"os"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
+)
+
+// Hotplug watches the CPUs that were online when it was made. The tests'
+// machine lock (LockMachine) keeps this suite's hotplug tests away from
+// tests whose expectations are per CPU, but not a neighbour's `echo 0 >
+// .../online`, which closes what a test had open there (events, attached
+// programs) and moves its threads. Such a test measures again when Offlined
+// says a CPU left, rather than judge that run.
+type Hotplug struct {
+	fds   map[int]int // CPU -> a dummy event pinned there
+	start time.Time
+}
+
+// WatchHotplug starts watching every online CPU: a dummy event on each,
+// whose enabled time stops for good when its CPU goes offline (the kernel
+// sets it OFF and does not bring it back). It needs perf_event_open on
+// every CPU (root).
+func WatchHotplug(t testing.TB) *Hotplug {
+	t.Helper()
+	RequireRoot(t)
+	w := &Hotplug{fds: map[int]int{}}
+	t.Cleanup(w.close)
+	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_DUMMY,
+		Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{})), Read_format: unix.PERF_FORMAT_TOTAL_TIME_ENABLED}
+	for _, cpu := range OnlineCPUs(t) {
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err == unix.ENODEV { // offline between the list and the open
+			w.fds[cpu] = -1
+			continue
+		}
+		if err != nil {
+			t.Fatalf("watch CPU %d for hotplug: perf_event_open(dummy): %v", cpu, err)
+		}
+		w.fds[cpu] = fd
+	}
+	w.start = time.Now()
+	return w
+}
+
+// Offlined says which CPU went offline since the watch began (even if it
+// is back) or came online, or -1 where none did.
+func (w *Hotplug) Offlined(t testing.TB) int {
+	t.Helper()
+	for _, cpu := range OnlineCPUs(t) {
+		if _, ok := w.fds[cpu]; !ok {
+			return cpu
+		}
+	}
+	// Enabled time lags the wall clock only by the reads around it while
+	// the CPU stays online; offline for the shortest hotplug (tens of ms)
+	// it lags by that long.
+	const slack = 5 * time.Millisecond
+	wall := time.Since(w.start)
+	for cpu, fd := range w.fds {
+		if fd < 0 {
+			return cpu
+		}
+		var b [16]byte
+		if _, err := unix.Read(fd, b[:]); err != nil {
+			t.Fatalf("read CPU %d's hotplug watch: %v", cpu, err)
+		}
+		if enabled := time.Duration(binary.LittleEndian.Uint64(b[8:])); enabled < wall-slack {
+			return cpu
+		}
+	}
+	return -1
+}
+
+func (w *Hotplug) close() {
+	for _, fd := range w.fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	w.fds = nil
+}
+
+// WithoutHotplug runs measure up to three times until a run during which
+// no CPU went offline or came online (each run starts once every present
+// CPU is online, or after 5 s with those that are), and returns the number of that run (or 3, the last
+// taken whatever happened, logged); measure opens afresh what it needs,
+// since a CPU that went offline closed what was open there.
+func WithoutHotplug(t testing.TB, measure func(try int)) int {
+	t.Helper()
+	for try := 1; ; try++ {
+		awaitPresentOnline(t, 5*time.Second)
+		w := WatchHotplug(t)
+		measure(try)
+		cpu := w.Offlined(t)
+		w.close()
+		if cpu < 0 {
+			return try
+		}
+		if try == 3 {
+			t.Logf("CPU %d went offline during run %d too (hotplug by another process): judging it", cpu, try)
+			return try
+		}
+		t.Logf("CPU %d went offline during run %d (hotplug by another process): measuring again", cpu, try)
+	}
+}
+
+// awaitPresentOnline waits up to timeout until every present CPU is online.
+func awaitPresentOnline(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	b, err := os.ReadFile("/sys/devices/system/cpu/present")
+	if err != nil {
+		t.Fatal(err)
+	}
+	present, err := cpuset.Parse(string(b))
+	if err != nil {
+		t.Fatalf("/sys/devices/system/cpu/present: %v", err)
+	}
+	for deadline := time.Now().Add(timeout); len(OnlineCPUs(t)) < len(present) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
