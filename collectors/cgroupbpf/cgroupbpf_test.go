@@ -17,6 +17,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -178,7 +179,7 @@ func readAll(t *testing.T, c *Counter) map[uint64][]Reading {
 	t.Helper()
 	for _, cpu := range c.Attached() {
 		if err := c.CreditNow(cpu); err != nil && slices.Contains(testenv.OnlineCPUs(t), cpu) {
-			t.Fatal(err) // offline now: testenv.WithoutHotplug measures again
+			t.Fatal(err) // offline now: hotplugtest.Measure measures again
 		}
 	}
 	out := map[uint64][]Reading{}
@@ -339,7 +340,7 @@ func attributionCgroupV1(t *testing.T, busy bool) {
 	}
 	var used map[string]time.Duration
 	var got map[uint64][]Reading
-	testenv.WithoutHotplug(t, func(int) {
+	hotplugtest.Measure(t, func(int) {
 		// The cgroups' ids stay; the counts start afresh with the program.
 		c, _ := attributedWith(t, Options{Events: 2, Depth: 2, MaxCgroups: 16384, PerfEventV1: true})
 		wa, wb := run(a, 300*time.Millisecond), run(b, 200*time.Millisecond)

@@ -20,6 +20,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
@@ -77,7 +78,7 @@ func onEachCPU(t *testing.T, fn func(cpu int)) {
 		set.Set(cpu)
 		err := unix.SchedSetaffinity(0, &set)
 		if err == unix.EINVAL {
-			continue // offline since the list was read: testenv.WithoutHotplug
+			continue // offline since the list was read: hotplugtest.Measure
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -274,7 +275,7 @@ func TestCPUClock(t *testing.T) {
 		}
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	testenv.WithoutHotplug(t, func(int) {
+	hotplugtest.Measure(t, func(int) {
 		s, _ = open(t, []sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, period)}, 256, sampling.Governor{})
 		spun = map[int]time.Duration{}
 		onEachCPU(t, func(cpu int) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/validate"
@@ -263,7 +264,7 @@ func TestPerturbation(t *testing.T) {
 	testenv.LockMachine(t, false) // CPU 1 online throughout: no hotplug test meanwhile
 	var ps []Perturbation
 	var err error
-	testenv.WithoutHotplug(t, func(int) { // nor another process's
+	hotplugtest.Measure(t, func(int) { // nor another process's
 		ps, err = MeasurePerturbation(context.Background(), 1, softwareGroup, softwareNames, 300*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond)
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -135,14 +136,18 @@ func TestLivePerf(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, format := range [][]string{{"-x,"}, {"-j"}} {
 		args := append(append([]string{"stat"}, format...), "-I", "100", "-A", "-a", "-e", "cpu-clock", "--", "sleep", "0.35")
-		out, err := exec.Command(perf, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("perf %v: %v\n%s", args, err, out)
-		}
-		s, err := Parse(strings.NewReader(string(out)))
-		if err != nil {
-			t.Fatalf("%v: %v\n%s", format, err, out)
-		}
+		var out []byte
+		var s []Sample
+		// A CPU another process takes offline is "not counted" from then on.
+		hotplugtest.Measure(t, func(int) {
+			var err error
+			if out, err = exec.Command(perf, args...).CombinedOutput(); err != nil {
+				t.Fatalf("perf %v: %v\n%s", args, err, out)
+			}
+			if s, err = Parse(strings.NewReader(string(out))); err != nil {
+				t.Fatalf("%v: %v\n%s", format, err, out)
+			}
+		})
 		if len(s) < 3*runtime.NumCPU() {
 			t.Fatalf("%v: %d samples:\n%s", format, len(s), out)
 		}

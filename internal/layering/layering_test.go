@@ -49,11 +49,12 @@ func list(t *testing.T, args ...string) []pkg {
 // kernelSide are the packages allowed to reach the kernel: the collectors,
 // the binary that wires them, and test support (vminit is the init of the
 // emulated arm64 machine the tests run in, scripts/arm64-vm; noise is the
-// load scripts/noisy runs tests under).
+// load scripts/noisy runs tests under; hotplugtest notices a CPU going
+// offline under a test).
 func kernelSide(path string) bool {
 	rel := strings.TrimPrefix(path, module+"/")
 	return strings.HasPrefix(rel, "collectors/") || strings.HasPrefix(rel, "cmd/") ||
-		rel == "internal/testenv" || rel == "internal/layering" || rel == "internal/vminit" || rel == "internal/noise"
+		rel == "internal/testenv" || rel == "internal/layering" || rel == "internal/vminit" || rel == "internal/noise" || rel == "internal/hotplugtest"
 }
 
 // TestOnlyCollectorsReachTheKernel: no package outside collectors/ depends on

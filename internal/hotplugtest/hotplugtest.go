@@ -1,41 +1,45 @@
-package testenv
+// Package hotplugtest lets a test whose expectations are per CPU notice
+// that another process took a CPU offline (or brought one online) while it
+// measured, and measure again.
+package hotplugtest
 
 import (
 	"encoding/binary"
 	"os"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
-// Hotplug watches the CPUs that were online when it was made. The tests'
-// machine lock (LockMachine) keeps this suite's hotplug tests away from
+// Watch watches the CPUs that were online when it was made. The tests'
+// machine lock (testenv.LockMachine) keeps this suite's hotplug tests away from
 // tests whose expectations are per CPU, but not a neighbour's `echo 0 >
 // .../online`, which closes what a test had open there (events, attached
 // programs) and moves its threads. Such a test measures again when Offlined
 // says a CPU left, rather than judge that run.
-type Hotplug struct {
+type Watch struct {
 	fds   map[int]int // CPU -> a dummy event pinned there
 	start time.Time
 }
 
-// WatchHotplug starts watching every online CPU: a dummy event on each,
+// Start starts watching every online CPU: a dummy event on each,
 // whose enabled time stops for good when its CPU goes offline (the kernel
 // sets it OFF and does not bring it back). It needs perf_event_open on
 // every CPU (root).
-func WatchHotplug(t testing.TB) *Hotplug {
+func Start(t testing.TB) *Watch {
 	t.Helper()
-	RequireRoot(t)
-	w := &Hotplug{fds: map[int]int{}}
+	testenv.RequireRoot(t)
+	w := &Watch{fds: map[int]int{}}
 	t.Cleanup(w.close)
 	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_DUMMY,
-		Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{})), Read_format: unix.PERF_FORMAT_TOTAL_TIME_ENABLED}
-	for _, cpu := range OnlineCPUs(t) {
-		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		Size: perf.AttrSize(), Read_format: unix.PERF_FORMAT_TOTAL_TIME_ENABLED}
+	for _, cpu := range testenv.OnlineCPUs(t) {
+		fd, err := perf.OpenFD(&attr, -1, cpu, -1, 0)
 		if err == unix.ENODEV { // offline between the list and the open
 			w.fds[cpu] = -1
 			continue
@@ -51,9 +55,9 @@ func WatchHotplug(t testing.TB) *Hotplug {
 
 // Offlined says which CPU went offline since the watch began (even if it
 // is back) or came online, or -1 where none did.
-func (w *Hotplug) Offlined(t testing.TB) int {
+func (w *Watch) Offlined(t testing.TB) int {
 	t.Helper()
-	for _, cpu := range OnlineCPUs(t) {
+	for _, cpu := range testenv.OnlineCPUs(t) {
 		if _, ok := w.fds[cpu]; !ok {
 			return cpu
 		}
@@ -78,7 +82,7 @@ func (w *Hotplug) Offlined(t testing.TB) int {
 	return -1
 }
 
-func (w *Hotplug) close() {
+func (w *Watch) close() {
 	for _, fd := range w.fds {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -87,16 +91,16 @@ func (w *Hotplug) close() {
 	w.fds = nil
 }
 
-// WithoutHotplug runs measure up to three times until a run during which
+// Measure runs measure up to three times until a run during which
 // no CPU went offline or came online (each run starts once every present
 // CPU is online, or after 5 s with those that are), and returns the number of that run (or 3, the last
 // taken whatever happened, logged); measure opens afresh what it needs,
 // since a CPU that went offline closed what was open there.
-func WithoutHotplug(t testing.TB, measure func(try int)) int {
+func Measure(t testing.TB, measure func(try int)) int {
 	t.Helper()
 	for try := 1; ; try++ {
 		awaitPresentOnline(t, 5*time.Second)
-		w := WatchHotplug(t)
+		w := Start(t)
 		measure(try)
 		cpu := w.Offlined(t)
 		w.close()
@@ -122,7 +126,7 @@ func awaitPresentOnline(t testing.TB, timeout time.Duration) {
 	if err != nil {
 		t.Fatalf("/sys/devices/system/cpu/present: %v", err)
 	}
-	for deadline := time.Now().Add(timeout); len(OnlineCPUs(t)) < len(present) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(timeout); len(testenv.OnlineCPUs(t)) < len(present) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
