@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -33,18 +34,26 @@ func recordFaults(t *testing.T, pipe bool) string {
 		args[len(args)-1] = "-"
 	}
 	args = append(args, "--", "sh", "-c", "for i in 1 2 3 4; do cat /proc/self/maps >/dev/null & done; wait")
-	cmd := exec.Command(perf, args...)
+	// perf record -a opens each CPU it lists as online: one that another
+	// process takes offline between the list and the open fails it
+	// (ENODEV), and one offline for part of the run loses its faults.
+	var err error
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if pipe {
-		f, err := os.Create(out)
-		if err != nil {
-			t.Fatal(err)
+	hotplugtest.Measure(t, func(int) {
+		cmd := exec.Command(perf, args...)
+		stderr.Reset()
+		cmd.Stderr = &stderr
+		if pipe {
+			f, ferr := os.Create(out)
+			if ferr != nil {
+				t.Fatal(ferr)
+			}
+			defer f.Close()
+			cmd.Stdout = f
 		}
-		defer f.Close()
-		cmd.Stdout = f
-	}
-	if err := cmd.Run(); err != nil {
+		err = cmd.Run()
+	})
+	if err != nil {
 		t.Fatalf("perf %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return out
