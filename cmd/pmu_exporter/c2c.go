@@ -50,7 +50,7 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		},
 	})
 	if memSamples == 0 && readErr == nil {
-		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: none of its %d samples is a load or store: record with perf c2c record or perf mem record, or without a precise PMU perf record -e cpu-clock:u --user-regs=%s\n", cf.input, samples, amd64UserRegs)
+		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: none of its %d samples is a load or store%s: record with perf c2c record or perf mem record, or without a precise PMU perf record -e cpu-clock:u --user-regs=%s\n", cf.input, samples, unresolvedNote(acc.Resolver), amd64UserRegs)
 		return 1
 	}
 	// Lines are named by their mapping, code by its function where the

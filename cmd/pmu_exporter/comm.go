@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
@@ -61,8 +60,8 @@ func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		det.SetName(k[0], k[1], name)
 	}
 	if accesses == 0 && readErr == nil {
-		fmt.Fprintf(stderr, "pmu_exporter comm: %s: none of its %d samples resolved to a memory access: record with perf record -e cpu-clock:u --user-regs=%s, or perf mem record / perf c2c record\n",
-			cf.input, samples, amd64UserRegs)
+		fmt.Fprintf(stderr, "pmu_exporter comm: %s: none of its %d samples resolved to a memory access%s: record with perf record -e cpu-clock:u --user-regs=%s, or perf mem record / perf c2c record\n",
+			cf.input, samples, unresolvedNote(acc.Resolver), amd64UserRegs)
 		return 1
 	}
 	report := comdetect.JSON(det.Report(uint32(cf.pid), cf.lines), func(pid uint32, ip uint64) string {
@@ -87,6 +86,15 @@ func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// unresolvedNote says why a recording's samples did not resolve, for the
+// error that says none did: " (unresolved: kernel 12, ...)", or "".
+func unresolvedNote(res *memop.Resolver) string {
+	if u := res.Outcomes().UnresolvedText(); u != "" {
+		return " (unresolved: " + u + ")"
+	}
+	return ""
+}
+
 // amd64UserRegs is perf record's --user-regs list for the x86-64 sampler.
 const amd64UserRegs = "ax,bx,cx,dx,si,di,bp,sp,ip,flags,cs,ss,r8,r9,r10,r11,r12,r13,r14,r15"
 
@@ -95,16 +103,8 @@ const amd64UserRegs = "ax,bx,cx,dx,si,di,bp,sp,ip,flags,cs,ss,r8,r9,r10,r11,r12,
 // behind them.
 func writeCommText(w io.Writer, r comdetect.ReportJSON, res *memop.Resolver, samples, accesses uint64, window int) {
 	fmt.Fprintf(w, "Samples: %d, resolved to a memory access: %d (window: %d of a reader's samples)\n", samples, accesses, window)
-	if res != nil {
-		var parts []string
-		for i, n := range res.Unresolved {
-			if n > 0 {
-				parts = append(parts, fmt.Sprintf("%s %d", memop.Reason(i), n))
-			}
-		}
-		if len(parts) > 0 {
-			fmt.Fprintf(w, "Unresolved: %s\n", strings.Join(parts, ", "))
-		}
+	if u := res.Outcomes().UnresolvedText(); u != "" {
+		fmt.Fprintf(w, "Unresolved: %s\n", u)
 	}
 	for _, p := range r.Processes {
 		fmt.Fprintf(w, "\n=== pid %d (%s): %d true-sharing and %d false-sharing detections ===\n", p.PID, p.Comm, p.Detections.True, p.Detections.False)

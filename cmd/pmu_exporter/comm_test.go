@@ -327,3 +327,34 @@ func TestCommOnPreciseRecording(t *testing.T) {
 		t.Errorf("text report does not give the precise sampler's window:\n%s", stdout.String())
 	}
 }
+
+// A recording made without --user-regs has nothing to decode: `comm` and
+// `c2c` fail and say why, with every sample perf script lists counted as
+// having no registers.
+func TestCommSaysWhyNothingResolved(t *testing.T) {
+	perf := testenv.RequireTool(t, "perf")
+	testenv.RequireRoot(t)
+	bench := buildShareBench(t)
+	data := filepath.Join(t.TempDir(), "noregs.data")
+	if b, err := exec.Command(perf, "record", "-q", "-e", "cpu-clock:u", "-c", "1000000", "-o", data,
+		"--", bench, "-mode", "false-sharing", "-f", "0.5", "-duration", "300ms").CombinedOutput(); err != nil {
+		t.Fatalf("perf record: %v\n%s", err, b)
+	}
+	script, err := exec.Command(perf, "script", "-i", data, "-F", "tid").Output()
+	if err != nil {
+		t.Fatalf("perf script: %v", err)
+	}
+	n := strings.Count(string(script), "\n")
+	if n == 0 {
+		t.Fatal("perf record took no samples")
+	}
+	for _, cmd := range []string{"comm", "c2c"} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{cmd, data}, &stdout, &stderr)
+		want := fmt.Sprintf("none of its %d samples", n)
+		reason := fmt.Sprintf("(unresolved: no_registers %d)", n)
+		if code != 1 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), reason) {
+			t.Errorf("%s: exit %d, stderr %q: want exit 1 saying %q and %q", cmd, code, stderr.String(), want, reason)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -191,6 +192,19 @@ type Outcomes struct {
 // Outcomes copies the counts.
 func (r *Resolver) Outcomes() Outcomes {
 	return Outcomes{Unresolved: r.Unresolved, Resolved: r.Resolved, Widths: r.Widths, CacheBytes: r.CacheBytes(), Evicted: r.Evicted}
+}
+
+// UnresolvedText lists the reasons samples did not resolve, with their
+// counts ("unreadable_code 12, kernel 3"), or "" where every one did: what a
+// report or an error shows a user whose recording found no accesses.
+func (o Outcomes) UnresolvedText() string {
+	var parts []string
+	for i, n := range o.Unresolved {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", Reason(i), n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Forget drops what is cached of pid: after an exec, or its exit.

@@ -125,7 +125,10 @@ func (a *Accesses) Record(rec []byte, h perfrecord.Header) {
 
 // Access is a sample's access, if it has one.
 func (a *Accesses) Access(attr perfrecord.Attr, s *perfrecord.Sample) (cacheline.Access, bool) {
-	if attr.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 {
+	// A sample with neither registers nor a data address (perf record
+	// without --user-regs) goes the decoder's way too, to be counted as
+	// no_registers: the reason a user sees when nothing resolves.
+	if attr.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 || attr.SampleType&unix.PERF_SAMPLE_ADDR == 0 {
 		acc, r := a.Resolver.Sample(s, attr.SamplePeriod())
 		return acc, r == memop.Resolved
 	}
