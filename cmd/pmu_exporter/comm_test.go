@@ -12,8 +12,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -45,15 +47,35 @@ func buildGroundTruth(t *testing.T, name string) string {
 // recordShareBench runs one benchmark under perf record -e cpu-clock:u
 // --user-regs, as a user without a precise PMU would, and returns the
 // recording and the benchmark's layout.
+//
+// perf record opens a workload's events once per CPU online when it
+// starts; where another process had a CPU offline then, nothing that
+// happens on it once it is back is recorded, the benchmark's MMAP2 records
+// included (every sample's code unreadable). So the recording starts once
+// every present CPU is online, and is made again where perf still opened
+// its event on fewer CPUs (a CPU went offline in between).
 func recordShareBench(t *testing.T, perf, bench, mode, f string) (string, benchLayout) {
 	t.Helper()
 	data := filepath.Join(t.TempDir(), mode+"-"+f+".data")
-	cmd := exec.Command(perf, "record", "-q", "-e", "cpu-clock:u", "-c", "100000", "--user-regs="+amd64UserRegs, "-o", data,
-		"--", bench, "-mode", mode, "-f", f, "-duration", "2s")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("perf record %s f=%s: %v\n%s", mode, f, err, stderr.Bytes())
+	var stdout bytes.Buffer
+	for try := 1; ; try++ {
+		present := hotplugtest.AwaitPresentOnline(t, 5*time.Second)
+		cmd := exec.Command(perf, "record", "-q", "-e", "cpu-clock:u", "-c", "100000", "--user-regs="+amd64UserRegs, "-o", data,
+			"--", bench, "-mode", mode, "-f", f, "-duration", "2s")
+		var stderr bytes.Buffer
+		stdout.Reset()
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("perf record %s f=%s: %v\n%s", mode, f, err, stderr.Bytes())
+		}
+		opened := recordedEventCPUs(t, perf, data)
+		if opened >= present {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("perf record %s f=%s opened its event on %d of %d CPUs three times: a CPU kept going offline (hotplug by another process)", mode, f, opened, present)
+		}
+		t.Logf("perf record %s f=%s opened its event on %d of %d CPUs (one was offline): recording again", mode, f, opened, present)
 	}
 	var l benchLayout
 	line, _ := bufio.NewReader(&stdout).ReadBytes('\n')
@@ -61,6 +83,22 @@ func recordShareBench(t *testing.T, perf, bench, mode, f string) (string, benchL
 		t.Fatalf("sharebench layout %q: %v", line, err)
 	}
 	return data, l
+}
+
+// recordedEventCPUs is how many times perf opened a recording's one event,
+// once per CPU: the ids its header lists (perf report --header-only).
+func recordedEventCPUs(t *testing.T, perf, data string) int {
+	t.Helper()
+	out, err := exec.Command(perf, "report", "--header-only", "-i", data).Output()
+	if err != nil {
+		t.Fatalf("perf report --header-only: %v", err)
+	}
+	_, ids, ok := strings.Cut(string(out), "id = {")
+	ids, _, ok2 := strings.Cut(ids, "}")
+	if !ok || !ok2 {
+		t.Fatalf("perf report --header-only names no event ids:\n%s", out)
+	}
+	return len(strings.Split(ids, ","))
 }
 
 // commOf runs `pmu_exporter comm --format json` on a recording and returns

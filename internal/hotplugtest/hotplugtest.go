@@ -99,7 +99,7 @@ func (w *Watch) close() {
 func Measure(t testing.TB, measure func(try int)) int {
 	t.Helper()
 	for try := 1; ; try++ {
-		awaitPresentOnline(t, 5*time.Second)
+		AwaitPresentOnline(t, 5*time.Second)
 		w := Start(t)
 		measure(try)
 		cpu := w.Offlined(t)
@@ -115,8 +115,9 @@ func Measure(t testing.TB, measure func(try int)) int {
 	}
 }
 
-// awaitPresentOnline waits up to timeout until every present CPU is online.
-func awaitPresentOnline(t testing.TB, timeout time.Duration) {
+// AwaitPresentOnline waits up to timeout until every present CPU is
+// online, and returns how many CPUs are present.
+func AwaitPresentOnline(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	b, err := os.ReadFile("/sys/devices/system/cpu/present")
 	if err != nil {
@@ -129,4 +130,5 @@ func awaitPresentOnline(t testing.TB, timeout time.Duration) {
 	for deadline := time.Now().Add(timeout); len(testenv.OnlineCPUs(t)) < len(present) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
+	return len(present)
 }
