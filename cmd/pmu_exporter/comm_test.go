@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -394,5 +395,46 @@ func TestCommSaysWhyNothingResolved(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), reason) {
 			t.Errorf("%s: exit %d, stderr %q: want exit 1 saying %q and %q", cmd, code, stderr.String(), want, reason)
 		}
+	}
+}
+
+// A recording whose events perf opened on fewer CPUs than were online when
+// it ended (perf record -C, or a CPU that came online after perf started)
+// misses what ran on the others: comm says so, with the counts perf's own
+// header lists; a recording on every CPU gets no such warning.
+func TestCommSaysWhichCPUsWereRecorded(t *testing.T) {
+	perf := testenv.RequireTool(t, "perf")
+	testenv.RequireRoot(t)
+	bench := buildShareBench(t)
+	data := filepath.Join(t.TempDir(), "cpu0.data")
+	if b, err := exec.Command(perf, "record", "-q", "-C", "0", "-e", "cpu-clock:u", "-c", "1000000", "--user-regs="+amd64UserRegs, "-o", data,
+		"--", bench, "-mode", "false-sharing", "-f", "0.5", "-duration", "300ms").CombinedOutput(); err != nil {
+		t.Fatalf("perf record -C 0: %v\n%s", err, b)
+	}
+	header, err := exec.Command(perf, "report", "--header-only", "-i", data).Output()
+	if err != nil {
+		t.Fatalf("perf report --header-only: %v", err)
+	}
+	var online int
+	for _, ln := range strings.Split(string(header), "\n") {
+		if v, ok := strings.CutPrefix(ln, "# nrcpus online :"); ok {
+			online, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if online == 0 {
+		t.Fatalf("perf report --header-only lists no online CPUs:\n%s", header)
+	}
+	var stdout, stderr bytes.Buffer
+	run([]string{"comm", data}, &stdout, &stderr)
+	warning := fmt.Sprintf("perf opened its events on 1 of the %d CPUs online when it ended", online)
+	if got := strings.Contains(stderr.String(), warning); got != (online > 1) {
+		t.Errorf("-C 0 with %d CPUs online at the end: stderr %q; want the warning %q: %v", online, stderr.String(), warning, online > 1)
+	}
+	full, l := recordShareBench(t, perf, bench, "false-sharing", "0.5")
+	stdout.Reset()
+	stderr.Reset()
+	run([]string{"comm", "--pid", itoa(l.PID), full}, &stdout, &stderr)
+	if strings.Contains(stderr.String(), "perf opened its events on") {
+		t.Errorf("a recording on every CPU: %s", stderr.String())
 	}
 }

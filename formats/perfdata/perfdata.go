@@ -34,6 +34,7 @@ const (
 const (
 	TypeHeaderAttr    = 64
 	TypeFinishedRound = 68
+	TypeIDIndex       = 69
 	TypeAuxtrace      = 71
 	TypeHeaderFeature = 80
 	TypeCompressed    = 81
@@ -51,6 +52,7 @@ const (
 	featHostname  = 3
 	featOSRelease = 4
 	featArch      = 6
+	featNRCPUs    = 7
 	featEventDesc = 12
 	featBits      = 256
 )
@@ -67,6 +69,13 @@ type File struct {
 	Hostname, OSRelease, Arch string
 	// Pipe is whether the file was written in pipe mode.
 	Pipe bool
+	// CPUsOnline is how many CPUs were online when perf wrote the header
+	// (HEADER_NRCPUS; at the end of a recording to a file), 0 where unsaid.
+	CPUsOnline int
+
+	// opened holds the CPUs perf opened events on, from ID_INDEX records
+	// (none for per-thread events, cpu -1).
+	opened map[int]bool
 
 	data   *bufio.Reader
 	left   int64 // bytes of data section left; -1 in pipe mode (to EOF)
@@ -219,7 +228,7 @@ func (f *File) readFeatures(ra io.ReaderAt, bitmap []byte, at int64) error {
 		}
 		n++
 		s := readSection(e[:])
-		if bit != featHostname && bit != featOSRelease && bit != featArch && bit != featEventDesc {
+		if bit != featHostname && bit != featOSRelease && bit != featArch && bit != featNRCPUs && bit != featEventDesc {
 			continue
 		}
 		if s.size < 0 || s.size > 1<<24 || s.off < 0 {
@@ -247,6 +256,12 @@ func (f *File) feature(bit int, b []byte) error {
 		f.OSRelease, _, err = headerString(b)
 	case featArch:
 		f.Arch, _, err = headerString(b)
+	case featNRCPUs:
+		// struct { u32 nr_cpus_avail; u32 nr_cpus_online; }
+		if len(b) < 8 {
+			return errors.New("NRCPUS header overruns the section")
+		}
+		f.CPUsOnline = int(le.Uint32(b[4:]))
 	case featEventDesc:
 		err = f.eventDesc(b)
 	}
@@ -354,6 +369,8 @@ func (f *File) Next() ([]byte, error) {
 			continue
 		case TypeCompressed:
 			return nil, fmt.Errorf("perf.data record at %d is compressed (perf record -z): not supported; record without -z", f.offset-int64(len(rec)))
+		case TypeIDIndex:
+			f.idIndex(rec)
 		case TypeAuxtrace:
 			if len(rec) >= 16 {
 				if err := f.skip(int64(le.Uint64(rec[8:]))); err != nil {
@@ -369,6 +386,38 @@ func (f *File) Next() ([]byte, error) {
 		return rec, nil
 	}
 }
+
+// idIndex notes the CPUs of an ID_INDEX record's entries: u64 nr, then
+// per event fd {u64 id, idx, cpu, tid} (cpu -1: a per-thread event). A
+// record too short for its nr is left alone; the samples are what count.
+func (f *File) idIndex(rec []byte) {
+	b := rec[perfrecord.HeaderSize:]
+	if len(b) < 8 {
+		return
+	}
+	nr := le.Uint64(b)
+	if nr > uint64(len(b)-8)/32 {
+		return
+	}
+	for i := range int(nr) {
+		cpu := int64(le.Uint64(b[8+32*i+16:]))
+		if cpu < 0 {
+			continue
+		}
+		if f.opened == nil {
+			f.opened = map[int]bool{}
+		}
+		f.opened[int(cpu)] = true
+	}
+}
+
+// OpenedCPUs is how many distinct CPUs perf opened its events on, as the
+// ID_INDEX records read so far say: 0 where they say none (per-thread
+// events, or no ID_INDEX). perf record -- CMD opens a workload's events on
+// the CPUs online when it starts; one that came online later is never
+// recorded, with what ran there: fewer opened CPUs than CPUsOnline shows it
+// (or perf record -C).
+func (f *File) OpenedCPUs() int { return len(f.opened) }
 
 func (f *File) next() ([]byte, error) {
 	if f.left == 0 {

@@ -254,6 +254,11 @@ func TestRecordedFile(t *testing.T) {
 	if len(got) != len(want) {
 		t.Fatalf("%d samples, perf script printed %d", len(got), len(want))
 	}
+	// perf report --header-only: "nrcpus online : 2", and each event's ids
+	// one per CPU (perf record -a on 2 CPUs).
+	if f.OpenedCPUs() != 2 || f.CPUsOnline != 2 {
+		t.Errorf("events opened on %d CPUs of %d online, perf's header says 2 of 2", f.OpenedCPUs(), f.CPUsOnline)
+	}
 	for i := range got {
 		if strings.TrimSpace(got[i]) != strings.TrimSpace(want[i]) {
 			t.Fatalf("sample %d: %q, perf script %q", i, got[i], want[i])
@@ -272,5 +277,55 @@ func TestTruncatedAfterData(t *testing.T) {
 	_, err = Open(bytes.NewReader(b[:end]))
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("perf.data is truncated: the file ends before entry 0 of the feature index at byte %d", end)) {
 		t.Errorf("cut at %d: %v", end, err)
+	}
+}
+
+// idIndexRecord is an ID_INDEX record: nr, then {id, idx, cpu, tid} each.
+func idIndexRecord(nr uint64, entries ...[4]uint64) []byte {
+	var r perffile.Record
+	r.U64(nr)
+	for _, e := range entries {
+		r.U64(e[0]).U64(e[1]).U64(e[2]).U64(e[3])
+	}
+	return r.Bytes(TypeIDIndex, 0)
+}
+
+// The CPUs perf opened events on come from ID_INDEX, the CPUs online from
+// NRCPUS: perf record started while one of 4 CPUs was offline lists 3;
+// per-thread events (cpu -1) list none; an ID_INDEX whose nr overruns the
+// record is left out, and the samples after it still read.
+func TestOpenedCPUs(t *testing.T) {
+	events := []perffile.Event{{Attr: attr(unix.PERF_COUNT_SW_PAGE_FAULTS), IDs: []uint64{10, 11, 12}, Name: "page-faults"}}
+	const perThread = ^uint64(0)
+	for _, c := range []struct {
+		name  string
+		index []byte
+		want  int
+	}{
+		{"three of four", idIndexRecord(3, [4]uint64{10, 0, 0, perThread}, [4]uint64{11, 0, 1, perThread}, [4]uint64{12, 0, 3, perThread}), 3},
+		{"per thread", idIndexRecord(1, [4]uint64{10, 0, perThread, 4242}), 0},
+		{"nr overruns", idIndexRecord(9, [4]uint64{10, 0, 0, perThread}), 0},
+		{"no id index", nil, 0},
+	} {
+		recs := [][]byte{sample(10, 100, 0xa)}
+		if c.index != nil {
+			recs = append([][]byte{c.index}, recs...)
+		}
+		f, err := Open(bytes.NewReader(perffile.FileOf(events, perffile.Host{Name: "n", CPUs: 4}, recs...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var samples int
+		if err := f.Ordered(func(rec []byte) error {
+			if h, _ := perfrecord.ParseHeader(rec); h.Type == perfrecord.TypeSample {
+				samples++
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if f.OpenedCPUs() != c.want || f.CPUsOnline != 4 || samples != 1 {
+			t.Errorf("%s: opened on %d CPUs of %d online, %d samples; want %d of 4, 1", c.name, f.OpenedCPUs(), f.CPUsOnline, samples, c.want)
+		}
 	}
 }

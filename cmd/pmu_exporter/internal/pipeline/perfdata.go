@@ -73,6 +73,10 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 		samples++
 		return v.Sample(i, &s)
 	})
+	if n := file.OpenedCPUs(); err == nil && n > 0 && n < file.CPUsOnline {
+		fmt.Fprintf(warn, "pmu_exporter: %s: perf opened its events on %d of the %d CPUs online when it ended: what ran on the others is not in the recording (a CPU that came online after perf started, or perf record -C)\n",
+			name, n, file.CPUsOnline)
+	}
 	return samples, bad, err
 }
 
