@@ -193,6 +193,7 @@ func TestMalformed(t *testing.T) {
 
 func FuzzOpen(f *testing.F) {
 	f.Add(buildFile(sample(10, 300, 0xa), finishedRound(), sample(11, 100, 0xb)))
+	f.Add(buildFile(idIndexRecord(2, [4]uint64{10, 0, 1, ^uint64(0)}), sample(10, 300, 0xa)))
 	if b, err := os.ReadFile("testdata/page-faults.data"); err == nil {
 		f.Add(b)
 	}
