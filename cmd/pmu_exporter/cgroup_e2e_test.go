@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -233,37 +235,69 @@ func TestServeQuickHotplug(t *testing.T) {
 		_, mfs := p.scrape(t)
 		return mustValue(t, mfs, "pmu_events_total", map[string]string{"event": "cpu-clock", "pmu": "software", "cpu": label})
 	}
-	for i := range 20 {
+	// Another process taking a CPU offline during a toggle's measurement
+	// (hotplugtest.Watch) is not the exporter's doing: one more toggle.
+	for i, judged := 0, 0; judged < 20; i++ {
+		if i == 30 {
+			t.Fatalf("another process took CPUs offline during %d of %d toggles", i-judged, i)
+		}
+		hotplugtest.AwaitPresentOnline(t, 5*time.Second)
 		for _, v := range []string{"0", "1"} {
 			if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
+		w := hotplugtest.Start(t)
 		time.Sleep(250 * time.Millisecond) // two 100 ms intervals and a margin
 		c0 := clock()
 		time.Sleep(200 * time.Millisecond)
-		if d := clock() - c0; d < 0.1e9 {
+		d := clock() - c0
+		off := w.Offlined(t)
+		w.Stop()
+		switch {
+		case d >= 0.1e9:
+			judged++
+		case off >= 0:
+			t.Logf("toggle %d: CPU %d went offline or came online during it (another process): toggling again", i, off)
+		default:
 			t.Fatalf("toggle %d: CPU %d counted %v of cpu-clock in 200ms, two intervals after coming back\n%s", i, cpu, time.Duration(d), p.log)
 		}
 	}
-	steal0, burnt := testenv.Stolen(t), time.Now()
-	w := testenv.BurnIn(t, dir, 400*time.Millisecond)
-	var set unix.CPUSet
-	set.Set(cpu)
-	if err := unix.SchedSetaffinity(w.Process.Pid, &set); err != nil {
-		t.Fatal(err)
-	}
-	w.Wait()
-	burn := time.Since(burnt)
-	time.Sleep(350 * time.Millisecond)
+	// What the task pinned there gets, and what cpu.stat says it ran, in
+	// a run no other process hotplugged a CPU in.
+	path := strings.TrimPrefix(dir, mnt)
+	var got, usage, unseen float64
+	var steal0 time.Duration
+	var burn time.Duration
+	hotplugtest.Measure(t, func(int) {
+		p.awaitEveryCPU(t)
+		_, mfs := p.scrape(t)
+		got0, _ := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": path, "event": "cpu-clock"})
+		unseen0 := mustValue(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"})
+		usage0 := float64(testenv.CgroupUsage(t, dir))
+		var burnt time.Time
+		steal0, burnt = testenv.Stolen(t), time.Now()
+		w := testenv.BurnIn(t, dir, 400*time.Millisecond)
+		var set unix.CPUSet
+		set.Set(cpu)
+		if err := unix.SchedSetaffinity(w.Process.Pid, &set); err != nil {
+			w.Wait()
+			t.Logf("pinning to CPU %d: %v", cpu, err) // offline: Measure runs it again
+			return
+		}
+		w.Wait()
+		burn = time.Since(burnt)
+		time.Sleep(350 * time.Millisecond)
+		_, mfs = p.scrape(t)
+		got = mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": path, "event": "cpu-clock"}) - got0
+		usage = float64(testenv.CgroupUsage(t, dir)) - usage0
+		unseen = mustValue(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"}) - unseen0
+	})
 	_, mfs := p.scrape(t)
 	wall := float64(time.Since(started))
-	got := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": strings.TrimPrefix(dir, mnt), "event": "cpu-clock"})
-	usage := float64(testenv.CgroupUsage(t, dir))
-	unseen := mustValue(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"})
 	// perf's clock runs on while the hypervisor steals the CPU and through
 	// part of each switch, cpu.stat's does not (testenv.ClockCeiling).
-	if got > testenv.ClockCeiling(t, usage, steal0, 0, burn) || got < 0.97*usage-unseen {
+	if got > testenv.ClockCeiling(t, usage, steal0, 0, burn) || got < 0.97*usage-unseen || usage == 0 {
 		t.Errorf("a task pinned to CPU %d after the toggles: attributed %v, cpu.stat %v, unattributed %v", cpu, time.Duration(got), time.Duration(usage), time.Duration(unseen))
 	}
 	if v, _ := value(t, mfs, "pmu_cpu_reopened_total", map[string]string{"cpu": label}); v < 1 {
@@ -306,21 +340,41 @@ func TestServeAttributionRepeated(t *testing.T) {
 			failed, unseen := 0, 0.0
 			for i := range 20 {
 				a, b := dirs[2+3*i+1], dirs[2+3*i+2]
-				steal0, started := testenv.Stolen(t), time.Now()
-				wa, wb := testenv.BurnIn(t, a, 600*time.Millisecond), testenv.BurnIn(t, b, 300*time.Millisecond)
-				wb.Wait()
-				wall := map[string]time.Duration{b: time.Since(started)}
-				wa.Wait()
-				wall[a] = time.Since(started)
-				time.Sleep(350 * time.Millisecond) // three 100 ms reads after the last credit
-				_, mfs := p.scrape(t)
+				// A CPU that another process takes offline and back
+				// loses what ran there until the next read: each try
+				// burns in fresh containers' worth of time, judged as
+				// the difference over the try that no hotplug touched.
+				rel := func(dir string) string {
+					return top + strings.TrimPrefix(dir, filepath.Join(testenv.Cgroup2Mount(), top))
+				}
+				var mfs map[string]*dto.MetricFamily
+				var steal0 time.Duration
+				var wall map[string]time.Duration
+				baseGot, baseUsage := map[string]float64{}, map[string]float64{}
+				hotplugtest.Measure(t, func(int) {
+					p.awaitEveryCPU(t)
+					_, mfs0 := p.scrape(t)
+					for _, dir := range []string{a, b} {
+						got0, _ := value(t, mfs0, "pmu_cgroup_events_total", map[string]string{"cgroup": rel(dir), "event": "task-clock"})
+						baseGot[dir], baseUsage[dir] = got0, float64(testenv.CgroupUsage(t, dir))
+					}
+					unseen, _ = value(t, mfs0, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "task-clock"})
+					var started time.Time
+					steal0, started = testenv.Stolen(t), time.Now()
+					wa, wb := testenv.BurnIn(t, a, 600*time.Millisecond), testenv.BurnIn(t, b, 300*time.Millisecond)
+					wb.Wait()
+					wall = map[string]time.Duration{b: time.Since(started)}
+					wa.Wait()
+					wall[a] = time.Since(started)
+					time.Sleep(350 * time.Millisecond) // three 100 ms reads after the last credit
+					_, mfs = p.scrape(t)
+				})
 				un, _ := value(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "task-clock"})
 				run := un - unseen
-				unseen = un
 				for _, dir := range []string{a, b} {
-					rel := top + strings.TrimPrefix(dir, filepath.Join(testenv.Cgroup2Mount(), top))
-					got, ok := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": rel, "event": "task-clock"})
-					usage := float64(testenv.CgroupUsage(t, dir))
+					got, ok := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": rel(dir), "event": "task-clock"})
+					got -= baseGot[dir]
+					usage := float64(testenv.CgroupUsage(t, dir)) - baseUsage[dir]
 					// 5 ms for the time a switch costs on either side of
 					// each of a busy run's ~50 switches: perf's clock runs
 					// through it, cpu.stat's stops at the pick; and through

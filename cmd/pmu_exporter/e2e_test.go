@@ -167,6 +167,25 @@ func (p *exporterProc) scrape(t *testing.T) (string, map[string]*dto.MetricFamil
 	return string(body), mfs
 }
 
+// awaitEveryCPU waits (2 s at most) until the exporter has every group open
+// on every online CPU: a CPU that came online is attached at the next
+// read, and what runs there before is counted nowhere (README,
+// pmu_group_cpus). A test that has just seen another process bring a CPU
+// back measures only after that.
+func (p *exporterProc) awaitEveryCPU(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, mfs := p.scrape(t)
+		online, all := float64(len(testenv.OnlineCPUs(t))), true
+		for _, m := range mfs["pmu_group_cpus"].GetMetric() {
+			all = all && m.GetGauge().GetValue() == online
+		}
+		if all {
+			return
+		}
+	}
+}
+
 // value finds the series of name whose labels include all of want.
 func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
 	t.Helper()

@@ -5,14 +5,12 @@ package hotplugtest
 
 import (
 	"encoding/binary"
-	"os"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
-	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -82,6 +80,10 @@ func (w *Watch) Offlined(t testing.TB) int {
 	return -1
 }
 
+// Stop closes the watch's events (Start also closes them when the test
+// ends): for a test that watches many short windows.
+func (w *Watch) Stop() { w.close() }
+
 func (w *Watch) close() {
 	for _, fd := range w.fds {
 		if fd >= 0 {
@@ -116,19 +118,8 @@ func Measure(t testing.TB, measure func(try int)) int {
 }
 
 // AwaitPresentOnline waits up to timeout until every present CPU is
-// online, and returns how many CPUs are present.
+// online, and returns how many CPUs are present (testenv.AwaitPresentOnline).
 func AwaitPresentOnline(t testing.TB, timeout time.Duration) int {
 	t.Helper()
-	b, err := os.ReadFile("/sys/devices/system/cpu/present")
-	if err != nil {
-		t.Fatal(err)
-	}
-	present, err := cpuset.Parse(string(b))
-	if err != nil {
-		t.Fatalf("/sys/devices/system/cpu/present: %v", err)
-	}
-	for deadline := time.Now().Add(timeout); len(testenv.OnlineCPUs(t)) < len(present) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	return len(present)
+	return testenv.AwaitPresentOnline(t, timeout)
 }

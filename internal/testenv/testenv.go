@@ -275,6 +275,7 @@ func HotplugCPU(t testing.TB) (cpu int, ctl string) {
 	t.Helper()
 	RequireRoot(t)
 	LockMachine(t, true)
+	AwaitPresentOnline(t, 5*time.Second) // not the CPU before one another process holds offline
 	online := OnlineCPUs(t)
 	Require(t, len(online) >= 2, "needs two CPUs")
 	cpu = online[len(online)-1]
@@ -283,6 +284,25 @@ func HotplugCPU(t testing.TB) (cpu int, ctl string) {
 	Require(t, err == nil, fmt.Sprintf("CPU %d cannot be hotplugged here", cpu))
 	t.Cleanup(func() { os.WriteFile(ctl, []byte("1"), 0o644) })
 	return cpu, ctl
+}
+
+// AwaitPresentOnline waits up to timeout until every present CPU is
+// online (another process may hold one offline), and returns how many CPUs
+// are present.
+func AwaitPresentOnline(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	b, err := os.ReadFile("/sys/devices/system/cpu/present")
+	if err != nil {
+		t.Fatal(err)
+	}
+	present, err := cpuset.Parse(string(b))
+	if err != nil {
+		t.Fatalf("/sys/devices/system/cpu/present: %v", err)
+	}
+	for deadline := time.Now().Add(timeout); len(OnlineCPUs(t)) < len(present) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return len(present)
 }
 
 // Stolen is the time the hypervisor ran something else on this VM's CPUs
