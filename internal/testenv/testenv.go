@@ -95,15 +95,19 @@ func CgroupUsage(t testing.TB, dir string) time.Duration {
 }
 
 // OnlineCPUs lists this machine's online CPUs.
-func OnlineCPUs(t testing.TB) []int {
+func OnlineCPUs(t testing.TB) []int { t.Helper(); return cpuList(t, "online") }
+
+// cpuList reads a CPU list of /sys/devices/system/cpu (online, present).
+func cpuList(t testing.TB, name string) []int {
 	t.Helper()
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	p := "/sys/devices/system/cpu/" + name
+	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cpus, err := cpuset.Parse(string(b))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", p, err)
 	}
 	return cpus
 }
@@ -291,14 +295,7 @@ func HotplugCPU(t testing.TB) (cpu int, ctl string) {
 // are present.
 func AwaitPresentOnline(t testing.TB, timeout time.Duration) int {
 	t.Helper()
-	b, err := os.ReadFile("/sys/devices/system/cpu/present")
-	if err != nil {
-		t.Fatal(err)
-	}
-	present, err := cpuset.Parse(string(b))
-	if err != nil {
-		t.Fatalf("/sys/devices/system/cpu/present: %v", err)
-	}
+	present := cpuList(t, "present")
 	for deadline := time.Now().Add(timeout); len(OnlineCPUs(t)) < len(present) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
