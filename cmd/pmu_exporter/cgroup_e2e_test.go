@@ -241,7 +241,7 @@ func TestServeQuickHotplug(t *testing.T) {
 		if i == 30 {
 			t.Fatalf("another process took CPUs offline during %d of %d toggles", i-judged, i)
 		}
-		hotplugtest.AwaitPresentOnline(t, 5*time.Second)
+		testenv.AwaitPresentOnline(t, 5*time.Second)
 		for _, v := range []string{"0", "1"} {
 			if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
 				t.Fatal(err)
@@ -337,6 +337,9 @@ func TestServeAttributionRepeated(t *testing.T) {
 					t.Cleanup(func() { h.Process.Kill(); h.Wait() })
 				}
 			}
+			rel := func(dir string) string {
+				return top + strings.TrimPrefix(dir, filepath.Join(testenv.Cgroup2Mount(), top))
+			}
 			failed, unseen := 0, 0.0
 			for i := range 20 {
 				a, b := dirs[2+3*i+1], dirs[2+3*i+2]
@@ -344,9 +347,6 @@ func TestServeAttributionRepeated(t *testing.T) {
 				// loses what ran there until the next read: each try
 				// burns in fresh containers' worth of time, judged as
 				// the difference over the try that no hotplug touched.
-				rel := func(dir string) string {
-					return top + strings.TrimPrefix(dir, filepath.Join(testenv.Cgroup2Mount(), top))
-				}
 				var mfs map[string]*dto.MetricFamily
 				var steal0 time.Duration
 				var wall map[string]time.Duration

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -60,7 +59,7 @@ func recordShareBench(t *testing.T, perf, bench, mode, f string) (string, benchL
 	data := filepath.Join(t.TempDir(), mode+"-"+f+".data")
 	var stdout bytes.Buffer
 	for try := 1; ; try++ {
-		present := hotplugtest.AwaitPresentOnline(t, 5*time.Second)
+		present := testenv.AwaitPresentOnline(t, 5*time.Second)
 		cmd := exec.Command(perf, "record", "-q", "-e", "cpu-clock:u", "-c", "100000", "--user-regs="+amd64UserRegs, "-o", data,
 			"--", bench, "-mode", mode, "-f", f, "-duration", "2s")
 		var stderr bytes.Buffer

@@ -354,16 +354,22 @@ func TestEngineQuickHotplug(t *testing.T) {
 		}
 		// Not a CPU another process holds offline, and the engine has its
 		// group open there (a cycle while it was offline closed it).
-		hotplugtest.AwaitPresentOnline(t, 5*time.Second)
+		testenv.AwaitPresentOnline(t, 5*time.Second)
 		e.Cycle()
 		was := reopened()
 		toggle()
 		w := hotplugtest.Start(t)
+		neighbour := func() bool {
+			c := w.Offlined(t)
+			if c >= 0 {
+				t.Logf("toggle %d: CPU %d went offline or came online during it (another process): toggling again", i, c)
+			}
+			return c >= 0
+		}
 		cycles := 0
 		for deadline := time.Now().Add(2 * time.Second); ; cycles++ {
 			if time.Now().After(deadline) {
-				if c := w.Offlined(t); c >= 0 {
-					t.Logf("toggle %d: CPU %d went offline or came online during it (another process): toggling again", i, c)
+				if neighbour() {
 					break
 				}
 				g := group(t, e.Snapshot(), "clock")
@@ -376,8 +382,7 @@ func TestEngineQuickHotplug(t *testing.T) {
 				continue // the interval began before the reopening, or ended in another
 			}
 			if got := clock() - before; got < uint64(10*time.Millisecond) {
-				if c := w.Offlined(t); c >= 0 {
-					t.Logf("toggle %d: CPU %d went offline or came online during it (another process): toggling again", i, c)
+				if neighbour() {
 					break
 				}
 				g := group(t, e.Snapshot(), "clock")

@@ -101,7 +101,7 @@ func (w *Watch) close() {
 func Measure(t testing.TB, measure func(try int)) int {
 	t.Helper()
 	for try := 1; ; try++ {
-		AwaitPresentOnline(t, 5*time.Second)
+		testenv.AwaitPresentOnline(t, 5*time.Second)
 		w := Start(t)
 		measure(try)
 		cpu := w.Offlined(t)
@@ -115,11 +115,4 @@ func Measure(t testing.TB, measure func(try int)) int {
 		}
 		t.Logf("CPU %d went offline during run %d (hotplug by another process): measuring again", cpu, try)
 	}
-}
-
-// AwaitPresentOnline waits up to timeout until every present CPU is
-// online, and returns how many CPUs are present (testenv.AwaitPresentOnline).
-func AwaitPresentOnline(t testing.TB, timeout time.Duration) int {
-	t.Helper()
-	return testenv.AwaitPresentOnline(t, timeout)
 }
