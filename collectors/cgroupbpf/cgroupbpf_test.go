@@ -204,37 +204,65 @@ func readAll(t *testing.T, c *Counter) map[uint64][]Reading {
 // themselves report.
 func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 	parent, a, b := cgroupTree(t)
-	c, groups := attributedGroups(t, 3) // top (1), kubepods.slice (2), *.scope (3)
-	steal0, start := testenv.Stolen(t), time.Now()
-	wa, wb := spinIn(t, a, 300*time.Millisecond), spinIn(t, b, 500*time.Millisecond)
-	wall := map[string]time.Duration{}
-	for dir, w := range map[string]*exec.Cmd{a: wa, b: wb} {
-		if err := w.Wait(); err != nil {
+	// One run, measured again where another process hotplugged a CPU
+	// meanwhile: the kernel then closed what was open there. The program
+	// and its groups are new each run; the cgroups stay, so their usage is
+	// taken as the difference over the run.
+	var (
+		got         map[uint64][]Reading
+		counted     [2]uint64 // what the events counted, read right after the last credit
+		readErr     error
+		st          Stats
+		ngroups     int
+		steal0      time.Duration
+		usage, wall map[string]time.Duration
+	)
+	hotplugtest.Measure(t, func(int) {
+		c, groups := attributedGroups(t, 3) // top (1), kubepods.slice (2), *.scope (3)
+		ngroups, usage, wall = len(groups), map[string]time.Duration{}, map[string]time.Duration{}
+		for _, dir := range []string{a, b} {
+			usage[dir] = -testenv.CgroupUsage(t, dir)
+		}
+		start := time.Now()
+		steal0 = testenv.Stolen(t)
+		wa, wb := spinIn(t, a, 300*time.Millisecond), spinIn(t, b, 500*time.Millisecond)
+		for dir, w := range map[string]*exec.Cmd{a: wa, b: wb} {
+			if err := w.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			wall[dir] = time.Since(start)
+		}
+		got = readAll(t, c)
+		counted, readErr = [2]uint64{}, nil
+		for _, g := range groups {
+			v := make([]uint64, 2)
+			if _, _, err := g.Read(v); err != nil {
+				readErr = err // its CPU went offline: Measure sees it too
+				break
+			}
+			counted[0], counted[1] = counted[0]+v[0], counted[1]+v[1]
+		}
+		for _, dir := range []string{a, b} {
+			usage[dir] += testenv.CgroupUsage(t, dir)
+		}
+		var err error
+		if st, err = c.Stats(); err != nil {
 			t.Fatal(err)
 		}
-		wall[dir] = time.Since(start)
+	})
+	if readErr != nil {
+		t.Fatalf("reading the events after the run: %v", readErr)
 	}
-	got := readAll(t, c)
-	var counted [2]uint64 // what the events counted, read right after the last credit
-	for _, g := range groups {
-		v := make([]uint64, 2)
-		if _, _, err := g.Read(v); err != nil {
-			t.Fatal(err)
-		}
-		counted[0], counted[1] = counted[0]+v[0], counted[1]+v[1]
-	}
-	st, err := c.Stats()
-	if err != nil || st.Credits == 0 || st.MapFull != 0 {
-		t.Errorf("stats %+v, %v", st, err)
+	if st.Credits == 0 || st.MapFull != 0 {
+		t.Errorf("stats %+v", st)
 	}
 	un := unattributed(got)
 	// perf's clocks run on while the hypervisor steals the CPU and through
 	// part of each switch, cpu.stat's does not (testenv.ClockCeiling).
-	steal := testenv.StolenSince(t, steal0)
-	t.Logf("program stats %+v, up to %v stolen", st, steal)
+	t.Logf("program stats %+v, up to %v stolen", st, testenv.StolenSince(t, steal0))
 	var used time.Duration
 	for _, dir := range []string{a, b} {
-		want := testenv.CgroupUsage(t, dir)
+		want := usage[dir]
 		used += want
 		r := got[cgroupID(t, dir)]
 		if len(r) != 2 {
@@ -275,7 +303,7 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 				total += r[i].Counter
 			}
 		}
-		if total > counted[i] || counted[i]-total > removed+uint64(len(groups))*uint64(time.Millisecond) {
+		if total > counted[i] || counted[i]-total > removed+uint64(ngroups)*uint64(time.Millisecond) {
 			t.Errorf("event %d: %d credited in all (and %d to cgroups removed since), the events counted %d", i, total, removed, counted[i])
 		}
 	}
