@@ -25,6 +25,47 @@ const (
 	e2eCtrB = "2222222222222222222222222222222222222222222222222222222222222222"
 )
 
+// measureRun runs run, a workload's burst, in hotplugtest.Measure once the
+// exporter has every group open on every online CPU, and returns the scrapes
+// before and after the run that no hotplug touched. A CPU that another
+// process takes offline and back loses what ran there until the exporter's
+// next read, so a run is judged by the growth of the series over it (grown),
+// and run takes its own baselines afresh each try.
+func (p *exporterProc) measureRun(t *testing.T, run func()) (before, after map[string]*dto.MetricFamily, body string) {
+	t.Helper()
+	hotplugtest.Measure(t, func(int) {
+		p.awaitEveryCPU(t)
+		_, before = p.scrape(t)
+		run()
+		time.Sleep(350 * time.Millisecond) // three 100 ms reads after the last credit
+		body, after = p.scrape(t)
+	})
+	return before, after, body
+}
+
+// grown is how much the series of name with labels grew from before to
+// after; one absent before counts from zero, one absent after fails the test.
+func grown(t *testing.T, before, after map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	v0, _ := value(t, before, name, labels)
+	return mustValue(t, after, name, labels) - v0
+}
+
+// usageGrowth calls run and returns how much each cgroup v2 directory's
+// cpu.stat usage grew meanwhile.
+func usageGrowth(t *testing.T, dirs []string, run func()) map[string]float64 {
+	t.Helper()
+	usage := map[string]float64{}
+	for _, d := range dirs {
+		usage[d] = -float64(testenv.CgroupUsage(t, d))
+	}
+	run()
+	for _, d := range dirs {
+		usage[d] += float64(testenv.CgroupUsage(t, d))
+	}
+	return usage
+}
+
 // TestServeCgroups runs the exporter with its defaults over a pod laid out as
 // the kubelet's cgroupfs driver with containerd does, burns CPU in two
 // containers, and checks the scraped per-cgroup series against cpu.stat, the
@@ -36,31 +77,36 @@ func TestServeCgroups(t *testing.T) {
 	top, dirs := testenv.Cgroups(t, "kubepods", "kubepods/burstable", pod, pod+"/"+e2eCtrA, pod+"/"+e2eCtrB)
 	rel := func(r string) string { return top + "/" + r }
 	p := start(t, nil, "--collector.cgroup.grace-period=1s")
-	steal0, started := testenv.Stolen(t), time.Now()
-	wa, wb := testenv.BurnIn(t, dirs[3], 500*time.Millisecond), testenv.BurnIn(t, dirs[4], 250*time.Millisecond)
-	wb.Wait()
-	wallB := time.Since(started)
-	wa.Wait()
-	wallA := time.Since(started)
-	time.Sleep(350 * time.Millisecond) // a few 100 ms cycles
-	body, mfs := p.scrape(t)
+	var steal0, wallA, wallB time.Duration
+	var usage map[string]float64
+	before, mfs, body := p.measureRun(t, func() {
+		usage = usageGrowth(t, dirs[2:5], func() {
+			var started time.Time
+			steal0, started = testenv.Stolen(t), time.Now()
+			wa, wb := testenv.BurnIn(t, dirs[3], 500*time.Millisecond), testenv.BurnIn(t, dirs[4], 250*time.Millisecond)
+			wb.Wait()
+			wallB = time.Since(started)
+			wa.Wait()
+			wallA = time.Since(started)
+		})
+	})
 	// perf's clock runs on while the hypervisor steals the CPU and through
 	// part of each switch, cpu.stat's does not (testenv.ClockCeiling).
 	steal := float64(testenv.StolenSince(t, steal0))
 
 	clock := func(cgroup, container string) float64 {
-		return mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": cgroup, "event": "cpu-clock", "pod": e2ePod, "container": container, "namespace": ""})
+		return grown(t, before, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": cgroup, "event": "cpu-clock", "pod": e2ePod, "container": container, "namespace": ""})
 	}
 	a, b, all := clock(rel(pod+"/"+e2eCtrA), e2eCtrA), clock(rel(pod+"/"+e2eCtrB), e2eCtrB), clock(rel(pod), "")
 	// Spans with a switch the program did not see are unattributed, not
 	// lost: a cgroup may fall short of cpu.stat by at most that much.
-	unseen := mustValue(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"})
+	unseen := grown(t, before, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"})
 	for _, c := range []struct {
 		got  float64
 		dir  string
 		wall time.Duration
 	}{{a, dirs[3], wallA}, {b, dirs[4], wallB}, {all, dirs[2], wallA + wallB}} {
-		usage := float64(testenv.CgroupUsage(t, c.dir))
+		usage := usage[c.dir]
 		t.Logf("%s: attributed %v, cpu.stat %v, unattributed %v, up to %v stolen", c.dir, time.Duration(c.got), time.Duration(usage), time.Duration(unseen), time.Duration(steal))
 		if c.got > testenv.ClockCeiling(t, usage, steal0, 0, c.wall) || c.got < 0.97*usage-unseen {
 			t.Errorf("%s: attributed cpu-clock %v, cpu.stat %v, %v stolen meanwhile", c.dir, time.Duration(c.got), time.Duration(usage), time.Duration(steal))
@@ -115,19 +161,23 @@ func TestServeWithoutBPF(t *testing.T) {
 	top, dirs := testenv.Cgroups(t, "app")
 	p := startWrapped(t, nil, []string{setpriv, "--inh-caps=-bpf,-sys_admin", "--bounding-set=-bpf,-sys_admin"},
 		"--collector.cgroup.perf-mode="+top+"/app")
-	steal0, started := testenv.Stolen(t), time.Now()
-	testenv.BurnIn(t, dirs[0], 500*time.Millisecond).Wait()
-	wall := time.Since(started)
-	time.Sleep(250 * time.Millisecond)
-	_, mfs := p.scrape(t)
-	got := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": top + "/app", "event": "cpu-clock"})
-	usage := float64(testenv.CgroupUsage(t, dirs[0]))
+	var steal0, wall time.Duration
+	var usage map[string]float64
+	before, mfs, _ := p.measureRun(t, func() {
+		usage = usageGrowth(t, dirs, func() {
+			var started time.Time
+			steal0, started = testenv.Stolen(t), time.Now()
+			testenv.BurnIn(t, dirs[0], 500*time.Millisecond).Wait()
+			wall = time.Since(started)
+		})
+	})
+	got := grown(t, before, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": top + "/app", "event": "cpu-clock"})
 	// perf's clock runs on while the hypervisor steals the CPU and through
 	// part of each switch, cpu.stat's does not (testenv.ClockCeiling).
 	steal := float64(testenv.StolenSince(t, steal0))
-	t.Logf("perf cgroup mode cpu-clock %v, cpu.stat %v (%.1f%%), up to %v stolen", time.Duration(got), time.Duration(usage), 100*got/usage, time.Duration(steal))
-	if got < 0.97*usage || got > testenv.ClockCeiling(t, usage, steal0, 0, wall) {
-		t.Errorf("perf cgroup mode cpu-clock %v, cpu.stat %v, %v stolen meanwhile", time.Duration(got), time.Duration(usage), time.Duration(steal))
+	t.Logf("perf cgroup mode cpu-clock %v, cpu.stat %v (%.1f%%), up to %v stolen", time.Duration(got), time.Duration(usage[dirs[0]]), 100*got/usage[dirs[0]], time.Duration(steal))
+	if got < 0.97*usage[dirs[0]] || got > testenv.ClockCeiling(t, usage[dirs[0]], steal0, 0, wall) {
+		t.Errorf("perf cgroup mode cpu-clock %v, cpu.stat %v, %v stolen meanwhile", time.Duration(got), time.Duration(usage[dirs[0]]), time.Duration(steal))
 	}
 	if fds := mustValue(t, mfs, "pmu_cgroup_perf_mode_fds", nil); fds < float64(len(testenv.OnlineCPUs(t))*2) {
 		t.Errorf("perf mode fds %v", fds)
@@ -187,18 +237,21 @@ func TestServeCgroupV1(t *testing.T) {
 	pod := "kubepods/burstable/pod" + e2ePod
 	mnt, dirs := testenv.PerfEventV1(t, "kubepods", "kubepods/burstable", pod, pod+"/"+e2eCtrA)
 	p := start(t, nil)
-	steal0, started := testenv.Stolen(t), time.Now()
-	w := testenv.InCgroupV1(dirs[3], "timeout", "0.3", "sh", "-c", "while :; do :; done")
-	if err := w.Run(); err != nil && w.ProcessState.ExitCode() != 124 {
-		t.Fatal(err)
-	}
-	wall := time.Since(started)
-	ru := w.ProcessState.SysUsage().(*syscall.Rusage)
-	used := float64(ru.Utime.Nano() + ru.Stime.Nano())
-	time.Sleep(350 * time.Millisecond) // a few 100 ms cycles
-	_, mfs := p.scrape(t)
-	got := mustValue(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": "/" + pod + "/" + e2eCtrA, "event": "cpu-clock", "pod": e2ePod, "container": e2eCtrA, "namespace": ""})
-	unseen := mustValue(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"})
+	var steal0, wall time.Duration
+	var used float64
+	before, mfs, _ := p.measureRun(t, func() {
+		var started time.Time
+		steal0, started = testenv.Stolen(t), time.Now()
+		w := testenv.InCgroupV1(dirs[3], "timeout", "0.3", "sh", "-c", "while :; do :; done")
+		if err := w.Run(); err != nil && w.ProcessState.ExitCode() != 124 {
+			t.Fatal(err)
+		}
+		wall = time.Since(started)
+		ru := w.ProcessState.SysUsage().(*syscall.Rusage)
+		used = float64(ru.Utime.Nano() + ru.Stime.Nano())
+	})
+	got := grown(t, before, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": "/" + pod + "/" + e2eCtrA, "event": "cpu-clock", "pod": e2ePod, "container": e2eCtrA, "namespace": ""})
+	unseen := grown(t, before, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "cpu-clock"})
 	t.Logf("attributed %v, the process ran %v, unattributed %v", time.Duration(got), time.Duration(used), time.Duration(unseen))
 	// perf's clock runs on while the hypervisor steals the CPU and through
 	// part of each switch, rusage's does not (testenv.ClockCeiling).
@@ -340,46 +393,34 @@ func TestServeAttributionRepeated(t *testing.T) {
 			rel := func(dir string) string {
 				return top + strings.TrimPrefix(dir, filepath.Join(testenv.Cgroup2Mount(), top))
 			}
-			failed, unseen := 0, 0.0
+			failed := 0
 			for i := range 20 {
 				a, b := dirs[2+3*i+1], dirs[2+3*i+2]
-				// A CPU that another process takes offline and back
-				// loses what ran there until the next read: each try
-				// burns in fresh containers' worth of time, judged as
-				// the difference over the try that no hotplug touched.
-				var mfs map[string]*dto.MetricFamily
+				// Each try burns in fresh containers' worth of time
+				// (measureRun).
 				var steal0 time.Duration
 				var wall map[string]time.Duration
-				baseGot, baseUsage := map[string]float64{}, map[string]float64{}
-				hotplugtest.Measure(t, func(int) {
-					p.awaitEveryCPU(t)
-					_, mfs0 := p.scrape(t)
-					for _, dir := range []string{a, b} {
-						got0, _ := value(t, mfs0, "pmu_cgroup_events_total", map[string]string{"cgroup": rel(dir), "event": "task-clock"})
-						baseGot[dir], baseUsage[dir] = got0, float64(testenv.CgroupUsage(t, dir))
-					}
-					unseen, _ = value(t, mfs0, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "task-clock"})
-					var started time.Time
-					steal0, started = testenv.Stolen(t), time.Now()
-					wa, wb := testenv.BurnIn(t, a, 600*time.Millisecond), testenv.BurnIn(t, b, 300*time.Millisecond)
-					wb.Wait()
-					wall = map[string]time.Duration{b: time.Since(started)}
-					wa.Wait()
-					wall[a] = time.Since(started)
-					time.Sleep(350 * time.Millisecond) // three 100 ms reads after the last credit
-					_, mfs = p.scrape(t)
+				var usage map[string]float64
+				before, mfs, _ := p.measureRun(t, func() {
+					usage = usageGrowth(t, []string{a, b}, func() {
+						var started time.Time
+						steal0, started = testenv.Stolen(t), time.Now()
+						wa, wb := testenv.BurnIn(t, a, 600*time.Millisecond), testenv.BurnIn(t, b, 300*time.Millisecond)
+						wb.Wait()
+						wall = map[string]time.Duration{b: time.Since(started)}
+						wa.Wait()
+						wall[a] = time.Since(started)
+					})
 				})
-				un, _ := value(t, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "task-clock"})
-				run := un - unseen
+				run := grown(t, before, mfs, "pmu_cgroup_unattributed_events_total", map[string]string{"event": "task-clock"})
 				for _, dir := range []string{a, b} {
-					got, ok := value(t, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": rel(dir), "event": "task-clock"})
-					got -= baseGot[dir]
-					usage := float64(testenv.CgroupUsage(t, dir)) - baseUsage[dir]
+					got := grown(t, before, mfs, "pmu_cgroup_events_total", map[string]string{"cgroup": rel(dir), "event": "task-clock"})
+					usage := usage[dir]
 					// 5 ms for the time a switch costs on either side of
 					// each of a busy run's ~50 switches: perf's clock runs
 					// through it, cpu.stat's stops at the pick; and through
 					// what the hypervisor stole (testenv.ClockCeiling).
-					if !ok || got < 0.97*usage-run-5e6 || got > testenv.ClockCeiling(t, usage, steal0, 5*time.Millisecond, wall[dir]) {
+					if got < 0.97*usage-run-5e6 || got > testenv.ClockCeiling(t, usage, steal0, 5*time.Millisecond, wall[dir]) {
 						failed++
 						t.Errorf("run %d, %s: attributed %v of task-clock, cpu.stat %v, unattributed in the run %v", i, filepath.Base(dir), time.Duration(got), time.Duration(usage), time.Duration(run))
 					} else if got < 0.97*usage {

@@ -60,24 +60,44 @@ func (w *Watch) Offlined(t testing.TB) int {
 			return cpu
 		}
 	}
-	// Enabled time lags the wall clock only by the reads around it while
-	// the CPU stays online; offline for the shortest hotplug (tens of ms)
-	// it lags by that long.
+	// While its CPU stays online a dummy event's enabled time lags the wall
+	// clock by the reads around it, and by the time each of perf's cgroup
+	// switches keeps the CPU's context scheduled out where cgroup events
+	// are open there (tens of ms a second beside a cgroup-switching
+	// neighbour); offline for the shortest hotplug (tens of ms) it lags by
+	// that long, and stays still from then on. So a CPU that lags is read
+	// again: still, it went offline.
 	const slack = 5 * time.Millisecond
 	wall := time.Since(w.start)
+	lagging := map[int]uint64{}
 	for cpu, fd := range w.fds {
 		if fd < 0 {
 			return cpu
 		}
-		var b [16]byte
-		if _, err := unix.Read(fd, b[:]); err != nil {
-			t.Fatalf("read CPU %d's hotplug watch: %v", cpu, err)
+		if enabled := w.enabled(t, cpu); time.Duration(enabled) < wall-slack {
+			lagging[cpu] = enabled
 		}
-		if enabled := time.Duration(binary.LittleEndian.Uint64(b[8:])); enabled < wall-slack {
+	}
+	if len(lagging) == 0 {
+		return -1
+	}
+	time.Sleep(2 * time.Millisecond)
+	for cpu, enabled := range lagging {
+		if w.enabled(t, cpu) == enabled {
 			return cpu
 		}
 	}
 	return -1
+}
+
+// enabled is the time cpu's dummy event has been enabled, in ns.
+func (w *Watch) enabled(t testing.TB, cpu int) uint64 {
+	t.Helper()
+	var b [16]byte
+	if _, err := unix.Read(w.fds[cpu], b[:]); err != nil {
+		t.Fatalf("read CPU %d's hotplug watch: %v", cpu, err)
+	}
+	return binary.LittleEndian.Uint64(b[8:])
 }
 
 // Stop closes the watch's events (Start also closes them when the test
