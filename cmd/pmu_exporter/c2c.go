@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
 // c2cFlags are the options of `pmu_exporter c2c`.
@@ -23,56 +19,21 @@ type c2cFlags struct {
 // samples (perf mem record, perf c2c record), as /debug/cachelines serves
 // it live.
 func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: %v\n", cf.input, err)
+	rec, ok := openRecording("c2c", cf.input, stdin, stderr)
+	if !ok {
 		return 1
 	}
-	file, closeFile, err := pipeline.OpenPerfData(cf.input, stdin)
-	if err != nil {
-		return fail(err)
-	}
-	defer closeFile()
+	defer rec.Close()
 	table := cacheline.New(cf.max)
-	acc, err := pipeline.NewAccesses(pipeline.GoArch(file.Arch))
-	if err != nil {
-		return fail(err)
-	}
-	defer acc.Close()
-	var memSamples uint64
-	samples, bad, readErr := pipeline.EachSample(file, cf.input, stderr, pipeline.PerfDataVisitor{
-		Record: acc.Record,
-		Sample: func(i int, s *perfrecord.Sample) error {
-			if a, ok := acc.Access(file.Events.Attrs[i], s); ok {
-				memSamples++
-				table.Add(a)
-			}
-			return nil
-		},
-	})
+	samples, memSamples, bad, readErr := rec.eachAccess(func(a *cacheline.Access) { table.Add(*a) })
 	if memSamples == 0 && readErr == nil {
-		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: none of its %d samples is a load or store%s: record with perf c2c record or perf mem record, or without a precise PMU perf record -e cpu-clock:u --user-regs=%s\n", cf.input, samples, unresolvedNote(acc.Resolver), amd64UserRegs)
+		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: none of its %d samples is a load or store%s: record with perf c2c record or perf mem record, or without a precise PMU perf record -e cpu-clock:u --user-regs=%s\n", cf.input, samples, unresolvedNote(rec.acc.Resolver), amd64UserRegs)
 		return 1
 	}
 	// Lines are named by their mapping, code by its function where the
 	// mapped files have symbols.
-	report := table.Report(cf.lines, func(pid uint32, addr uint64) string { return acc.Code.Symbolize(pid, addr).String() })
-	w := bufio.NewWriter(stdout)
-	if cf.format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(report)
-	} else {
-		writeC2CText(w, report)
-	}
-	w.Flush()
-	if readErr != nil {
-		return fail(readErr)
-	}
-	if bad > 0 {
-		fmt.Fprintf(stderr, "pmu_exporter c2c: %d malformed samples skipped\n", bad)
-		return 1
-	}
-	return 0
+	report := table.Report(cf.lines, func(pid uint32, addr uint64) string { return rec.acc.Code.Symbolize(pid, addr).String() })
+	return rec.report(stdout, cf.format, report, func(w io.Writer) { writeC2CText(w, report) }, readErr, bad)
 }
 
 func writeC2CText(w io.Writer, r cacheline.Report) {

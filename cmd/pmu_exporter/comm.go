@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -10,7 +8,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
-	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
 // commFlags are the options of `pmu_exporter comm`.
@@ -23,67 +20,34 @@ type commFlags struct {
 // runComm builds ComDetective's communication matrices from a recording:
 // timer samples with user registers (decoded) or precise memory samples.
 func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "pmu_exporter comm: %s: %v\n", cf.input, err)
+	rec, ok := openRecording("comm", cf.input, stdin, stderr)
+	if !ok {
 		return 1
 	}
-	file, closeFile, err := pipeline.OpenPerfData(cf.input, stdin)
-	if err != nil {
-		return fail(err)
-	}
-	defer closeFile()
-	acc, err := pipeline.NewAccesses(pipeline.GoArch(file.Arch))
-	if err != nil {
-		return fail(err)
-	}
-	defer acc.Close()
+	defer rec.Close()
 	window := cf.window
 	if window == 0 {
 		window = comdetect.DefaultWindow
-		if pipeline.RecordedSampler(file.Events.Attrs, file.Names) != "decode" {
+		if pipeline.RecordedSampler(rec.file.Events.Attrs, rec.file.Names) != "decode" {
 			window = comdetect.PreciseWindow
 		}
 	}
 	det := comdetect.New(comdetect.Options{Window: window})
-	var accesses uint64
-	samples, bad, readErr := pipeline.EachSample(file, cf.input, stderr, pipeline.PerfDataVisitor{
-		Record: acc.Record,
-		Sample: func(i int, s *perfrecord.Sample) error {
-			if a, ok := acc.Access(file.Events.Attrs[i], s); ok {
-				accesses++
-				det.Add(&a)
-			}
-			return nil
-		},
-	})
-	for k, name := range acc.Names {
+	samples, accesses, bad, readErr := rec.eachAccess(func(a *comdetect.Access) { det.Add(a) })
+	for k, name := range rec.acc.Names {
 		det.SetName(k[0], k[1], name)
 	}
 	if accesses == 0 && readErr == nil {
 		fmt.Fprintf(stderr, "pmu_exporter comm: %s: none of its %d samples resolved to a memory access%s: record with perf record -e cpu-clock:u --user-regs=%s, or perf mem record / perf c2c record\n",
-			cf.input, samples, unresolvedNote(acc.Resolver), amd64UserRegs)
+			cf.input, samples, unresolvedNote(rec.acc.Resolver), amd64UserRegs)
 		return 1
 	}
 	report := comdetect.JSON(det.Report(uint32(cf.pid), cf.lines), func(pid uint32, ip uint64) string {
-		return acc.Code.Symbolize(pid, ip).String()
+		return rec.acc.Code.Symbolize(pid, ip).String()
 	})
-	w := bufio.NewWriter(stdout)
-	if cf.format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(report)
-	} else {
-		writeCommText(w, report, acc.Resolver, samples, accesses, det.Window())
-	}
-	w.Flush()
-	if readErr != nil {
-		return fail(readErr)
-	}
-	if bad > 0 {
-		fmt.Fprintf(stderr, "pmu_exporter comm: %d malformed samples skipped\n", bad)
-		return 1
-	}
-	return 0
+	return rec.report(stdout, cf.format, report, func(w io.Writer) {
+		writeCommText(w, report, rec.acc.Resolver, samples, accesses, det.Window())
+	}, readErr, bad)
 }
 
 // unresolvedNote says why a recording's samples did not resolve, for the

@@ -53,28 +53,20 @@ func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 // runSamples prints every sample of a perf.data file, in perf script's
 // order, one JSON object per line.
 func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "pmu_exporter samples: %s: %v\n", sf.input, err)
+	rec, ok := openRecording("samples", sf.input, stdin, stderr)
+	if !ok {
 		return 1
 	}
-	file, closeFile, err := pipeline.OpenPerfData(sf.input, stdin)
-	if err != nil {
-		return fail(err)
-	}
-	defer closeFile()
+	defer rec.Close()
+	file, acc := rec.file, rec.acc
 	w := bufio.NewWriterSize(stdout, 1<<16)
 	lw := lineWriter{srcs: map[uint64][]byte{}}
-	acc, err := pipeline.NewAccesses(pipeline.GoArch(file.Arch))
-	if err != nil {
-		return fail(err)
-	}
-	defer acc.Close()
 	var lost uint64
 	samples, bad, err := pipeline.EachSample(file, sf.input, stderr, pipeline.PerfDataVisitor{
-		Record: func(rec []byte, h perfrecord.Header) {
-			acc.Record(rec, h)
+		Record: func(raw []byte, h perfrecord.Header) {
+			acc.Record(raw, h)
 			if h.Type == perfrecord.TypeLost || h.Type == perfrecord.TypeLostSamples {
-				if l, err := perfrecord.DecodeLost(rec); err == nil {
+				if l, err := perfrecord.DecodeLost(raw); err == nil {
 					lost += l.Lost
 				}
 			}
@@ -93,7 +85,7 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stderr, "%d samples, %d lost, %d malformed\n", samples, lost, bad)
 	if err != nil {
-		return fail(err)
+		return rec.fail(err)
 	}
 	if bad > 0 {
 		return 1
