@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/validate"
@@ -92,7 +91,7 @@ func NullReads(cpu, n int, attrs []eventspec.Attr, names []string) ([]time.Durat
 	}
 	var out []time.Duration
 	var err error
-	rerr := cpubind.RunOn(cpu, func() {
+	rerr := runOn(cpu, func() {
 		var g *perf.Group
 		if g, err = perf.OpenGroup(attrs, names, perf.SystemWide(cpu)); err != nil {
 			return
@@ -176,7 +175,7 @@ func MeasurePerturbation(ctx context.Context, cpu int, attrs []eventspec.Attr, n
 		}
 	}
 	run := func(every time.Duration) (counts []uint64, reads int, switches uint64, err error) {
-		rerr := cpubind.RunOn(cpu, func() {
+		rerr := runOn(cpu, func() {
 			measured, e := perf.OpenGroup(attrs, names, perf.SystemWide(cpu))
 			if e != nil {
 				err = e
@@ -278,7 +277,7 @@ func Multiplexed(ctx context.Context, cpu int, attr eventspec.Attr, name string,
 	var pinned uint64
 	var out []validate.MultiplexCopy
 	var err error
-	rerr := cpubind.RunOn(cpu, func() {
+	rerr := runOn(cpu, func() {
 		pa := attr
 		pa.Pinned = true
 		var p *perf.Group

@@ -59,8 +59,12 @@ var ErrMultiplexed = errors.New("multiplexed: the event did not count all the ti
 
 // Measure runs k at each of its sizes on cpu, counting c on the kernel's
 // thread, and returns the counts by size.
+//
+// Where cpu is offline (binding to it fails) or goes offline meanwhile (the
+// kernel then widens the bound thread's affinity to move it away: a
+// migration the kernels do not expect), the error is ErrCPUWentOffline.
 func Measure(cpu int, c Counter, k Kernel) (counts []float64, err error) {
-	rerr := cpubind.RunOn(cpu, func() {
+	rerr := runOn(cpu, func() {
 		for _, size := range k.Sizes {
 			least := uint64(math.MaxUint64)
 			for range max(k.Repeats, 1) {
@@ -72,6 +76,9 @@ func Measure(cpu int, c Counter, k Kernel) (counts []float64, err error) {
 				}); err != nil {
 					return
 				}
+				if err = stillBound(cpu); err != nil {
+					return
+				}
 				least = min(least, n)
 			}
 			counts = append(counts, float64(least))
@@ -81,6 +88,29 @@ func Measure(cpu int, c Counter, k Kernel) (counts []float64, err error) {
 		return nil, rerr
 	}
 	return counts, err
+}
+
+// runOn runs fn on a thread bound to cpu (cpubind.RunOn). Binding fails
+// with EINVAL where cpu is offline: that is ErrCPUWentOffline, which the
+// callers measure again elsewhere.
+func runOn(cpu int, fn func()) error {
+	err := cpubind.RunOn(cpu, fn)
+	if errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("CPU %d: %w (or is outside this process's CPU set): %w", cpu, ErrCPUWentOffline, err)
+	}
+	return err
+}
+
+// stillBound checks that the calling thread, bound to cpu alone, still is.
+func stillBound(cpu int) error {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return fmt.Errorf("read the thread's affinity: %w", err)
+	}
+	if set.Count() != 1 || !set.IsSet(cpu) {
+		return fmt.Errorf("CPU %d: %w (the kernel moved the thread bound there)", cpu, ErrCPUWentOffline)
+	}
+	return nil
 }
 
 func countOnce(c Counter, cpu int, withKernel bool, work func()) (uint64, error) {

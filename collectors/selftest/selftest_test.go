@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -307,4 +309,54 @@ func TestPerturbationCPUWentOffline(t *testing.T) {
 			t.Errorf("a group of %d on CPU %d, offline for 100 ms of a 400 ms window: err %v, want %v", n, cpu, err, ErrCPUWentOffline)
 		}
 	}
+}
+
+// A kernel measured on a CPU that is offline, or that goes offline under
+// it, says so (ErrCPUWentOffline): binding there fails, or the kernel moves
+// the bound thread away, a migration the kernels do not expect. Validate
+// then measures the event again where move says, and the later events of
+// that CPU there too; without a move it keeps the event not measurable,
+// with that reason.
+func TestMeasureCPUWentOffline(t *testing.T) {
+	cpu, ctl := testenv.HotplugCPU(t)
+	set := func(v string) {
+		t.Helper()
+		if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
+			t.Fatalf("CPU %d online=%s: %v", cpu, v, err)
+		}
+	}
+	taskClock := sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK)
+
+	// Offline under the kernel: the test takes it offline from inside the
+	// measured work, which runs bound to it.
+	offlined := Kernel{Name: "offlined", Sizes: []int{1, 2}, Run: func(size int, measure func(work func()) error) error {
+		return measure(func() {
+			if size == 1 {
+				set("0")
+			}
+		})
+	}}
+	if _, err := Measure(cpu, taskClock, offlined); !errors.Is(err, ErrCPUWentOffline) {
+		t.Errorf("CPU %d offline under the kernel: err %v, want %v", cpu, err, ErrCPUWentOffline)
+	}
+
+	// Offline before it: binding fails.
+	if _, err := Measure(cpu, taskClock, Spin(true)); !errors.Is(err, ErrCPUWentOffline) {
+		t.Errorf("CPU %d offline: err %v, want %v", cpu, err, ErrCPUWentOffline)
+	}
+	ev := Event{Name: "task-clock", Label: "task-clock", CPU: cpu, Counter: taskClock}
+	rows := Validate([]Event{ev}, true, nil)
+	if len(rows) != 1 || rows[0].Verdict != validate.NotMeasurable || !strings.Contains(rows[0].Reason, ErrCPUWentOffline.Error()) {
+		t.Errorf("without a move: %+v", rows)
+	}
+	var asked []int
+	pageFaults := Event{Name: "page-faults", Label: "page-faults", CPU: cpu, Counter: sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS)}
+	rows = Validate([]Event{ev, pageFaults}, true, func(e Event, err error) (int, bool) {
+		asked = append(asked, e.CPU)
+		return 0, true
+	})
+	if len(rows) != 2 || rows[0].Verdict != validate.Pass || rows[1].Verdict != validate.Pass || !slices.Equal(asked, []int{cpu}) {
+		t.Errorf("moved to CPU 0 (asked to move from CPUs %v; the second event should follow the first): %+v", asked, rows)
+	}
+	set("1")
 }

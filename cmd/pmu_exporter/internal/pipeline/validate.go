@@ -59,7 +59,7 @@ func validationEvents(f Options, s setup, groups []eventspec.Group, extra []stri
 		if len(ev.CPUs) > 0 && !slices.Contains(ev.CPUs, cpu) {
 			at = ev.CPUs[len(ev.CPUs)-1] // a hybrid's other core type
 		}
-		e := selftest.Event{Name: ev.Name, Label: label, CPU: at, Counter: selftest.Counter{Name: label, Attr: ev.Attr}}
+		e := selftest.Event{Name: ev.Name, Label: label, CPU: at, CPUs: ev.CPUs, Counter: selftest.Counter{Name: label, Attr: ev.Attr}}
 		if c, err := host.CacheSizes(f.sysfs, at); err == nil {
 			e.Caches.L1d, e.Caches.L2, e.Caches.LLC = c.L1d, c.L2, c.LLC
 		}
@@ -103,6 +103,41 @@ func validationCPU(s setup, asked int) int {
 	return s.facts.OnlineCPUs[len(s.facts.OnlineCPUs)-1]
 }
 
+// cpuMover chooses where a measurement goes on when its CPU was offline or
+// went offline under it (wentOffline): the last CPU online now among those
+// it may run on (nil: any), as onOnlineCPU does for the self-measurements.
+// It declines where the user chose the CPU (asked ≥ 0), where the CPU
+// failed otherwise, or where no such CPU is online; say hears each move.
+type cpuMover struct {
+	online func() ([]int, error)
+	asked  int
+	say    func(what string, from, to int, err error)
+}
+
+func (m cpuMover) move(what string, from int, cpus []int, err error) (int, bool) {
+	if m.asked >= 0 {
+		return 0, false
+	}
+	now, rerr := m.online()
+	if rerr != nil || !wentOffline(err, from, now) {
+		return 0, false
+	}
+	if len(cpus) > 0 {
+		now = slices.DeleteFunc(slices.Clone(now), func(c int) bool { return !slices.Contains(cpus, c) })
+	}
+	if len(now) == 0 {
+		return 0, false
+	}
+	to := now[len(now)-1]
+	m.say(what, from, to, err)
+	return to, true
+}
+
+// events is the move selftest.Validate asks for.
+func (m cpuMover) events(ev selftest.Event, err error) (int, bool) {
+	return m.move(ev.Label, ev.CPU, ev.CPUs, err)
+}
+
 // validateOnStart runs the quick validation once, beside the counting,
 // and exports its verdicts when done; each failed event is a warning.
 func (b *build) validateOnStart() {
@@ -123,7 +158,10 @@ func (b *build) validateOnStart() {
 		for _, err := range errs {
 			b.log.Debug("event not validated", "err", err)
 		}
-		got := selftest.Validate(events, true)
+		mover := cpuMover{online: b.online.Read, asked: -1, say: func(what string, from, to int, err error) {
+			b.log.Info("validation: its CPU went offline, measuring on another", "event", what, "cpu", from, "now", to, "err", err)
+		}}
+		got := selftest.Validate(events, true, mover.events)
 		counts := map[validate.Verdict]int{}
 		for _, r := range got {
 			counts[r.Verdict]++
@@ -151,7 +189,7 @@ func (b *build) validateOnStart() {
 		for _, p := range ps {
 			b.p.self.SetPerturbation(p.Event, p.PerExtraRead)
 		}
-		for _, m := range multiplexErrors(ctx, *b.f, *b.s, cpu, time.Second) {
+		for _, m := range multiplexErrors(ctx, *b.f, *b.s, cpu, time.Second, mover) {
 			if m.Reason == "" {
 				vc.SetMultiplexError(m.Event, m.MeanError)
 			}
@@ -203,13 +241,19 @@ func (b *build) onOnlineCPU(what string, pick func(online []int) int, measure fu
 		if err = measure(cpu); err == nil {
 			return cpu, nil
 		}
-		now, _ := b.online.Read()
-		if !errors.Is(err, selftest.ErrCPUWentOffline) && !errors.Is(err, unix.ENODEV) && slices.Contains(now, cpu) {
+		if now, _ := b.online.Read(); !wentOffline(err, cpu, now) {
 			return cpu, err
 		}
 		b.log.Info(what+": its CPU went offline, measuring on another", "cpu", cpu, "err", err)
 	}
 	return cpu, err
+}
+
+// wentOffline says a measurement on cpu failed with err because the CPU
+// went offline: it says so, perf found no such CPU (ENODEV), or the CPU is
+// not among those online now.
+func wentOffline(err error, cpu int, now []int) bool {
+	return errors.Is(err, selftest.ErrCPUWentOffline) || errors.Is(err, unix.ENODEV) || !slices.Contains(now, cpu)
 }
 
 // lastCPU is the last online CPU, where the validation kernels run.
@@ -268,7 +312,7 @@ type multiplexRow struct {
 // written for, what multiplexing does to their counts: one pinned copy
 // against as many multiplexed copies as there are general-purpose
 // counters, plus one, over window.
-func multiplexErrors(ctx context.Context, f Options, s setup, cpu int, window time.Duration) []multiplexRow {
+func multiplexErrors(ctx context.Context, f Options, s setup, cpu int, window time.Duration, mover cpuMover) []multiplexRow {
 	counters := host.ReadCounters(s.facts.CPU.Vendor).GeneralPurpose
 	var out []multiplexRow
 	for _, name := range []string{"cycles", "instructions", "branches", "branch-misses"} {
@@ -278,6 +322,14 @@ func multiplexErrors(ctx context.Context, f Options, s setup, cpu int, window ti
 		}
 		row := multiplexRow{Event: name, Copies: max(counters, 1) + 1}
 		pinned, copies, err := selftest.Multiplexed(ctx, cpu, evs[0].Attr, name, row.Copies, window)
+		for try := 2; try <= 3 && err != nil; try++ {
+			to, ok := mover.move("multiplexing error of "+name, cpu, evs[0].CPUs, err)
+			if !ok {
+				break
+			}
+			cpu = to
+			pinned, copies, err = selftest.Multiplexed(ctx, cpu, evs[0].Attr, name, row.Copies, window)
+		}
 		mean, worst, ok := validate.MultiplexError(pinned, copies)
 		switch {
 		case err != nil:
@@ -310,10 +362,15 @@ func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 	if bad {
 		return 2
 	}
-	rows := selftest.Validate(events, vf.Quick)
+	online := host.NewOnlineCPUsReader(f.sysfs)
+	defer online.Close()
+	mover := cpuMover{online: online.Read, asked: vf.CPU, say: func(what string, from, to int, err error) {
+		fmt.Fprintf(stderr, "pmu_exporter validate: %s: CPU %d went offline; measuring there on CPU %d (%v)\n", what, from, to, err)
+	}}
+	rows := selftest.Validate(events, vf.Quick, mover.events)
 	var mux []multiplexRow
 	if !vf.Quick {
-		mux = multiplexErrors(context.Background(), f, s, cpu, 500*time.Millisecond)
+		mux = multiplexErrors(context.Background(), f, s, cpu, 500*time.Millisecond, mover)
 	}
 	if vf.Format == "json" {
 		enc := json.NewEncoder(stdout)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/host"
 )
@@ -66,5 +68,36 @@ func TestOnOnlineCPUMeasuresAgainAfterHotplug(t *testing.T) {
 	})
 	if !errors.Is(err, selftest.ErrCPUWentOffline) || len(tried) != 3 {
 		t.Errorf("a CPU going offline every time: tried %v, err %v; want three tries and the error", tried, err)
+	}
+}
+
+// Where a measurement's CPU went offline, it goes on on the last CPU online
+// now among those its event counts on; not where the user chose the CPU,
+// the CPU is online and failed otherwise, or no such CPU is online.
+func TestCPUMover(t *testing.T) {
+	offline := fmt.Errorf("CPU 3: %w", selftest.ErrCPUWentOffline)
+	online := func() ([]int, error) { return []int{0, 1, 2, 5}, nil }
+	cases := []struct {
+		asked, from int
+		cpus        []int
+		err         error
+		to          int
+		ok          bool
+	}{
+		{-1, 3, nil, offline, 5, true},
+		{-1, 3, []int{0, 1, 2, 3}, offline, 2, true}, // a hybrid's core type
+		{-1, 3, []int{3, 4}, offline, 0, false},
+		{3, 3, nil, offline, 0, false},
+		{-1, 1, nil, errors.New("EACCES"), 0, false}, // online: its own failure
+		{-1, 3, nil, errors.New("EACCES"), 5, true},  // offline now
+		{-1, 1, nil, unix.ENODEV, 5, true},
+	}
+	for _, c := range cases {
+		var said []int
+		m := cpuMover{online: online, asked: c.asked, say: func(_ string, from, to int, _ error) { said = append(said, from, to) }}
+		to, ok := m.move("task-clock", c.from, c.cpus, c.err)
+		if to != c.to || ok != c.ok || (ok && (len(said) != 2 || said[0] != c.from || said[1] != to)) || (!ok && said != nil) {
+			t.Errorf("asked %d, from CPU %d, cpus %v, err %v: moved to %d %v (said %v), want %d %v", c.asked, c.from, c.cpus, c.err, to, ok, said, c.to, c.ok)
+		}
 	}
 }
