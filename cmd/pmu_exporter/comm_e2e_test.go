@@ -648,8 +648,13 @@ func TestServeCommWatchpointsShortLivedThreads(t *testing.T) {
 // benchmark (its rusage). Its bound is on arms: a watchpoint traps on
 // every access until the reader disarms it, so traps keep coming for as
 // long as the reader takes to wake (milliseconds on a loaded 2-CPU VM,
-// tens of traps a millisecond): the test allows four times the budget and
-// the allowance (measured: 1.1 to 3.5 times here).
+// tens of traps a millisecond; one such burst is the whole budget of a
+// second at 0.1%): the test allows four times the budget and the
+// allowance (measured beside scripts/noisy: 1.1 to 2.1 times here over 5 s
+// of the benchmark; over 3 s it reached 4.4 times once).
+// With one of the two CPUs taken offline by another process the reader
+// shares one CPU with everything, and its bursts are longer still: such a
+// run is measured again (measureRun), judged by the counters' growth.
 func TestServeCommWatchBudget(t *testing.T) {
 	requireDecoder(t)
 	testenv.RequireRoot(t)
@@ -657,20 +662,23 @@ func TestServeCommWatchBudget(t *testing.T) {
 	top, dirs := testenv.Cgroups(t, "job")
 	p := start(t, nil, "--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2",
 		"--collector.comm.cgroup="+top+"/job", "--collector.comm.watchpoints", "--collector.comm.watch-budget=0.001")
-	_, wait := runBench(t, bench, dirs[0], "0.5", "3s")
-	ps := wait()
-	time.Sleep(300 * time.Millisecond)
-	_, mfs := p.scrape(t)
-	get := func(name string) float64 {
+	var ps *os.ProcessState
+	before, mfs, _ := p.measureRun(t, func() {
+		_, wait := runBench(t, bench, dirs[0], "0.5", "5s")
+		ps = wait()
+	})
+	grew := func(name string) float64 {
+		v0, _ := value(t, before, name, nil)
 		v, _ := value(t, mfs, name, nil)
-		return v
+		return v - v0
 	}
-	cpu, spent, cost := get("pmu_comm_watchpoint_target_cpu_seconds_total"), get("pmu_comm_watchpoint_trap_cpu_seconds_total"), get("pmu_comm_watchpoint_trap_cost_seconds")
-	denied, budget := get("pmu_comm_watchpoint_arms_denied_total"), get("pmu_comm_watchpoint_budget_ratio")
+	cpu, spent, denied := grew("pmu_comm_watchpoint_target_cpu_seconds_total"), grew("pmu_comm_watchpoint_trap_cpu_seconds_total"), grew("pmu_comm_watchpoint_arms_denied_total")
+	cost, _ := value(t, mfs, "pmu_comm_watchpoint_trap_cost_seconds", nil)
+	budget, _ := value(t, mfs, "pmu_comm_watchpoint_budget_ratio", nil)
 	ran := (ps.UserTime() + ps.SystemTime()).Seconds()
 	t.Logf("benchmark ran %.2f s (rusage), %.2f s watched; traps cost %.2f ms at %.1f µs each (%.3f%%), %v arms refused",
 		ran, cpu, spent*1e3, cost*1e6, 100*spent/max(cpu, 1e-9), denied)
-	if budget != 0.001 || cost <= 0 || cpu <= 0.5 || cpu > ran+0.1 {
+	if budget != 0.001 || cost <= 0 || cpu <= 1 || cpu > ran+0.1 {
 		t.Fatalf("budget %v, trap cost %v, watched CPU %.2f s of the benchmark's %.2f s\n%s", budget, cost, cpu, ran, p.log)
 	}
 	if spent > 4*(budget*cpu+16*cost) {
