@@ -970,6 +970,11 @@ func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseR
 	if slices.Contains(flags, "--collector.comm.reuse-mode=shared") {
 		mode = "shared"
 	}
+	// The exporter reads the CPUs' last-level caches at start, from the
+	// CPUs online then (a CPU that another process holds offline has no
+	// cache entries, and its siblings list it out): started without one,
+	// its threads there are a domain of their own for the whole run.
+	testenv.AwaitPresentOnline(t, 5*time.Second)
 	p := start(t, nil, append([]string{"--collector.comm.cgroup=" + top + "/job", "--collector.comm.reuse"}, flags...)...)
 	cg, err := os.Open(dirs[0])
 	if err != nil {
