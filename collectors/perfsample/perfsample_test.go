@@ -3,6 +3,7 @@ package perfsample
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -482,13 +483,7 @@ func TestResetCPUAfterQuickHotplug(t *testing.T) {
 			}
 		}
 		w := hotplugtest.Start(t)
-		neighbour := func() bool {
-			c := w.Offlined(t)
-			if c >= 0 {
-				t.Logf("round %d: CPU %d went offline or came online after the toggle (another process): again", round, c)
-			}
-			return c >= 0
-		}
+		neighbour := func() bool { return w.Saw(t, fmt.Sprintf("round %d again", round)) }
 		follow()
 		stale, ok := counted()
 		if !ok || stale != 0 {

@@ -90,6 +90,18 @@ func (w *Watch) Offlined(t testing.TB) int {
 	return -1
 }
 
+// Saw says whether a CPU went offline or came online since the watch
+// began (Offlined), and logs which as another process's doing, with what
+// the test does about it (then: "toggling again").
+func (w *Watch) Saw(t testing.TB, then string) bool {
+	t.Helper()
+	c := w.Offlined(t)
+	if c >= 0 {
+		t.Logf("CPU %d went offline or came online (another process): %s", c, then)
+	}
+	return c >= 0
+}
+
 // enabled is the time cpu's dummy event has been enabled, in ns.
 func (w *Watch) enabled(t testing.TB, cpu int) uint64 {
 	t.Helper()
