@@ -328,15 +328,21 @@ func TestMeasureCPUWentOffline(t *testing.T) {
 	taskClock := sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK)
 
 	// Offline under the kernel: the test takes it offline from inside the
-	// measured work, which runs bound to it.
+	// measured work, which runs bound to it (on a thread of its own, where
+	// the test may not stop: the write's error is judged after).
+	var offErr error
 	offlined := Kernel{Name: "offlined", Sizes: []int{1, 2}, Run: func(size int, measure func(work func()) error) error {
 		return measure(func() {
 			if size == 1 {
-				set("0")
+				offErr = os.WriteFile(ctl, []byte("0"), 0o644)
 			}
 		})
 	}}
-	if _, err := Measure(cpu, taskClock, offlined); !errors.Is(err, ErrCPUWentOffline) {
+	_, err := Measure(cpu, taskClock, offlined)
+	if offErr != nil {
+		t.Fatalf("offlining CPU %d: %v", cpu, offErr)
+	}
+	if !errors.Is(err, ErrCPUWentOffline) {
 		t.Errorf("CPU %d offline under the kernel: err %v, want %v", cpu, err, ErrCPUWentOffline)
 	}
 
