@@ -65,7 +65,7 @@ func NewComm(src CommSource) *CommCollector {
 			"CPU time between two of the address sampler's samples on a CPU, as its governor set it (cpu-clock's period), per sampler (one, or one per --collector.comm.cgroup).",
 			[]string{"sampler"}, nil),
 		domains: prometheus.NewDesc("pmu_comm_domain_volume_total",
-			"Communication between threads on CPUs of two last-level cache domains (named by their CPU lists; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².",
+			"Communication between threads on CPUs of two last-level cache domains (named by the cache's level and sysfs id, e.g. L3#0, or by its CPU list where sysfs gives no id; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².",
 			[]string{"domain_a", "domain_b", "kind"}, nil),
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
+	"sync"
+	"time"
 )
 
 // cacheIndex is one of a CPU's caches in sysfs (cpuN/cache/indexM).
@@ -15,6 +15,7 @@ type cacheIndex struct {
 	level         int
 	size          string // "32K"
 	sharedCPUList string
+	id            string // "" where sysfs has no id file
 }
 
 // cacheIndexes reads cpu's data and unified caches (instruction caches
@@ -38,37 +39,70 @@ func cacheIndexes(sysfs string, cpu int) ([]cacheIndex, error) {
 		if err != nil || read("type") == "Instruction" {
 			continue
 		}
-		out = append(out, cacheIndex{level: level, size: read("size"), sharedCPUList: read("shared_cpu_list")})
+		out = append(out, cacheIndex{level: level, size: read("size"), sharedCPUList: read("shared_cpu_list"), id: read("id")})
 	}
 	return out, nil
 }
 
-// LLCDomains names, for each CPU in cpus, the last-level cache it shares:
-// the CPU list of the highest-level data or unified cache in
-// <sysfs>/devices/system/cpu/cpuN/cache (e.g. "0-15"), so that
+// LLCDomains names the last-level cache each CPU shares, so that
 // communication between CPUs can be folded to domains whose count grows
-// with sockets and dies, not CPUs. A CPU whose caches sysfs does not
-// describe is its own domain.
-func LLCDomains(sysfs string, cpus []int) (map[int]string, error) {
-	out := make(map[int]string, len(cpus))
-	for _, cpu := range cpus {
-		caches, _ := cacheIndexes(sysfs, cpu)
-		best, shared := -1, ""
-		for _, c := range caches {
-			if c.level <= best {
-				continue
-			}
-			if _, err := cpuset.Parse(c.sharedCPUList); err != nil {
-				return nil, fmt.Errorf("cpu%d: level %d cache shared_cpu_list: %w", cpu, c.level, err)
-			}
-			best, shared = c.level, c.sharedCPUList
-		}
-		if shared == "" {
-			shared = strconv.Itoa(cpu)
-		}
-		out[cpu] = shared
+// with sockets and dies, not CPUs. A domain is named by its cache's level
+// and sysfs id ("L3#0"), stable across hotplug: sysfs removes an offline
+// CPU's cache/ entries and lists it out of its siblings' shared_cpu_list,
+// so a CPU list read while a sibling is offline would name the same cache
+// differently. Where sysfs gives no id, the name is the cache's CPU list
+// ("0-15"); a CPU whose cache/ holds no data or unified cache is its own
+// domain (its number). CPUs are read at first ask, so a CPU that comes
+// online later is placed then.
+type LLCDomains struct {
+	sysfs string
+	// retry is how long a CPU without cache/ (offline, or not yet
+	// described) waits before it is read again.
+	retry time.Duration
+	now   func() time.Time
+
+	mu     sync.Mutex
+	names  map[int]string
+	missed map[int]time.Time
+}
+
+// NewLLCDomains reads the domains under <sysfs>/devices/system/cpu.
+func NewLLCDomains(sysfs string) *LLCDomains {
+	return &LLCDomains{sysfs: sysfs, retry: time.Second, now: time.Now, names: map[int]string{}, missed: map[int]time.Time{}}
+}
+
+// Of names cpu's last-level cache domain; false where sysfs does not list
+// cpu's caches now (it is offline), asked again no sooner than a second
+// later.
+func (l *LLCDomains) Of(cpu int) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if name, ok := l.names[cpu]; ok {
+		return name, true
 	}
-	return out, nil
+	if at, ok := l.missed[cpu]; ok && l.now().Sub(at) < l.retry {
+		return "", false
+	}
+	caches, err := cacheIndexes(l.sysfs, cpu)
+	if err != nil {
+		l.missed[cpu] = l.now()
+		return "", false
+	}
+	delete(l.missed, cpu)
+	best, name := -1, strconv.Itoa(cpu)
+	for _, c := range caches {
+		if c.level <= best {
+			continue
+		}
+		switch {
+		case c.id != "":
+			best, name = c.level, "L"+strconv.Itoa(c.level)+"#"+c.id
+		case c.sharedCPUList != "":
+			best, name = c.level, c.sharedCPUList
+		}
+	}
+	l.names[cpu] = name
+	return name, true
 }
 
 // Caches are the data cache sizes one CPU sees, in bytes (0: not

@@ -6,37 +6,67 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
-// A two-socket layout in a fake sysfs: each socket's L3 is its domain; the
-// instruction cache and lower levels do not count; a CPU without cache
-// entries is its own.
+// A two-socket layout in a fake sysfs: each socket's L3 is its domain,
+// named by its id; the instruction cache and lower levels do not count.
+// Where the L3 has no id, its CPU list names it; a CPU whose cache/ holds
+// no data cache is its own domain, and one without cache/ (offline) is
+// not placed until it has one, asked again after the retry.
 func TestLLCDomains(t *testing.T) {
 	root := t.TempDir()
-	cache := func(cpu, index int, level, typ, shared string) {
-		writeCache(t, root, cpu, index, map[string]string{"level": level, "type": typ, "shared_cpu_list": shared})
+	cache := func(cpu, index int, level, typ, shared, id string) {
+		files := map[string]string{"level": level, "type": typ, "shared_cpu_list": shared}
+		if id != "" {
+			files["id"] = id
+		}
+		writeCache(t, root, cpu, index, files)
 	}
 	for cpu := range 4 {
-		socket := "0-1"
+		socket, id := "0-1", "0"
 		if cpu >= 2 {
-			socket = "2-3"
+			socket, id = "2-3", "1"
 		}
-		cache(cpu, 0, "1", "Data", itoa(cpu))
-		cache(cpu, 1, "1", "Instruction", itoa(cpu))
-		cache(cpu, 2, "2", "Unified", itoa(cpu))
-		cache(cpu, 3, "3", "Unified", socket)
+		cache(cpu, 0, "1", "Data", itoa(cpu), itoa(cpu))
+		cache(cpu, 1, "1", "Instruction", itoa(cpu), itoa(cpu))
+		cache(cpu, 2, "2", "Unified", itoa(cpu), itoa(cpu))
+		cache(cpu, 3, "3", "Unified", socket, id)
+		if cpu == 1 {
+			// CPU 0 offline: sysfs lists it out of its siblings'.
+			cache(cpu, 3, "3", "Unified", "1", id)
+		}
 	}
-	got, err := LLCDomains(root, []int{0, 1, 2, 3, 4})
-	if err != nil {
+	cache(4, 0, "1", "Data", "4", "")
+	cache(4, 1, "2", "Unified", "4-5", "")
+	cache(5, 0, "1", "Instruction", "5", "")
+	cache(6, 3, "4", "Unified", "6", "")
+	if err := os.RemoveAll(filepath.Join(root, "devices/system/cpu/cpu6/cache")); err != nil {
 		t.Fatal(err)
 	}
-	want := map[int]string{0: "0-1", 1: "0-1", 2: "2-3", 3: "2-3", 4: "4"}
-	for cpu, d := range want {
-		if got[cpu] != d {
-			t.Errorf("cpu %d: domain %q, want %q", cpu, got[cpu], d)
+	d := NewLLCDomains(root)
+	now := time.Unix(0, 0)
+	d.now = func() time.Time { return now }
+	want := map[int]string{0: "L3#0", 1: "L3#0", 2: "L3#1", 3: "L3#1", 4: "4-5", 5: "5"}
+	for cpu, name := range want {
+		if got, ok := d.Of(cpu); got != name || !ok {
+			t.Errorf("cpu %d: domain %q (%v), want %q", cpu, got, ok, name)
 		}
+	}
+	if got, ok := d.Of(6); ok {
+		t.Errorf("cpu 6 without cache/: domain %q", got)
+	}
+	cache(6, 3, "3", "Unified", "6-7", "2") // it comes online
+	now = now.Add(d.retry / 2)
+	if got, ok := d.Of(6); ok {
+		t.Errorf("cpu 6 asked again before the retry: domain %q", got)
+	}
+	now = now.Add(d.retry / 2)
+	if got, ok := d.Of(6); got != "L3#2" || !ok {
+		t.Errorf("cpu 6 online: domain %q (%v), want L3#2", got, ok)
 	}
 }
 
@@ -84,21 +114,75 @@ func TestCacheSizesWithoutFirmwareSizes(t *testing.T) {
 	}
 }
 
-// This machine's own sysfs: every online CPU has a domain, and CPUs that
-// share one list it identically.
+// This machine's own sysfs: every online CPU has a domain, and two CPUs
+// have the same one exactly where each is in the other's last-level
+// shared_cpu_list.
 func TestLLCDomainsHere(t *testing.T) {
 	cpus, err := OnlineCPUs("/sys")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := LLCDomains("/sys", cpus)
-	if err != nil || len(got) != len(cpus) {
-		t.Fatalf("%v %v", got, err)
-	}
+	d := NewLLCDomains("/sys")
+	names := map[int]string{}
 	for _, cpu := range cpus {
-		d, err := cpuset.Parse(got[cpu])
-		if err != nil || !cpuset.Contains(d, cpu) {
-			t.Errorf("cpu %d: domain %q does not hold it (%v)", cpu, got[cpu], err)
+		name, ok := d.Of(cpu)
+		if !ok {
+			t.Fatalf("cpu %d (online) has no domain", cpu)
 		}
+		names[cpu] = name
+	}
+	shares := func(a, b int) bool {
+		caches, _ := cacheIndexes("/sys", a)
+		best, list := -1, strconv.Itoa(a)
+		for _, c := range caches {
+			if c.level > best {
+				best, list = c.level, c.sharedCPUList
+			}
+		}
+		set, err := cpuset.Parse(list)
+		return err == nil && cpuset.Contains(set, b)
+	}
+	for _, a := range cpus {
+		for _, b := range cpus {
+			if same := names[a] == names[b]; same != (shares(a, b) && shares(b, a)) {
+				t.Errorf("cpus %d and %d: domains %q and %q, but sysfs says sharing is %v", a, b, names[a], names[b], !same)
+			}
+		}
+	}
+}
+
+// The kernel lists an offline CPU out of its siblings' shared_cpu_list; a
+// CPU's domain read while a sibling is offline is the same as read with
+// both online, and the sibling is placed once it is back.
+func TestLLCDomainsUnderHotplug(t *testing.T) {
+	cpu, ctl := testenv.HotplugCPU(t)
+	all := NewLLCDomains("/sys")
+	online := testenv.OnlineCPUs(t)
+	for _, c := range online {
+		if _, ok := all.Of(c); !ok {
+			t.Fatalf("cpu %d (online) has no domain", c)
+		}
+	}
+	if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	without := NewLLCDomains("/sys")
+	without.retry = 0
+	for _, c := range online {
+		got, ok := without.Of(c)
+		want, _ := all.Of(c)
+		switch {
+		case c == cpu && ok:
+			t.Errorf("cpu %d offline: domain %q", c, got)
+		case c != cpu && got != want:
+			t.Errorf("cpu %d with cpu %d offline: domain %q, with it online %q", c, cpu, got, want)
+		}
+	}
+	if err := os.WriteFile(ctl, []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := all.Of(cpu)
+	if got, ok := without.Of(cpu); got != want || !ok {
+		t.Errorf("cpu %d back online: domain %q (%v), want %q", cpu, got, ok, want)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -964,19 +965,31 @@ func countUserInstructions(t *testing.T, tid int) func() uint64 {
 // scrapes it.
 func runReuseBench(t *testing.T, flags, wrapper []string, args ...string) reuseRun {
 	t.Helper()
-	bench := buildGroundTruth(t, "reusebench")
 	top, dirs := testenv.Cgroups(t, "job")
+	// Every CPU open from the start: the sampler follows a CPU that
+	// comes online within its governor's half second, which a short run
+	// would miss (TestServeReuseSharedAfterHotplug waits for it).
+	testenv.AwaitPresentOnline(t, 5*time.Second)
+	p := startReuse(t, top, flags)
+	return reuseBenchIn(t, p, top, dirs[0], flags, wrapper, args...)
+}
+
+// startReuse starts the exporter watching the reuse of cgroup top/job.
+func startReuse(t *testing.T, top string, flags []string) *exporterProc {
+	t.Helper()
+	return start(t, nil, append([]string{"--collector.comm.cgroup=" + top + "/job", "--collector.comm.reuse"}, flags...)...)
+}
+
+// reuseBenchIn runs reusebench in cgroup dir (top/job) beside the
+// exporter p started with flags, as runReuseBench says.
+func reuseBenchIn(t *testing.T, p *exporterProc, top, dir string, flags, wrapper []string, args ...string) reuseRun {
+	t.Helper()
+	bench := buildGroundTruth(t, "reusebench")
 	mode := "private"
 	if slices.Contains(flags, "--collector.comm.reuse-mode=shared") {
 		mode = "shared"
 	}
-	// The exporter reads the CPUs' last-level caches at start, from the
-	// CPUs online then (a CPU that another process holds offline has no
-	// cache entries, and its siblings list it out): started without one,
-	// its threads there are a domain of their own for the whole run.
-	testenv.AwaitPresentOnline(t, 5*time.Second)
-	p := start(t, nil, append([]string{"--collector.comm.cgroup=" + top + "/job", "--collector.comm.reuse"}, flags...)...)
-	cg, err := os.Open(dirs[0])
+	cg, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1142,12 +1155,9 @@ func countUpTo(h *dto.Histogram, x float64) uint64 {
 func TestServeReuseShared(t *testing.T) {
 	requireDecoder(t)
 	testenv.RequireRoot(t)
-	b, err := os.ReadFile("/sys/devices/system/cpu/cpu0/cache/index3/shared_cpu_list")
-	if err != nil {
-		b, err = os.ReadFile("/sys/devices/system/cpu/cpu0/cache/index2/shared_cpu_list")
-	}
-	shared := strings.TrimSpace(string(b))
-	testenv.Require(t, err == nil && strings.ContainsAny(shared, "-,"), "CPU 0 shares its last-level cache with no other CPU: "+shared)
+	testenv.AwaitPresentOnline(t, 5*time.Second) // sysfs lists an offline CPU out of CPU 0's cache
+	shared, _ := cpu0LLC(t)
+	testenv.Require(t, strings.ContainsAny(shared, "-,"), "CPU 0 shares its last-level cache with no other CPU: "+shared)
 	r := runReuseBench(t,
 		[]string{"--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2", "--collector.comm.reuse-mode=shared"},
 		[]string{"taskset", "-c", shared}, "-follower", "-slots", "4194304", "-chunk-time", "40us", "-duration", "3s")
@@ -1155,6 +1165,64 @@ func TestServeReuseShared(t *testing.T) {
 	if v := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); v != 0 {
 		t.Errorf("%v invalidations in one cache domain", v)
 	}
+}
+
+// TestServeReuseSharedAfterHotplug: the exporter starts while a CPU is
+// offline (sysfs then lists neither its caches nor it among its
+// siblings'), and the CPU comes back before reusebench runs on both: the
+// CPU is placed in its last-level cache domain when it is first seen, so
+// the follower's domain is the walker's and nothing is invalidated (with
+// the domains read once at start, that CPU's threads were a domain of
+// their own), and communication is folded to that one domain, named as
+// sysfs names its cache.
+func TestServeReuseSharedAfterHotplug(t *testing.T) {
+	requireDecoder(t)
+	cpu, ctl := testenv.HotplugCPU(t)
+	shared, domain := cpu0LLC(t)
+	cpus, err := cpuset.Parse(shared)
+	testenv.Require(t, err == nil && cpuset.Contains(cpus, cpu), fmt.Sprintf("CPU 0 does not share its last-level cache (%q) with CPU %d", shared, cpu))
+	top, dirs := testenv.CgroupsHeld(t, "job")
+	if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--collector.comm.period=500000", "--collector.comm.cpu-budget=0.2", "--collector.comm.reuse-mode=shared"}
+	p := startReuse(t, top, flags)
+	if err := os.WriteFile(ctl, []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the sampler opens on the CPU within its governor's half second
+	r := reuseBenchIn(t, p, top, dirs[0], flags, []string{"taskset", "-c", shared}, "-follower", "-slots", "4194304", "-chunk-time", "40us", "-duration", "3s")
+	dominantBinHolds(t, r.h, r.lag, "s")
+	if v := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); v != 0 {
+		t.Errorf("%v invalidations in one cache domain", v)
+	}
+	for _, m := range r.mfs["pmu_comm_domain_volume_total"].GetMetric() {
+		if !labelsMatch(m, map[string]string{"domain_a": domain, "domain_b": domain}) {
+			t.Errorf("communication folded to %v; the benchmark's CPUs share %s", m.GetLabel(), domain)
+		}
+	}
+}
+
+// cpu0LLC reads CPU 0's last-level cache from sysfs: the CPUs online
+// that share it, and its domain's name as the exporter gives it (its level
+// and id, or the CPU list where sysfs gives no id).
+func cpu0LLC(t *testing.T) (shared, domain string) {
+	t.Helper()
+	for _, index := range []string{"index3", "index2"} {
+		dir := "/sys/devices/system/cpu/cpu0/cache/" + index + "/"
+		b, err := os.ReadFile(dir + "shared_cpu_list")
+		if err != nil {
+			continue
+		}
+		shared, domain = strings.TrimSpace(string(b)), strings.TrimSpace(string(b))
+		level, _ := os.ReadFile(dir + "level")
+		if id, err := os.ReadFile(dir + "id"); err == nil {
+			domain = "L" + strings.TrimSpace(string(level)) + "#" + strings.TrimSpace(string(id))
+		}
+		return shared, domain
+	}
+	testenv.Require(t, false, "sysfs describes neither an L3 nor an L2 of CPU 0")
+	return "", ""
 }
 
 func labelsMatch(m *dto.Metric, want map[string]string) bool {

@@ -57,7 +57,7 @@ type Decoder struct {
 	det *comdetect.Detector
 	// domains are the last-level cache domain of each CPU, and the
 	// communication between domains by (reader's, publisher's) pair.
-	domainOf map[uint32]string
+	domainOf func(cpu int) (string, bool)
 	domains  map[DomainPair]*comdetect.Cell
 
 	// The watchpoints, where Watch or WatchReuse (or both) turned them on:
@@ -324,25 +324,28 @@ func (d *Decoder) flush(b samplestat.Batch) {
 // DomainPair is two last-level cache domains, A <= B.
 type DomainPair struct{ A, B string }
 
-// SetDomains gives the last-level cache domain of each CPU (host.LLCDomains);
+// SetDomains gives the last-level cache domain of each CPU
+// (host.LLCDomains.Of; false where it cannot place the CPU now):
 // communication between CPUs is then also folded by domain pair.
-func (d *Decoder) SetDomains(of map[int]string) {
+func (d *Decoder) SetDomains(of func(cpu int) (string, bool)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.domainOf = map[uint32]string{}
-	for cpu, dom := range of {
-		d.domainOf[uint32(cpu)] = dom
+	d.domainOf = of
+}
+
+// domain names cpu's last-level cache domain: the CPU itself where no
+// domains are set or they cannot place it.
+func (d *Decoder) domain(cpu uint32) string {
+	if d.domainOf != nil {
+		if name, ok := d.domainOf(int(cpu)); ok {
+			return name
+		}
 	}
+	return strconv.Itoa(int(cpu))
 }
 
 func (d *Decoder) foldDomains(cpu, peer uint32, period uint64, kind cacheline.Kind) {
-	a, b := d.domainOf[cpu], d.domainOf[peer]
-	if a == "" {
-		a = strconv.Itoa(int(cpu))
-	}
-	if b == "" {
-		b = strconv.Itoa(int(peer))
-	}
+	a, b := d.domain(cpu), d.domain(peer)
 	if a > b {
 		a, b = b, a
 	}

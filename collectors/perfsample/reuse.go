@@ -223,14 +223,14 @@ func (d *Decoder) tracker(pid uint32) *reuse.Tracker {
 }
 
 // threadDomain is the last-level cache domain of the CPU tid was last seen
-// on; a thread not seen yet, or on a CPU sysfs does not place, is a domain
-// of its own.
+// on (that CPU where sysfs does not place it); a thread not seen yet is a
+// domain of its own.
 func (d *Decoder) threadDomain(tid uint32) int {
 	cpu, ok := d.threadCPU[tid]
-	name := d.domainOf[cpu]
-	if !ok || name == "" {
+	if !ok {
 		return -1 - int(tid)
 	}
+	name := d.domain(cpu)
 	id, ok := d.domainIDs[name]
 	if !ok {
 		id = len(d.domainIDs)

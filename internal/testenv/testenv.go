@@ -121,6 +121,13 @@ func Cgroups(t testing.TB, rels ...string) (top string, dirs []string) {
 	t.Helper()
 	RequireRoot(t)
 	LockMachine(t, false)
+	return CgroupsHeld(t, rels...)
+}
+
+// CgroupsHeld is Cgroups for a test that holds the machine exclusively
+// already (HotplugCPU): taking the lock shared again would wait on itself.
+func CgroupsHeld(t testing.TB, rels ...string) (top string, dirs []string) {
+	t.Helper()
 	mnt := Cgroup2Mount()
 	Require(t, mnt != "", "needs a cgroup v2 hierarchy")
 	top = fmt.Sprintf("/pmu_exporter_test_%d_%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"))

@@ -99,11 +99,13 @@ func setupComm(b *build) error {
 		return err
 	}
 	dec.SetDecodeCache(int(o.decodeCache))
-	if doms, err := host.LLCDomains(b.f.sysfs, b.s.facts.OnlineCPUs); err != nil {
-		b.log.Warn("communication not folded by last-level cache", "err", err)
-	} else {
-		dec.SetDomains(doms)
+	doms := host.NewLLCDomains(b.f.sysfs)
+	for _, cpu := range b.s.facts.OnlineCPUs {
+		if _, ok := doms.Of(cpu); !ok {
+			b.log.Warn("a CPU's last-level cache is not in sysfs: its communication is folded as a domain of its own", "cpu", cpu)
+		}
 	}
+	dec.SetDomains(doms.Of)
 	stats := samplestat.New(len(cfgs), b.f.sampling.maxLines)
 	stats.SetSharingWindow(b.f.sampling.sharingWindow)
 	if perCgroup {
