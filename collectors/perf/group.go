@@ -152,6 +152,39 @@ func (g *Group) Read(values []uint64) (enabled, running uint64, err error) {
 	return DecodeGroupRead(g.buf[:n], g.ids, values)
 }
 
+// ReadMembers reads a group the kernel broke up (ErrGroupBroken: its CPU
+// went offline, and each member became a group of its own, its counts
+// kept) one member at a time into values, and returns the leader's
+// enabled and running nanoseconds, which the members shared until the
+// break: the counts since the last Read are not lost with the group.
+func (g *Group) ReadMembers(values []uint64) (enabled, running uint64, err error) {
+	if len(values) != len(g.ids) {
+		return 0, 0, fmt.Errorf("group read: %d value slots for %d events", len(values), len(g.ids))
+	}
+	tmp := make([]uint64, len(g.ids))
+	for i, fd := range g.fds {
+		var n int
+		for {
+			n, err = unix.Read(fd, g.buf)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading member %d of the group on CPU %d: %w", i, g.CPU, err)
+		}
+		e, r, err := DecodeGroupRead(g.buf[:n], g.ids[i:i+1], tmp[i:i+1])
+		if err != nil {
+			return 0, 0, fmt.Errorf("member %d of the group on CPU %d: %w", i, g.CPU, err)
+		}
+		if i == 0 {
+			enabled, running = e, r
+		}
+	}
+	copy(values, tmp)
+	return enabled, running, nil
+}
+
 // Close closes every fd of the group; it is safe to call twice.
 func (g *Group) Close() error {
 	var errs []error

@@ -253,3 +253,55 @@ func TestProbes(t *testing.T) {
 		t.Errorf("breakpoint probe: %v", err)
 	}
 }
+
+// A CPU going offline breaks its groups up, each member keeping its
+// counts: Read then fails with ErrGroupBroken, and ReadMembers reads what
+// the group counted up to the offline, cpu-clock the wall time from the
+// open to the offline write. Another process toggling the CPU meanwhile
+// makes the round run again.
+func TestReadMembersAfterOffline(t *testing.T) {
+	cpu, ctl := testenv.HotplugCPU(t)
+	vals := make([]uint64, len(swGroup))
+	for round := 0; ; round++ {
+		if round == 5 {
+			t.Fatalf("CPU %d went offline before the test took it offline in %d rounds", cpu, round)
+		}
+		testenv.AwaitPresentOnline(t, 5*time.Second)
+		opening := time.Now()
+		g, err := OpenGroup(swGroup, swNames, SystemWide(cpu))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opened := time.Now()
+		time.Sleep(200 * time.Millisecond)
+		offlining := time.Now()
+		if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
+			g.Close()
+			t.Fatal(err)
+		}
+		offline := time.Now()
+		_, _, rerr := g.Read(vals)
+		enabled, _, err := g.ReadMembers(vals)
+		g.Close()
+		if err := os.WriteFile(ctl, []byte("1"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(rerr, ErrGroupBroken) {
+			t.Fatalf("Read after CPU %d went offline: %v, want ErrGroupBroken", cpu, rerr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Counted up to the offline: at most from before the open to after
+		// the write; at least 95% from after the open to before it (less
+		// where another process took the CPU offline first: again).
+		most, least := offline.Sub(opening), offlining.Sub(opened)
+		if c := time.Duration(vals[0]); c < least*95/100 {
+			t.Logf("round %d: cpu-clock %v, less than the %v to the offline (another process's hotplug?): again", round, c, least)
+			continue
+		} else if c > most || time.Duration(enabled) > most || time.Duration(enabled) < least*95/100 {
+			t.Errorf("cpu-clock %v, time_enabled %v; the CPU was online %v to %v", c, time.Duration(enabled), least, most)
+		}
+		return
+	}
+}
