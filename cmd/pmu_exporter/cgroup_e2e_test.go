@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -265,7 +266,8 @@ func TestServeCgroupV1(t *testing.T) {
 
 // TestServeQuickHotplug takes a CPU offline and back 20 times while the
 // exporter runs with --collector.counting.per-cpu, each time faster than it polls
-// the online list. After every toggle the CPU's cpu-clock must count again
+// the online list, and without the kernel's hotplug uevents, which would
+// tell it (TestServeHotplugUevents). After every toggle the CPU's cpu-clock must count again
 // within two intervals; afterwards a task pinned to that CPU in a cgroup is
 // credited its cpu.stat time (the cgroup program was reattached there and
 // the counting fds placed anew), and pmu_cpu_reopened_total says what was
@@ -283,7 +285,7 @@ func TestServeQuickHotplug(t *testing.T) {
 	label := strconv.Itoa(cpu)
 
 	started := time.Now()
-	p := start(t, nil, "--collector.counting.per-cpu")
+	p := start(t, nil, "--collector.counting.per-cpu", "--no-collector.counting.hotplug-uevents")
 	clock := func() float64 {
 		_, mfs := p.scrape(t)
 		return mustValue(t, mfs, "pmu_events_total", map[string]string{"event": "cpu-clock", "pmu": "software", "cpu": label})
@@ -363,6 +365,72 @@ func TestServeQuickHotplug(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "the events of a CPU stopped counting; reopened every group there") || !strings.Contains(p.log.String(), "cpu="+label) {
 		t.Errorf("the log does not name the CPU and the cause:\n%s", p.log)
+	}
+}
+
+// TestServeHotplugUevents: with its reads an hour apart, the exporter
+// follows a CPU's hotplug by the kernel's uevents alone. Taken offline,
+// the CPU's groups close; brought back, they open within milliseconds,
+// so that the CPU's cpu-clock, read when it goes offline again, counts
+// nearly all of the time it was online, and never more. A round in which
+// another process hotplugged a CPU is done again (five at most).
+func TestServeHotplugUevents(t *testing.T) {
+	cpu, ctl := testenv.HotplugCPU(t)
+	online := len(testenv.OnlineCPUs(t))
+	// Its first read opens the groups; the next is an hour away, and the
+	// exporter is not ready before it.
+	p := startWrapped(t, nil, []string{unready}, "--collector.counting.per-cpu", "--collector.counting.interval=1h")
+	label := strconv.Itoa(cpu)
+	set := func(v string) {
+		t.Helper()
+		if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// await waits up to 10 s until the group is open on n CPUs, and
+	// returns the CPU's cpu-clock then.
+	await := func(n int) float64 {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			_, mfs := p.scrape(t)
+			var open []float64
+			for _, m := range mfs["pmu_group_cpus"].GetMetric() {
+				open = append(open, m.GetGauge().GetValue())
+			}
+			clock, _ := value(t, mfs, "pmu_events_total", map[string]string{"event": "cpu-clock", "pmu": "software", "cpu": label})
+			if len(open) > 0 && !slices.ContainsFunc(open, func(v float64) bool { return v != float64(n) }) {
+				return clock
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the groups are open on %v CPUs 10 s after a hotplug, want %d\n%s", open, n, p.log)
+			}
+		}
+	}
+	await(online)
+	for round := 0; ; round++ {
+		if round == 5 {
+			t.Fatalf("another process hotplugged CPUs during %d rounds", round)
+		}
+		testenv.AwaitPresentOnline(t, 5*time.Second)
+		set("0")
+		c0 := await(online - 1)
+		from := time.Now()
+		set("1")
+		w := hotplugtest.Start(t)
+		await(online)
+		time.Sleep(300 * time.Millisecond)
+		if w.Saw(t, fmt.Sprintf("round %d again", round)) {
+			continue
+		}
+		set("0")
+		window := float64(time.Since(from))
+		counted := await(online-1) - c0
+		set("1")
+		if counted > window || counted < 0.5*window {
+			t.Errorf("CPU %d counted %v of cpu-clock while online %v", cpu, time.Duration(counted), time.Duration(window))
+		}
+		t.Logf("CPU %d counted %v of cpu-clock while online %v", cpu, time.Duration(counted), time.Duration(window))
+		return
 	}
 }
 

@@ -110,7 +110,11 @@ func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args
 		probe = "/-/healthy"
 	}
 	wrapper = slices.DeleteFunc(slices.Clone(wrapper), func(w string) bool { return w == unready })
-	argv := append(append(wrapper, binary, "--web.listen-address="+p.addr, "--collector.counting.interval=100ms"), args...)
+	argv := append(wrapper, binary, "--web.listen-address="+p.addr)
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--collector.counting.interval=") }) {
+		argv = append(argv, "--collector.counting.interval=100ms")
+	}
+	argv = append(argv, args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if cred != nil {

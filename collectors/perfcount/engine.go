@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/counting"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
@@ -33,6 +34,10 @@ type Options struct {
 	Groups []GroupSpec
 	// OnlineCPUs lists the online CPUs; called once per cycle to follow hotplug.
 	OnlineCPUs func() ([]int, error)
+	// Hotplug, if set, wakes Run for a cycle at once when a CPU goes
+	// online or offline (cpuhotplug): a CPU that came online then counts
+	// from milliseconds after, not from the next cycle.
+	Hotplug <-chan cpuhotplug.Event
 	// ObserveRead, if set, receives the duration of each read cycle in seconds.
 	ObserveRead func(seconds float64)
 	Logger      *slog.Logger
@@ -144,7 +149,8 @@ func New(opts Options) *Engine {
 	return e
 }
 
-// Run calls Cycle every interval until ctx ends, then closes every group.
+// Run calls Cycle every interval, and at each hotplug event, until ctx
+// ends, then closes every group.
 func (e *Engine) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -167,6 +173,8 @@ func (e *Engine) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			cycle()
+		case <-e.opts.Hotplug:
 			cycle()
 		}
 	}
@@ -366,6 +374,15 @@ func transient(r model.OpenReason) bool {
 func (e *Engine) read(gs *groupState, cg *cpuGroup) (dead string) {
 	before := time.Now()
 	enabled, running, err := cg.g.Read(cg.values)
+	if errors.Is(err, perf.ErrGroupBroken) {
+		// Its CPU went offline: what the members counted since the last
+		// read is still there, one member at a time.
+		if enabled, running, err = cg.g.ReadMembers(cg.values); err == nil {
+			cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: cg.values})
+			cg.readAt, cg.enabled = before, enabled
+			return "the kernel broke the group up: the CPU went offline since the previous read"
+		}
+	}
 	if err != nil {
 		e.readErrors["read"]++
 		e.opts.Logger.Debug("group read failed", "group", gs.spec.Name, "cpu", cg.g.CPU, "err", err)

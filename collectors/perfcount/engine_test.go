@@ -1,6 +1,7 @@
 package perfcount
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -211,6 +213,75 @@ func TestEngineRealHotplug(t *testing.T) {
 			t.Errorf("after onlining: open on %d CPUs, CPU %d counted %v in 30ms", g.OpenCPUs, last, time.Duration(after-before))
 		}
 		return
+	}
+}
+
+// TestEngineWakesOnHotplug runs the engine with a cycle an hour apart and
+// the kernel's hotplug uevents: a CPU taken offline is closed, and one
+// brought back is opened, at the uevent, with no cycle due; its group of
+// two, which the kernel breaks up at the offline, is read there whole.
+func TestEngineWakesOnHotplug(t *testing.T) {
+	last, ctl := testenv.HotplugCPU(t)
+	online := testenv.OnlineCPUs(t)
+	l, err := cpuhotplug.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan error, 1)
+	go func() { listening <- l.Run(ctx) }()
+	hotplug, _ := l.Subscribe()
+	e := New(Options{
+		Groups:     []GroupSpec{{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK)}}},
+		OnlineCPUs: realOnline(t),
+		Hotplug:    hotplug,
+	})
+	running := make(chan struct{})
+	go func() { e.Run(ctx, time.Hour); close(running) }()
+	defer func() { cancel(); <-running; <-listening }()
+	// awaitOpen waits up to 10 s for the group to be open on n CPUs.
+	awaitOpen := func(n int) bool {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if e.Cycles() > 0 && group(t, e.Snapshot(), "clock").OpenCPUs == n {
+				return true
+			}
+		}
+		return false
+	}
+	if !awaitOpen(len(online)) {
+		t.Fatalf("the first cycle did not open the group on the %d CPUs online", len(online))
+	}
+	var counted uint64
+	var set, seen, offlining, offline time.Time // when CPU last came online and went offline again
+	for _, v := range []string{"0", "1", "0"} {
+		cycles := e.Cycles()
+		if v == "0" {
+			counted = find(t, e.Snapshot(), "cpu-clock").PerCPU[last]
+			offlining = time.Now()
+		} else {
+			set = time.Now()
+		}
+		if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		offline = time.Now()
+		want := len(online)
+		if v == "0" {
+			want--
+		}
+		if !awaitOpen(want) {
+			t.Fatalf("CPU %d online=%s: the group is open on %d CPUs after 10 s, want %d (cycles %d → %d)", last, v, group(t, e.Snapshot(), "clock").OpenCPUs, want, cycles, e.Cycles())
+		}
+		if v == "1" {
+			seen = time.Now()
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// Read at the offline, one member at a time (the kernel broke the
+	// group up): the time from its open at the uevent to the offline.
+	got := time.Duration(find(t, e.Snapshot(), "cpu-clock").PerCPU[last] - counted)
+	if most, least := offline.Sub(set), offlining.Sub(seen); got > most || got < least*95/100 {
+		t.Errorf("CPU %d counted %v of cpu-clock while online; it was %v to %v", last, got, least, most)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
@@ -33,8 +34,10 @@ import (
 type Options struct {
 	Logger *slog.Logger // where skipped records and hotplug failures are reported (may be nil)
 	// OnlineCPUs, when set, is polled with the governor to follow CPU
-	// hotplug (Sync).
+	// hotplug (Sync), and after each of Hotplug's events, at the next
+	// wake (Poll at the latest).
 	OnlineCPUs func() ([]int, error)
+	Hotplug    <-chan cpuhotplug.Event
 	Pages      int           // data pages per CPU ring (a power of two)
 	Poll       time.Duration // longest wait between reads
 	Govern     time.Duration // how often the governor runs
@@ -429,6 +432,10 @@ func (s *Sampler) Run(ctx context.Context) error {
 				return err
 			}
 			if err := g.step(); err != nil {
+				return err
+			}
+		case <-s.opts.Hotplug:
+			if err := s.follow(); err != nil {
 				return err
 			}
 		default:

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
@@ -425,6 +426,71 @@ func TestRealHotplug(t *testing.T) {
 	if f, err := s.Sync(testenv.OnlineCPUs(t)); err != nil || len(f) != 0 || s.cpus[last] == nil {
 		t.Errorf("CPU %d back online: %v %v, open %v", last, f, err, s.cpus[last] != nil)
 	}
+}
+
+// Run follows a CPU's hotplug at the kernel's uevent, with the governor's
+// own check an hour away: its events there close and open again, as the
+// kernel's count of this process's perf file descriptors shows.
+func TestRunFollowsHotplugEvents(t *testing.T) {
+	_, ctl := testenv.HotplugCPU(t)
+	online := testenv.OnlineCPUs(t)
+	l, err := cpuhotplug.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hotplug, _ := l.Subscribe()
+	before := perfFDs(t)
+	s, failures, err := Open([]sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, 1000000)}, online, samplestat.New(1, 256),
+		Options{Pages: 16, Poll: 10 * time.Millisecond, Govern: time.Hour, OnlineCPUs: func() ([]int, error) { return testenv.OnlineCPUs(t), nil }, Hotplug: hotplug})
+	if err != nil || len(failures) != 0 {
+		t.Fatalf("open: %v %+v", err, failures)
+	}
+	perCPU := (perfFDs(t) - before) / len(online)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- l.Run(ctx) }()
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+		s.Close()
+	}()
+	for _, v := range []string{"0", "1"} {
+		if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := before + perCPU*len(online)
+		if v == "0" {
+			want -= perCPU
+		}
+		got := perfFDs(t)
+		for deadline := time.Now().Add(10 * time.Second); got != want && time.Now().Before(deadline); got = perfFDs(t) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got != want {
+			t.Fatalf("online=%s: %d perf fds open after 10 s, want %d (%d a CPU)", v, got, want, perCPU)
+		}
+	}
+}
+
+// perfFDs counts this process's open perf event file descriptors.
+func perfFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, _ := os.Readlink("/proc/self/fd/" + fd.Name()); target == "anon_inode:[perf_event]" {
+			n++
+		}
+	}
+	return n
 }
 
 // A CPU taken offline and back between two hotplug checks keeps its old

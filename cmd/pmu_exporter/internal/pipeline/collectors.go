@@ -26,6 +26,8 @@ func collectorList(f *Options) *registry.Registry[*build] {
 					func(fc *kingpin.FlagClause) { fc.BoolVar(&f.perCPU) })
 				o.Flag("interval", "collector.interval", "How often every group is read (per-cgroup attribution and Top-Down follow each read).",
 					func(fc *kingpin.FlagClause) { fc.Default("1s").DurationVar(&f.interval) })
+				o.Flag("hotplug-uevents", "", "Follow CPU hotplug as the kernel announces it (uevents on a netlink socket): a CPU that comes online is counted and sampled from milliseconds after, not from the next read; off, hotplug is followed at each read only.",
+					func(fc *kingpin.FlagClause) { fc.Default("true").BoolVar(&f.hotplugUevents) })
 			}},
 		registry.Collector[*build]{Name: "topdown", Default: true, Live: liveTopdownCollector, Replay: replayTopdown,
 			Help: "Compute Top-Down levels 1 and 2 where the CPU has a built-in tree (or --collector.topdown.definitions gives one)",

@@ -556,6 +556,8 @@ type commSampler struct {
 	regs   registers          // what its threads' debug registers serve
 	stop   context.CancelFunc // nil until its reader runs
 	done   chan struct{}
+	// unsubscribe ends its subscription to the CPU hotplug events.
+	unsubscribe func()
 }
 
 // registers is what a sampled workload's debug registers serve.
@@ -633,6 +635,7 @@ func (c *commSamplers) open(target string, regs registers) error {
 		Decoder:   c.dec,
 	}
 	cs := &commSampler{regs: regs}
+	opts.Hotplug, cs.unsubscribe = b.hotplugEvents()
 	if target != "" {
 		f, err := os.Open(filepath.Join(c.root, target))
 		if err != nil {
@@ -645,6 +648,7 @@ func (c *commSamplers) open(target string, regs registers) error {
 		b.log.Warn("address sampler not opened on a CPU", "cpu", fl.CPU, "cgroup", target, "err", fl.Err)
 	}
 	if err != nil {
+		cs.unsubscribe()
 		if cs.cgroup != nil {
 			cs.cgroup.Close()
 		}
@@ -684,6 +688,7 @@ func (c *commSamplers) close(target string) {
 		<-cs.done
 	}
 	cs.smp.Close()
+	cs.unsubscribe()
 	if cs.cgroup != nil {
 		cs.cgroup.Close()
 	}

@@ -24,6 +24,7 @@ type Options struct {
 	configFile          string
 	perCPU              bool
 	interval            time.Duration
+	hotplugUevents      bool // follow CPU hotplug by the kernel's uevents (cpuhotplug)
 	tree                treeOptions
 	cgroups             cgroupOptions
 	k8sNode, kubeconfig string

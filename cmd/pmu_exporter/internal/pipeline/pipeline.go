@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
@@ -30,15 +31,28 @@ type build struct {
 	// online is the one reader of the online CPUs (engine, attribution,
 	// perf cgroup mode and sampler share it).
 	online *host.OnlineCPUsReader
-	engine perfcount.Options // the counting engine's groups and hooks
-	steps  []step            // what runs after every read, in collector order
-	resets []func(cpu int, cause string)
-	td     *liveTopdown      // Top-Down's trees, also computed per cgroup
-	names  exporter.PodNames // pod names from the API (nil without it)
+	// hotplug hears CPUs go online and offline (nil where the uevent
+	// socket cannot be opened: hotplug is then followed at each read).
+	hotplug *cpuhotplug.Listener
+	engine  perfcount.Options // the counting engine's groups and hooks
+	steps   []step            // what runs after every read, in collector order
+	resets  []func(cpu int, cause string)
+	td      *liveTopdown      // Top-Down's trees, also computed per cgroup
+	names   exporter.PodNames // pod names from the API (nil without it)
 	// replay only: the recording and the tree it is played through, and
 	// how long reading --replay.samples took.
 	replay  *replayBuild
 	sampled time.Duration
+}
+
+// hotplugEvents subscribes to the CPU hotplug events until the returned
+// function is called: nil without the listener (a nil channel never
+// delivers).
+func (b *build) hotplugEvents() (<-chan cpuhotplug.Event, func()) {
+	if b.hotplug == nil {
+		return nil, func() {}
+	}
+	return b.hotplug.Subscribe()
 }
 
 // step is a collector's work after each read, timed into its health.
@@ -54,6 +68,19 @@ func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 	s := discover(f)
 	b := &build{f: &f, log: logger, s: &s, p: &Pipeline{}, online: host.NewOnlineCPUsReader(f.sysfs)}
 	b.p.closers = append(b.p.closers, func() { b.online.Close() })
+	if !f.hotplugUevents {
+		logger.Info("CPU hotplug is followed at each read only (--no-collector.counting.hotplug-uevents)")
+	} else if l, err := cpuhotplug.Listen(); err != nil {
+		logger.Info("CPU hotplug is followed at each read only: a CPU that comes online counts from the next", "err", err)
+	} else {
+		b.hotplug = l
+		b.p.beside = append(b.p.beside, func(ctx context.Context) {
+			if err := l.Run(ctx); err != nil {
+				logger.Warn("no longer hearing CPU hotplug uevents; followed at each read only", "err", err)
+			}
+		})
+		b.p.closers = append(b.p.closers, func() { l.Close() })
+	}
 	running, failed := f.collectors.Build(b, false)
 	if !f.collectors.Enabled("cgroup") {
 		// Say why pmu_capability{feature="cgroup_attribution"} is 0.
@@ -192,7 +219,8 @@ func liveCgroup(b *build) error {
 
 // liveSampling samples memory accesses (and any --collector.sampling.event).
 func liveSampling(b *build) error {
-	return setupSampling(b.p, b.f.sampling, b.f.cgroups, b.f.procfs, *b.s, b.names, b.online, b.log)
+	hotplug, _ := b.hotplugEvents() // for the pipeline's life
+	return setupSampling(b.p, b.f.sampling, b.f.cgroups, b.f.procfs, *b.s, b.names, b.online, hotplug, b.log)
 }
 
 // startEngine starts the counting engine with every collector's groups and
@@ -205,6 +233,7 @@ func (b *build) startEngine() {
 	var read time.Duration // the latest read cycle's
 	opts := b.engine
 	opts.Groups, opts.OnlineCPUs, opts.Logger = b.s.groups, b.online.Read, b.log
+	opts.Hotplug, _ = b.hotplugEvents() // for the pipeline's life
 	opts.ObserveRead = func(seconds float64) {
 		readDuration.Observe(seconds)
 		read = time.Duration(seconds * float64(time.Second))

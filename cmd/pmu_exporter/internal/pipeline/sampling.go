@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
@@ -45,7 +46,7 @@ type samplingFlags struct {
 // setupSampling opens the host's memory sampling events and the user's,
 // and adds their collector and /debug/cachelines to p; where nothing can
 // be sampled it says why and leaves p alone.
-func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath string, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, logger *slog.Logger) error {
+func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath string, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, hotplug <-chan cpuhotplug.Event, logger *slog.Logger) error {
 	root, _ := cgroupRoot(cg, s)
 	perCgroup := o.perCgroup && root != ""
 	if o.perCgroup && root == "" {
@@ -68,7 +69,7 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 		stats.TrackCgroups(cg.maxSeries)
 	}
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
-		Logger: logger, OnlineCPUs: online.Read, Pages: o.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
+		Logger: logger, OnlineCPUs: online.Read, Hotplug: hotplug, Pages: o.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
 		Governor: sampling.NewGovernor(o.budget, s.facts.MaxSampleRate),
 		// A skipped record is counted in pmu_sampling_errors_total; the pass
 		// still succeeded.
