@@ -504,6 +504,30 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckInUserNamespace runs check as a pod with a user namespace of
+// its own runs (hostUsers: false): root mapped to root, a network
+// namespace of its own. The kernel sends it no CPU uevents
+// (collectors/cpuhotplug's TestListenInNamespaces shows it), and check
+// says so, with the fix.
+func TestCheckInUserNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	cmd := exec.Command(binary, "check")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+	}
+	text, err := cmd.Output()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatalf("check in a user namespace: %v", err)
+	}
+	for _, want := range []string{"[no]  cpu_hotplug_uevents", "the kernel sends hardware uevents only to network namespaces of the initial user namespace", "fix: run the pod without a user namespace of its own (hostUsers: true"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("check in a user namespace lacks %q:\n%s", want, text)
+		}
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	out, err := exec.Command(binary, "--collector.counting.interval=-1s").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--collector.counting.interval must be positive") {

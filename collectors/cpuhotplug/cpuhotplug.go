@@ -41,9 +41,22 @@ type Listener struct {
 	subs []chan Event
 }
 
+// ErrUserNamespace says that the kernel sends this network namespace no
+// uevents: it belongs to a user namespace other than the initial one.
+var ErrUserNamespace = errors.New("this network namespace belongs to a user namespace other than the initial one (a user-namespaced or rootless container), and the kernel sends hardware uevents only to network namespaces of the initial user namespace")
+
 // Listen opens the uevent socket (the kernel's multicast group 1, which
-// needs no privilege to receive).
+// needs no privilege to receive). Where the kernel sends this network
+// namespace nothing, it fails with ErrUserNamespace rather than listen to
+// silence.
 func Listen() (*Listener, error) {
+	if err := heard(); err != nil {
+		return nil, err
+	}
+	return listen()
+}
+
+func listen() (*Listener, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_KOBJECT_UEVENT)
 	if err != nil {
 		return nil, fmt.Errorf("uevent socket: %w", err)
@@ -53,6 +66,43 @@ func Listen() (*Listener, error) {
 		return nil, fmt.Errorf("uevent socket: bind to the kernel's group: %w", err)
 	}
 	return &Listener{f: os.NewFile(uintptr(fd), "uevent")}, nil
+}
+
+const (
+	// nsGetUserns is NS_GET_USERNS, _IO(0xb7, 0x1) (Linux 4.9+): the
+	// user namespace that owns a namespace, as an fd.
+	nsGetUserns = 0xb701
+	// initUserNSInode is PROC_USER_INIT_INO, the fixed inode number of the
+	// initial user namespace (include/linux/proc_ns.h).
+	initUserNSInode = 0xEFFFFFFD
+)
+
+// heard returns ErrUserNamespace where this process's network namespace is
+// owned by a user namespace other than the initial one: the kernel
+// broadcasts uevents without a namespace tag, a CPU's among them, only to
+// network namespaces whose owner is the initial user namespace
+// (uevent_net_broadcast_untagged, Linux 4.18+). Where that cannot be told
+// (a kernel before 4.9, an owner outside this process's view) it returns
+// nil: the listener then waits for what comes.
+func heard() error {
+	fd, err := unix.Open("/proc/self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	owner, err := unix.IoctlRetInt(fd, nsGetUserns)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(owner)
+	var st unix.Stat_t
+	if err := unix.Fstat(owner, &st); err != nil {
+		return nil
+	}
+	if st.Ino != initUserNSInode {
+		return fmt.Errorf("uevent socket: %w (owner user namespace inode %d)", ErrUserNamespace, st.Ino)
+	}
+	return nil
 }
 
 // Subscribe returns a channel that receives the latest change whenever

@@ -1,11 +1,19 @@
 package cpuhotplug
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -119,5 +127,139 @@ func TestListenHearsHotplug(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run after its context ended: %v", err)
+	}
+}
+
+// The kernel sends CPU uevents to a network namespace of the initial user
+// namespace (a pod's without hostNetwork), and none to one that a user
+// namespace of its own owns (a rootless container's), where Listen says
+// so rather than listen to silence. A child of this test in each kind of
+// namespace listens, whatever Listen would say, while the test toggles a
+// CPU.
+func TestListenInNamespaces(t *testing.T) {
+	cpu, ctl := testenv.HotplugCPU(t)
+	for _, c := range []struct {
+		name  string
+		flags uintptr
+		heard bool
+	}{
+		{"network namespace", unix.CLONE_NEWNET, true},
+		{"user and network namespaces", unix.CLONE_NEWUSER | unix.CLONE_NEWNET, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for round := 0; ; round++ {
+				if round == 5 {
+					t.Fatalf("in five rounds the child never heard CPU %d go offline and come back", cpu)
+				}
+				testenv.AwaitPresentOnline(t, 5*time.Second)
+				verdict, events := listenInChild(t, c.flags, func() {
+					for _, v := range []string{"0", "1"} {
+						if err := os.WriteFile(ctl, []byte(v), 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
+					time.Sleep(200 * time.Millisecond) // the online uevent comes after the write returns
+				})
+				if !c.heard {
+					if !strings.Contains(verdict, ErrUserNamespace.Error()) {
+						t.Errorf("Listen in the child: %q, want ErrUserNamespace", verdict)
+					}
+					if len(events) > 0 {
+						t.Errorf("the kernel sent the child %v: ErrUserNamespace is wrong", events)
+					}
+					return
+				}
+				if verdict != "ok" {
+					t.Fatalf("Listen in the child: %s", verdict)
+				}
+				want := []string{fmt.Sprintf("%d offline", cpu), fmt.Sprintf("%d online", cpu)}
+				if slices.Equal(slices.DeleteFunc(events, func(e string) bool { return !slices.Contains(want, e) }), want) {
+					return
+				}
+				t.Logf("round %d: the child heard %v, want %v (another process's hotplug?): again", round, events, want)
+			}
+		})
+	}
+}
+
+// listenInChild runs this test binary's TestListenChild in new namespaces
+// (flags; a new user namespace maps root to root) and toggle while it
+// listens; it returns what Listen said there and the CPU events the
+// child's socket received, as "CPU online|offline".
+func listenInChild(t *testing.T, flags uintptr, toggle func()) (verdict string, events []string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestListenChild$")
+	cmd.Env = append(os.Environ(), "CPUHOTPLUG_CHILD=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags}
+	if flags&unix.CLONE_NEWUSER != 0 {
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("child in namespaces %#x: %v", flags, err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		cmd.Wait()
+		t.Fatal("the child said nothing")
+	}
+	verdict = lines.Text() // it listens from here on
+	toggle()
+	stdin.Close()
+	for lines.Scan() {
+		if l := lines.Text(); l != "PASS" {
+			events = append(events, l)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	return verdict, events
+}
+
+// TestListenChild is listenInChild's child, and does nothing in a test run:
+// it prints what Listen says, then, on a socket of its own whatever Listen
+// said, each CPU event until its standard input closes.
+func TestListenChild(t *testing.T) {
+	if os.Getenv("CPUHOTPLUG_CHILD") != "1" {
+		t.Skip("the child of TestListenInNamespaces")
+	}
+	verdict := "ok"
+	if l, err := Listen(); err != nil {
+		verdict = err.Error()
+	} else {
+		l.Close()
+	}
+	l, err := listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _ := l.Subscribe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	fmt.Println(verdict)
+	closed := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(closed) }()
+	for {
+		select {
+		case e := <-sub:
+			fmt.Printf("%d %s\n", e.CPU, map[bool]string{true: "online", false: "offline"}[e.Online])
+		case <-closed:
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
 	}
 }

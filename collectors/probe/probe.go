@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
@@ -55,6 +56,13 @@ func Live(f host.Facts) capability.Probes {
 				return fmt.Errorf("%w: %v", capability.ErrNotSupported, err)
 			}
 			return err
+		},
+		HotplugUevents: func() error {
+			l, err := cpuhotplug.Listen()
+			if err != nil {
+				return err
+			}
+			return l.Close()
 		},
 		Cgroup: func() error {
 			dir, _ := f.PerfEventCgroups()

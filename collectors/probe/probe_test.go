@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -36,8 +37,16 @@ func TestThisHost(t *testing.T) {
 	// Root on an x86-64 or arm64 Linux host can sample its own user
 	// registers with cpu-clock (software, no PMU needed).
 	decodes := runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"
+	// The kernel sends CPU uevents to the network namespaces of the
+	// initial user namespace, which maps every id to itself.
+	uidMap, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initialUserNS := strings.Join(strings.Fields(string(uidMap)), " ") == "0 0 4294967295"
 	want(t, r, map[string]bool{capability.SystemWide: true, capability.Breakpoints: true, capability.EBPF: true,
-		capability.CgroupEvents: testenv.Cgroup2Mount() != "", capability.AddressSampling: decodes})
+		capability.CgroupEvents: testenv.Cgroup2Mount() != "", capability.AddressSampling: decodes,
+		capability.HotplugUevents: initialUserNS})
 	hasCore := false
 	for _, p := range pmus {
 		hasCore = hasCore || p.IsCore()

@@ -39,6 +39,10 @@ const (
 	// host's event lists.
 	AccessCounting = "access_counting"
 	SystemWide     = "system_wide"
+	// HotplugUevents: the kernel's CPU hotplug uevents reach the exporter,
+	// so a CPU that comes online is counted from then, not from the next
+	// read.
+	HotplugUevents = "cpu_hotplug_uevents"
 )
 
 // Feature is one capability with its verdict.
@@ -104,6 +108,9 @@ type Probes struct {
 	AddressSampling func() error
 	EBPF            func() error // loading a perf_event BPF program
 	Cgroup          func() error // a cgroup-scoped event
+	// HotplugUevents: listening to the kernel's CPU hotplug uevents
+	// (optional, as AddressSampling).
+	HotplugUevents func() error
 }
 
 // Build judges every feature.
@@ -256,6 +263,11 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 	r.add(feature(EBPF, p.EBPF(), "perf_event BPF programs load", bpfFix))
 	r.add(feature(CgroupEvents, p.Cgroup(), "events scoped to a cgroup ("+r.Cgroup+")",
 		"mount cgroup v2 (or v1's perf_event controller) and run with CAP_PERFMON or CAP_SYS_ADMIN"))
+
+	if p.HotplugUevents != nil {
+		r.add(feature(HotplugUevents, p.HotplugUevents(), "the kernel's CPU hotplug uevents reach the exporter: a CPU that comes online is counted from then",
+			"run the pod without a user namespace of its own (hostUsers: true, the default); without the uevents a CPU that comes online is counted from the next read"))
+	}
 
 	if f.NMIWatchdog && hw.Available && strings.HasPrefix(f.CPU.Arch, "amd64") {
 		r.Notes = append(r.Notes, "the NMI watchdog holds one hardware counter: sysctl kernel.nmi_watchdog=0 frees it")

@@ -2,6 +2,7 @@ package capability
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -101,6 +102,26 @@ func TestVMWithoutPMU(t *testing.T) {
 	if !r.Runnable {
 		t.Error("a VM without PMU can still run the exporter on software events")
 	}
+}
+
+// A pod in a user namespace of its own hears no CPU uevents: the report
+// says so, with the fix, and the exporter still runs.
+func TestHotplugUeventsUnheard(t *testing.T) {
+	x86Fixture(t)
+	p := allWork
+	p.HotplugUevents = func() error {
+		return errors.New("uevent socket: this network namespace belongs to a user namespace other than the initial one")
+	}
+	r := report(t, fixture.NoPMU(), p)
+	want(t, r, map[string]bool{HotplugUevents: false, SystemWide: true})
+	if f := r.Feature(HotplugUevents); !strings.Contains(f.Fix, "hostUsers: true") || !strings.Contains(f.Reason, "user namespace") {
+		t.Errorf("cpu_hotplug_uevents: reason %q, fix %q", f.Reason, f.Fix)
+	}
+	if !r.Runnable {
+		t.Error("without uevents the exporter still runs")
+	}
+	p.HotplugUevents = ok
+	want(t, report(t, fixture.NoPMU(), p), map[string]bool{HotplugUevents: true})
 }
 
 func TestUnprivileged(t *testing.T) {

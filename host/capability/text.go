@@ -48,12 +48,12 @@ func (r Report) WriteText(w io.Writer) error {
 	b.WriteString("\nFeatures:\n")
 	for _, f := range r.Features {
 		if f.Available {
-			fmt.Fprintf(&b, "  [yes] %-18s %s\n", f.Name, f.Detail)
+			fmt.Fprintf(&b, "  [yes] %-19s %s\n", f.Name, f.Detail)
 			continue
 		}
-		fmt.Fprintf(&b, "  [no]  %-18s %s\n", f.Name, f.Reason)
+		fmt.Fprintf(&b, "  [no]  %-19s %s\n", f.Name, f.Reason)
 		if f.Fix != "" {
-			fmt.Fprintf(&b, "        %-18s fix: %s\n", "", f.Fix)
+			fmt.Fprintf(&b, "        %-19s fix: %s\n", "", f.Fix)
 		}
 	}
 	for _, n := range r.Notes {
