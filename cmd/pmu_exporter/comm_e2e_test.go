@@ -651,8 +651,10 @@ func TestServeCommWatchpointsShortLivedThreads(t *testing.T) {
 // long as the reader takes to wake (milliseconds on a loaded 2-CPU VM,
 // tens of traps a millisecond; one such burst is the whole budget of a
 // second at 0.1%): the test allows four times the budget and the
-// allowance (measured beside scripts/noisy: 1.1 to 2.1 times here over 5 s
-// of the benchmark; over 3 s it reached 4.4 times once).
+// allowance, over 8 s of the benchmark (2.6 to 4.1 s of its CPU time
+// watched beside scripts/noisy with a CPU taken offline every 5 s: 1.1 to
+// 2.3 times here). Over 5 s (about 2 s watched) a burst or two is a
+// larger share: 1.1 to 3 times, and once 5.3 times, in CI.
 // With one of the two CPUs taken offline by another process the reader
 // shares one CPU with everything, and its bursts are longer still: such a
 // run is measured again (measureRun), judged by the counters' growth.
@@ -665,7 +667,7 @@ func TestServeCommWatchBudget(t *testing.T) {
 		"--collector.comm.cgroup="+top+"/job", "--collector.comm.watchpoints", "--collector.comm.watch-budget=0.001")
 	var ps *os.ProcessState
 	before, mfs, _ := p.measureRun(t, func() {
-		_, wait := runBench(t, bench, dirs[0], "0.5", "5s")
+		_, wait := runBench(t, bench, dirs[0], "0.5", "8s")
 		ps = wait()
 	})
 	grew := func(name string) float64 {
