@@ -1157,7 +1157,6 @@ func countUpTo(h *dto.Histogram, x float64) uint64 {
 func TestServeReuseShared(t *testing.T) {
 	requireDecoder(t)
 	testenv.RequireRoot(t)
-	testenv.AwaitPresentOnline(t, 5*time.Second) // sysfs lists an offline CPU out of CPU 0's cache
 	shared, _ := cpu0LLC(t)
 	testenv.Require(t, strings.ContainsAny(shared, "-,"), "CPU 0 shares its last-level cache with no other CPU: "+shared)
 	r := runReuseBench(t,
@@ -1210,6 +1209,14 @@ func TestServeReuseSharedAfterHotplug(t *testing.T) {
 // and id, or the CPU list where sysfs gives no id).
 func cpu0LLC(t *testing.T) (shared, domain string) {
 	t.Helper()
+	found := false
+	testenv.EveryCPUOnline(t, func() { shared, domain, found = readCPU0LLC() })
+	testenv.Require(t, found, "sysfs describes neither an L3 nor an L2 of CPU 0")
+	return shared, domain
+}
+
+// readCPU0LLC reads cpu0LLC's answer once.
+func readCPU0LLC() (shared, domain string, found bool) {
 	for _, index := range []string{"index3", "index2"} {
 		dir := "/sys/devices/system/cpu/cpu0/cache/" + index + "/"
 		b, err := os.ReadFile(dir + "shared_cpu_list")
@@ -1221,10 +1228,9 @@ func cpu0LLC(t *testing.T) (shared, domain string) {
 		if id, err := os.ReadFile(dir + "id"); err == nil {
 			domain = "L" + strings.TrimSpace(string(level)) + "#" + strings.TrimSpace(string(id))
 		}
-		return shared, domain
+		return shared, domain, true
 	}
-	testenv.Require(t, false, "sysfs describes neither an L3 nor an L2 of CPU 0")
-	return "", ""
+	return "", "", false
 }
 
 func labelsMatch(m *dto.Metric, want map[string]string) bool {

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/common/model"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -552,9 +553,17 @@ func TestCheckWarnsAboutFDLimit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out)
 	}
-	// One per event per CPU: the software group's 8 events, and a core
+	// One per event per CPU online as check saw them (another process may
+	// have taken one offline): the software group's 8 events, and a core
 	// PMU's beside them where one exists (15 in all on QEMU's arm64).
-	cpus := strings.Count(readFile(t, "/proc/cpuinfo"), "processor\t:")
+	var cpus int
+	if m := regexp.MustCompile(`Online: +CPUs (\S+)`).FindSubmatch(out); m != nil {
+		online, _ := cpuset.Parse(string(m[1]))
+		cpus = len(online)
+	}
+	if cpus == 0 {
+		t.Fatalf("check names no CPU online:\n%s", out)
+	}
 	var need int
 	if m := regexp.MustCompile(`the event groups need (\d+) file descriptors`).FindSubmatch(out); m != nil {
 		need, _ = strconv.Atoi(string(m[1]))

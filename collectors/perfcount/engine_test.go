@@ -120,7 +120,8 @@ func TestEngineCountsOnEveryCPU(t *testing.T) {
 // real CPU offline is done again (five at most).
 func TestEngineFollowsHotplug(t *testing.T) {
 	testenv.RequireRoot(t)
-	online, _ := host.OnlineCPUs("/sys")
+	var online []int
+	testenv.EveryCPUOnline(t, func() { online, _ = host.OnlineCPUs("/sys") })
 	testenv.Require(t, len(online) >= 2, "needs two CPUs")
 	for round := 0; ; round++ {
 		if round == 5 {

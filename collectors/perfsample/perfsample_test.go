@@ -356,7 +356,8 @@ var sink int
 // the period now in force, and sample there.
 func TestSyncFollowsOnlineList(t *testing.T) {
 	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
-	online := testenv.OnlineCPUs(t)
+	var online []int
+	testenv.EveryCPUOnline(t, func() { online = testenv.OnlineCPUs(t) })
 	testenv.Require(t, len(online) >= 2, "needs two CPUs")
 	last := online[len(online)-1]
 	s, stats := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, 64, sampling.Governor{})

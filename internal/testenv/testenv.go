@@ -309,6 +309,23 @@ func AwaitPresentOnline(t testing.TB, timeout time.Duration) int {
 	return len(present)
 }
 
+// EveryCPUOnline calls read, which reads something of every CPU (sysfs
+// topology, the online list), while every present CPU is online: after
+// AwaitPresentOnline, and again (five times at most) where one went
+// offline by the end of read (another process's hotplug), since sysfs
+// leaves an offline CPU out of its siblings' lists.
+func EveryCPUOnline(t testing.TB, read func()) {
+	t.Helper()
+	for try := 1; ; try++ {
+		present := AwaitPresentOnline(t, 5*time.Second)
+		before := len(OnlineCPUs(t))
+		read()
+		if before == present && len(OnlineCPUs(t)) == present || try == 5 {
+			return
+		}
+	}
+}
+
 // Stolen is the time the hypervisor ran something else on this VM's CPUs
 // so far (/proc/stat's steal, all CPUs; 0 on bare metal). perf's clocks
 // (cpu-clock, task-clock, the cgroup time of perf's cgroup mode) run on
