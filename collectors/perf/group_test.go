@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,7 +104,31 @@ func touchPages(t *testing.T, n int) {
 // blocking round trips we made.
 func TestSystemWideSoftwareGroupOnEveryCPU(t *testing.T) {
 	testenv.RequireRoot(t)
-	cpus := testenv.OnlineCPUs(t)
+	// A round in which another process took a CPU offline (an open
+	// refused, or the online list changed by the end) is done again.
+	for round := 0; ; round++ {
+		if round == 5 {
+			t.Fatalf("another process hotplugged CPUs during %d rounds", round)
+		}
+		testenv.AwaitPresentOnline(t, 5*time.Second)
+		cpus := testenv.OnlineCPUs(t)
+		failures, spoiled := softwareGroupOnEveryCPU(t, cpus)
+		if spoiled || !slices.Equal(testenv.OnlineCPUs(t), cpus) {
+			t.Logf("round %d: CPUs %v online, then %v (another process's hotplug): again", round, cpus, testenv.OnlineCPUs(t))
+			continue
+		}
+		for _, f := range failures {
+			t.Error(f)
+		}
+		return
+	}
+}
+
+// softwareGroupOnEveryCPU opens the software group on each of cpus,
+// counts a known workload, and says what disagreed; spoiled where an open
+// found its CPU offline.
+func softwareGroupOnEveryCPU(t *testing.T, cpus []int) (failures []string, spoiled bool) {
+	fail := func(format string, a ...any) { failures = append(failures, fmt.Sprintf(format, a...)) }
 	// Each group counts from its own open: on many CPUs the opens
 	// themselves take tens of milliseconds, so each is timed.
 	var groups []*Group
@@ -111,6 +136,9 @@ func TestSystemWideSoftwareGroupOnEveryCPU(t *testing.T) {
 	for _, c := range cpus {
 		opening = append(opening, time.Now())
 		g, err := OpenGroup(swGroup, swNames, SystemWide(c))
+		if errors.Is(err, unix.ENODEV) {
+			return nil, true
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,30 +158,32 @@ func TestSystemWideSoftwareGroupOnEveryCPU(t *testing.T) {
 		enabled, running, err := g.Read(vals)
 		read := time.Now()
 		if err != nil {
-			t.Fatal(err)
+			fail("CPU %d: %v", g.CPU, err)
+			continue
 		}
 		if enabled != running {
-			t.Errorf("CPU %d: software group multiplexed (enabled %d, running %d)", g.CPU, enabled, running)
+			fail("CPU %d: software group multiplexed (enabled %d, running %d)", g.CPU, enabled, running)
 		}
 		// System-wide cpu-clock counts elapsed time on the CPU, idle
 		// included: at most the time from before the open to after the
 		// read, at least 95% of the time from after the open to before it.
 		most, least := read.Sub(opening[i]), reading.Sub(opened[i])
 		if c := time.Duration(vals[0]); c > most || c < least*95/100 {
-			t.Errorf("CPU %d: cpu-clock %v, wall clock since open %v to %v", g.CPU, c, least, most)
+			fail("CPU %d: cpu-clock %v, wall clock since open %v to %v", g.CPU, c, least, most)
 		}
 		if e := time.Duration(enabled); e > most || e < least*95/100 {
-			t.Errorf("CPU %d: time_enabled %v, wall clock since open %v to %v", g.CPU, e, least, most)
+			fail("CPU %d: time_enabled %v, wall clock since open %v to %v", g.CPU, e, least, most)
 		}
 		faults += vals[2]
 		switches += vals[3]
 	}
 	if faults < pages {
-		t.Errorf("page-faults over all CPUs = %d, fewer than the %d pages touched", faults, pages)
+		fail("page-faults over all CPUs = %d, fewer than the %d pages touched", faults, pages)
 	}
 	if switches < trips {
-		t.Errorf("context-switches over all CPUs = %d, fewer than the %d blocking round trips", switches, trips)
+		fail("context-switches over all CPUs = %d, fewer than the %d blocking round trips", switches, trips)
 	}
+	return failures, false
 }
 
 func TestOpenErrorsAreClassified(t *testing.T) {
