@@ -838,9 +838,14 @@ func TestServeReuseClockWithoutPMU(t *testing.T) {
 // With --collector.comm.reuse-clock the private distances are counts of
 // the given events, read at each watched thread's samples and traps:
 // context switches stand in here for a PMU's loads and stores. A thread
-// that naps 16 times a walk reuses each slot after 16 of its switches
-// (more where it is preempted: it counts its own, from
-// /proc/thread-self/status), and the event histogram says so. Said to
+// that naps 16 times a walk, and sleeps 10 ms after it, reuses each slot
+// after 17 of its switches (more where it is preempted: it counts its
+// own, from /proc/thread-self/status), and the event histogram says so.
+// The sleep makes a walk outlast the arm latency (a sample is armed at
+// the end of the reader's pass over the rings): without it a walk took
+// 3 ms, and beside scripts/noisy's neighbours, a CPU offline, most reuses
+// were seen two to four walks later (with it, 8 runs so: 17 to 73
+// reuses, the dominant bin right in each). Said to
 // count accesses (accesses=EVENTS), the clock also gets LRU stack
 // distances and miss ratios at this host's caches, read from sysfs: the
 // stack-distance histogram holds every sampled access (those not reused
@@ -851,7 +856,7 @@ func TestServeReuseEventClock(t *testing.T) {
 	requireDecoder(t)
 	testenv.RequireRoot(t)
 	r := runReuseBench(t, []string{"--collector.comm.reuse-clock=accesses=context-switches", "--collector.comm.cpu-budget=0.2"}, nil,
-		"-slots", "1048576", "-duration", "3s", "-naps", "16")
+		"-slots", "1048576", "-duration", "4s", "-naps", "16", "-sleep", "10ms")
 	dominantBinHolds(t, r.h, r.walk, "context switches")
 	samples := mustValue(t, r.mfs, "pmu_reuse_samples_total", r.lbl)
 	var stack *dto.Histogram
