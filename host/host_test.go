@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -42,9 +44,13 @@ func TestReadReportsWhatIsMissing(t *testing.T) {
 
 // TestReadThisHost compares with what other interfaces say about the same host.
 func TestReadThisHost(t *testing.T) {
-	f := Read("/proc", "/sys")
-	if len(f.OnlineCPUs) != runtime.NumCPU() {
-		t.Errorf("online CPUs %v, runtime.NumCPU %d", f.OnlineCPUs, runtime.NumCPU())
+	// The CPUs this process may run on, asked now (runtime.NumCPU is
+	// from its start, when another process may have held one offline).
+	var f Facts
+	var usable int
+	testenv.EveryCPUOnline(t, func() { f, usable = Read("/proc", "/sys"), affinityCPUs(t) })
+	if len(f.OnlineCPUs) != usable {
+		t.Errorf("online CPUs %v, sched_getaffinity %d", f.OnlineCPUs, usable)
 	}
 	if got := testenv.Cgroup2Mount(); f.Cgroup2Mount != got {
 		t.Errorf("cgroup2 mount %q, mountinfo says %q", f.Cgroup2Mount, got)
@@ -121,8 +127,22 @@ func TestOnlineCPUsReaderFollowsChanges(t *testing.T) {
 	real := NewOnlineCPUsReader("/sys")
 	defer real.Close()
 	for i := 0; i < 2; i++ { // the second read goes through the cached path
-		if got, err := real.Read(); err != nil || len(got) != runtime.NumCPU() {
-			t.Errorf("live read %d = %v, %v", i, got, err)
+		var got []int
+		var err error
+		var usable int
+		testenv.EveryCPUOnline(t, func() { got, err = real.Read(); usable = affinityCPUs(t) })
+		if err != nil || len(got) != usable {
+			t.Errorf("live read %d = %v, %v; sched_getaffinity %d", i, got, err, usable)
 		}
 	}
+}
+
+// affinityCPUs is how many CPUs this thread may run on now.
+func affinityCPUs(t *testing.T) int {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	return set.Count()
 }
