@@ -291,22 +291,34 @@ func TestPerturbation(t *testing.T) {
 func TestPerturbationCPUWentOffline(t *testing.T) {
 	cpu, ctl := testenv.HotplugCPU(t)
 	for _, n := range []int{2, 1} {
-		done := make(chan error, 1)
-		go func() {
-			time.Sleep(100 * time.Millisecond) // into the fast window
-			if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
-				done <- err
-				return
+		// On a loaded machine the measurement may start late enough to
+		// miss the offline, or a neighbour may hold the CPU offline
+		// already: one round of three must say so.
+		var errs []error
+		for range 3 {
+			testenv.AwaitPresentOnline(t, 5*time.Second)
+			done := make(chan error, 1)
+			go func() {
+				time.Sleep(100 * time.Millisecond) // into the fast window
+				if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
+					done <- err
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+				done <- os.WriteFile(ctl, []byte("1"), 0o644)
+			}()
+			_, err := MeasurePerturbation(context.Background(), cpu, softwareGroup[:n], softwareNames[:n], 400*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond)
+			if herr := <-done; herr != nil {
+				t.Fatalf("hotplug CPU %d: %v", cpu, herr)
 			}
-			time.Sleep(100 * time.Millisecond)
-			done <- os.WriteFile(ctl, []byte("1"), 0o644)
-		}()
-		_, err := MeasurePerturbation(context.Background(), cpu, softwareGroup[:n], softwareNames[:n], 400*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond)
-		if herr := <-done; herr != nil {
-			t.Fatalf("hotplug CPU %d: %v", cpu, herr)
+			if errors.Is(err, ErrCPUWentOffline) {
+				errs = nil
+				break
+			}
+			errs = append(errs, err)
 		}
-		if !errors.Is(err, ErrCPUWentOffline) {
-			t.Errorf("a group of %d on CPU %d, offline for 100 ms of a 400 ms window: err %v, want %v", n, cpu, err, ErrCPUWentOffline)
+		if errs != nil {
+			t.Errorf("a group of %d on CPU %d, offline for 100 ms of a 400 ms window, three times: errors %v, want %v", n, cpu, errs, ErrCPUWentOffline)
 		}
 	}
 }
