@@ -559,6 +559,76 @@ func TestEngineNoFalseReopen(t *testing.T) {
 	}
 }
 
+// Events that stop counting on every CPU at once (here disabled through
+// their own fds, which stops time_enabled as a detach by the kernel does)
+// are all found dead in one cycle, after one wait for the second look, not
+// one per CPU and group; every CPU is reopened and counts again.
+func TestEngineOneWaitForEveryLaggingCPU(t *testing.T) {
+	testenv.RequireRoot(t)
+	var (
+		e       *Engine
+		sleeps  int
+		resets  []int
+		leaders map[int][]int // per CPU, its groups' leader fds
+		// What the last run saw, judged after it.
+		waits   int
+		reset   []int
+		online  []int
+		counted map[int]uint64
+	)
+	// A neighbour's hotplug reopens groups of its own accord: measured again.
+	hotplugtest.Measure(t, func(int) {
+		sleeps, resets, leaders = 0, nil, map[int][]int{}
+		e = New(Options{
+			Groups: []GroupSpec{
+				{Name: "clock", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}},
+				{Name: "faults", Events: []eventspec.Event{sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK), sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS)}},
+			},
+			OnlineCPUs: realOnline(t),
+			Sleep:      func(d time.Duration) { sleeps++; time.Sleep(d) },
+			OnOpen:     func(_ string, _ []string, cpu int, g *perf.Group) { leaders[cpu] = append(leaders[cpu], g.FD(0)) },
+			OnCPUReset: func(c int, cause string) {
+				if !strings.Contains(cause, "time_enabled stopped advancing") {
+					t.Errorf("CPU %d reset for %q", c, cause)
+				}
+				resets = append(resets, c)
+			},
+		})
+		t.Cleanup(e.Close)
+		e.Cycle()
+		time.Sleep(10 * time.Millisecond)
+		e.Cycle()
+		for _, fds := range leaders {
+			for _, fd := range fds {
+				if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, unix.PERF_IOC_FLAG_GROUP); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		time.Sleep(30 * time.Millisecond)
+		e.Cycle()
+		online = testenv.OnlineCPUs(t)
+		waits, reset = sleeps, slices.Sorted(slices.Values(resets))
+		// Counting again: what each CPU counted in the next 30 ms.
+		before := find(t, e.Snapshot(), "cpu-clock")
+		time.Sleep(30 * time.Millisecond)
+		e.Cycle()
+		after := find(t, e.Snapshot(), "cpu-clock")
+		counted = map[int]uint64{}
+		for _, cpu := range online {
+			counted[cpu] = after.PerCPU[cpu] - before.PerCPU[cpu]
+		}
+	})
+	if waits != 1 || !slices.Equal(reset, online) {
+		t.Fatalf("%d waits (want 1), CPUs reset %v (want the online %v)", waits, reset, online)
+	}
+	for cpu, got := range counted {
+		if got < uint64(20*time.Millisecond) {
+			t.Errorf("CPU %d counted %v in the 30 ms after its reopening", cpu, time.Duration(got))
+		}
+	}
+}
+
 // ResetCPU reopens cgroup-mode groups too, which cannot tell a dead event
 // from an idle cgroup by themselves.
 func TestEngineResetCPU(t *testing.T) {
