@@ -22,8 +22,9 @@ import (
 // programs) and moves its threads. Such a test measures again when Offlined
 // says a CPU left, rather than judge that run.
 type Watch struct {
-	fds   map[int]int // CPU -> a dummy event pinned there
-	start time.Time
+	fds     map[int]int // CPU -> a dummy event pinned there
+	offline []int       // present CPUs that were offline when it began
+	start   time.Time
 }
 
 // Start starts watching every online CPU: a dummy event on each,
@@ -37,7 +38,13 @@ func Start(t testing.TB) *Watch {
 	t.Cleanup(w.close)
 	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_DUMMY,
 		Size: perf.AttrSize(), Read_format: unix.PERF_FORMAT_TOTAL_TIME_ENABLED}
-	for _, cpu := range testenv.OnlineCPUs(t) {
+	online := testenv.OnlineCPUs(t)
+	for _, cpu := range testenv.PresentCPUs(t) {
+		if !slices.Contains(online, cpu) {
+			w.offline = append(w.offline, cpu)
+		}
+	}
+	for _, cpu := range online {
 		fd, err := perf.OpenFD(&attr, -1, cpu, -1, 0)
 		if err == unix.ENODEV { // offline between the list and the open
 			w.fds[cpu] = -1
@@ -53,9 +60,15 @@ func Start(t testing.TB) *Watch {
 }
 
 // Offlined says which CPU went offline since the watch began (even if it
-// is back) or came online, or -1 where none did.
+// is back) or came online, or -1 where none did. A present CPU that was
+// offline when the watch began counts too, back or not: another process
+// held it offline just after the test's own hotplug or wait, and, still
+// offline, it would be in neither the online list nor the watch.
 func (w *Watch) Offlined(t testing.TB) int {
 	t.Helper()
+	if len(w.offline) > 0 {
+		return w.offline[0]
+	}
 	online := testenv.OnlineCPUs(t)
 	for _, cpu := range online {
 		if _, ok := w.fds[cpu]; !ok {

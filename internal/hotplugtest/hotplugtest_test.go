@@ -31,6 +31,7 @@ func TestWatchSeesHotplug(t *testing.T) {
 	// A neighbour's hotplug may fall in one quiet window, not in three.
 	var named []int
 	for range 3 {
+		testenv.AwaitPresentOnline(t, 5*time.Second)
 		w := Start(t)
 		time.Sleep(20 * time.Millisecond)
 		got := w.Offlined(t)
@@ -57,6 +58,17 @@ func TestWatchSeesHotplug(t *testing.T) {
 	set("1")
 	if got := w.Offlined(t); got != cpu {
 		t.Errorf("CPU %d came online: Offlined says %d", cpu, got)
+	}
+	w.Stop()
+
+	// Offline when the watch began and still offline: in neither the
+	// online list nor the watch, yet not what a test's run expected.
+	set("0")
+	w = Start(t)
+	got := w.Offlined(t)
+	set("1")
+	if got != cpu {
+		t.Errorf("CPU %d offline throughout: Offlined says %d", cpu, got)
 	}
 }
 

@@ -97,6 +97,10 @@ func CgroupUsage(t testing.TB, dir string) time.Duration {
 // OnlineCPUs lists this machine's online CPUs.
 func OnlineCPUs(t testing.TB) []int { t.Helper(); return cpuList(t, "online") }
 
+// PresentCPUs lists the present CPUs, online or not
+// (/sys/devices/system/cpu/present).
+func PresentCPUs(t testing.TB) []int { t.Helper(); return cpuList(t, "present") }
+
 // cpuList reads a CPU list of /sys/devices/system/cpu (online, present).
 func cpuList(t testing.TB, name string) []int {
 	t.Helper()
@@ -302,7 +306,7 @@ func HotplugCPU(t testing.TB) (cpu int, ctl string) {
 // are present.
 func AwaitPresentOnline(t testing.TB, timeout time.Duration) int {
 	t.Helper()
-	present := cpuList(t, "present")
+	present := PresentCPUs(t)
 	for deadline := time.Now().Add(timeout); len(OnlineCPUs(t)) < len(present) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
