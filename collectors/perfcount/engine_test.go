@@ -337,26 +337,31 @@ func TestGroupCPUsIntersect(t *testing.T) {
 // The events are real software events; none of them may be dropped.
 func TestEngineSplitsGroupThatDoesNotFit(t *testing.T) {
 	testenv.RequireRoot(t)
-	online, _ := host.OnlineCPUs("/sys")
 	threeCounters := func(attrs []eventspec.Attr, names []string, tg perf.Target) (*perf.Group, error) {
 		if len(attrs) > 3 {
 			return nil, &model.OpenError{Event: names[len(names)-1], CPU: tg.CPU, Err: unix.EINVAL, Reason: model.ReasonGroupDoesNotFit, GroupSize: len(attrs)}
 		}
 		return perf.OpenGroup(attrs, names, tg)
 	}
-	e := New(Options{
-		Groups: []GroupSpec{{Name: "big", Events: []eventspec.Event{
-			sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK),
-			sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS), sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES)}}},
-		OnlineCPUs: realOnline(t),
-		Open:       threeCounters,
+	// Judged on a run no other process hotplugged a CPU in.
+	var s Snapshot
+	var online []int
+	hotplugtest.Measure(t, func(int) {
+		online, _ = host.OnlineCPUs("/sys")
+		e := New(Options{
+			Groups: []GroupSpec{{Name: "big", Events: []eventspec.Event{
+				sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK),
+				sw("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS), sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES)}}},
+			OnlineCPUs: realOnline(t),
+			Open:       threeCounters,
+		})
+		defer e.Close()
+		for i := 0; i < 3; i++ {
+			e.Cycle()
+			time.Sleep(10 * time.Millisecond)
+		}
+		s = e.Snapshot()
 	})
-	defer e.Close()
-	for i := 0; i < 3; i++ {
-		e.Cycle()
-		time.Sleep(10 * time.Millisecond)
-	}
-	s := e.Snapshot()
 	big := group(t, s, "big")
 	if !big.Split || big.Failures[model.ReasonGroupDoesNotFit] != len(online) || big.OpenCPUs != 0 {
 		t.Errorf("big group = %+v; want split and reported as not fitting on every CPU", big)
