@@ -87,6 +87,7 @@ type Engine struct {
 	reopened   map[int]uint64  // per CPU: times its events were found dead and reopened
 	resetReq   map[int]string  // CPUs to reopen at the next cycle (ResetCPU), with the cause
 	suspects   map[int]suspect // this cycle's CPUs whose events lagged the clock
+	dead       map[int]string  // this cycle's CPUs to reopen, with the cause (reused)
 }
 
 // suspect is a group whose time_enabled fell behind the clock, as its
@@ -157,7 +158,7 @@ func New(opts Options) *Engine {
 	if opts.Open == nil {
 		opts.Open = perf.OpenGroup
 	}
-	e := &Engine{opts: opts, readErrors: map[string]uint64{}, reopened: map[int]uint64{}, resetReq: map[int]string{}, suspects: map[int]suspect{}}
+	e := &Engine{opts: opts, readErrors: map[string]uint64{}, reopened: map[int]uint64{}, resetReq: map[int]string{}, suspects: map[int]suspect{}, dead: map[int]string{}}
 	for _, spec := range opts.Groups {
 		e.groups = append(e.groups, newGroupState(spec))
 	}
@@ -227,8 +228,11 @@ func (e *Engine) cycle() []cpuReset {
 		online = e.online
 	}
 	now := e.opts.Now()
-	dead := e.resetReq
-	e.resetReq = map[int]string{}
+	// The maps are reused: a cycle allocates nothing unless a CPU is reset.
+	dead := e.dead
+	clear(dead)
+	maps.Copy(dead, e.resetReq)
+	clear(e.resetReq)
 	for i := 0; i < len(e.groups); i++ { // e.groups may grow when a group is split
 		gs := e.groups[i]
 		for cpu, cg := range gs.perCPU {
@@ -257,20 +261,18 @@ func (e *Engine) cycle() []cpuReset {
 			}
 		}
 	}
-	for cpu, cause := range e.confirmDead() {
-		if dead[cpu] == "" {
-			dead[cpu] = cause
-		}
-	}
+	e.confirmDead(dead)
 	var resets []cpuReset
-	for _, cpu := range slices.Sorted(maps.Keys(dead)) {
-		if !slices.Contains(online, cpu) {
-			continue
+	if len(dead) > 0 {
+		for _, cpu := range slices.Sorted(maps.Keys(dead)) {
+			if !slices.Contains(online, cpu) {
+				continue
+			}
+			e.reopenCPU(cpu, now)
+			e.reopened[cpu]++
+			e.opts.Logger.Warn("the events of a CPU stopped counting; reopened every group there", "cpu", cpu, "cause", dead[cpu])
+			resets = append(resets, cpuReset{cpu, dead[cpu]})
 		}
-		e.reopenCPU(cpu, now)
-		e.reopened[cpu]++
-		e.opts.Logger.Warn("the events of a CPU stopped counting; reopened every group there", "cpu", cpu, "cause", dead[cpu])
-		resets = append(resets, cpuReset{cpu, dead[cpu]})
 	}
 	e.online = online
 	e.cycles.Add(1)
@@ -422,7 +424,7 @@ func (e *Engine) read(gs *groupState, cg *cpuGroup) (dead string) {
 }
 
 // confirmDead reads one lagging group of each suspect CPU again, a
-// millisecond after the cycle's reads, and returns those whose
+// millisecond after the cycle's reads, and adds to dead those whose
 // time_enabled did not move at all: the kernel detached their events when
 // the CPU went offline, which on this project's VMs comes some 40 ms after
 // the write to sysfs. A live CPU's events lag too where perf's cgroup
@@ -430,22 +432,20 @@ func (e *Engine) read(gs *groupState, cg *cpuGroup) (dead string) {
 // the CPU's perf time for a moment; DEVELOPERS.md), but they move. One wait
 // serves every suspect, so a cycle costs that millisecond once, not once
 // per CPU.
-func (e *Engine) confirmDead() map[int]string {
+func (e *Engine) confirmDead(dead map[int]string) {
 	if len(e.suspects) == 0 {
-		return nil
+		return
 	}
 	defer clear(e.suspects)
 	e.opts.Sleep(time.Millisecond)
-	dead := map[int]string{}
 	for cpu, s := range e.suspects {
-		if s.cg.g == nil {
-			continue // closed since (its CPU went offline)
+		if s.cg.g == nil || dead[cpu] != "" {
+			continue // closed since (its CPU went offline), or already known dead
 		}
 		if again, _, err := s.cg.g.Read(s.cg.values); err != nil || again == s.enabled {
 			dead[cpu] = "time_enabled stopped advancing: the CPU went offline and back since the previous read, and the kernel detached its events"
 		}
 	}
-	return dead
 }
 
 // starvedFix says what to do about a group that never runs, by its kind:
