@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -48,8 +49,9 @@ type Decoder struct {
 	evs     []int
 	tabled  []bool // a precise sample the table already took (Batch.Precise)
 
-	order []int            // flush's time order, kept between passes
-	kinds []cacheline.Kind // what the detector found, by order
+	order []int                     // flush's time order, kept between passes
+	kinds []cacheline.Kind          // what the detector found, by order
+	fed   func(a *cacheline.Access) // tests: each access as the detector takes it
 
 	// mu guards the detector, the resolver, the code map and the domain
 	// matrix, which the reader changes and /debug/comm and the metrics read.
@@ -254,9 +256,17 @@ func (d *Decoder) queue(a cacheline.Access, s *perfrecord.Sample, ev int, tabled
 	d.tabled = append(d.tabled, tabled)
 }
 
-// flush feeds the accesses of one pass over the rings in time order (each
-// CPU's ring is in order, the rings are not with each other).
-func (d *Decoder) flush(b samplestat.Batch) {
+// flush feeds the accesses of one pass over all the rings, up to time cut
+// (CLOCK_MONOTONIC, read before the pass), in time order; later ones wait
+// for the next pass. Alg. 1 detects a reader's sample on a line whose last
+// sampled store was another thread's, so the rings must be merged by time:
+// fed ring by ring, one CPU's run of samples would hide the others',
+// leaving about one detection per line and ring. Each ring is in order,
+// the rings are not with each other, and a ring read late in a pass (the
+// pass decoded a new program's code first, say) holds samples newer than
+// any the rings read before it could: those wait, so that the next pass
+// merges them with the earlier rings' samples of the same time.
+func (d *Decoder) flush(b samplestat.Batch, cut uint64) {
 	if len(d.pending) == 0 {
 		return
 	}
@@ -265,16 +275,26 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		d.order = append(d.order, i)
 	}
 	slices.SortFunc(d.order, func(a, b int) int { return cmp.Compare(d.pending[a].Time, d.pending[b].Time) })
+	n, _ := slices.BinarySearchFunc(d.order, cut, func(i int, cut uint64) int {
+		if d.pending[i].Time <= cut {
+			return -1
+		}
+		return 1
+	})
+	ready := d.order[:n]
 	d.kinds = d.kinds[:0]
 	d.mu.Lock()
 	if d.watcher != nil || d.trackers != nil {
 		clear(d.lastOf)
-		for k, i := range d.order {
+		for k, i := range ready {
 			d.lastOf[[2]uint32{d.pending[i].PID, d.pending[i].TID}] = k
 		}
 	}
-	for k, i := range d.order {
+	for k, i := range ready {
 		a := &d.pending[i]
+		if d.fed != nil {
+			d.fed(a)
+		}
 		var found comdetect.Detection
 		if d.threadCPU != nil && d.watched[a.PID] != nil {
 			d.threadCPU[a.TID] = a.CPU
@@ -304,7 +324,7 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		}
 	}
 	d.mu.Unlock()
-	for k, i := range d.order {
+	for k, i := range ready {
 		if d.tabled[i] {
 			b.Detected(&d.pending[i], d.cgroups[i], d.hasCg[i], d.kinds[k])
 		} else {
@@ -318,7 +338,35 @@ func (d *Decoder) flush(b samplestat.Batch) {
 		d.armedAt = d.armedAt[:0]
 		d.mu.Unlock()
 	}
-	d.pending, d.cgroups, d.hasCg, d.evs, d.tabled = d.pending[:0], d.cgroups[:0], d.hasCg[:0], d.evs[:0], d.tabled[:0]
+	d.keep(d.order[n:])
+}
+
+// monotonicNow is CLOCK_MONOTONIC in ns, the samples' and traps' clock
+// (the largest time where it cannot be read: nothing waits).
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return math.MaxUint64
+	}
+	return uint64(ts.Nano())
+}
+
+// keep leaves only the pending accesses at indexes later, in that order.
+func (d *Decoder) keep(later []int) {
+	m := len(d.pending)
+	for _, i := range later {
+		d.pending = append(d.pending, d.pending[i])
+		d.cgroups = append(d.cgroups, d.cgroups[i])
+		d.hasCg = append(d.hasCg, d.hasCg[i])
+		d.evs = append(d.evs, d.evs[i])
+		d.tabled = append(d.tabled, d.tabled[i])
+	}
+	k := copy(d.pending, d.pending[m:])
+	copy(d.cgroups, d.cgroups[m:])
+	copy(d.hasCg, d.hasCg[m:])
+	copy(d.evs, d.evs[m:])
+	copy(d.tabled, d.tabled[m:])
+	d.pending, d.cgroups, d.hasCg, d.evs, d.tabled = d.pending[:k], d.cgroups[:k], d.hasCg[:k], d.evs[:k], d.tabled[:k]
 }
 
 // DomainPair is two last-level cache domains, A <= B.

@@ -460,6 +460,7 @@ func (s *Sampler) ReadAll() []ReadError {
 	var errs []ReadError
 	b := s.stats.Lock()
 	defer b.Unlock()
+	cut := monotonicNow() // what any ring can hold by the time it is read
 	for _, cpu := range s.order {
 		r := s.cpus[cpu].ring
 		var decodeErr error
@@ -475,13 +476,13 @@ func (s *Sampler) ReadAll() []ReadError {
 		if decodeErr != nil {
 			errs = append(errs, ReadError{"decode", decodeErr})
 		}
-		if d := s.opts.Decoder; d != nil {
-			d.flush(b)
-		}
 		if err != nil {
 			b.Error("ring")
 			errs = append(errs, ReadError{"ring", err})
 		}
+	}
+	if d := s.opts.Decoder; d != nil {
+		d.flush(b, cut) // after every ring: it merges them by time
 	}
 	return errs
 }

@@ -2,6 +2,7 @@ package perfsample
 
 import (
 	"encoding/binary"
+	"math"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -82,7 +83,7 @@ func TestPreciseSamplesFeedTheDetector(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.flush(b)
+	d.flush(b, math.MaxUint64)
 	b.Unlock()
 	var total comdetect.Cell
 	var widths [2]uint64

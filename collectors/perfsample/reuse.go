@@ -8,8 +8,6 @@ import (
 	"runtime"
 	"slices"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pmu-exporter/pmu_exporter/collectors/watch"
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
@@ -289,11 +287,7 @@ func (d *Decoder) armLatency(times []uint64) {
 	if len(times) == 0 {
 		return
 	}
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-		return
-	}
-	now := uint64(ts.Nano())
+	now := monotonicNow()
 	for _, t := range times {
 		if now > t {
 			d.armLatencies[bits.Len64(ReuseClock(now-t))-1]++

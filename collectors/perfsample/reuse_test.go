@@ -1,6 +1,7 @@
 package perfsample
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"testing"
@@ -217,7 +218,7 @@ func TestSampledThreadsJoin(t *testing.T) {
 	for i, tid := range []uint32{gone, b, c} { // c comes after the limit is reached
 		d.queue(cacheline.Access{PID: pid, TID: tid, Addr: 0x1000 + 64*uint64(i), Size: 8, Store: true, Time: uint64(i + 1), Period: 1}, &perfrecord.Sample{}, 0, true)
 	}
-	d.flush(batch)
+	d.flush(batch, math.MaxUint64)
 	batch.Unlock()
 	if !e.Watching(a) || !e.Watching(b) || e.Watching(c) || e.Watching(gone) {
 		t.Errorf("events in a %v, b %v, c %v, the exited thread %v; want a (listed) and b (sampled) only", e.Watching(a), e.Watching(b), e.Watching(c), e.Watching(gone))
