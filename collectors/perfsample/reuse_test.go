@@ -142,10 +142,13 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 		t.Errorf("%d threads watched on the trap path, %d for reuse; want the one for reuse", comm, reused)
 	}
 	// The slots armed at a run's samples trap on the next run's stores.
-	// The first run after the switch gave its tracker 0 to 3 samples
-	// where the next gave 12 to 16 (80 runs; not explained yet), and
-	// with none nothing is armed for the next, so runs go on until one
-	// traps, five at most.
+	// The first run after the switch gives its tracker 0 to 4 samples
+	// where the next give 6 to 23: nothing is armed in it yet, so its
+	// samples fall anywhere in the store loop, and most land after an
+	// instruction with no memory operand (19 to 24 of about 25, counted);
+	// in a run that traps they land after the trapping store. With none,
+	// nothing is armed for the next run, so runs go on until one traps,
+	// five at most.
 	for range 5 {
 		run()
 		if d.WatchStats().Traps > 0 {
