@@ -91,6 +91,14 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
+// tail is the log's last n bytes at most.
+func (l *logBuffer) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.b.Bytes()
+	return string(b[max(len(b)-n, 0):])
+}
+
 // start runs the binary with args and waits until /-/ready answers 200, which
 // it must not do before the first counts are read.
 func start(t *testing.T, cred *syscall.Credential, args ...string) *exporterProc {
@@ -125,6 +133,9 @@ func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() { // what the exporter said, for a failure on a noisy machine
+			t.Logf("the exporter's log:\n%s", p.log.tail(8<<10))
+		}
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
 		go func() { done <- p.cmd.Wait() }()
