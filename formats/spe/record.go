@@ -84,8 +84,9 @@ func (r *Record) Store() bool { return r.Class == OpLoadStore && r.Op&1 != 0 }
 // Load says the operation read memory and did not write it.
 func (r *Record) Load() bool { return r.Class == OpLoadStore && r.Op&1 == 0 }
 
-// Data sources of Arm Neoverse cores (N1, V1, N2, V2): the Data Source
-// packet's values are implementation defined.
+// Data sources in the encoding Arm's Neoverse and Cortex cores share (perf
+// picks it by the CPU's MIDR; AmpereOne and HiSilicon cores encode theirs
+// otherwise): the Data Source packet's values are implementation defined.
 const (
 	SourceL1D          = 0x0
 	SourceL2           = 0x8
