@@ -59,12 +59,15 @@ type validationStatus struct {
 	Failed        int               `json:"failed"`
 	NotMeasurable int               `json:"not_measurable"`
 	Failures      []validate.Result `json:"failures"`
+	// Unmeasured is each not measurable event's first row: why not.
+	Unmeasured []validate.Result `json:"not_measurable_events"`
 }
 
 func checkValidation(f Options, s setup, groups []eventspec.Group) validationStatus {
 	events, _ := validationEvents(f, s, groups, nil, validationCPU(s, -1))
-	st := validationStatus{Failures: []validate.Result{}}
+	st := validationStatus{Failures: []validate.Result{}, Unmeasured: []validate.Result{}}
 	verdict := map[string]validate.Verdict{}
+	first := map[string]validate.Result{}
 	var order []string
 	online := host.NewOnlineCPUsReader(f.sysfs)
 	defer online.Close()
@@ -72,7 +75,7 @@ func checkValidation(f Options, s setup, groups []eventspec.Group) validationSta
 	for _, r := range selftest.Validate(events, true, mover.events) {
 		v, seen := verdict[r.Event]
 		if !seen {
-			order = append(order, r.Event)
+			order, first[r.Event] = append(order, r.Event), r
 		}
 		switch {
 		case r.Verdict == validate.Fail:
@@ -92,6 +95,7 @@ func checkValidation(f Options, s setup, groups []eventspec.Group) validationSta
 			st.Failed++
 		default:
 			st.NotMeasurable++
+			st.Unmeasured = append(st.Unmeasured, first[ev])
 		}
 	}
 	return st
