@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -48,7 +49,16 @@ func TestReadThisHost(t *testing.T) {
 	// from its start, when another process may have held one offline).
 	var f Facts
 	var usable int
-	testenv.EveryCPUOnline(t, func() { f, usable = Read("/proc", "/sys"), affinityCPUs(t) })
+	// As we read the kernel, sched_getaffinity leaves out CPUs that are
+	// online but not active (a CPU is online before it is active, and
+	// inactive before it is offline), so the two may disagree for a moment
+	// during another process's hotplug: read them again then.
+	for try := 0; try == 0 || len(f.OnlineCPUs) != usable && try < 50; try++ {
+		if try > 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		testenv.EveryCPUOnline(t, func() { f, usable = Read("/proc", "/sys"), affinityCPUs(t) })
+	}
 	if len(f.OnlineCPUs) != usable {
 		t.Errorf("online CPUs %v, sched_getaffinity %d", f.OnlineCPUs, usable)
 	}
