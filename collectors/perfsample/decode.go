@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -341,14 +340,14 @@ func (d *Decoder) flush(b samplestat.Batch, cut uint64) {
 	d.keep(d.order[n:])
 }
 
-// monotonicNow is CLOCK_MONOTONIC in ns, the samples' and traps' clock
-// (the largest time where it cannot be read: nothing waits).
-func monotonicNow() uint64 {
+// monotonicNow is CLOCK_MONOTONIC in ns, the samples' and traps' clock;
+// false where it cannot be read.
+func monotonicNow() (uint64, bool) {
 	var ts unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-		return math.MaxUint64
+		return 0, false
 	}
-	return uint64(ts.Nano())
+	return uint64(ts.Nano()), true
 }
 
 // keep leaves only the pending accesses at indexes later, in that order.

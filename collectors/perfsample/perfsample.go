@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -460,7 +461,10 @@ func (s *Sampler) ReadAll() []ReadError {
 	var errs []ReadError
 	b := s.stats.Lock()
 	defer b.Unlock()
-	cut := monotonicNow() // what any ring can hold by the time it is read
+	cut, ok := monotonicNow() // what any ring can hold by the time it is read
+	if !ok {
+		cut = math.MaxUint64 // unreadable: nothing waits
+	}
 	for _, cpu := range s.order {
 		r := s.cpus[cpu].ring
 		var decodeErr error

@@ -287,7 +287,10 @@ func (d *Decoder) armLatency(times []uint64) {
 	if len(times) == 0 {
 		return
 	}
-	now := monotonicNow()
+	now, ok := monotonicNow()
+	if !ok {
+		return
+	}
 	for _, t := range times {
 		if now > t {
 			d.armLatencies[bits.Len64(ReuseClock(now-t))-1]++
