@@ -107,6 +107,8 @@ func Load(opts Options) (*Counter, error) {
 	spec.Maps["cgroups"].MaxEntries = uint32(opts.MaxCgroups)
 	spec.Maps["cgroups"].ValueSize = uint32(opts.Events) * uint32(unsafe.Sizeof(Reading{}))
 	spec.Maps["cgroups"].Value = nil // the BTF type is MAX_EVENTS readings; the map holds Events
+	spec.Maps["seen"].MaxEntries = uint32(cpus)
+	spec.Maps["previous"].MaxEntries = uint32(cpus) * MaxEvents
 	c := &Counter{events: opts.Events, cpus: cpus, switches: map[int]int{}, values: make([]cgroupValue, cpus)}
 	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -154,15 +156,17 @@ func (c *Counter) Attach(cpu int) error {
 	if err != nil {
 		return fmt.Errorf("open cgroup-switches on CPU %d: %w", cpu, err)
 	}
+	// A fresh event counts from 0 (struct seen_state): reset before the
+	// program can read the event there (it credits nothing on a CPU without
+	// one). Only this CPU's element is written: the program may be crediting
+	// on the others.
+	if err := c.objs.Seen.Put(uint32(cpu), make([]byte, c.objs.Seen.ValueSize())); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("reset the switch count of CPU %d: %w", cpu, err)
+	}
 	if err := c.objs.Switches.Put(uint32(cpu), uint32(fd)); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("place cgroup-switches of CPU %d: %w", cpu, err)
-	}
-	var zero [24]byte // a fresh event counts from 0 (struct seen_state)
-	per := make([][24]byte, c.cpus)
-	if err := c.objs.Seen.Lookup(uint32(0), per); err == nil {
-		per[cpu] = zero
-		c.objs.Seen.Put(uint32(0), per)
 	}
 	if err := perf.Enable(fd); err != nil {
 		unix.Close(fd)
@@ -199,10 +203,16 @@ func (c *Counter) check(event, cpu int) error {
 }
 
 // SetEvent makes fd, a counting event open on cpu, the program's event number
-// event there. The counts it had before are not credited to anyone: the
-// program's previous reading is reset first.
+// event there, in place of any fd placed before. The program's previous reading
+// there is reset while no fd is placed (the program credits nothing for an
+// event it cannot read), so the old fd's counts are not credited again and
+// the first credit takes the new fd's count from its opening: place an fd as
+// soon as it is opened.
 func (c *Counter) SetEvent(event, cpu, fd int) error {
 	if err := c.check(event, cpu); err != nil {
+		return err
+	}
+	if err := c.ClearEvent(event, cpu); err != nil {
 		return err
 	}
 	if err := c.resetPrevious(event, cpu); err != nil {
@@ -227,15 +237,11 @@ func (c *Counter) ClearEvent(event, cpu int) error {
 }
 
 // resetPrevious zeroes the program's last reading of event on cpu, so that a new
-// fd's first reading is not compared with the old fd's.
+// fd's first reading is not compared with the old fd's. It writes that one
+// element: the program may be crediting on other CPUs meanwhile.
 func (c *Counter) resetPrevious(event, cpu int) error {
-	prev := make([]Reading, c.cpus)
-	if err := c.objs.Previous.Lookup(uint32(event), prev); err != nil {
-		return fmt.Errorf("previous reading of event %d: %w", event, err)
-	}
-	prev[cpu] = Reading{}
-	if err := c.objs.Previous.Put(uint32(event), prev); err != nil {
-		return fmt.Errorf("reset previous reading of event %d: %w", event, err)
+	if err := c.objs.Previous.Put(uint32(cpu*MaxEvents+event), Reading{}); err != nil {
+		return fmt.Errorf("reset previous reading of event %d on CPU %d: %w", event, cpu, err)
 	}
 	return nil
 }

@@ -179,6 +179,17 @@ func unattributed(got map[uint64][]Reading) []Reading {
 	return make([]Reading, 2)
 }
 
+// stopCounting disables the groups, so that the credit after it leaves
+// nothing of what they counted uncredited.
+func stopCounting(t *testing.T, groups []*perf.Group) {
+	t.Helper()
+	for _, g := range groups {
+		if err := unix.IoctlSetInt(g.FD(0), unix.PERF_EVENT_IOC_DISABLE, unix.PERF_IOC_FLAG_GROUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func readAll(t *testing.T, c *Counter) map[uint64][]Reading {
 	t.Helper()
 	for _, cpu := range c.Attached() {
@@ -214,16 +225,15 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 	// taken as the difference over the run.
 	var (
 		got         map[uint64][]Reading
-		counted     [2]uint64 // what the events counted, read right after the last credit
+		counted     [2]uint64 // what the events counted, stopped before the last credit
 		readErr     error
 		st          Stats
-		ngroups     int
 		steal0      time.Duration
 		usage, wall map[string]time.Duration
 	)
 	hotplugtest.Measure(t, func(int) {
 		c, groups := attributedGroups(t, 3) // top (1), kubepods.slice (2), *.scope (3)
-		ngroups, usage, wall = len(groups), map[string]time.Duration{}, map[string]time.Duration{}
+		usage, wall = map[string]time.Duration{}, map[string]time.Duration{}
 		for _, dir := range []string{a, b} {
 			usage[dir] = -testenv.CgroupUsage(t, dir)
 		}
@@ -236,6 +246,7 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 			}
 			wall[dir] = time.Since(start)
 		}
+		stopCounting(t, groups) // what they counted is then all credited
 		got = readAll(t, c)
 		counted, readErr = [2]uint64{}, nil
 		for _, g := range groups {
@@ -294,7 +305,8 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 		}
 		// Own-cgroup credits of every task: everything at level <= 1 (the
 		// root, the unattributed bucket, and level-1 cgroups that hold their
-		// descendants' credits) adds up to what was counted. Cgroups other
+		// descendants' credits) adds up to what was counted, exactly: the
+		// events were stopped before the last credit. Cgroups other
 		// processes removed since cannot be placed: they may be level 1 (then
 		// their credits belong in the total) or deeper (then they are already
 		// in an ancestor's), so they widen the bound upwards only.
@@ -307,8 +319,93 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 				total += r[i].Counter
 			}
 		}
-		if total > counted[i] || counted[i]-total > removed+uint64(ngroups)*uint64(time.Millisecond) {
+		if total > counted[i] || counted[i]-total > removed {
 			t.Errorf("event %d: %d credited in all (and %d to cgroups removed since), the events counted %d", i, total, removed, counted[i])
+		}
+	}
+}
+
+// TestSetEventLeavesOtherCPUsAlone places the events on the last CPU again
+// and again (the counting core places a CPU's events whenever it comes
+// online) while two switching workloads make the program credit on every CPU.
+// Every other CPU's credits, summed over all cgroups, are exactly what its
+// events counted. (When a placement rewrote every CPU's previous reading with
+// what it had read a moment before, the other CPU got 15-20% more than its
+// events counted here.)
+func TestSetEventLeavesOtherCPUsAlone(t *testing.T) {
+	testenv.Require(t, len(testenv.PresentCPUs(t)) >= 2, "needs two CPUs")
+	_, a, b := cgroupTree(t)
+	var (
+		placed   int
+		cpus     []int
+		credited map[int][2]uint64
+		counted  map[int][2]uint64
+		readErr  error
+	)
+	hotplugtest.Measure(t, func(int) {
+		c, groups := attributedGroups(t, 0) // each credit goes to one cgroup only
+		cpus = c.Attached()
+		if len(cpus) < 2 || len(groups) != len(cpus) {
+			readErr = fmt.Errorf("CPUs %v attached, %d groups open", cpus, len(groups))
+			return // a CPU went offline: Measure sees it
+		}
+		churn, g := cpus[len(cpus)-1], groups[len(groups)-1]
+		done := make(chan error, 2)
+		for _, w := range []*exec.Cmd{spinIn(t, a, 300*time.Millisecond), spinIn(t, b, 300*time.Millisecond)} {
+			go func() { done <- w.Wait() }()
+		}
+		placed, readErr = 0, nil
+		for running := 2; running > 0; {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				running--
+			default:
+				for i := range 2 {
+					if err := c.SetEvent(i, churn, g.FD(i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				placed++
+			}
+		}
+		stopCounting(t, groups)
+		for _, cpu := range cpus {
+			if err := c.CreditNow(cpu); err != nil {
+				readErr = err
+				return
+			}
+		}
+		credited, counted = map[int][2]uint64{}, map[int][2]uint64{}
+		if err := c.Read(func(id uint64, perCPU [][]Reading) {
+			for _, cpu := range cpus {
+				r := credited[cpu]
+				r[0], r[1] = r[0]+perCPU[cpu][0].Counter, r[1]+perCPU[cpu][1].Counter
+				credited[cpu] = r
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for k, cpu := range cpus {
+			v := make([]uint64, 2)
+			if _, _, err := groups[k].Read(v); err != nil {
+				readErr = err
+				return
+			}
+			counted[cpu] = [2]uint64{v[0], v[1]}
+		}
+	})
+	if readErr != nil {
+		t.Fatal(readErr)
+	}
+	t.Logf("events placed %d times on CPU %d", placed, cpus[len(cpus)-1])
+	for _, cpu := range cpus[:len(cpus)-1] {
+		for i := range 2 {
+			if got, want := credited[cpu][i], counted[cpu][i]; got != want || want == 0 {
+				t.Errorf("CPU %d event %d: %d credited in all, the event counted %d (%+d)", cpu, i, got, want, int64(got)-int64(want))
+			}
 		}
 	}
 }

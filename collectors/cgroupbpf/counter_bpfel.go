@@ -25,6 +25,7 @@ type counterSeenState struct {
 	Switches uint64
 	Pending  uint64
 	Clock    uint64
+	Pad      [5]uint64
 }
 
 // Names of all BPF objects in the ELF.
