@@ -92,11 +92,11 @@ func (a Attr) SamplePeriod() uint64 {
 func (a Attr) Name() string {
 	switch a.Type {
 	case unix.PERF_TYPE_HARDWARE:
-		if int(a.Config) < len(hardwareNames) {
+		if a.Config < uint64(len(hardwareNames)) {
 			return hardwareNames[a.Config]
 		}
 	case unix.PERF_TYPE_SOFTWARE:
-		if int(a.Config) < len(softwareNames) && softwareNames[a.Config] != "" {
+		if a.Config < uint64(len(softwareNames)) && softwareNames[a.Config] != "" {
 			return softwareNames[a.Config]
 		}
 	case unix.PERF_TYPE_RAW:

@@ -624,3 +624,54 @@ func DecodeComm(rec []byte) (Comm, error) {
 	c.Name = string(name)
 	return c, nil
 }
+
+// AppendSample appends s as a PERF_RECORD_SAMPLE of layout l, as perf
+// synthesizes the samples it makes from AUX data (perf_event__synthesize_sample),
+// so that they go where the kernel's samples go. Only fixed layouts are
+// written: a layout with a callchain, raw data, registers or a read is refused.
+func AppendSample(b []byte, l Layout, s *Sample) ([]byte, error) {
+	n, ok := fixedSize(l)
+	if !ok || l.SampleType&unix.PERF_SAMPLE_READ != 0 {
+		return b, fmt.Errorf("synthesize a sample of sample_type %#x: only fixed fields are written", l.SampleType)
+	}
+	if err := l.Check(); err != nil {
+		return b, err
+	}
+	start := len(b)
+	b = le.AppendUint32(b, TypeSample)
+	b = le.AppendUint16(b, s.Misc)
+	b = le.AppendUint16(b, uint16(HeaderSize+n))
+	st := l.SampleType
+	u64 := func(bit uint64, v uint64) {
+		if st&bit != 0 {
+			b = le.AppendUint64(b, v)
+		}
+	}
+	u64(unix.PERF_SAMPLE_IDENTIFIER, s.ID)
+	u64(unix.PERF_SAMPLE_IP, s.IP)
+	if st&unix.PERF_SAMPLE_TID != 0 {
+		b = le.AppendUint32(le.AppendUint32(b, s.PID), s.TID)
+	}
+	u64(unix.PERF_SAMPLE_TIME, s.Time)
+	u64(unix.PERF_SAMPLE_ADDR, s.Addr)
+	u64(unix.PERF_SAMPLE_ID, s.ID)
+	u64(unix.PERF_SAMPLE_STREAM_ID, s.StreamID)
+	if st&unix.PERF_SAMPLE_CPU != 0 {
+		b = le.AppendUint32(le.AppendUint32(b, s.CPU), 0)
+	}
+	u64(unix.PERF_SAMPLE_PERIOD, s.Period)
+	u64(unix.PERF_SAMPLE_WEIGHT, s.Weight)
+	if st&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
+		b = le.AppendUint16(le.AppendUint16(le.AppendUint32(b, uint32(s.Weight)), s.InsnLatency), s.Var3Weight)
+	}
+	u64(unix.PERF_SAMPLE_DATA_SRC, s.DataSrc)
+	u64(unix.PERF_SAMPLE_TRANSACTION, s.Transaction)
+	u64(unix.PERF_SAMPLE_PHYS_ADDR, s.PhysAddr)
+	u64(unix.PERF_SAMPLE_CGROUP, s.Cgroup)
+	u64(unix.PERF_SAMPLE_DATA_PAGE_SIZE, s.DataPageSize)
+	u64(unix.PERF_SAMPLE_CODE_PAGE_SIZE, s.CodePageSize)
+	if got := len(b) - start; got != HeaderSize+n {
+		return b[:start], fmt.Errorf("synthesize a sample of sample_type %#x: wrote %d bytes, the layout has %d", st, got, HeaderSize+n)
+	}
+	return b, nil
+}
