@@ -20,6 +20,19 @@ import (
 // timestamp go out as they come. When the file turns out malformed, the
 // records already read are still handed out, in order, before the error.
 func (f *File) Ordered(fn func(rec []byte) error) error {
+	return f.OrderedAux(nil, fn)
+}
+
+// AuxDecoder makes samples of an AUXTRACE record's data (the record as Next
+// returns it, its payload appended), as perf's AUX decoders do: it calls
+// emit with each sample record and its time, and emit copies it.
+type AuxDecoder func(rec []byte, emit func(time uint64, sample []byte)) error
+
+// OrderedAux is Ordered with the samples aux makes of each AUXTRACE record
+// merged, by time, with the file's own records; the AUXTRACE record itself
+// goes out as it comes, before them. An error of aux ends the reading as a
+// malformed record does.
+func (f *File) OrderedAux(aux AuxDecoder, fn func(rec []byte) error) error {
 	var q queue
 	var limit uint64 // records up to it may go out at the next round
 	var maxTime uint64
@@ -34,6 +47,16 @@ func (f *File) Ordered(fn func(rec []byte) error) error {
 			break
 		}
 		h, _ := perfrecord.ParseHeader(rec)
+		if h.Type == TypeAuxtrace && aux != nil {
+			err := aux(rec, func(t uint64, sample []byte) {
+				maxTime = max(maxTime, t)
+				q.push(t, sample)
+			})
+			if err != nil {
+				readErr = f.recordError(rec, err)
+				break
+			}
+		}
 		if h.Type == TypeFinishedRound {
 			if err := q.flush(limit, fn); err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
@@ -35,10 +36,26 @@ const (
 	TypeHeaderAttr    = 64
 	TypeFinishedRound = 68
 	TypeIDIndex       = 69
+	TypeAuxtraceInfo  = 70
 	TypeAuxtrace      = 71
+	TypeTimeConv      = 79
 	TypeHeaderFeature = 80
 	TypeCompressed    = 81
 )
+
+// AuxtraceHeaderSize is the fixed part of an AUXTRACE record (struct
+// perf_record_auxtrace: size, offset, reference, idx, tid, cpu); its
+// payload follows it.
+const AuxtraceHeaderSize = 48
+
+// maxAuxPayload bounds the AUX payload one AUXTRACE record may carry (perf
+// writes at most its AUX buffer, by default 4 MiB a CPU): a file that
+// claims more is refused rather than read into memory.
+const maxAuxPayload = 1 << 30
+
+// AuxtraceARMSPE is the type AUXTRACE_INFO gives Arm SPE data (perf's enum
+// auxtrace_type).
+const AuxtraceARMSPE = 4
 
 // headerSize is struct perf_file_header: magic, size, attr_size, the attrs,
 // data and event_types sections, and a 256-bit feature bitmap.
@@ -53,6 +70,7 @@ const (
 	featOSRelease = 4
 	featArch      = 6
 	featNRCPUs    = 7
+	featCPUID     = 9
 	featEventDesc = 12
 	featBits      = 256
 )
@@ -72,6 +90,13 @@ type File struct {
 	// CPUsOnline is how many CPUs were online when perf wrote the header
 	// (HEADER_NRCPUS; at the end of a recording to a file), 0 where unsaid.
 	CPUsOnline int
+	// CPUID is the recording CPU's identifier (HEADER_CPUID: on Arm its
+	// MIDR_EL1 in hex, on x86 vendor, family, model and stepping).
+	CPUID string
+	// Auxtrace says what the AUXTRACE records hold (AUXTRACE_INFO), and
+	// TimeConv how to convert its timestamps (TIME_CONV); nil until read.
+	Auxtrace *AuxtraceInfo
+	TimeConv *TimeConv
 
 	// opened holds the CPUs perf opened events on, from ID_INDEX records
 	// (none for per-thread events, cpu -1).
@@ -87,6 +112,24 @@ type File struct {
 	// attrs arrived since Events was built.
 	descNames map[uint64]string
 	stale     bool
+}
+
+// AuxtraceInfo is an AUXTRACE_INFO record: the kind of AUX data (Auxtrace*)
+// and its private words (Arm SPE: the PMU's type, then whether the AUX
+// areas were per CPU).
+type AuxtraceInfo struct {
+	Type uint32
+	Priv []uint64
+}
+
+// TimeConv is a TIME_CONV record: the kernel's conversion of a hardware
+// counter (the TSC, Arm's generic timer) to perf's clock, from the event's
+// metadata page. Cycles, Mask and the capabilities come with perf 5.11 and
+// later.
+type TimeConv struct {
+	Shift, Mult, Zero                 uint64
+	Cycles, Mask                      uint64
+	CapUserTimeZero, CapUserTimeShort bool
 }
 
 // Open reads the header of a perf.data file. A regular file is read in
@@ -228,7 +271,7 @@ func (f *File) readFeatures(ra io.ReaderAt, bitmap []byte, at int64) error {
 		}
 		n++
 		s := readSection(e[:])
-		if bit != featHostname && bit != featOSRelease && bit != featArch && bit != featNRCPUs && bit != featEventDesc {
+		if bit != featHostname && bit != featOSRelease && bit != featArch && bit != featNRCPUs && bit != featCPUID && bit != featEventDesc {
 			continue
 		}
 		if s.size < 0 || s.size > 1<<24 || s.off < 0 {
@@ -256,6 +299,8 @@ func (f *File) feature(bit int, b []byte) error {
 		f.OSRelease, _, err = headerString(b)
 	case featArch:
 		f.Arch, _, err = headerString(b)
+	case featCPUID:
+		f.CPUID, _, err = headerString(b)
 	case featNRCPUs:
 		// struct { u32 nr_cpus_avail; u32 nr_cpus_online; }
 		if len(b) < 8 {
@@ -345,8 +390,11 @@ func (f *File) index() error {
 // Next returns the data section's next record, header included, valid
 // until the following call; io.EOF after the last. Kernel records (and
 // perf's own, such as FINISHED_ROUND) are returned as they are; pipe-mode
-// attrs and features are taken in, and AUX payloads skipped. Records
-// compressed by `perf record -z` are refused.
+// attrs and features are taken in, and so are AUXTRACE_INFO and TIME_CONV
+// (Auxtrace, TimeConv), which are returned too. An AUXTRACE record is
+// returned with its AUX payload after its AuxtraceHeaderSize bytes (its
+// header's size covers those only). Records compressed by `perf record -z`
+// are refused.
 func (f *File) Next() ([]byte, error) {
 	for {
 		rec, err := f.next()
@@ -373,9 +421,17 @@ func (f *File) Next() ([]byte, error) {
 			f.idIndex(rec)
 		case TypeAuxtrace:
 			if len(rec) >= 16 {
-				if err := f.skip(int64(le.Uint64(rec[8:]))); err != nil {
+				if rec, err = f.payload(rec, int64(le.Uint64(rec[8:]))); err != nil {
 					return nil, err
 				}
+			}
+		case TypeAuxtraceInfo:
+			if err := f.auxtraceInfo(rec); err != nil {
+				return nil, fmt.Errorf("perf.data record AUXTRACE_INFO at %d: %w", f.offset-int64(len(rec)), err)
+			}
+		case TypeTimeConv:
+			if err := f.timeConv(rec); err != nil {
+				return nil, fmt.Errorf("perf.data record TIME_CONV at %d: %w", f.offset-int64(len(rec)), err)
 			}
 		}
 		if f.stale || f.Events == nil {
@@ -456,15 +512,89 @@ func (f *File) advance(n int64) {
 	}
 }
 
-func (f *File) skip(n int64) error {
+// payload reads the n bytes of AUX data that follow an AUXTRACE record
+// and returns the record with them appended.
+func (f *File) payload(rec []byte, n int64) ([]byte, error) {
 	if n < 0 || (f.left >= 0 && n > f.left) {
-		return fmt.Errorf("perf.data AUX payload of %d bytes at %d overruns the data section", n, f.offset)
+		return nil, fmt.Errorf("perf.data AUX payload of %d bytes at %d overruns the data section", n, f.offset)
 	}
-	if _, err := f.data.Discard(int(n)); err != nil {
-		return fmt.Errorf("perf.data AUX payload at %d: %w", f.offset, noEOF(err))
+	if n > maxAuxPayload || len(rec) != AuxtraceHeaderSize {
+		return nil, fmt.Errorf("perf.data AUXTRACE record at %d: %d bytes with a payload of %d: want %d bytes and at most %d", f.offset-int64(len(rec)), len(rec), n, AuxtraceHeaderSize, maxAuxPayload)
+	}
+	// Read a MiB at a time: memory grows with the data that is there, not
+	// with what a damaged size claims.
+	f.buf = append(f.buf[:0], rec...)
+	for left := n; left > 0; {
+		chunk := min(left, 1<<20)
+		at := len(f.buf)
+		f.buf = slices.Grow(f.buf, int(chunk))[:at+int(chunk)]
+		if _, err := io.ReadFull(f.data, f.buf[at:]); err != nil {
+			return nil, fmt.Errorf("perf.data AUX payload at %d: %w", f.offset+(n-left), noEOF(err))
+		}
+		left -= chunk
 	}
 	f.advance(n)
+	return f.buf, nil
+}
+
+// auxtraceInfo reads an AUXTRACE_INFO record: u32 type, u32 reserved, then
+// the private words.
+func (f *File) auxtraceInfo(rec []byte) error {
+	b := rec[perfrecord.HeaderSize:]
+	if len(b) < 8 || len(b)%8 != 0 {
+		return fmt.Errorf("%d bytes: want the type and whole private words", len(b))
+	}
+	info := &AuxtraceInfo{Type: le.Uint32(b)}
+	for b = b[8:]; len(b) >= 8; b = b[8:] {
+		info.Priv = append(info.Priv, le.Uint64(b))
+	}
+	f.Auxtrace = info
 	return nil
+}
+
+// timeConv reads a TIME_CONV record: time_shift, time_mult, time_zero, and
+// since perf 5.11 time_cycles, time_mask and the two capability bytes.
+func (f *File) timeConv(rec []byte) error {
+	b := rec[perfrecord.HeaderSize:]
+	if len(b) < 24 {
+		return fmt.Errorf("%d bytes: want at least shift, mult and zero (24)", len(b))
+	}
+	tc := &TimeConv{Shift: le.Uint64(b), Mult: le.Uint64(b[8:]), Zero: le.Uint64(b[16:]), Mask: ^uint64(0)}
+	if len(b) >= 42 {
+		tc.Cycles, tc.Mask = le.Uint64(b[24:]), le.Uint64(b[32:])
+		tc.CapUserTimeZero, tc.CapUserTimeShort = b[40] != 0, b[41] != 0
+	}
+	if tc.Shift > 63 {
+		return fmt.Errorf("time_shift %d: more than a 64-bit count has", tc.Shift)
+	}
+	f.TimeConv = tc
+	return nil
+}
+
+// Synthesize adds an event whose samples the reader makes from other
+// records, as perf does for AUX data (the "memory" event of Arm SPE): no
+// record of the file carries its id. It returns the event's index in
+// Events.Attrs and Names, and the id its samples carry.
+func (f *File) Synthesize(a perfrecord.Attr, name string) (int, uint64, error) {
+	id := uint64(1) << 62
+	for _, ids := range f.ids {
+		for _, v := range ids {
+			id = max(id, v+1)
+		}
+	}
+	f.attrs = append(f.attrs, a)
+	f.ids = append(f.ids, []uint64{id})
+	if err := f.index(); err != nil {
+		f.attrs, f.ids = f.attrs[:len(f.attrs)-1], f.ids[:len(f.ids)-1]
+		return 0, 0, err
+	}
+	if f.descNames == nil {
+		f.descNames = map[uint64]string{}
+	}
+	f.descNames[id] = name // kept when pipe-mode attrs rebuild the index
+	i := len(f.attrs) - 1
+	f.Names[i] = name
+	return i, id, nil
 }
 
 func noEOF(err error) error {

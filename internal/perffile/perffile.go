@@ -63,7 +63,9 @@ type Event struct {
 // Feature bits the files carry.
 const (
 	featHostname  = 3
+	featArch      = 6
 	featNRCPUs    = 7
+	featCPUID     = 9
 	featNUMA      = 14
 	featEventDesc = 12
 	headerSize    = 104
@@ -76,6 +78,8 @@ type Host struct {
 	Name      string
 	CPUs      uint32   // NRCPUS (0: no section)
 	NUMANodes []string // NUMA_TOPOLOGY, e.g. {"0-3"} (nil: no section)
+	Arch      string   // ARCH, uname -m ("": no section)
+	CPUID     string   // CPUID, e.g. an Arm MIDR "0x00000000410fd0c0" ("": no section)
 }
 
 func str(s string) []byte {
@@ -129,6 +133,12 @@ func FileOf(events []Event, host Host, records ...[]byte) []byte {
 	sections := []section{{featHostname, str(host.Name)}, {featEventDesc, desc}}
 	if host.CPUs > 0 {
 		sections = append(sections, section{featNRCPUs, le.AppendUint32(le.AppendUint32(nil, host.CPUs), host.CPUs)})
+	}
+	if host.Arch != "" {
+		sections = append(sections, section{featArch, str(host.Arch)})
+	}
+	if host.CPUID != "" {
+		sections = append(sections, section{featCPUID, str(host.CPUID)})
 	}
 	if host.NUMANodes != nil {
 		numa := le.AppendUint32(nil, uint32(len(host.NUMANodes)))
