@@ -64,7 +64,14 @@ func recordFaults(t *testing.T, pipe bool) string {
 // phys" in hex where perf prints hex.
 func perfScript(t *testing.T, file string) []string {
 	t.Helper()
-	out, err := exec.Command("perf", "script", "-i", file, "--ns", "-F", perfScriptFields).Output()
+	return perfScriptOf(t, file, "-F", perfScriptFields)
+}
+
+// perfScriptOf is perfScript with other arguments (--itrace, fields by
+// event type).
+func perfScriptOf(t *testing.T, file string, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("perf", append([]string{"script", "-i", file, "--ns"}, args...)...).Output()
 	if err != nil {
 		t.Fatalf("perf script: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/formats/spe"
 )
 
 // openPerfData opens a perf.data file, or a pipe-mode stream on stdin for
@@ -46,14 +47,34 @@ type PerfDataVisitor struct {
 	Sample func(event int, s *perfrecord.Sample) error
 }
 
-// EachSample walks a perf.data file in perf's order, decoding its samples.
-// A sample that cannot be decoded is counted in bad and the first one
-// reported on warn, so that one bad record does not hide the others.
+// EachSample walks a perf.data file in perf's order, decoding its samples,
+// and those perf makes of Arm SPE data (its "memory" event). A sample
+// that cannot be decoded is counted in bad and the first one reported on
+// warn, so that one bad record does not hide the others; so is a chunk of
+// SPE data with a packet that does not decode.
 func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisitor) (samples, bad uint64, err error) {
 	var s perfrecord.Sample
-	err = file.Ordered(func(rec []byte) error {
+	var armSPE *spe.PerfData
+	aux := func(rec []byte, emit func(uint64, []byte)) error {
+		if armSPE == nil {
+			return nil
+		}
+		return armSPE.Decode(rec, emit)
+	}
+	err = file.OrderedAux(aux, func(rec []byte) error {
 		h, _ := perfrecord.ParseHeader(rec)
 		if h.Type != perfrecord.TypeSample {
+			switch {
+			case h.Type == perfdata.TypeAuxtraceInfo && armSPE == nil:
+				// It comes before the AUX data, and out of time
+				// order: before the COMM records of the threads.
+				var err error
+				if armSPE, err = spe.NewPerfData(file); err != nil {
+					return err
+				}
+			case armSPE != nil:
+				armSPE.Record(rec, h)
+			}
 			if v.Record != nil {
 				v.Record(rec, h)
 			}
@@ -70,9 +91,19 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 			bad++
 			return nil
 		}
+		if armSPE != nil && i == armSPE.Event {
+			armSPE.Fill(&s)
+		}
 		samples++
 		return v.Sample(i, &s)
 	})
+	if armSPE != nil && armSPE.Bad > 0 {
+		fmt.Fprintf(warn, "pmu_exporter: %s: %d chunks of Arm SPE data with a packet that does not decode, read up to it: %v\n", name, armSPE.Bad, armSPE.First)
+		bad += armSPE.Bad
+	}
+	if armSPE != nil && armSPE.Cut > 0 {
+		fmt.Fprintf(warn, "pmu_exporter: %s: %d chunks of Arm SPE data end inside a record (data lost while recording): those records are dropped\n", name, armSPE.Cut)
+	}
 	if n := file.OpenedCPUs(); err == nil && n > 0 && n < file.CPUsOnline {
 		fmt.Fprintf(warn, "pmu_exporter: %s: perf opened its events on %d of the %d CPUs online when it ended: what ran on the others is not in the recording (a CPU that came online after perf started, or perf record -C)\n",
 			name, n, file.CPUsOnline)

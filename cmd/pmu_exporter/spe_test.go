@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// speRecording writes an Arm SPE recording of one process's threads on two
+// CPUs, their AUX data in chunks of a few records taken from each CPU in
+// turn, a round at a time (as perf record drains the buffers, each round
+// what the CPUs wrote since the last): loads and stores from every
+// data source of the common encoding and an unknown one, with TLB and
+// cache events, kernel PCs among them, and conditional branches, which
+// make no memory sample.
+func speRecording(t *testing.T, midr uint64) string {
+	t.Helper()
+	return speRecordingOf(t, midr, midr, nil)
+}
+
+// speRecordingOf is speRecording with the records drawn from seed, and
+// with midrs (one per CPU) in AUXTRACE_INFO's version 2 where given.
+func speRecordingOf(t *testing.T, seed, midr uint64, midrs []uint64) string {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 7))
+	threads := []uint32{4242, 4243, 4244}
+	sources := []uint8{0x0, 0x8, 0x9, 0xa, 0xb, 0xc, 0xd, 0xe, 0x3}
+	events := []uint64{1 << 2, 1 << 3, 1 << 4, 1 << 5, 1 << 8, 1 << 9, 1 << 10}
+	var chunks [2][][]byte
+	for round := range 40 {
+		for cpu := range 2 {
+			// Each round drains what both CPUs wrote in the same span
+			// of time; each CPU's times have their own parity: no two
+			// samples at one time, whose order perf leaves open.
+			ts := uint64(1000 + 1000*round + cpu)
+			var ops []perffile.SPEOp
+			for range 1 + r.IntN(4) {
+				ts += 2 * (1 + uint64(r.IntN(100)))
+				o := perffile.SPEOp{PC: 0x400000 + uint64(r.IntN(0x1000))*4, Virtual: 0x5555_0000_0000 + uint64(r.IntN(1<<20))*8,
+					Store: r.IntN(3) == 0, Branch: r.IntN(8) == 0, Total: uint16(r.IntN(400)), Issue: uint16(r.IntN(40)),
+					Source: sources[r.IntN(len(sources))], Context: threads[r.IntN(len(threads))], Timestamp: ts}
+				for _, e := range events {
+					if r.IntN(3) == 0 {
+						o.Events |= e
+					}
+				}
+				if r.IntN(2) == 0 {
+					o.Physical = 0x8_0000_0000 + o.Virtual&0xfffffff
+				}
+				if r.IntN(10) == 0 {
+					o.EL, o.PC = 1, 0xffff_8000_1000_0000+uint64(r.IntN(0x1000))*4
+				}
+				ops = append(ops, o)
+			}
+			chunks[cpu] = append(chunks[cpu], perffile.SPEPackets(ops...))
+		}
+	}
+	s := perffile.SPE{PMUType: 9, MIDR: midr, PID: 4242, Comm: "fsbench", Threads: threads, CPUs: 2, Shift: 4, Mult: 625, Zero: 1e9, RoundEvery: 2, MIDRs: midrs}
+	for i := range chunks[0] {
+		for cpu := range 2 {
+			s.Traces = append(s.Traces, perffile.SPETrace{CPU: uint32(cpu), Data: chunks[cpu][i]})
+		}
+	}
+	file := filepath.Join(t.TempDir(), "spe.data")
+	if err := os.WriteFile(file, s.File(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestSamplesOfArmSPE: on Arm SPE recordings of a Neoverse N1 (whose data
+// sources use the common encoding) and a Cortex-A72 (whose do not), samples
+// prints the samples perf script makes of the AUX data (--itrace=M, its
+// "memory" event): the same threads, CPUs, times (through TIME_CONV), data
+// and physical addresses, data sources, weights and PCs, in the same order.
+func TestSamplesOfArmSPE(t *testing.T) {
+	testenv.RequireTool(t, "perf")
+	for name, midr := range map[string]uint64{"neoverse-n1": 0x410fd0c1, "cortex-a72": 0x410fd083} {
+		t.Run(name, func(t *testing.T) {
+			file := speRecording(t, midr)
+			want := perfScriptOf(t, file, "--itrace=M", "-F", "hw:"+perfScriptFields)
+			got := ourSamples(t, file)
+			if len(want) < 100 {
+				t.Fatalf("perf script made %d samples of the recording", len(want))
+			}
+			if len(got) != len(want) {
+				t.Errorf("%d samples, perf script has %d", len(got), len(want))
+			}
+			for i := range min(len(got), len(want)) {
+				if got[i] != want[i] {
+					t.Fatalf("sample %d:\n ours %s\n perf %s", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// Recorded by a perf that lists each CPU's MIDR (metadata version 2, which
+// perf 6.1 cannot read), on a machine whose CPU 0 is a Neoverse N1 and CPU
+// 1 a Cortex-A72: each CPU's samples are what the version 1 recordings of
+// the same records give for its core, checked against perf above.
+func TestSamplesOfArmSPEPerCPUMIDR(t *testing.T) {
+	const n1, a72 = 0x410fd0c1, 0x410fd083
+	mixed := ourSamples(t, speRecordingOf(t, 1, 0, []uint64{n1, a72}))
+	allN1, allA72 := ourSamples(t, speRecordingOf(t, 1, n1, nil)), ourSamples(t, speRecordingOf(t, 1, a72, nil))
+	if len(mixed) != len(allN1) || len(mixed) != len(allA72) || len(mixed) < 100 {
+		t.Fatalf("%d samples; %d and %d with one core type", len(mixed), len(allN1), len(allA72))
+	}
+	differ := 0
+	for i, line := range mixed {
+		want := allN1[i]
+		if strings.Fields(line)[2] == "1" {
+			want = allA72[i]
+		}
+		if line != want {
+			t.Fatalf("sample %d:\n got  %s\n want %s", i, line, want)
+		}
+		if allN1[i] != allA72[i] {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Fatal("the two cores' data sources never differ: the test cannot tell them apart")
+	}
+}
+
+// speFalseSharing is the thesis' False-Sharing benchmark as an SPE unit
+// would sample it on two Neoverse N1 CPUs: four threads (two on each CPU)
+// add atomically (one load-store operation, which SPE records as a store)
+// to their own 8-byte slot of one line with probability f, else to a
+// counter on the next line; one operation in period is sampled.
+func speFalseSharing(t *testing.T, f float64, period int) string {
+	t.Helper()
+	r := rand.New(rand.NewPCG(42, 1))
+	const line, shared = 0x5555_0000_0100, 0x5555_0000_0140
+	threads := []uint32{4242, 4243, 4244, 4245, 4246}
+	var ops [2][]perffile.SPEOp
+	var chunks [][]perffile.SPEOp
+	ts := uint64(1000)
+	s := perffile.SPE{PMUType: 9, MIDR: 0x410fd0c1, PID: 4242, Comm: "fsbench", Threads: threads, CPUs: 2, Mult: 1, Zero: 1e9, RoundEvery: 2}
+	for i := range 400000 {
+		tid := threads[1+r.IntN(4)]
+		cpu := tid % 2
+		addr, pc := uint64(shared), uint64(0x401110)
+		if r.Float64() < f {
+			addr, pc = line+8*uint64(tid-4243), 0x401010
+		}
+		ts += 2
+		if r.IntN(period) == 0 {
+			ops[cpu] = append(ops[cpu], perffile.SPEOp{PC: pc, Virtual: addr, Store: true, Total: 80, Source: 0x9, Context: tid, Timestamp: ts + uint64(cpu)})
+		}
+		if (i+1)%20000 == 0 { // a round: each CPU's buffer drained
+			chunks = append(chunks, ops[0], ops[1])
+			ops = [2][]perffile.SPEOp{}
+		}
+	}
+	for i, c := range chunks {
+		s.Traces = append(s.Traces, perffile.SPETrace{CPU: uint32(i % 2), Data: perffile.SPEPackets(c...)})
+	}
+	file := filepath.Join(t.TempDir(), "fs.data")
+	if err := os.WriteFile(file, s.File(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// `comm` on SPE samples of the False-Sharing benchmark finds its share of
+// accesses to own slots, as on PEBS samples (TestCommOnPreciseRecording),
+// between the four threads, and names the sampler's window.
+func TestCommOnSPERecording(t *testing.T) {
+	for _, f := range []float64{0.25, 0.75} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"comm", "--format", "json", speFalseSharing(t, f, 50)}, &stdout, &stderr); code != 0 {
+			t.Fatalf("comm: exit %d\n%s", code, stderr.String())
+		}
+		var r comdetect.ReportJSON
+		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil || len(r.Processes) != 1 {
+			t.Fatalf("%v: %s", err, stdout.String())
+		}
+		p := r.Processes[0]
+		t.Logf("f = %.2f: %+v", f, p.Detections)
+		if got := fsFraction(p); math.Abs(got-f) > 0.05 {
+			t.Errorf("f = %.2f: false-sharing fraction %.3f (%+v)", f, got, p.Detections)
+		}
+		if want := []uint32{4243, 4244, 4245, 4246}; !slices.Equal(p.Threads, want) {
+			t.Errorf("threads %v, want %v", p.Threads, want)
+		}
+	}
+}
