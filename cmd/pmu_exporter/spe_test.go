@@ -26,13 +26,17 @@ import (
 // make no memory sample.
 func speRecording(t *testing.T, midr uint64) string {
 	t.Helper()
-	return speRecordingOf(t, midr, midr, nil)
+	return speRecordingOf(t, midr, midr, nil, false)
 }
 
-// speRecordingOf is speRecording with the records drawn from seed, and
-// with midrs (one per CPU) in AUXTRACE_INFO's version 2 where given.
-func speRecordingOf(t *testing.T, seed, midr uint64, midrs []uint64) string {
+// speRecordingOf is speRecording with the records drawn from seed, with
+// midrs (one per CPU) in AUXTRACE_INFO's version 2 where given, and with
+// switched, no context packets but context switches: one before each
+// CPU's first record, and one after the first record of each chunk.
+func speRecordingOf(t *testing.T, seed, midr uint64, midrs []uint64, switched bool) string {
 	t.Helper()
+	perfTime := func(count uint64) uint64 { return 1e9 + count*625>>4 } // TIME_CONV below
+	var switches [2][][]perffile.SPESwitch
 	r := rand.New(rand.NewPCG(seed, 7))
 	threads := []uint32{4242, 4243, 4244}
 	sources := []uint8{0x0, 0x8, 0x9, 0xa, 0xb, 0xc, 0xd, 0xe, 0x3}
@@ -41,12 +45,12 @@ func speRecordingOf(t *testing.T, seed, midr uint64, midrs []uint64) string {
 	for round := range 40 {
 		for cpu := range 2 {
 			// Each round drains what both CPUs wrote in the same span
-			// of time; each CPU's times have their own parity: no two
+			// of time; each CPU's counts have their own parity: no two
 			// samples at one time, whose order perf leaves open.
 			ts := uint64(1000 + 1000*round + cpu)
 			var ops []perffile.SPEOp
 			for range 1 + r.IntN(4) {
-				ts += 2 * (1 + uint64(r.IntN(100)))
+				ts += 4 * (1 + uint64(r.IntN(50)))
 				o := perffile.SPEOp{PC: 0x400000 + uint64(r.IntN(0x1000))*4, Virtual: 0x5555_0000_0000 + uint64(r.IntN(1<<20))*8,
 					Store: r.IntN(3) == 0, Branch: r.IntN(8) == 0, Total: uint16(r.IntN(400)), Issue: uint16(r.IntN(40)),
 					Source: sources[r.IntN(len(sources))], Context: threads[r.IntN(len(threads))], Timestamp: ts}
@@ -63,13 +67,33 @@ func speRecordingOf(t *testing.T, seed, midr uint64, midrs []uint64) string {
 				}
 				ops = append(ops, o)
 			}
+			var sw []perffile.SPESwitch
+			if switched {
+				next := func(count uint64) perffile.SPESwitch {
+					tid := threads[r.IntN(len(threads))]
+					return perffile.SPESwitch{CPU: uint32(cpu), PID: 4242, TID: tid, Time: perfTime(count)}
+				}
+				// Two counts from a record: perf converts the switch's
+				// time back to a count, rounding down, and takes a
+				// record at that count as after it.
+				if round == 0 {
+					sw = append(sw, next(ops[0].Timestamp-2))
+				}
+				// Between the chunk's first record and the next
+				// (their counts differ by 4 or more).
+				sw = append(sw, next(ops[0].Timestamp+2))
+				for i := range ops {
+					ops[i].Context = 0
+				}
+			}
+			switches[cpu] = append(switches[cpu], sw)
 			chunks[cpu] = append(chunks[cpu], perffile.SPEPackets(ops...))
 		}
 	}
 	s := perffile.SPE{PMUType: 9, MIDR: midr, PID: 4242, Comm: "fsbench", Threads: threads, CPUs: 2, Shift: 4, Mult: 625, Zero: 1e9, RoundEvery: 2, MIDRs: midrs}
 	for i := range chunks[0] {
 		for cpu := range 2 {
-			s.Traces = append(s.Traces, perffile.SPETrace{CPU: uint32(cpu), Data: chunks[cpu][i]})
+			s.Traces = append(s.Traces, perffile.SPETrace{CPU: uint32(cpu), Data: chunks[cpu][i], Switches: switches[cpu][i]})
 		}
 	}
 	file := filepath.Join(t.TempDir(), "spe.data")
@@ -80,15 +104,20 @@ func speRecordingOf(t *testing.T, seed, midr uint64, midrs []uint64) string {
 }
 
 // TestSamplesOfArmSPE: on Arm SPE recordings of a Neoverse N1 (whose data
-// sources use the common encoding) and a Cortex-A72 (whose do not), samples
+// sources use the common encoding) and a Cortex-A72 (whose do not), and one
+// whose threads only the context switches say (a kernel without
+// CONFIG_PID_IN_CONTEXTIDR), samples
 // prints the samples perf script makes of the AUX data (--itrace=M, its
 // "memory" event): the same threads, CPUs, times (through TIME_CONV), data
 // and physical addresses, data sources, weights and PCs, in the same order.
 func TestSamplesOfArmSPE(t *testing.T) {
 	testenv.RequireTool(t, "perf")
-	for name, midr := range map[string]uint64{"neoverse-n1": 0x410fd0c1, "cortex-a72": 0x410fd083} {
+	for name, c := range map[string]struct {
+		midr     uint64
+		switched bool
+	}{"neoverse-n1": {0x410fd0c1, false}, "cortex-a72": {0x410fd083, false}, "threads-by-switches": {0x410fd0c1, true}} {
 		t.Run(name, func(t *testing.T) {
-			file := speRecording(t, midr)
+			file := speRecordingOf(t, c.midr, c.midr, nil, c.switched)
 			want := perfScriptOf(t, file, "--itrace=M", "-F", "hw:"+perfScriptFields)
 			got := ourSamples(t, file)
 			if len(want) < 100 {
@@ -112,8 +141,8 @@ func TestSamplesOfArmSPE(t *testing.T) {
 // the same records give for its core, checked against perf above.
 func TestSamplesOfArmSPEPerCPUMIDR(t *testing.T) {
 	const n1, a72 = 0x410fd0c1, 0x410fd083
-	mixed := ourSamples(t, speRecordingOf(t, 1, 0, []uint64{n1, a72}))
-	allN1, allA72 := ourSamples(t, speRecordingOf(t, 1, n1, nil)), ourSamples(t, speRecordingOf(t, 1, a72, nil))
+	mixed := ourSamples(t, speRecordingOf(t, 1, 0, []uint64{n1, a72}, false))
+	allN1, allA72 := ourSamples(t, speRecordingOf(t, 1, n1, nil, false)), ourSamples(t, speRecordingOf(t, 1, a72, nil, false))
 	if len(mixed) != len(allN1) || len(mixed) != len(allA72) || len(mixed) < 100 {
 		t.Fatalf("%d samples; %d and %d with one core type", len(mixed), len(allN1), len(allA72))
 	}

@@ -31,8 +31,12 @@ type PerfData struct {
 	midrs map[uint32]uint64
 	tc    TimeConv
 	pids  map[uint32]uint32 // TID → PID, from the COMM and FORK records read so far
-	out   perfrecord.Sample
-	buf   []byte
+	// running is each CPU's task (PID, TID) as the CPU-wide switch records
+	// read so far say: a record without a context packet is its CPU's.
+	running map[uint32][2]uint32
+	events  *perfrecord.Events
+	out     perfrecord.Sample
+	buf     []byte
 	// Chunks with a packet that does not decode (what follows it in the
 	// chunk is dropped), and the first such error; chunks that end inside
 	// a record (the SPE driver ends them on a record's end: data was lost).
@@ -99,7 +103,8 @@ func NewPerfData(file *perfdata.File) (*PerfData, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the Arm SPE memory event: %w", err)
 	}
-	s := &PerfData{Event: event, layout: mem.Layout(), id: id, pids: map[uint32]uint32{}, midrs: midrs}
+	s := &PerfData{Event: event, layout: mem.Layout(), id: id, pids: map[uint32]uint32{}, midrs: midrs,
+		running: map[uint32][2]uint32{}, events: file.Events}
 	// perf reads version 1's MIDR from the CPUID header with strtol(…, 16).
 	if v, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(file.CPUID), "0x"), 16, 64); err == nil {
 		s.midr = v
@@ -113,9 +118,26 @@ func NewPerfData(file *perfdata.File) (*PerfData, error) {
 }
 
 // Record takes a COMM or FORK record's PID and TID, which samples whose
-// thread a context packet names are given.
+// thread a context packet names are given, and a CPU-wide switch out's
+// next task, which its CPU's samples without one are given (as perf does
+// where the kernel does not put PIDs in CONTEXTIDR). Hand it the records
+// in time order, as they go out, with the samples.
 func (s *PerfData) Record(rec []byte, h perfrecord.Header) {
 	switch h.Type {
+	case unix.PERF_RECORD_SWITCH_CPU_WIDE:
+		b := rec[perfrecord.HeaderSize:]
+		if h.Misc&unix.PERF_RECORD_MISC_SWITCH_OUT == 0 || len(b) < 8 {
+			return
+		}
+		i, err := s.events.ForRecord(rec)
+		if err != nil || i < 0 {
+			return
+		}
+		sid, err := perfrecord.DecodeSampleID(rec, s.events.Attrs[i].Layout())
+		if err != nil || s.events.Attrs[i].SampleType&unix.PERF_SAMPLE_CPU == 0 {
+			return
+		}
+		s.running[sid.CPU] = [2]uint32{binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])}
 	case perfrecord.TypeComm:
 		if c, err := perfrecord.DecodeComm(rec); err == nil {
 			s.pids[c.TID] = c.PID
@@ -128,8 +150,15 @@ func (s *PerfData) Record(rec []byte, h perfrecord.Header) {
 }
 
 // Fill gives a sample of the memory event, as it goes out, the PID of its
-// thread where that was not known when the sample was made.
+// thread where that was not known when the sample was made, and the task
+// running on its CPU where no context packet named its thread.
 func (s *PerfData) Fill(smp *perfrecord.Sample) {
+	if smp.TID == unknownPID { // no context packet: the CPU's running task
+		if t, ok := s.running[smp.CPU]; ok {
+			smp.PID, smp.TID = t[0], t[1]
+			return
+		}
+	}
 	if smp.PID == unknownPID {
 		if pid, ok := s.pids[smp.TID]; ok {
 			smp.PID = pid

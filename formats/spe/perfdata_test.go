@@ -94,6 +94,9 @@ func FuzzPerfData(f *testing.F) {
 	b := perffile.SPETrace{CPU: 1, Data: perffile.SPEPackets(perffile.SPEOp{PC: 0x400004, Virtual: 0x1008, Store: true, Context: 1, Timestamp: 6})}
 	f.Add(recording(nil, a, b))
 	f.Add(recording([]uint64{0x410fd0c1, 0x410fd083}, a, b))
+	a.Switches = []perffile.SPESwitch{{CPU: 0, PID: 1, TID: 2, Time: 3}}
+	a.Data = perffile.SPEPackets(perffile.SPEOp{PC: 0x400000, Virtual: 0x1000, Source: 0xe, Timestamp: 5})
+	f.Add(recording(nil, a, b))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		samplesOf(t, b)
 	})

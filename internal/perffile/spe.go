@@ -86,11 +86,21 @@ type SPE struct {
 	RoundEvery int
 }
 
+// SPESwitch is a CPU's switch to thread TID of process PID at Time (perf
+// time, ns).
+type SPESwitch struct {
+	CPU, PID, TID uint32
+	Time          uint64
+}
+
 // SPETrace is a chunk of one CPU's AUX data as perf wrote it out (a CPU's
-// chunks follow each other in its AUX buffer).
+// chunks follow each other in its AUX buffer), after the context switches
+// (the dummy event's context_switch: a CPU-wide switch out names the task
+// coming in) that perf read in the same pass.
 type SPETrace struct {
-	CPU  uint32
-	Data []byte
+	CPU      uint32
+	Data     []byte
+	Switches []SPESwitch
 }
 
 // SPESampleType is what perf record asks of its dummy tracking event, and
@@ -111,11 +121,19 @@ const (
 func (s *SPE) File() []byte {
 	spe := Attr(s.PMUType, 0x1_0000_0003, 1, SPESampleType|unix.PERF_SAMPLE_PHYS_ADDR, true, 0) // ts_enable, pa_enable
 	dummy := Attr(unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_DUMMY, 1, SPESampleType, true, 0)
-	// comm, mmap, task and mmap2 (attr flag bits 9, 8, 13, 23).
-	flags := le.Uint64(dummy[40:]) | 1<<8 | 1<<9 | 1<<13 | 1<<23
+	// comm, mmap, task, mmap2 and context_switch (attr flag bits 9, 8,
+	// 13, 23, 26).
+	flags := le.Uint64(dummy[40:]) | 1<<8 | 1<<9 | 1<<13 | 1<<23 | 1<<26
 	le.PutUint64(dummy[40:], flags)
 	trailer := func(r *Record, pid, tid uint32, time uint64) {
 		r.U32(pid).U32(tid).U64(time).U32(0).U32(0).U64(2)
+	}
+	// A switch record's trailer: the outgoing task (unknown here), the
+	// time and the CPU, the dummy event's id.
+	switchOut := func(w SPESwitch) []byte {
+		var r Record
+		r.U32(w.PID).U32(w.TID).U32(^uint32(0)).U32(^uint32(0)).U64(w.Time).U32(w.CPU).U32(0).U64(2)
+		return r.Bytes(unix.PERF_RECORD_SWITCH_CPU_WIDE, unix.PERF_RECORD_MISC_SWITCH_OUT)
 	}
 	// TIME_CONV first: perf copies it when it reads AUXTRACE_INFO.
 	var recs [][]byte
@@ -152,6 +170,9 @@ func (s *SPE) File() []byte {
 	// through its buffer, the thread is unknown (-1).
 	offset := map[uint32]uint64{}
 	for i, t := range s.Traces {
+		for _, w := range t.Switches {
+			recs = append(recs, switchOut(w))
+		}
 		data := t.Data
 		if pad := len(data) % 8; pad != 0 {
 			data = append(data[:len(data):len(data)], make([]byte, 8-pad)...) // perf pads with zeros (SPE padding)
