@@ -162,7 +162,7 @@ func Plan(pmus []*pmu.PMU, o Options) ([]Config, []Missing, error) {
 			out = append(out, c)
 		case strings.HasPrefix(p.Name, "arm_spe"):
 			missing = append(missing, Missing{What: p.Name,
-				Why: "Arm SPE writes its records into an AUX area buffer, which this exporter does not read yet (planned: map the AUX area beside the ring and decode SPE packets into the same samples)"})
+				Why: "Arm SPE writes its records into an AUX area buffer, which this exporter does not map yet (its packets are decoded: pmu_exporter samples, c2c and comm read perf record -e arm_spe_0// recordings)"})
 		}
 	}
 	if len(out) == 0 && len(missing) == 0 {
