@@ -55,13 +55,25 @@ func CommonSources(midr uint64) bool {
 	return false
 }
 
+// ampereOne is MIDR_CPU_MODEL(ARM_CPU_IMP_AMPERE, AMPERE_CPU_PART_AMPERE1A),
+// whose data sources perf maps to the common ones.
+const ampereOne = 0xc0<<24 | 0xf<<16 | 0xac4<<4
+
+// ampereOneSources are AmpereOne's data sources as the common ones: a
+// local chip cache or device as a peer core, its system-level cache,
+// another chip's cache, DDR, L1D and L2D.
+var ampereOneSources = map[uint16]uint16{0x0: SourcePeerCore, 0x3: SourceSystemCache, 0x5: SourceRemote, 0x7: SourceDRAM,
+	0x8: SourceL1D, 0x9: SourceL2}
+
 // DataSrc is the perf_mem_data_src that perf's arm-spe decoder gives a
 // record taken on the core midr names (as of Linux 6.18 and the stable
 // perf releases with its fixes, which mark a remote access mem_remote):
-// 0 for an operation that is neither a load nor a store. Where the core's data sources are in the common
-// encoding, a load's source is its level (a store's is not recorded);
-// elsewhere the level is what the events say (last-level cache, else
-// L1D, hit or miss). TLB events give the TLB field either way.
+// 0 for an operation that is neither a load nor a store. Where the core's
+// data sources are in the common encoding (or AmpereOne's, mapped to it),
+// a load's source is its level (a store's is not recorded); elsewhere the
+// level is what the events say (last-level cache, else L1D, hit or miss;
+// HiSilicon's encoding is not read). TLB events give the TLB field either
+// way.
 func DataSrc(r *Record, midr uint64) uint64 {
 	d := datasrc.DataSrc{Op: datasrc.OpLoad}
 	switch {
@@ -71,9 +83,16 @@ func DataSrc(r *Record, midr uint64) uint64 {
 	default:
 		return 0
 	}
-	if CommonSources(midr) {
+	switch {
+	case CommonSources(midr):
 		commonSource(r, &d)
-	} else {
+	case midr&midrModel == ampereOne:
+		if src, ok := ampereOneSources[r.Source]; ok { // other values: no level, as in perf
+			common := *r
+			common.Source = src
+			commonSource(&common, &d)
+		}
+	default:
 		eventSource(r, &d)
 	}
 	if r.Events&(EvTLBAccess|EvTLBWalk) != 0 {

@@ -32,6 +32,22 @@ func TestDataSrcAsPerfGaveIt(t *testing.T) {
 	}
 }
 
+// AmpereOne's data sources are the common encoding's under other numbers
+// (perf maps DDR 0x7 to DRAM, L2D 0x9 to L2, the SLC 0x3 to the system
+// cache); a number it does not map gives no level.
+func TestAmpereOneSources(t *testing.T) {
+	const ampereOne = 0xc00fac41
+	for amp, common := range map[uint16]uint16{0x7: SourceDRAM, 0x9: SourceL2, 0x3: SourceSystemCache, 0x0: SourcePeerCore, 0x5: SourceRemote, 0x8: SourceL1D} {
+		got := DataSrc(&Record{Class: OpLoadStore, Source: amp, Events: EvTLBAccess}, ampereOne)
+		if want := DataSrc(&Record{Class: OpLoadStore, Source: common, Events: EvTLBAccess}, neoverseN1); got != want {
+			t.Errorf("AmpereOne source %#x: %#x, want the common %#x's %#x", amp, got, common, want)
+		}
+	}
+	if got := DataSrc(&Record{Class: OpLoadStore, Source: 0x1}, ampereOne); got != 0x2 {
+		t.Errorf("unmapped AmpereOne source: %#x, want a load of no level (0x2)", got)
+	}
+}
+
 // The common encoding is chosen by model, whatever the variant and
 // revision; other implementers and parts go by the cache events.
 func TestCommonSources(t *testing.T) {
