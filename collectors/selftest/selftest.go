@@ -214,65 +214,84 @@ func PipeRoundTrips(quick bool) Kernel {
 		n = 4
 	}
 	return Kernel{Name: "pipe-round-trips", Unit: "round trip", Sizes: geometric(100, n), Kernel: true, Run: func(size int, measure func(func()) error) error {
-		var there, back [2]int
-		if err := unix.Pipe2(there[:], unix.O_CLOEXEC); err != nil {
-			return fmt.Errorf("pipe-round-trips: %w", err)
-		}
-		if err := unix.Pipe2(back[:], unix.O_CLOEXEC); err != nil {
-			unix.Close(there[0])
-			unix.Close(there[1])
-			return fmt.Errorf("pipe-round-trips: %w", err)
-		}
-		defer func() {
-			for _, fd := range []int{there[0], back[0], back[1]} {
-				unix.Close(fd)
-			}
-		}()
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &set); err != nil {
 			return err
 		}
-		done := make(chan error, 1)
-		go func() { // the partner, bound to the counting thread's CPU
-			runtime.LockOSThread()
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return roundTrips(size, measure, set)
+	}}
+}
+
+// roundTrips measures size pipe round trips with a partner thread bound to
+// the CPUs of set (the counting thread's). The partner owns the write end
+// of the answering pipe and closes it when it stops, so that the counting
+// thread, waiting for an answer, sees the end where the partner could not
+// start or failed: its CPU going offline between the counting thread's
+// binding and the partner's (EINVAL) once left the counting thread waiting
+// for ever, and the exporter with it.
+func roundTrips(size int, measure func(func()) error, set unix.CPUSet) error {
+	var there, back [2]int
+	if err := unix.Pipe2(there[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("pipe-round-trips: %w", err)
+	}
+	if err := unix.Pipe2(back[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(there[0])
+		unix.Close(there[1])
+		return fmt.Errorf("pipe-round-trips: %w", err)
+	}
+	defer func() {
+		for _, fd := range []int{there[0], back[0]} {
+			unix.Close(fd)
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { // the partner
+		defer unix.Close(back[1])
+		runtime.LockOSThread()
+		if err := unix.SchedSetaffinity(0, &set); errors.Is(err, unix.EINVAL) {
+			done <- fmt.Errorf("bind to the counting thread's CPU: %w: %w", ErrCPUWentOffline, err)
+			return
+		} else if err != nil {
+			done <- fmt.Errorf("bind to the counting thread's CPU: %w", err)
+			return
+		}
+		b := []byte{0}
+		for range size {
+			if n, err := unix.Read(there[0], b); err != nil || n == 0 {
+				done <- err // n == 0: the counting thread closed its end early
+				return
+			}
+			if _, err := unix.Write(back[1], b); err != nil {
 				done <- err
 				return
 			}
-			b := []byte{0}
-			for range size {
-				if n, err := unix.Read(there[0], b); err != nil || n == 0 {
-					done <- err // n == 0: the counting thread closed its end early
-					return
-				}
-				if _, err := unix.Write(back[1], b); err != nil {
-					done <- err
-					return
-				}
-			}
-			done <- nil
-		}()
-		var ioErr error
-		err := measure(func() {
-			b := []byte{0}
-			for range size {
-				if _, ioErr = unix.Write(there[1], b); ioErr != nil {
-					return
-				}
-				if _, ioErr = unix.Read(back[0], b); ioErr != nil {
-					return
-				}
-			}
-		})
-		unix.Close(there[1]) // the partner sees the end even where the work never ran
-		if perr := <-done; perr != nil {
-			return fmt.Errorf("pipe-round-trips: partner: %w", perr)
 		}
-		if ioErr != nil {
-			return fmt.Errorf("pipe-round-trips: %w", ioErr)
+		done <- nil
+	}()
+	var ioErr error
+	err := measure(func() {
+		b := []byte{0}
+		for range size {
+			if _, ioErr = unix.Write(there[1], b); ioErr != nil {
+				return
+			}
+			n, err := unix.Read(back[0], b)
+			if ioErr = err; err == nil && n == 0 {
+				ioErr = errors.New("the partner stopped answering")
+			}
+			if ioErr != nil {
+				return
+			}
 		}
-		return err
-	}}
+	})
+	unix.Close(there[1]) // the partner sees the end even where the work never ran
+	if perr := <-done; perr != nil {
+		return fmt.Errorf("pipe-round-trips: partner: %w", perr)
+	}
+	if ioErr != nil {
+		return fmt.Errorf("pipe-round-trips: %w", ioErr)
+	}
+	return err
 }
 
 // Spin runs on the CPU for size ns of wall time, in a run its thread never

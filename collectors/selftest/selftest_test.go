@@ -378,3 +378,30 @@ func TestMeasureCPUWentOffline(t *testing.T) {
 	}
 	set("1")
 }
+
+// A partner that cannot bind to the counting thread's CPU (here an empty
+// set: EINVAL, as for a CPU that went offline between the two bindings)
+// makes the round trips fail at once, as a CPU gone offline: the counting
+// thread used to wait for its answer for ever.
+func TestRoundTripsWithoutPartner(t *testing.T) {
+	done := make(chan error, 1)
+	go func() {
+		done <- roundTrips(100, func(work func()) error { work(); return nil }, unix.CPUSet{})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrCPUWentOffline) {
+			t.Errorf("%v, want ErrCPUWentOffline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the counting thread still waits for a partner that never started")
+	}
+	// And with a partner on this thread's CPUs, the round trips run.
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrips(100, func(work func()) error { work(); return nil }, set); err != nil {
+		t.Errorf("round trips with a partner: %v", err)
+	}
+}
