@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -225,5 +228,43 @@ func TestCommOnSPERecording(t *testing.T) {
 		if want := []uint32{4243, 4244, 4245, 4246}; !slices.Equal(p.Threads, want) {
 			t.Errorf("threads %v, want %v", p.Threads, want)
 		}
+	}
+}
+
+// The kernel's AUX records say when the AUX area was full (truncated), the
+// data had gaps (partial) or collided: samples warns of each as often, out
+// of as many AUX records, as perf script does.
+func TestSamplesWarnOfAUXLoss(t *testing.T) {
+	testenv.RequireTool(t, "perf")
+	op := perffile.SPEPackets(perffile.SPEOp{PC: 0x400000, Virtual: 0x1000, Source: 0xe, Context: 4242, Timestamp: 5})
+	s := perffile.SPE{PMUType: 9, MIDR: 0x410fd0c1, PID: 4242, Comm: "x", Threads: []uint32{4242}, CPUs: 2, Mult: 1, Zero: 1000,
+		Traces: []perffile.SPETrace{{CPU: 0, Data: op, AuxFlags: 1}, {CPU: 1, Data: op, AuxFlags: 4}, {CPU: 0, Data: op, AuxFlags: 1 | 8}, {CPU: 1, Data: op}, {CPU: 0, Data: op}}}
+	file := filepath.Join(t.TempDir(), "aux.data")
+	if err := os.WriteFile(file, s.File(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	counts := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, what := range []string{"lost", "had gaps in it", "detected collision"} {
+			re := regexp.MustCompile(`AUX data ` + what + ` +(\d+ times out of \d+)`)
+			if g := re.FindStringSubmatch(out); g != nil {
+				m[what] = g[1]
+			}
+		}
+		return m
+	}
+	cmd := exec.Command("perf", "script", "-i", file, "--itrace=M")
+	var perfErr bytes.Buffer
+	cmd.Stderr = &perfErr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("perf script: %v\n%s", err, perfErr.String())
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"samples", "--input", file}, &stdout, &stderr); code != 0 {
+		t.Fatalf("samples exited %d: %s", code, stderr.String())
+	}
+	want, got := counts(perfErr.String()), counts(stderr.String())
+	if len(want) != 3 || !maps.Equal(got, want) {
+		t.Errorf("samples warned %v, perf script %v\n%s", got, want, stderr.String())
 	}
 }

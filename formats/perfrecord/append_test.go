@@ -77,3 +77,19 @@ func TestNameOfUnknownConfig(t *testing.T) {
 		t.Errorf("hardware config 1: %q", got)
 	}
 }
+
+// An AUX record is its offset, size and flags (perf_event.h); one cut
+// short is an error.
+func TestDecodeAux(t *testing.T) {
+	var r perffile.Record
+	r.U64(0x1000).U64(0x200).U64(AuxTruncated | AuxCollision)
+	a, err := DecodeAux(r.Bytes(TypeAux, 0))
+	if err != nil || a != (Aux{Offset: 0x1000, Size: 0x200, Flags: AuxTruncated | AuxCollision}) {
+		t.Errorf("%+v, %v", a, err)
+	}
+	var short perffile.Record
+	short.U64(0x1000)
+	if _, err := DecodeAux(short.Bytes(TypeAux, 0)); err == nil {
+		t.Error("an AUX record without its size and flags decoded")
+	}
+}

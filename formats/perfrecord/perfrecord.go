@@ -27,6 +27,7 @@ const (
 	TypeSample        = unix.PERF_RECORD_SAMPLE
 	TypeLostSamples   = unix.PERF_RECORD_LOST_SAMPLES
 	TypeSwitchCPUWide = unix.PERF_RECORD_SWITCH_CPU_WIDE
+	TypeAux           = unix.PERF_RECORD_AUX
 )
 
 // HeaderSize is the size of struct perf_event_header.
@@ -374,6 +375,38 @@ func DecodeLost(rec []byte) (Lost, error) {
 		return l, fmt.Errorf("lost record: %w", r.err)
 	}
 	return l, nil
+}
+
+// Aux is PERF_RECORD_AUX: the kernel wrote Size bytes of AUX data at
+// Offset of the AUX area, with Flags saying what went wrong.
+type Aux struct {
+	Offset, Size, Flags uint64
+}
+
+// PERF_AUX_FLAG_*: the data was cut short (the AUX area was full: records
+// lost), written in overwrite mode, has gaps, or collided with other data.
+const (
+	AuxTruncated = 0x01
+	AuxOverwrite = 0x02
+	AuxPartial   = 0x04
+	AuxCollision = 0x08
+)
+
+// DecodeAux decodes an AUX record.
+func DecodeAux(rec []byte) (Aux, error) {
+	h, err := ParseHeader(rec)
+	if err != nil {
+		return Aux{}, err
+	}
+	if h.Type != TypeAux {
+		return Aux{}, fmt.Errorf("record type %d is not an AUX record", h.Type)
+	}
+	r := reader{b: rec[HeaderSize:min(int(h.Size), len(rec))]}
+	a := Aux{Offset: r.u64(), Size: r.u64(), Flags: r.u64()}
+	if r.err != nil {
+		return a, fmt.Errorf("AUX record: %w", r.err)
+	}
+	return a, nil
 }
 
 // Throttle is PERF_RECORD_THROTTLE or UNTHROTTLE: the kernel stopped (or

@@ -101,6 +101,9 @@ type SPETrace struct {
 	CPU      uint32
 	Data     []byte
 	Switches []SPESwitch
+	// AuxFlags are the flags of the kernel's AUX record for the chunk
+	// (PERF_AUX_FLAG_*: truncated, partial, collision), written before it.
+	AuxFlags uint64
 }
 
 // SPESampleType is what perf record asks of its dummy tracking event, and
@@ -173,6 +176,10 @@ func (s *SPE) File() []byte {
 		for _, w := range t.Switches {
 			recs = append(recs, switchOut(w))
 		}
+		// The kernel's AUX record for the data, the SPE event's (id 1).
+		var aux Record
+		aux.U64(offset[t.CPU]).U64(uint64(len(t.Data))).U64(t.AuxFlags).U32(^uint32(0)).U32(^uint32(0)).U64(s.Zero).U32(t.CPU).U32(0).U64(1)
+		recs = append(recs, aux.Bytes(unix.PERF_RECORD_AUX, 0))
 		data := t.Data
 		if pad := len(data) % 8; pad != 0 {
 			data = append(data[:len(data):len(data)], make([]byte, 8-pad)...) // perf pads with zeros (SPE padding)

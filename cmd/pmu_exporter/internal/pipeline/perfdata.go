@@ -55,6 +55,7 @@ type PerfDataVisitor struct {
 func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisitor) (samples, bad uint64, err error) {
 	var s perfrecord.Sample
 	var armSPE *spe.PerfData
+	var lossAUX auxLoss
 	aux := func(rec []byte, emit func(uint64, []byte)) error {
 		if armSPE == nil {
 			return nil
@@ -75,6 +76,7 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 			case armSPE != nil:
 				armSPE.Record(rec, h)
 			}
+			lossAUX.record(rec, h)
 			if v.Record != nil {
 				v.Record(rec, h)
 			}
@@ -97,6 +99,7 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 		samples++
 		return v.Sample(i, &s)
 	})
+	lossAUX.warn(warn, name)
 	if armSPE != nil && armSPE.Bad > 0 {
 		fmt.Fprintf(warn, "pmu_exporter: %s: %d chunks of Arm SPE data with a packet that does not decode, read up to it: %v\n", name, armSPE.Bad, armSPE.First)
 		bad += armSPE.Bad
@@ -109,6 +112,46 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 			name, n, file.CPUsOnline)
 	}
 	return samples, bad, err
+}
+
+// auxLoss counts the kernel's AUX records and those that say the AUX data
+// was cut short, had gaps or collided, as perf does to warn of them.
+type auxLoss struct{ records, truncated, partial, collision uint64 }
+
+func (a *auxLoss) record(rec []byte, h perfrecord.Header) {
+	if h.Type != perfrecord.TypeAux {
+		return
+	}
+	r, err := perfrecord.DecodeAux(rec)
+	if err != nil {
+		return
+	}
+	a.records++
+	if r.Flags&perfrecord.AuxTruncated != 0 {
+		a.truncated++
+	}
+	if r.Flags&perfrecord.AuxPartial != 0 {
+		a.partial++
+	}
+	if r.Flags&perfrecord.AuxCollision != 0 {
+		a.collision++
+	}
+}
+
+// warn says what perf script says of them.
+func (a *auxLoss) warn(w io.Writer, name string) {
+	for _, c := range []struct {
+		n    uint64
+		what string
+	}{
+		{a.truncated, "AUX data lost %d times out of %d (the AUX area was full: the records that did not fit are missing)"},
+		{a.partial, "AUX data had gaps in it %d times out of %d"},
+		{a.collision, "AUX data detected collision %d times out of %d"},
+	} {
+		if c.n > 0 {
+			fmt.Fprintf(w, "pmu_exporter: %s: "+c.what+"\n", name, c.n, a.records)
+		}
+	}
 }
 
 // Accesses turns a recording's samples into the sampled-access stream:
