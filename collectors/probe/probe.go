@@ -24,6 +24,31 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 )
 
+// systemWide opens cpu-clock on each of cpus, all tasks. A CPU that went
+// offline since the list was read (ENODEV: another process's hotplug) says
+// nothing of the privilege this asks about, and is passed over: it made
+// check exit 1, and serve say it could not count, once under a neighbour's
+// hotplug. At least one CPU must count.
+func systemWide(cpus []int) error {
+	opened := 0
+	for _, cpu := range cpus {
+		g, err := perf.OpenGroup([]eventspec.Attr{{Type: pmu.TypeSoftware, Config: unix.PERF_COUNT_SW_CPU_CLOCK}},
+			[]string{"cpu-clock"}, perf.SystemWide(cpu))
+		if errors.Is(err, unix.ENODEV) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		g.Close()
+		opened++
+	}
+	if opened == 0 {
+		return fmt.Errorf("cpu-clock could be opened on none of the CPUs %v: all offline now", cpus)
+	}
+	return nil
+}
+
 // Live asks the running kernel.
 func Live(f host.Facts) capability.Probes {
 	return capability.Probes{
@@ -37,17 +62,7 @@ func Live(f host.Facts) capability.Probes {
 			}
 			return err
 		},
-		SystemWide: func() error {
-			for _, cpu := range f.OnlineCPUs {
-				g, err := perf.OpenGroup([]eventspec.Attr{{Type: pmu.TypeSoftware, Config: unix.PERF_COUNT_SW_CPU_CLOCK}},
-					[]string{"cpu-clock"}, perf.SystemWide(cpu))
-				if err != nil {
-					return err
-				}
-				g.Close()
-			}
-			return nil
-		},
+		SystemWide:      func() error { return systemWide(f.OnlineCPUs) },
 		Breakpoint:      perf.ProbeBreakpoint,
 		AddressSampling: addressSampling,
 		EBPF: func() error {

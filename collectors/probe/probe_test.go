@@ -64,3 +64,19 @@ func TestThisHost(t *testing.T) {
 		t.Errorf("host facts unreadable: %v", f.Errors)
 	}
 }
+
+// A CPU that went offline after the online list was read (here taken
+// offline by the test) does not make system-wide counting unavailable: the
+// probe passes it over. A list of nothing but offline CPUs fails.
+func TestSystemWideWithACPUGoneOffline(t *testing.T) {
+	cpu, ctl := testenv.HotplugCPU(t)
+	if err := os.WriteFile(ctl, []byte("0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := systemWide([]int{0, cpu}); err != nil {
+		t.Errorf("CPU %d offline: %v", cpu, err)
+	}
+	if err := systemWide([]int{cpu}); err == nil {
+		t.Errorf("only the offline CPU %d: no error", cpu)
+	}
+}
