@@ -207,65 +207,76 @@ func ownCgroup(t *testing.T) string {
 func TestGovernorRaisesPeriod(t *testing.T) {
 	testenv.LockMachine(t, false) // every CPU open throughout: no hotplug test meanwhile
 	const base = 1
-	g := sampling.Governor{MaxRate: 2000, Headroom: 0.5, Max: 1 << 32}
-	s, _ := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, base)}, 64, g)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	for end := time.Now().Add(time.Second); time.Now().Before(end); {
-		faults(t, 200)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	p := s.Period(0)
-	if p <= base {
-		t.Fatalf("period still %d after a second of faulting", p)
-	}
-	disable(s)
-	s.ReadAll() // what was sampled at earlier periods
-	for _, fd := range s.fdsOf(0) {
-		unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
-	}
-	// As we read the kernel, a software event times its next interval
-	// by the period of its previous sample (perf_swevent_set_period
-	// starts from last_period), so a CPU that had no sample since the
-	// governor's last change takes its next one or two at the old
-	// period: under -race, 3 to 4 samples of 50 went missing on one CPU
-	// where the period had just fallen from about 4 times the new one.
-	// Each CPU samples twice before the judged window (bounded like the
-	// window itself: the pages stay mapped until the test ends).
-	onEachCPU(t, func(cpu int) {
-		for n, try := 0, 0; n < 2 && try < 20; try++ {
-			faults(t, int(min(p, 100000)))
-			s.cpus[cpu].ring.Read(func(rec []byte) bool {
+	// A run in which another process took a CPU offline (or brought one
+	// back that the sampler had closed) is measured again.
+	var p, counted uint64
+	var samples, cpus int
+	hotplugtest.Measure(t, func(int) {
+		g := sampling.Governor{MaxRate: 2000, Headroom: 0.5, Max: 1 << 32}
+		s, _ := open(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, base)}, 64, g)
+		defer s.Close() // a run measured again opens its own
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+			faults(t, 200)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		p = s.Period(0)
+		if p <= base {
+			t.Fatalf("period still %d after a second of faulting", p)
+		}
+		disable(s)
+		s.ReadAll() // what was sampled at earlier periods
+		for _, fd := range s.fdsOf(0) {
+			unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
+		}
+		// As we read the kernel, a software event times its next interval
+		// by the period of its previous sample (perf_swevent_set_period
+		// starts from last_period), so a CPU that had no sample since the
+		// governor's last change takes its next one or two at the old
+		// period: under -race, 3 to 4 samples of 50 went missing on one CPU
+		// where the period had just fallen from about 4 times the new one.
+		// Each CPU samples twice before the judged window (bounded like the
+		// window itself: the pages stay mapped until the test ends).
+		onEachCPU(t, func(cpu int) {
+			c := s.cpus[cpu]
+			if c == nil {
+				return // the sampler closed it when it went offline: Measure sees it
+			}
+			for n, try := 0, 0; n < 2 && try < 20; try++ {
+				faults(t, int(min(p, 100000)))
+				c.ring.Read(func(rec []byte) bool {
+					if h, _ := perfrecord.ParseHeader(rec); h.Type == perfrecord.TypeSample {
+						n++
+					}
+					return true
+				})
+			}
+		})
+		for _, r := range s.rings() {
+			r.Read(func([]byte) bool { return true })
+		}
+		before := kernelCount(t, s, 0)
+		faults(t, int(min(50*p, 100000)))
+		disable(s)
+		counted = kernelCount(t, s, 0) - before
+		samples = 0
+		for _, r := range s.rings() {
+			r.Read(func(rec []byte) bool {
 				if h, _ := perfrecord.ParseHeader(rec); h.Type == perfrecord.TypeSample {
-					n++
+					samples++
 				}
 				return true
 			})
 		}
+		cpus = len(s.fdsOf(0))
 	})
-	for _, r := range s.rings() {
-		r.Read(func([]byte) bool { return true })
-	}
-	before := kernelCount(t, s, 0)
-	faults(t, int(min(50*p, 100000)))
-	disable(s)
-	counted := kernelCount(t, s, 0) - before
-	samples := 0
-	for _, r := range s.rings() {
-		r.Read(func(rec []byte) bool {
-			if h, _ := perfrecord.ParseHeader(rec); h.Type == perfrecord.TypeSample {
-				samples++
-			}
-			return true
-		})
-	}
 	// One sample per p faults on each CPU, give or take each CPU's
 	// partial period.
-	cpus := len(s.fdsOf(0))
 	if want := int(counted / p); samples < want-cpus || samples > want+cpus {
 		t.Errorf("%d samples of %d faults at period %d, want %d ± %d", samples, counted, p, want, cpus)
 	}
