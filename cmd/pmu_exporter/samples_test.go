@@ -122,6 +122,19 @@ func ourSamples(t *testing.T, file string) []string {
 	return lines
 }
 
+// sameSamples requires samples' lines to be perf script's, in its order.
+func sameSamples(t *testing.T, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%d samples, perf script has %d", len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			t.Fatalf("sample %d:\n ours %s\n perf %s", i, got[i], want[i])
+		}
+	}
+}
+
 // TestSamplesAgreeWithPerfScript: on files perf recorded here, in file and
 // pipe mode, samples prints exactly perf script's samples, in its order.
 func TestSamplesAgreeWithPerfScript(t *testing.T) {
@@ -132,14 +145,7 @@ func TestSamplesAgreeWithPerfScript(t *testing.T) {
 			if len(want) < 50 {
 				t.Fatalf("perf recorded only %d page faults", len(want))
 			}
-			if len(got) != len(want) {
-				t.Errorf("%d samples, perf script has %d", len(got), len(want))
-			}
-			for i := range min(len(got), len(want)) {
-				if got[i] != want[i] {
-					t.Fatalf("sample %d:\n ours %s\n perf %s", i, got[i], want[i])
-				}
-			}
+			sameSamples(t, got, want)
 			if pipe { // as a stream on standard input, the same lines
 				fromFile, err := exec.Command(binary, "samples", "-i", file).Output()
 				if err != nil {

@@ -126,14 +126,7 @@ func TestSamplesOfArmSPE(t *testing.T) {
 			if len(want) < 100 {
 				t.Fatalf("perf script made %d samples of the recording", len(want))
 			}
-			if len(got) != len(want) {
-				t.Errorf("%d samples, perf script has %d", len(got), len(want))
-			}
-			for i := range min(len(got), len(want)) {
-				if got[i] != want[i] {
-					t.Fatalf("sample %d:\n ours %s\n perf %s", i, got[i], want[i])
-				}
-			}
+			sameSamples(t, got, want)
 		})
 	}
 }
