@@ -330,7 +330,7 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 // online) while two switching workloads make the program credit on every CPU.
 // Every other CPU's credits, summed over all cgroups, are exactly what its
 // events counted. (When a placement rewrote every CPU's previous reading with
-// what it had read a moment before, the other CPU got 15-20% more than its
+// what it had read a moment before, the other CPU got 12-25% more than its
 // events counted here.)
 func TestSetEventLeavesOtherCPUsAlone(t *testing.T) {
 	testenv.Require(t, len(testenv.PresentCPUs(t)) >= 2, "needs two CPUs")

@@ -158,7 +158,7 @@ struct {
  * per-CPU maps: user space can write a per-CPU map's value only for all CPUs
  * at once, so resetting one CPU rewrote every other CPU's state with what it
  * had read a moment before, and a CPU that credited in between credited that
- * span again at its next credit (measured: 15-20% more than counted on the
+ * span again at its next credit (measured: 12-25% more than counted on the
  * other CPU while one CPU's events were placed in a loop). */
 
 /* This CPU's switch count at its previous credit, and how many cgroup
