@@ -132,6 +132,18 @@ type TimeConv struct {
 	CapUserTimeZero, CapUserTimeShort bool
 }
 
+// Time is the perf time (ns) of a hardware counter reading, as perf's
+// tsc_to_perf_time computes it: count × Mult >> Shift, split so that it
+// does not overflow, plus Zero; with a short counter (CapUserTimeShort) the
+// count is first taken relative to Cycles within Mask.
+func (c TimeConv) Time(count uint64) uint64 {
+	if c.CapUserTimeShort {
+		count = c.Cycles + (count-c.Cycles)&c.Mask
+	}
+	quot, rem := count>>c.Shift, count&(1<<c.Shift-1)
+	return c.Zero + quot*c.Mult + rem*c.Mult>>c.Shift
+}
+
 // Open reads the header of a perf.data file. A regular file is read in
 // place through r's ReadAt; a stream must be in pipe mode.
 func Open(r io.Reader) (*File, error) {

@@ -330,3 +330,22 @@ func TestOpenedCPUs(t *testing.T) {
 		}
 	}
 }
+
+// perf's tsc_to_perf_time, by hand: count × mult >> shift, split so that
+// it does not overflow, plus zero; with a short counter, the count is
+// first taken relative to time_cycles within time_mask.
+func TestTimeConv(t *testing.T) {
+	tc := TimeConv{Shift: 4, Mult: 625, Zero: 1e9}
+	// 1,000,003 × 625 / 16 = 39,062,617.1875
+	if got := tc.Time(1000003); got != 1e9+39062617 {
+		t.Errorf("time %d, want %d", got, uint64(1e9+39062617))
+	}
+	// 2^60 × 625 overflows 64 bits; (2^60 >> 10) × 625 = 703,687,441,776,640,000 does not.
+	if got := (TimeConv{Shift: 10, Mult: 625}).Time(1 << 60); got != 703687441776640000 {
+		t.Errorf("time of 2^60 counts: %d", got)
+	}
+	short := TimeConv{Mult: 1, Cycles: 0x1000, Mask: 0xffff, CapUserTimeShort: true}
+	if got := short.Time(0x12345); got != 0x2345 {
+		t.Errorf("short counter: %#x, want 0x2345", got)
+	}
+}

@@ -29,7 +29,7 @@ type PerfData struct {
 	// else the CPUID header's for all.
 	midr  uint64
 	midrs map[uint32]uint64
-	tc    TimeConv
+	tc    perfdata.TimeConv
 	pids  map[uint32]uint32 // TID → PID, from the COMM and FORK records read so far
 	// running is each CPU's task (PID, TID) as the CPU-wide switch records
 	// read so far say: a record without a context packet is its CPU's.
@@ -109,10 +109,9 @@ func NewPerfData(file *perfdata.File) (*PerfData, error) {
 	if v, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(file.CPUID), "0x"), 16, 64); err == nil {
 		s.midr = v
 	}
-	if tc := file.TimeConv; tc != nil {
-		s.tc = TimeConv{Shift: uint16(tc.Shift), Mult: uint32(tc.Mult), Zero: tc.Zero, Cycles: tc.Cycles, Mask: tc.Mask, Short: tc.CapUserTimeShort}
-	} else {
-		s.tc.Mult = 1 // no conversion recorded: the timer's counts as they are
+	s.tc = perfdata.TimeConv{Mult: 1} // no conversion recorded: the timer's counts as they are
+	if file.TimeConv != nil {
+		s.tc = *file.TimeConv
 	}
 	return s, nil
 }

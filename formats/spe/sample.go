@@ -4,29 +4,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
-
-// TimeConv is perf's TIME_CONV record: how the SPE timestamps (the generic
-// timer's count) convert to perf's clock, as the kernel reports it in the
-// event's metadata page.
-type TimeConv struct {
-	Shift        uint16
-	Mult         uint32
-	Zero         uint64
-	Cycles, Mask uint64 // with Short: the counter is only Mask wide
-	Short        bool
-}
-
-// Time is the perf time (ns) of a timestamp count, as perf's
-// tsc_to_perf_time computes it.
-func (c TimeConv) Time(count uint64) uint64 {
-	if c.Short {
-		count = c.Cycles + (count-c.Cycles)&c.Mask
-	}
-	quot, rem := count>>c.Shift, count&(1<<c.Shift-1)
-	return c.Zero + quot*uint64(c.Mult) + rem*uint64(c.Mult)>>c.Shift
-}
 
 // midrModel is the part of a MIDR_EL1 that names a core (implementer,
 // architecture, part number), as the kernel's MIDR_CPU_MODEL_MASK; the
@@ -165,7 +145,7 @@ const SampleType = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE
 // and the TID from a context packet. PID and CPU are the caller's (the
 // AUX buffer's owner, the switch records). It returns false, leaving s
 // alone, for any other operation.
-func (r *Record) Sample(s *perfrecord.Sample, midr uint64, tc TimeConv) bool {
+func (r *Record) Sample(s *perfrecord.Sample, midr uint64, tc perfdata.TimeConv) bool {
 	src := DataSrc(r, midr)
 	if src == 0 {
 		return false

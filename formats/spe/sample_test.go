@@ -3,6 +3,7 @@ package spe
 import (
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -59,25 +60,6 @@ func TestCommonSources(t *testing.T) {
 	}
 }
 
-// perf's tsc_to_perf_time, by hand: count × mult >> shift, split so that
-// it does not overflow, plus zero; with a short counter, the count is
-// first taken relative to time_cycles within time_mask.
-func TestTimeConv(t *testing.T) {
-	tc := TimeConv{Shift: 4, Mult: 625, Zero: 1e9}
-	// 1,000,003 × 625 / 16 = 39,062,617.1875
-	if got := tc.Time(1000003); got != 1e9+39062617 {
-		t.Errorf("time %d, want %d", got, uint64(1e9+39062617))
-	}
-	// 2^60 × 625 overflows 64 bits; (2^60 >> 10) × 625 = 703,687,441,776,640,000 does not.
-	if got := (TimeConv{Shift: 10, Mult: 625}).Time(1 << 60); got != 703687441776640000 {
-		t.Errorf("time of 2^60 counts: %d", got)
-	}
-	short := TimeConv{Mult: 1, Cycles: 0x1000, Mask: 0xffff, Short: true}
-	if got := short.Time(0x12345); got != 0x2345 {
-		t.Errorf("short counter: %#x, want 0x2345", got)
-	}
-}
-
 // A load record becomes perf's memory sample; a branch makes none and
 // leaves the sample alone.
 func TestSample(t *testing.T) {
@@ -85,7 +67,7 @@ func TestSample(t *testing.T) {
 		PC: 0x401010, Virtual: 0x5555_0000_0100, Physical: 0x8_1234_5100, Total: 42, Class: OpLoadStore,
 		Source: SourceDRAM, Context: 4243, Timestamp: 100}
 	var s perfrecord.Sample
-	if !r.Sample(&s, neoverseN1, TimeConv{Mult: 40, Zero: 1000}) {
+	if !r.Sample(&s, neoverseN1, perfdata.TimeConv{Mult: 40, Zero: 1000}) {
 		t.Fatal("a load made no sample")
 	}
 	if s.IP != 0x401010 || s.Addr != 0x5555_0000_0100 || s.PhysAddr != 0x8_1234_5100 || s.Weight != 42 || s.Period != 1 ||
@@ -93,7 +75,7 @@ func TestSample(t *testing.T) {
 		t.Errorf("%+v", s)
 	}
 	b := Record{Class: OpBranch, PC: 0x1}
-	if b.Sample(&s, neoverseN1, TimeConv{}) || s.IP != 0x401010 {
+	if b.Sample(&s, neoverseN1, perfdata.TimeConv{}) || s.IP != 0x401010 {
 		t.Errorf("a branch made a sample, or changed it: %+v", s)
 	}
 }

@@ -63,9 +63,9 @@ func SPEPackets(ops ...SPEOp) []byte {
 // SPE is a `perf record -e arm_spe_0/ts_enable=1,pa_enable=1/` of one
 // process on an Arm server, laid out as perf 6.x writes it: the arm_spe
 // event and perf's dummy tracking event, TIME_CONV, AUXTRACE_INFO (the
-// version 1 layout: PMU type and per-CPU mmaps, which every perf since 4.16
-// reads; or version 2 with MIDRs), the threads' COMM records, then each CPU's trace as an
-// AUXTRACE record with its payload.
+// version 1 layout: PMU type and per-CPU mmaps, which every perf since
+// 4.16 reads; or version 2 with MIDRs), the threads' COMM records, then
+// each CPU's trace as an AUXTRACE record with its payload.
 type SPE struct {
 	PMUType uint32 // the arm_spe PMU's type number
 	MIDR    uint64 // the CPU's MIDR_EL1 (CPUID section)
@@ -75,7 +75,6 @@ type SPE struct {
 	PID     uint32
 	Comm    string
 	Threads []uint32 // TIDs, the first the PID
-	Exe     string   // the program, mapped at 0x400000 (MMAP2), "" for none
 	CPUs    uint32
 	Shift   uint16 // TIME_CONV: perf time = Zero + count × Mult >> Shift
 	Mult    uint32
@@ -162,12 +161,6 @@ func (s *SPE) File() []byte {
 		c.U32(s.PID).U32(tid).Str(s.Comm)
 		trailer(&c, s.PID, tid, s.Zero)
 		recs = append(recs, c.Bytes(unix.PERF_RECORD_COMM, 0))
-	}
-	if s.Exe != "" {
-		var m Record
-		m.U32(s.PID).U32(s.PID).U64(0x400000).U64(0x10000).U64(0).U64(0).U64(0).U64(0).U32(5).U32(2).Str(s.Exe)
-		trailer(&m, s.PID, s.PID, s.Zero)
-		recs = append(recs, m.Bytes(unix.PERF_RECORD_MMAP2, unix.PERF_RECORD_MISC_USER))
 	}
 	// Per-CPU AUX areas: the buffer index is the CPU's, the offset runs on
 	// through its buffer, the thread is unknown (-1).
