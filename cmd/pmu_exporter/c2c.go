@@ -38,31 +38,31 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func writeC2CText(w io.Writer, r cacheline.Report) {
 	t := r.Totals
-	fmt.Fprintf(w, "Memory samples: %d loads, %d stores; HITM: %d local, %d remote; %d without a data address\n",
-		t.Loads, t.Stores, t.LocalHITM, t.RemoteHITM, t.NoAddr)
+	fmt.Fprintf(w, "Memory samples: %d loads, %d stores; HITM: %d local, %d remote; peer snoops: %d local, %d remote; %d without a data address\n",
+		t.Loads, t.Stores, t.LocalHITM, t.RemoteHITM, t.LocalPeer, t.RemotePeer, t.NoAddr)
 	share := 0.0
 	if t.TrueSharing+t.FalseSharing > 0 {
 		share = 100 * float64(t.FalseSharing) / float64(t.TrueSharing+t.FalseSharing)
 	}
 	fmt.Fprintf(w, "Sharing (estimated events): %d false, %d true (%.1f%% false)\n\n", t.FalseSharing, t.TrueSharing, share)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tline\tpid\tHITM lcl/rmt\tstores\tloads\tfalse sharing\ttrue sharing\tmapping")
+	fmt.Fprintln(tw, "#\tline\tpid\tHITM lcl/rmt\tpeer lcl/rmt\tstores\tloads\tfalse sharing\ttrue sharing\tmapping")
 	for i, l := range r.Lines {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d/%d\t%d\t%d\t%d\t%d\t%s\n", i+1, l.Address, l.PID, l.LocalHITM, l.RemoteHITM,
-			l.Stores, l.Loads, l.FalseSharing, l.TrueSharing, l.Symbol)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d/%d\t%d/%d\t%d\t%d\t%d\t%d\t%s\n", i+1, l.Address, l.PID, l.LocalHITM, l.RemoteHITM,
+			l.LocalPeer, l.RemotePeer, l.Stores, l.Loads, l.FalseSharing, l.TrueSharing, l.Symbol)
 		for _, th := range l.Threads {
 			cpus := make([]string, len(th.CPUs))
 			for k, c := range th.CPUs {
 				cpus[k] = fmt.Sprint(c)
 			}
-			fmt.Fprintf(tw, "\t  tid %d\tcpus %s\tread %s\twritten %s\t%d samples\t\t\t\n", th.TID, strings.Join(cpus, ","),
+			fmt.Fprintf(tw, "\t  tid %d\tcpus %s\tread %s\twritten %s\t%d samples\t\t\t\t\n", th.TID, strings.Join(cpus, ","),
 				dash(th.Read), dash(th.Written), th.Samples)
 		}
 		for _, c := range l.Code {
-			fmt.Fprintf(tw, "\t  code %s\tat byte %d of the line\t%s\t%d samples\t%d HITM\t\t\t%s\n", c.IP, c.Offset, c.Op, c.Samples, c.HITM, c.Symbol)
+			fmt.Fprintf(tw, "\t  code %s\tat byte %d of the line\t%s\t%d samples\t%d HITM\t%d peer\t\t\t%s\n", c.IP, c.Offset, c.Op, c.Samples, c.HITM, c.Peer, c.Symbol)
 		}
 		for _, p := range l.Pairs {
-			fmt.Fprintf(tw, "\t  tids %d ↔ %d\t%d sharing events (estimated)\t\t\t\t\t\t\n", p.A, p.B, p.Events)
+			fmt.Fprintf(tw, "\t  tids %d ↔ %d\t%d sharing events (estimated)\t\t\t\t\t\t\t\n", p.A, p.B, p.Events)
 		}
 	}
 	tw.Flush()

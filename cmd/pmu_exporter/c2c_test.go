@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"math"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -107,4 +112,132 @@ func TestC2CWithoutMemorySamples(t *testing.T) {
 		!strings.Contains(errb.String(), "perf c2c record") {
 		t.Errorf("exit %d: %s", code, errb.String())
 	}
+}
+
+// randomLoadSources are n load data sources with every combination of
+// level hit or miss, snoop, snoopx, remote and hops bits, one cache level
+// each (perf counts a peer snoop once for each of L2 and L3 set).
+func randomLoadSources(n int, seed uint64) []uint64 {
+	r := rand.New(rand.NewPCG(seed, 3))
+	levels := []uint16{0, datasrc.LvlL1, datasrc.LvlLFB, datasrc.LvlL2, datasrc.LvlL3, datasrc.LvlLocRAM, datasrc.LvlRemRAM1,
+		datasrc.LvlRemRAM2, datasrc.LvlRemCCE1, datasrc.LvlRemCCE2, datasrc.LvlIO, datasrc.LvlUnc}
+	out := make([]uint64, n)
+	for i := range out {
+		d := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: levels[r.IntN(len(levels))] | uint16(r.IntN(8)), Snoop: uint8(r.IntN(32)),
+			SnoopX: uint8(r.IntN(4)), Remote: r.IntN(2) == 0, LvlNum: uint8(r.IntN(16))}
+		if r.IntN(3) == 0 {
+			d.Hops = uint8(r.IntN(5))
+		}
+		out[i] = d.Encode()
+	}
+	return out
+}
+
+// perfC2C is what perf c2c report --stdio says of a recording with lines
+// ranked by display (tot: HITM, peer: peer snoops): its Trace Event
+// Information, and each listed line's address and local and remote counts
+// of that kind, in perf's order.
+type perfC2CLine struct {
+	Address       string
+	Local, Remote uint64
+}
+
+func perfC2C(t *testing.T, file, display string) (info map[string]uint64, lines []perfC2CLine) {
+	t.Helper()
+	perf := testenv.RequireTool(t, "perf")
+	cmd := exec.Command(perf, "c2c", "report", "-i", file, "--stdio", "-d", display)
+	cmd.Dir = t.TempDir()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("perf c2c report: %v\n%s", err, stderr.String())
+	}
+	info = map[string]uint64{}
+	stat := regexp.MustCompile(`^  (\S.*?)\s+:\s+(\d+)$`)
+	row := regexp.MustCompile(`^\s+\d+\s+(0x[0-9a-f]+)\s+\S+\s+\d+\s+[\d.]+%\s+(\d+)\s+(\d+)\s+(\d+)\s`)
+	table := false
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := stat.FindStringSubmatch(l); m != nil {
+			n, _ := strconv.ParseUint(m[2], 10, 64)
+			info[m[1]] = n
+		}
+		switch {
+		case strings.Contains(l, "Shared Data Cache Line Table"):
+			table = true
+		case strings.Contains(l, "Shared Cache Line Distribution Pareto"):
+			table = false
+		}
+		if m := row.FindStringSubmatch(l); table && m != nil {
+			local, _ := strconv.ParseUint(m[3], 10, 64)
+			remote, _ := strconv.ParseUint(m[4], 10, 64)
+			lines = append(lines, perfC2CLine{m[1], local, remote})
+		}
+	}
+	if len(info) < 20 {
+		t.Fatalf("perf c2c report printed no Trace Event Information:\n%s", out)
+	}
+	return info, lines
+}
+
+func ourC2C(t *testing.T, file string) cacheline.Report {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run([]string{"c2c", "-i", file, "--format", "json", "--lines", "1000"}, &out, &errb); code != 0 {
+		t.Fatalf("c2c exited %d: %s", code, errb.String())
+	}
+	var r cacheline.Report
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Loads from another core's cache, counted as perf c2c counts them, over
+// loads with every combination of data-source bits: local and remote HITM
+// and peer snoops, in total and on each line.
+func TestC2CContentionAsPerf(t *testing.T) {
+	c := perffile.C2C{F: 0.5, Threads: 4, Iters: 20000, Period: 5, PID: 1000, Heap: 0x5555_0000_0000, Seed: 3,
+		LoadSrcs: randomLoadSources(997, 1),
+		StoreSrc: datasrc.DataSrc{Op: datasrc.OpStore, Lvl: datasrc.LvlHit | datasrc.LvlL1, LvlNum: datasrc.LvlNumL1, Snoop: datasrc.SnoopNA}.Encode()}
+	file := filepath.Join(t.TempDir(), "perf.data")
+	if err := os.WriteFile(file, c.File(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := ourC2C(t, file)
+	tot, hitmLines := perfC2C(t, file, "tot")
+	_, peerLines := perfC2C(t, file, "peer")
+	want := perfTotals(tot)
+	got := r.Totals
+	if got.Loads != want.Loads || got.Stores != want.Stores || got.LocalHITM != want.LocalHITM || got.RemoteHITM != want.RemoteHITM ||
+		got.LocalPeer != want.LocalPeer || got.RemotePeer != want.RemotePeer {
+		t.Errorf("totals %+v, perf c2c %+v", got, want)
+	}
+	if got.LocalHITM == 0 || got.RemoteHITM == 0 || got.LocalPeer == 0 || got.RemotePeer == 0 {
+		t.Errorf("the loads make no HITM or peer of some kind: %+v", got)
+	}
+	ours := map[string]cacheline.LineReport{}
+	for _, l := range r.Lines {
+		ours[l.Address] = l
+	}
+	if len(hitmLines) != 2 || len(peerLines) != 2 {
+		t.Fatalf("perf c2c lists %d lines by HITM and %d by peer, want the benchmark's 2", len(hitmLines), len(peerLines))
+	}
+	for _, p := range hitmLines {
+		if l := ours[p.Address]; l.LocalHITM != p.Local || l.RemoteHITM != p.Remote {
+			t.Errorf("line %s: HITM %d local, %d remote; perf c2c: %d, %d", p.Address, l.LocalHITM, l.RemoteHITM, p.Local, p.Remote)
+		}
+	}
+	for _, p := range peerLines {
+		if l := ours[p.Address]; l.LocalPeer != p.Local || l.RemotePeer != p.Remote {
+			t.Errorf("line %s: peer %d local, %d remote; perf c2c: %d, %d", p.Address, l.LocalPeer, l.RemotePeer, p.Local, p.Remote)
+		}
+	}
+}
+
+// perfTotals reads perf c2c's Trace Event Information as our totals.
+func perfTotals(info map[string]uint64) cacheline.ReportTotals {
+	return cacheline.ReportTotals{Loads: info["Load Operations"], Stores: info["Store Operations"],
+		LocalHITM: info["Load Local HITM"], RemoteHITM: info["Load Remote HITM"],
+		LocalPeer: info["Load HIT Local Peer"], RemotePeer: info["Load HIT Remote Peer"]}
 }

@@ -46,6 +46,18 @@ type dataSrcJSON struct {
 	Source string `json:"source"`
 	Snoop  string `json:"snoop_class"`
 	HITM   string `json:"hitm"`
+	Peer   string `json:"peer"` // a load a peer cache served: none, local or remote, as perf c2c counts it
+}
+
+// peerName is the peer field of a load's contention.
+func peerName(c datasrc.Contention) string {
+	switch {
+	case c&datasrc.ContRemotePeer != 0:
+		return "remote"
+	case c&datasrc.ContLocalPeer != 0:
+		return "local"
+	}
+	return "none"
 }
 
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
@@ -185,7 +197,7 @@ func (w *lineWriter) line(i int, names []string, a perfrecord.Attr, s *perfrecor
 		src, ok := w.srcs[s.DataSrc]
 		if !ok {
 			d := datasrc.Decode(s.DataSrc)
-			src, _ = json.Marshal(dataSrcJSON{Raw: hex(s.DataSrc), Names: d.Names(), Source: d.Source().String(), Snoop: d.SnoopName(), HITM: d.HITM().String()})
+			src, _ = json.Marshal(dataSrcJSON{Raw: hex(s.DataSrc), Names: d.Names(), Source: d.Source().String(), Snoop: d.SnoopName(), HITM: d.HITM().String(), Peer: peerName(d.Contention())})
 			w.srcs[s.DataSrc] = src
 		}
 		b = append(b, `,"data_src":`...)

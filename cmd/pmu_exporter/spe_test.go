@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
@@ -259,5 +261,92 @@ func TestSamplesWarnOfAUXLoss(t *testing.T) {
 	want, got := counts(perfErr.String()), counts(stderr.String())
 	if len(want) != 3 || !maps.Equal(got, want) {
 		t.Errorf("samples warned %v, perf script %v\n%s", got, want, stderr.String())
+	}
+}
+
+// speContended is an SPE recording of a Neoverse N1's four threads, two on
+// each of two CPUs, loading from and storing to 48 lines, line k chosen
+// with weight 1/(k+1), each load served from one of the common encoding's
+// data sources: peer core, local and peer cluster and remote among them.
+func speContended(t *testing.T) string {
+	t.Helper()
+	r := rand.New(rand.NewPCG(9, 9))
+	threads := []uint32{4242, 4243, 4244, 4245, 4246}
+	sources := []uint8{0x0, 0x8, 0x9, 0xa, 0xb, 0xc, 0xd, 0xe}
+	weights := make([]float64, 48)
+	sum := 0.0
+	for k := range weights {
+		weights[k] = 1 / float64(k+1)
+		sum += weights[k]
+	}
+	s := perffile.SPE{PMUType: 9, MIDR: 0x410fd0c1, PID: 4242, Comm: "contend", Threads: threads, CPUs: 2, Mult: 1, Zero: 1e9, RoundEvery: 2}
+	ts := uint64(1000)
+	for range 20 { // rounds
+		var ops [2][]perffile.SPEOp
+		for range 200 {
+			tid := threads[1+r.IntN(4)]
+			cpu := tid % 2
+			x, k := r.Float64()*sum, 0
+			for ; k < len(weights)-1 && x > weights[k]; k++ {
+				x -= weights[k]
+			}
+			ts += 2
+			o := perffile.SPEOp{PC: 0x401000 + 4*uint64(k), Virtual: 0x5555_0001_0000 + 64*uint64(k) + 8*uint64(r.IntN(8)),
+				Store: r.IntN(4) == 0, Total: 60, Source: sources[r.IntN(len(sources))], Context: tid, Timestamp: ts + uint64(cpu)}
+			ops[cpu] = append(ops[cpu], o)
+		}
+		for cpu := range 2 {
+			s.Traces = append(s.Traces, perffile.SPETrace{CPU: uint32(cpu), Data: perffile.SPEPackets(ops[cpu]...)})
+		}
+	}
+	file := filepath.Join(t.TempDir(), "contend.data")
+	if err := os.WriteFile(file, s.File(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// On Arm, whose data sources know no HITM, c2c ranks lines by the loads
+// that a peer core's or cluster's cache served, as perf c2c report -d
+// peer does: the same lines, with the same local and remote peer loads, in
+// the same order, and the same totals.
+func TestC2COfArmSPE(t *testing.T) {
+	file := speContended(t)
+	info, lines := perfC2C(t, file, "peer")
+	r := ourC2C(t, file)
+	want := perfTotals(info)
+	if g := r.Totals; g.Loads != want.Loads || g.Stores != want.Stores || g.LocalPeer != want.LocalPeer || g.RemotePeer != want.RemotePeer ||
+		g.LocalHITM != 0 || g.RemoteHITM != 0 {
+		t.Errorf("totals %+v, perf c2c %+v", g, want)
+	}
+	var contended []cacheline.LineReport
+	for _, l := range r.Lines {
+		if l.LocalPeer+l.RemotePeer > 0 {
+			contended = append(contended, l)
+		}
+	}
+	if len(lines) < 40 || len(contended) != len(lines) {
+		t.Fatalf("%d lines with peer loads, perf c2c lists %d", len(contended), len(lines))
+	}
+	for i, p := range lines {
+		l := contended[i]
+		// perf orders lines with as many peer loads as it pleases.
+		if l.LocalPeer+l.RemotePeer != p.Local+p.Remote {
+			t.Errorf("line %d: %s with %d peer loads, perf c2c: %s with %d", i, l.Address, l.LocalPeer+l.RemotePeer, p.Address, p.Local+p.Remote)
+		}
+	}
+	var text, errb bytes.Buffer
+	if code := run([]string{"c2c", "-i", file}, &text, &errb); code != 0 ||
+		!strings.Contains(text.String(), fmt.Sprintf("peer snoops: %d local, %d remote", want.LocalPeer, want.RemotePeer)) {
+		t.Errorf("c2c text exited %d:\n%s", code, text.String())
+	}
+	ours := map[string]cacheline.LineReport{}
+	for _, l := range contended {
+		ours[l.Address] = l
+	}
+	for _, p := range lines {
+		if l, ok := ours[p.Address]; !ok || l.LocalPeer != p.Local || l.RemotePeer != p.Remote {
+			t.Errorf("line %s: peer loads %d local, %d remote; perf c2c: %d, %d", p.Address, l.LocalPeer, l.RemotePeer, p.Local, p.Remote)
+		}
 	}
 }

@@ -1,7 +1,7 @@
 // Package cacheline finds the cache lines that threads share, by perf c2c's
-// method: a bounded table of the hottest lines (ranked by HITM loads, then
-// stores), each remembering which threads read and wrote which of its
-// bytes. Every sampled access is classified as it arrives against the
+// method: a bounded table of the hottest lines (ranked by loads that another
+// core's cache served, HITM or peer, then by stores), each remembering
+// which threads read and wrote which of its bytes. Every sampled access is classified as it arrives against the
 // other threads' history on its line: true sharing when it touches bytes
 // another thread wrote (or writes bytes another thread accessed), false
 // sharing when the line is contended the same way but on bytes that do
@@ -32,10 +32,12 @@ type Access struct {
 	PID, TID uint32
 	CPU      uint32
 	Store    bool
-	HITM     datasrc.HITM
-	Period   uint64 // events this sample stands for
-	Time     uint64 // ns, the sample's timestamp (for SetWindow)
-	IP       uint64 // the instruction that made the access (PEBS and IBS: exact)
+	// Contention says whether a load was served from another core's
+	// cache, as perf c2c counts it (HITM, peer snoop).
+	Contention datasrc.Contention
+	Period     uint64 // events this sample stands for
+	Time       uint64 // ns, the sample's timestamp (for SetWindow)
+	IP         uint64 // the instruction that made the access (PEBS and IBS: exact)
 }
 
 // Kind is an access's sharing class.
@@ -85,6 +87,7 @@ type Code struct {
 	Store   bool
 	Samples uint64
 	HITM    uint64 // of which loads that hit a modified line
+	Peer    uint64 // of which loads a peer cache served
 }
 
 // Line is one cache line's record, stored inline so that the table's hot
@@ -94,6 +97,7 @@ type Line struct {
 	Addr uint64 // line address
 	// Sample counts, and estimated events by sharing kind.
 	Loads, Stores, LocalHITM, RemoteHITM uint64
+	LocalPeer, RemotePeer                uint64
 	Events                               [3]uint64 // by Kind
 	OtherPairs                           uint64
 	// The threads, in parallel arrays so that classify's scan touches only
@@ -116,19 +120,23 @@ func (l *Line) Code() []Code { return append([]Code(nil), l.code[:l.nCode]...) }
 
 func (l *Line) addCode(a Access) {
 	off := uint8(a.Addr & (LineSize - 1))
-	hitm := uint64(0)
-	if a.HITM != datasrc.NoHITM {
+	hitm, peer := uint64(0), uint64(0)
+	if a.Contention.HITM() {
 		hitm = 1
+	}
+	if a.Contention.Peer() {
+		peer = 1
 	}
 	for i := range l.code[:l.nCode] {
 		if c := &l.code[i]; c.IP == a.IP && c.Offset == off && c.Store == a.Store {
 			c.Samples++
 			c.HITM += hitm
+			c.Peer += peer
 			return
 		}
 	}
 	if int(l.nCode) < MaxCode {
-		l.code[l.nCode] = Code{IP: a.IP, Offset: off, Store: a.Store, Samples: 1, HITM: hitm}
+		l.code[l.nCode] = Code{IP: a.IP, Offset: off, Store: a.Store, Samples: 1, HITM: hitm, Peer: peer}
 		l.nCode++
 		return
 	}
@@ -170,11 +178,16 @@ func (l *Line) addPair(p Pair, n uint64) {
 	l.OtherPairs += n
 }
 
-// Hotter ranks lines as perf c2c does: by HITM loads, then by stores
+// Costly is how many of the line's loads another core's cache served:
+// HITM and peer-snoop samples, which perf c2c ranks lines by (HITM on x86,
+// peer on Arm, whose data sources have no HITM).
+func (l *Line) Costly() uint64 { return l.LocalHITM + l.RemoteHITM + l.LocalPeer + l.RemotePeer }
+
+// Hotter ranks lines as perf c2c does: by Costly loads, then by stores
 // (positive: a is hotter than b). Two keys, not one packed number: a packed
 // score lets enough stores outrank a HITM.
 func Hotter(a, b *Line) int {
-	if c := cmp.Compare(a.LocalHITM+a.RemoteHITM, b.LocalHITM+b.RemoteHITM); c != 0 {
+	if c := cmp.Compare(a.Costly(), b.Costly()); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.Stores, b.Stores)
@@ -202,6 +215,7 @@ type Table struct {
 // Totals are the table-wide counts.
 type Totals struct {
 	Loads, Stores, LocalHITM, RemoteHITM uint64
+	LocalPeer, RemotePeer                uint64
 	NoAddr                               uint64    // samples without a data address
 	Events                               [3]uint64 // estimated events by Kind
 	Evicted                              uint64    // lines dropped to keep the bound
@@ -240,13 +254,17 @@ func (t *Table) Add(a Access) Kind {
 		l.Loads++
 		t.Totals.Loads++
 	}
-	switch a.HITM {
-	case datasrc.LocalHITM:
-		l.LocalHITM++
-		t.Totals.LocalHITM++
-	case datasrc.RemoteHITM:
-		l.RemoteHITM++
-		t.Totals.RemoteHITM++
+	if c := a.Contention; c != 0 {
+		count := func(bit datasrc.Contention, line, total *uint64) {
+			if c&bit != 0 {
+				*line++
+				*total++
+			}
+		}
+		count(datasrc.ContLocalHITM, &l.LocalHITM, &t.Totals.LocalHITM)
+		count(datasrc.ContRemoteHITM, &l.RemoteHITM, &t.Totals.RemoteHITM)
+		count(datasrc.ContLocalPeer, &l.LocalPeer, &t.Totals.LocalPeer)
+		count(datasrc.ContRemotePeer, &l.RemotePeer, &t.Totals.RemotePeer)
 	}
 	kind, partner := l.classify(a, t.window)
 	l.addCode(a)
@@ -276,6 +294,7 @@ func (t *Table) newLine(k key) *Line {
 	// before they are read again, so the ~1 KiB of them is not cleared.
 	l.PID, l.Addr = k.pid, k.addr
 	l.Loads, l.Stores, l.LocalHITM, l.RemoteHITM, l.OtherPairs, l.overflow = 0, 0, 0, 0, 0, 0
+	l.LocalPeer, l.RemotePeer = 0, 0
 	l.Events = [3]uint64{}
 	l.nThreads, l.nPairs, l.nCode, l.OtherCode = 0, 0, 0, 0
 	t.lines[k] = i

@@ -125,13 +125,13 @@ func TestClassifyByHand(t *testing.T) {
 		a    Access
 		want Kind
 	}{
-		{Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, Period: 1}, NotShared},                            // T1 reads [0,8)
-		{Access{Addr: 0x1000, Size: 8, PID: 1, TID: 2, Period: 1}, NotShared},                            // T2 reads the same: read sharing only
-		{Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, Store: true, Period: 1}, FalseSharing},            // T2 writes [8,16), T1 read [0,8)
-		{Access{Addr: 0x100c, Size: 4, PID: 1, TID: 1, Period: 1, HITM: datasrc.LocalHITM}, TrueSharing}, // T1 reads bytes T2 wrote
-		{Access{Addr: 0x1030, Size: 2, PID: 1, TID: 3, Period: 1}, FalseSharing},                         // T3 reads [48,50), T2 wrote elsewhere
-		{Access{Addr: 0x1030, Size: 2, PID: 2, TID: 9, Store: true, Period: 1}, NotShared},               // another process: another line
-		{Access{Addr: 0, PID: 1, TID: 1, Period: 1}, NotShared},                                          // no data address
+		{Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, Period: 1}, NotShared},                                      // T1 reads [0,8)
+		{Access{Addr: 0x1000, Size: 8, PID: 1, TID: 2, Period: 1}, NotShared},                                      // T2 reads the same: read sharing only
+		{Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, Store: true, Period: 1}, FalseSharing},                      // T2 writes [8,16), T1 read [0,8)
+		{Access{Addr: 0x100c, Size: 4, PID: 1, TID: 1, Period: 1, Contention: datasrc.ContLocalHITM}, TrueSharing}, // T1 reads bytes T2 wrote
+		{Access{Addr: 0x1030, Size: 2, PID: 1, TID: 3, Period: 1}, FalseSharing},                                   // T3 reads [48,50), T2 wrote elsewhere
+		{Access{Addr: 0x1030, Size: 2, PID: 2, TID: 9, Store: true, Period: 1}, NotShared},                         // another process: another line
+		{Access{Addr: 0, PID: 1, TID: 1, Period: 1}, NotShared},                                                    // no data address
 	}
 	for i, s := range steps {
 		if got := tb.Add(s.a); got != s.want {
@@ -156,11 +156,11 @@ func TestClassifyByHand(t *testing.T) {
 func TestBound(t *testing.T) {
 	tb := New(100)
 	for i := range 1000 {
-		hitm := datasrc.NoHITM
+		var hitm datasrc.Contention
 		if i%10 == 0 {
-			hitm = datasrc.RemoteHITM
+			hitm = datasrc.ContRemoteHITM
 		}
-		tb.Add(Access{Addr: uint64(0x100000 + LineSize*i), PID: 1, TID: 1, HITM: hitm, Period: 1})
+		tb.Add(Access{Addr: uint64(0x100000 + LineSize*i), PID: 1, TID: 1, Contention: hitm, Period: 1})
 	}
 	if tb.Len() > 100 || tb.Totals.Loads != 1000 || tb.Totals.Evicted == 0 {
 		t.Errorf("%d lines, totals %+v", tb.Len(), tb.Totals)
@@ -176,7 +176,7 @@ func TestReport(t *testing.T) {
 		t.Errorf("Ranges: %q", got)
 	}
 	tb := New(8)
-	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, HITM: datasrc.LocalHITM})
+	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Contention: datasrc.ContLocalHITM})
 	tb.Add(Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10, IP: 0x400200})
 	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100})
 	r := tb.Report(5, func(pid uint32, addr uint64) string { return "[heap]" })
@@ -219,27 +219,29 @@ func TestWindow(t *testing.T) {
 	}
 }
 
-// A line with one HITM outranks one with none however many stores it has,
-// in Top and when the table evicts (perf c2c's order; a packed score of
-// hitm<<20+stores had 2^20+1 stores win).
+// A line with one HITM, or one peer-snoop load on Arm, outranks one with
+// none however many stores it has, in Top and when the table evicts (perf
+// c2c's order; a packed score of hitm<<20+stores had 2^20+1 stores win).
 func TestHITMOutranksStores(t *testing.T) {
-	tb := New(4)
-	const stores, hitm, plain = 1<<20 + 1, 0x2000, 0x1000
-	for range stores {
-		tb.Add(Access{Addr: plain, Size: 8, PID: 1, TID: 1, Store: true, Period: 1})
-	}
-	tb.Add(Access{Addr: hitm, Size: 8, PID: 1, TID: 2, HITM: datasrc.RemoteHITM, Period: 1})
-	if top := tb.Top(2); top[0].Addr != hitm || top[1].Addr != plain {
-		t.Errorf("ranked %#x, %#x; want the HITM line %#x first", top[0].Addr, top[1].Addr, uint64(hitm))
-	}
-	// Fill the table: the colder half goes, and the HITM line stays.
-	for i := range 3 {
-		tb.Add(Access{Addr: uint64(0x10000 + LineSize*i), Size: 8, PID: 1, TID: 1, Period: 1})
-	}
-	if tb.Totals.Evicted == 0 {
-		t.Fatal("nothing evicted")
-	}
-	if top := tb.Top(1); top[0].Addr != hitm {
-		t.Errorf("after eviction the hottest line is %#x, want %#x", top[0].Addr, uint64(hitm))
+	for _, c := range []datasrc.Contention{datasrc.ContRemoteHITM, datasrc.ContLocalHITM, datasrc.ContLocalPeer, datasrc.ContRemotePeer} {
+		tb := New(4)
+		const stores, hitm, plain = 1<<20 + 1, 0x2000, 0x1000
+		for range stores {
+			tb.Add(Access{Addr: plain, Size: 8, PID: 1, TID: 1, Store: true, Period: 1})
+		}
+		tb.Add(Access{Addr: hitm, Size: 8, PID: 1, TID: 2, Contention: c, Period: 1})
+		if top := tb.Top(2); top[0].Addr != hitm || top[1].Addr != plain || top[0].Costly() != 1 {
+			t.Errorf("%b: ranked %#x, %#x; want the contended line %#x first", c, top[0].Addr, top[1].Addr, uint64(hitm))
+		}
+		// Fill the table: the colder half goes, and the contended line stays.
+		for i := range 3 {
+			tb.Add(Access{Addr: uint64(0x10000 + LineSize*i), Size: 8, PID: 1, TID: 1, Period: 1})
+		}
+		if tb.Totals.Evicted == 0 {
+			t.Fatal("nothing evicted")
+		}
+		if top := tb.Top(1); top[0].Addr != hitm {
+			t.Errorf("%b: after eviction the hottest line is %#x, want %#x", c, top[0].Addr, uint64(hitm))
+		}
 	}
 }

@@ -18,6 +18,8 @@ type ReportTotals struct {
 	Stores       uint64 `json:"store_samples"`
 	LocalHITM    uint64 `json:"local_hitm_samples"`
 	RemoteHITM   uint64 `json:"remote_hitm_samples"`
+	LocalPeer    uint64 `json:"local_peer_samples"`
+	RemotePeer   uint64 `json:"remote_peer_samples"`
 	NoAddr       uint64 `json:"samples_without_address"`
 	TrueSharing  uint64 `json:"true_sharing_events_estimated"`
 	FalseSharing uint64 `json:"false_sharing_events_estimated"`
@@ -33,6 +35,8 @@ type LineReport struct {
 	Stores       uint64         `json:"store_samples"`
 	LocalHITM    uint64         `json:"local_hitm_samples"`
 	RemoteHITM   uint64         `json:"remote_hitm_samples"`
+	LocalPeer    uint64         `json:"local_peer_samples"`
+	RemotePeer   uint64         `json:"remote_peer_samples"`
 	TrueSharing  uint64         `json:"true_sharing_events_estimated"`
 	FalseSharing uint64         `json:"false_sharing_events_estimated"`
 	Threads      []ThreadReport `json:"threads"`
@@ -59,6 +63,7 @@ type CodeReport struct {
 	Op      string `json:"op"`
 	Samples uint64 `json:"samples"`
 	HITM    uint64 `json:"hitm_samples"`
+	Peer    uint64 `json:"peer_samples"`
 }
 
 // ThreadReport is one thread's bytes of a line, as offset ranges ("0-7,12").
@@ -75,11 +80,12 @@ type ThreadReport struct {
 func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Report {
 	tt := t.Totals
 	r := Report{Totals: ReportTotals{Loads: tt.Loads, Stores: tt.Stores, LocalHITM: tt.LocalHITM, RemoteHITM: tt.RemoteHITM,
+		LocalPeer: tt.LocalPeer, RemotePeer: tt.RemotePeer,
 		NoAddr: tt.NoAddr, TrueSharing: tt.Events[TrueSharing], FalseSharing: tt.Events[FalseSharing], Evicted: tt.Evicted}}
 	r.Lines = []LineReport{}
 	for _, l := range t.Top(n) {
 		lr := LineReport{Address: "0x" + strconv.FormatUint(l.Addr, 16), PID: l.PID, Loads: l.Loads, Stores: l.Stores,
-			LocalHITM: l.LocalHITM, RemoteHITM: l.RemoteHITM, TrueSharing: l.Events[TrueSharing],
+			LocalHITM: l.LocalHITM, RemoteHITM: l.RemoteHITM, LocalPeer: l.LocalPeer, RemotePeer: l.RemotePeer, TrueSharing: l.Events[TrueSharing],
 			FalseSharing: l.Events[FalseSharing], OtherThreads: l.overflow}
 		if symbol != nil {
 			lr.Symbol = symbol(l.PID, l.Addr)
@@ -94,7 +100,7 @@ func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Repor
 		}
 		lr.Code, lr.OtherCode = []CodeReport{}, l.OtherCode
 		for _, c := range l.Code() {
-			cr := CodeReport{IP: "0x" + strconv.FormatUint(c.IP, 16), Offset: int(c.Offset), Op: "load", Samples: c.Samples, HITM: c.HITM}
+			cr := CodeReport{IP: "0x" + strconv.FormatUint(c.IP, 16), Offset: int(c.Offset), Op: "load", Samples: c.Samples, HITM: c.HITM, Peer: c.Peer}
 			if c.Store {
 				cr.Op = "store"
 			}

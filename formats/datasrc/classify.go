@@ -164,12 +164,16 @@ func (d DataSrc) OpName() string {
 func (d DataSrc) IsLoad() bool  { return d.Op&OpLoad != 0 }
 func (d DataSrc) IsStore() bool { return d.Op&OpLoad == 0 && d.Op&OpStore != 0 }
 
-// SnoopName is the snoop label: the most telling snoop result, hitm, hit,
+// SnoopName is the snoop label: the most telling snoop result, hitm, peer
+// (mem_snoopx: a peer cache served it, Arm SPE's and AMD's transfers
+// between cores, which Arm's data sources give instead of a HITM), hit,
 // miss, none or na.
 func (d DataSrc) SnoopName() string {
 	switch {
 	case d.Snoop&SnoopHITM != 0:
 		return "hitm"
+	case d.SnoopX&SnoopXPeer != 0:
+		return "peer"
 	case d.Snoop&SnoopHit != 0:
 		return "hit"
 	case d.Snoop&SnoopMiss != 0:
@@ -193,16 +197,69 @@ const (
 
 func (h HITM) String() string { return [...]string{"none", "local", "remote"}[h] }
 
-// HITM says whether a load hit a modified line, and where: perf c2c's
-// lcl_hitm (an L3 or local hit) and rmt_hitm (a remote cache level).
+// HITM says whether a load hit a modified line, and where, as Contention
+// counts it; remote where perf c2c would count both.
 func (d DataSrc) HITM() HITM {
-	if d.Op&OpLoad == 0 || d.Snoop&SnoopHITM == 0 {
-		return NoHITM
-	}
-	if d.remote() {
+	switch c := d.Contention(); {
+	case c&ContRemoteHITM != 0:
 		return RemoteHITM
+	case c&ContLocalHITM != 0:
+		return LocalHITM
 	}
-	return LocalHITM
+	return NoHITM
+}
+
+// Contention is what perf c2c counts of a load served from another core's
+// cache, its lcl_hitm, rmt_hitm, lcl_peer and rmt_peer: a HITM is a load
+// that hit a modified line (Intel, AMD); a peer snoop a load that a peer
+// core's or cluster's cache served (Arm SPE, whose data sources know no
+// HITM: it is what perf c2c report -d peer ranks lines by on Arm).
+type Contention uint8
+
+// Contention bits; perf counts each on its own, so a (contrived) data
+// source can set more than one.
+const (
+	ContLocalHITM Contention = 1 << iota
+	ContRemoteHITM
+	ContLocalPeer
+	ContRemotePeer
+)
+
+// HITM and Peer say whether any HITM or peer bit is set.
+func (c Contention) HITM() bool { return c&(ContLocalHITM|ContRemoteHITM) != 0 }
+func (c Contention) Peer() bool { return c&(ContLocalPeer|ContRemotePeer) != 0 }
+
+// Contention classifies a load as perf c2c does (c2c_decode_stats in
+// tools/perf/util/mem-events.c), from the mem_lvl bits only: locally, a hit
+// in L3 with a HITM snoop, or in L2 or L3 with a peer snoop; remotely, a
+// remote cache level or the remote bit without hops (AMD sets hops for
+// another CCX of the same node, which is not remote to c2c) with a HITM
+// snoop, or a peer snoop when the snoop was no hit or HITM. Stores have
+// none.
+func (d DataSrc) Contention() Contention {
+	if d.Op&OpLoad == 0 {
+		return 0
+	}
+	var c Contention
+	peer := d.SnoopX&SnoopXPeer != 0
+	if d.Lvl&LvlHit != 0 {
+		if d.Lvl&LvlL3 != 0 && d.Snoop&SnoopHITM != 0 {
+			c |= ContLocalHITM
+		}
+		if d.Lvl&(LvlL2|LvlL3) != 0 && peer {
+			c |= ContLocalPeer
+		}
+	}
+	if d.Lvl&(LvlRemCCE1|LvlRemCCE2) != 0 || d.Remote && d.Hops == 0 {
+		switch {
+		case d.Snoop&SnoopHit != 0:
+		case d.Snoop&SnoopHITM != 0:
+			c |= ContRemoteHITM
+		case peer:
+			c |= ContRemotePeer
+		}
+	}
+	return c
 }
 
 // Names are the decoded fields as the kernel's constant names (perf

@@ -135,3 +135,29 @@ func TestOtherSources(t *testing.T) {
 		t.Errorf("names %+v", n)
 	}
 }
+
+// Loads from another core's cache as perf c2c counts them (checked against
+// perf c2c report over every bit combination in cmd/pmu_exporter's
+// TestC2CContentionAsPerf), and the snoop label they get.
+func TestContention(t *testing.T) {
+	for name, c := range map[string]struct {
+		d     DataSrc
+		want  Contention
+		snoop string
+	}{
+		"intel l3 hitm":          {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlL3, Snoop: SnoopHITM}, ContLocalHITM, "hitm"},
+		"intel remote hitm":      {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlRemCCE1, Snoop: SnoopHITM, Remote: true}, ContRemoteHITM, "hitm"},
+		"hitm without a level":   {DataSrc{Op: OpLoad, Lvl: LvlHit, Snoop: SnoopHITM}, 0, "hitm"},
+		"spe peer core":          {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlL2, LvlNum: LvlNumL2, SnoopX: SnoopXPeer}, ContLocalPeer, "peer"},
+		"spe peer cluster":       {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlL3, LvlNum: LvlNumL3, SnoopX: SnoopXPeer}, ContLocalPeer, "peer"},
+		"spe remote":             {DataSrc{Op: OpLoad, Lvl: LvlNA, LvlNum: LvlNumNA, Remote: true, SnoopX: SnoopXPeer}, ContRemotePeer, "peer"},
+		"remote peer with a hit": {DataSrc{Op: OpLoad, Lvl: LvlRemCCE1, Snoop: SnoopHit, SnoopX: SnoopXPeer}, 0, "peer"},
+		"zen4 other ccx (hops)":  {DataSrc{Op: OpLoad, Lvl: LvlHit, Remote: true, Hops: Hops0, Snoop: SnoopHITM}, 0, "hitm"},
+		"l2 hit":                 {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlL2, Snoop: SnoopHit}, 0, "hit"},
+		"store peer":             {DataSrc{Op: OpStore, Lvl: LvlHit | LvlL2, SnoopX: SnoopXPeer}, 0, "peer"},
+	} {
+		if got := c.d.Contention(); got != c.want || c.d.SnoopName() != c.snoop {
+			t.Errorf("%s: %04b %s, want %04b %s", name, got, c.d.SnoopName(), c.want, c.snoop)
+		}
+	}
+}

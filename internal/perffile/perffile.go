@@ -186,13 +186,15 @@ const C2CSampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.P
 // slot of one heap line with probability F, else to a shared counter on
 // the next line; every Period-th access is sampled.
 type C2C struct {
-	F                  float64
-	Threads, Iters     int
-	Period             uint64
-	PID                uint32
-	Heap               uint64 // the [heap] mapping's start
-	Seed               uint64
-	LoadSrc, StoreSrc  uint64 // data_src of the loads and the stores
+	F                 float64
+	Threads, Iters    int
+	Period            uint64
+	PID               uint32
+	Heap              uint64 // the [heap] mapping's start
+	Seed              uint64
+	LoadSrc, StoreSrc uint64 // data_src of the loads and the stores
+	// LoadSrcs, where given, are the loads' data_src in turn instead.
+	LoadSrcs           []uint64
 	Loads, Stores      int    // filled in: the samples written
 	SlotLine, SharedLn uint64 // filled in: the two lines' addresses
 }
@@ -239,6 +241,9 @@ func (c *C2C) File() []byte {
 				continue
 			}
 			src := []uint64{c.LoadSrc, c.StoreSrc}[k]
+			if k == 0 && len(c.LoadSrcs) > 0 {
+				src = c.LoadSrcs[c.Loads%len(c.LoadSrcs)]
+			}
 			ip := []uint64{LoadIP, StoreIP}[k] // the atomic add's load and store
 			if addr == c.SharedLn {
 				ip += 0x100 // the shared counter's add is other code

@@ -185,6 +185,6 @@ func (s *SPE) File() []byte {
 			recs = append(recs, (&Record{}).Bytes(recFinishedRound, 0))
 		}
 	}
-	host := Host{Name: "neoverse", CPUs: s.CPUs, Arch: "aarch64", CPUID: fmt.Sprintf("0x%016x", s.MIDR)}
+	host := Host{Name: "neoverse", CPUs: s.CPUs, Arch: "aarch64", CPUID: fmt.Sprintf("0x%016x", s.MIDR), NUMANodes: []string{fmt.Sprintf("0-%d", s.CPUs-1)}}
 	return FileOf([]Event{{Attr: spe, IDs: []uint64{1}, Name: "arm_spe_0/ts_enable=1,pa_enable=1/"}, {Attr: dummy, IDs: []uint64{2}, Name: "dummy:u"}}, host, recs...)
 }
