@@ -25,13 +25,13 @@ const Schema = 3
 
 const (
 	numOps    = 5 // load, store, prefetch, exec, na
-	numSnoops = 5 // hitm, hit, miss, none, na
+	numSnoops = 6 // hitm, peer, hit, miss, none, na
 )
 
 // Ops and Snoops are the label values, by index.
 var (
 	Ops    = [numOps]string{"load", "store", "prefetch", "exec", "na"}
-	Snoops = [numSnoops]string{"hitm", "hit", "miss", "none", "na"}
+	Snoops = [numSnoops]string{"hitm", "peer", "hit", "miss", "none", "na"}
 )
 
 // Class counts one (op, source, snoop).
@@ -312,14 +312,16 @@ func snoopIndex(d datasrc.DataSrc) int {
 	switch {
 	case d.Snoop&datasrc.SnoopHITM != 0:
 		return 0
-	case d.Snoop&datasrc.SnoopHit != 0:
+	case d.SnoopX&datasrc.SnoopXPeer != 0:
 		return 1
-	case d.Snoop&datasrc.SnoopMiss != 0:
+	case d.Snoop&datasrc.SnoopHit != 0:
 		return 2
-	case d.Snoop&datasrc.SnoopNone != 0:
+	case d.Snoop&datasrc.SnoopMiss != 0:
 		return 3
+	case d.Snoop&datasrc.SnoopNone != 0:
+		return 4
 	}
-	return 4
+	return 5
 }
 
 // bucketOf is the native histogram bucket of v under Schema: bucket k

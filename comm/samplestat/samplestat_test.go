@@ -2,6 +2,7 @@ package samplestat
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,13 +93,13 @@ func TestAggregate(t *testing.T) {
 		snap.Events[2] != (Event{Samples: 1, Filtered: 1}) || snap.Lost != 2 {
 		t.Errorf("events %+v lost %d", snap.Events, snap.Lost)
 	}
-	if c := snap.Classes[0][datasrc.SourceL3][0]; c != (Class{Samples: 2, Accesses: 200}) {
+	if c := snap.Classes[0][datasrc.SourceL3][snoopAt("hitm")]; c != (Class{Samples: 2, Accesses: 200}) {
 		t.Errorf("load/l3/hitm %+v", c)
 	}
-	if c := snap.Classes[0][datasrc.SourceLocalDRAM][2]; c != (Class{Samples: 1, Accesses: 200}) {
+	if c := snap.Classes[0][datasrc.SourceLocalDRAM][snoopAt("miss")]; c != (Class{Samples: 1, Accesses: 200}) {
 		t.Errorf("load/local_dram/miss %+v", c)
 	}
-	if c := snap.Classes[1][datasrc.SourceL1][4]; c != (Class{Samples: 1, Accesses: 100}) {
+	if c := snap.Classes[1][datasrc.SourceL1][snoopAt("na")]; c != (Class{Samples: 1, Accesses: 100}) {
 		t.Errorf("store/l1/na %+v", c)
 	}
 	// 250 and 260 lie in (2^(63/8), 2^(64/8)] = (235, 256] and (256, 279].
@@ -128,10 +129,13 @@ func TestNoAllocation(t *testing.T) {
 	}
 }
 
+// snoopAt is the index of a snoop label value.
+func snoopAt(name string) int { return slices.Index(Snoops[:], name) }
+
 // The label tables agree with datasrc's names.
 func TestLabelIndexes(t *testing.T) {
-	for v := range uint64(1 << 10) {
-		d := datasrc.DataSrc{Op: uint8(v & 0x1f), Snoop: uint8(v >> 5)}
+	for v := range uint64(1 << 12) {
+		d := datasrc.DataSrc{Op: uint8(v & 0x1f), Snoop: uint8(v >> 5 & 0x1f), SnoopX: uint8(v >> 10)}
 		if Ops[opIndex(d)] != d.OpName() || Snoops[snoopIndex(d)] != d.SnoopName() {
 			t.Fatalf("%+v: %s/%s, datasrc says %s/%s", d, Ops[opIndex(d)], Snoops[snoopIndex(d)], d.OpName(), d.SnoopName())
 		}
@@ -196,10 +200,10 @@ func TestIBSOpSamples(t *testing.T) {
 	if snap.Events[0] != (Event{Samples: 2, Filtered: 1}) {
 		t.Errorf("events %+v", snap.Events[0])
 	}
-	if c := snap.Classes[0][datasrc.SourcePeerCache][1]; c != (Class{Samples: 1, Accesses: 0x10000}) {
+	if c := snap.Classes[0][datasrc.SourcePeerCache][snoopAt("hit")]; c != (Class{Samples: 1, Accesses: 0x10000}) {
 		t.Errorf("load/peer_cache/hit %+v", c)
 	}
-	if c := snap.Classes[1][datasrc.SourceL1][4]; c.Samples != 1 {
+	if c := snap.Classes[1][datasrc.SourceL1][snoopAt("na")]; c.Samples != 1 {
 		t.Errorf("store/l1/na %+v", c)
 	}
 	if snap.Latency.Count != 1 || snap.Latency.Sum != 180 {
