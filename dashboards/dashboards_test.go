@@ -330,7 +330,44 @@ scrape_configs:
 			b, _ := os.ReadFile(filepath.Join(dir, l))
 			t.Logf("%s:\n%s", l, tail(string(b), 2000))
 		}
+		// What each exporter says now of the metrics the queries without
+		// data read, and of its sampling: why they had none.
+		names := map[string]bool{}
+		for _, q := range pending {
+			for _, n := range metricName.FindAllString(q.expr, -1) {
+				names[n] = true
+			}
+		}
+		for name, addr := range map[string]string{"live": liveAddr, "reuse": reuseAddr, "stack": stackAddr} {
+			t.Logf("%s exporter's /metrics, of those and of its sampling:\n%s", name, exposed(addr, names))
+		}
+		online, _ := os.ReadFile("/sys/devices/system/cpu/online")
+		t.Logf("online CPUs now: %s", online)
 	}
+}
+
+var metricName = regexp.MustCompile(`pmu_[a-z0-9_]+`)
+
+// exposed is the lines of an exporter's /metrics whose metric is in names
+// or is about its sampling and communication (pmu_sampling_*, pmu_comm_*).
+func exposed(addr string, names map[string]bool) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, l := range strings.Split(string(body), "\n") {
+		n := metricName.FindString(l)
+		if strings.HasPrefix(l, "#") || n == "" {
+			continue
+		}
+		if names[n] || strings.HasPrefix(n, "pmu_sampling_") || strings.HasPrefix(n, "pmu_comm_") {
+			out = append(out, l)
+		}
+	}
+	return tail(strings.Join(out, "\n"), 6000)
 }
 
 // series runs an instant query and counts the series it returns.
