@@ -104,15 +104,16 @@ func NullReads(cpu, n int, attrs []eventspec.Attr, names []string) ([]time.Durat
 			return
 		}
 		start := time.Now()
+		var last time.Time
 		for range n {
-			t0 := time.Now()
+			last = time.Now()
 			if enabled, _, err = g.Read(vals); err != nil {
 				return
 			}
-			out = append(out, time.Since(t0))
+			out = append(out, time.Since(last))
 		}
 		// Reads of events the CPU's going offline stopped cost less.
-		err = counted(cpu, time.Duration(enabled-enabled0), time.Since(start))
+		err = counted(cpu, time.Duration(enabled-enabled0), last.Sub(start))
 	})
 	if rerr != nil {
 		return nil, rerr
@@ -135,9 +136,14 @@ func offline(cpu int, err error) error {
 	return err
 }
 
-// counted checks that a group pinned to cpu stayed enabled for the wall
-// time between two reads (within a millisecond of it), which it does
-// unless the CPU went offline.
+// counted checks that a group pinned to cpu stayed enabled for wall, a time
+// that lies between two reads (taken after the first returned and before
+// the second was made, so that the reader being preempted next to a read
+// only makes enabled longer), within a millisecond, which it does unless
+// the CPU went offline. Taken around the reads instead, the clock ran 9.5
+// ms past the enabled time on a busy machine and said that CPU 0, which
+// cannot go offline here, had: most likely the reader held off (preempted,
+// or waiting for a GC stop) between its last read and the clock.
 func counted(cpu int, enabled, wall time.Duration) error {
 	if enabled+time.Millisecond < wall {
 		return fmt.Errorf("CPU %d: counted %v of %v: %w", cpu, enabled, wall, ErrCPUWentOffline)
@@ -219,11 +225,12 @@ func MeasurePerturbation(ctx context.Context, cpu int, attrs []eventspec.Attr, n
 				err = ctx.Err()
 				return
 			}
+			stop := time.Now()
 			enabled1, _, e := measured.Read(after)
 			if err = e; err != nil {
 				return
 			}
-			if err = counted(cpu, time.Duration(enabled1-enabled0), time.Since(start)); err != nil {
+			if err = counted(cpu, time.Duration(enabled1-enabled0), stop.Sub(start)); err != nil {
 				return
 			}
 			var b [8]byte
