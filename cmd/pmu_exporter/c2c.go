@@ -59,13 +59,31 @@ func writeC2CText(w io.Writer, r cacheline.Report) {
 				dash(th.Read), dash(th.Written), th.Samples)
 		}
 		for _, c := range l.Code {
-			fmt.Fprintf(tw, "\t  code %s\tat byte %d of the line\t%s\t%d samples\t%d HITM\t%d peer\t\t\t%s\n", c.IP, c.Offset, c.Op, c.Samples, c.HITM, c.Peer, c.Symbol)
+			fmt.Fprintf(tw, "\t  code %s\tat byte %d of the line\t%s\t%d samples\t%d HITM\t%d peer\t\t\t%s%s\n", c.IP, c.Offset, c.Op, c.Samples, c.HITM, c.Peer, c.Symbol, meanCycles(c.LoadCycles))
 		}
 		for _, p := range l.Pairs {
 			fmt.Fprintf(tw, "\t  tids %d ↔ %d\t%d sharing events (estimated)\t\t\t\t\t\t\t\n", p.A, p.B, p.Events)
 		}
 	}
 	tw.Flush()
+}
+
+// meanCycles says a code row's mean load latencies, as perf c2c's cycles
+// columns, by where the loads were served; "" without latencies.
+func meanCycles(c *cacheline.LoadCycles) string {
+	if c == nil {
+		return ""
+	}
+	var parts []string
+	for _, k := range []struct {
+		name string
+		v    float64
+	}{{"remote HITM", c.RemoteHITM}, {"local HITM", c.LocalHITM}, {"remote peer", c.RemotePeer}, {"local peer", c.LocalPeer}, {"other", c.Other}} {
+		if k.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k.name, k.v))
+		}
+	}
+	return "\tmean load cycles: " + strings.Join(parts, ", ")
 }
 
 func dash(s string) string {

@@ -136,10 +136,18 @@ func randomLoadSources(n int, seed uint64) []uint64 {
 // perfC2C is what perf c2c report --stdio says of a recording with lines
 // ranked by display (tot: HITM, peer: peer snoops): its Trace Event
 // Information, and each listed line's address and local and remote counts
-// of that kind, in perf's order.
+// of that kind, in perf's order, with the mean load latencies of the code
+// behind it (Pareto rows by offset and instruction: remote and local loads
+// of that kind, and the other loads).
 type perfC2CLine struct {
 	Address       string
 	Local, Remote uint64
+	Cycles        map[perfC2CCode][3]float64
+}
+
+type perfC2CCode struct {
+	Offset int
+	IP     string
 }
 
 func perfC2C(t *testing.T, file, display string) (info map[string]uint64, lines []perfC2CLine) {
@@ -156,8 +164,29 @@ func perfC2C(t *testing.T, file, display string) (info map[string]uint64, lines 
 	info = map[string]uint64{}
 	stat := regexp.MustCompile(`^  (\S.*?)\s+:\s+(\d+)$`)
 	row := regexp.MustCompile(`^\s+\d+\s+(0x[0-9a-f]+)\s+\S+\s+\d+\s+[\d.]+%\s+(\d+)\s+(\d+)\s+(\d+)\s`)
+	paretoLine := regexp.MustCompile(`^\s+\d+(?:\s+\d+){5}\s+(0x[0-9a-f]+)\s*$`)
+	paretoRow := regexp.MustCompile(`^(?:\s+[\d.]+%){5}\s+(0x[0-9a-f]+)\s+\S+\s+\d+\s+(0x[0-9a-f]+)\s+(\d+)\s+(\d+)\s+(\d+)\s`)
+	byAddress := map[string]int{}
+	line := -1
 	table := false
 	for _, l := range strings.Split(string(out), "\n") {
+		if m := paretoLine.FindStringSubmatch(l); m != nil && !table {
+			i, ok := byAddress[m[1]]
+			if !ok {
+				t.Fatalf("perf c2c's Pareto names line %s, which its table did not list", m[1])
+			}
+			line = i
+			continue
+		}
+		if m := paretoRow.FindStringSubmatch(l); m != nil && line >= 0 {
+			off, _ := strconv.ParseUint(m[1], 0, 64)
+			var c [3]float64
+			for k := range c {
+				c[k], _ = strconv.ParseFloat(m[3+k], 64)
+			}
+			lines[line].Cycles[perfC2CCode{int(off), m[2]}] = c
+			continue
+		}
 		if m := stat.FindStringSubmatch(l); m != nil {
 			n, _ := strconv.ParseUint(m[2], 10, 64)
 			info[m[1]] = n
@@ -171,7 +200,8 @@ func perfC2C(t *testing.T, file, display string) (info map[string]uint64, lines 
 		if m := row.FindStringSubmatch(l); table && m != nil {
 			local, _ := strconv.ParseUint(m[3], 10, 64)
 			remote, _ := strconv.ParseUint(m[4], 10, 64)
-			lines = append(lines, perfC2CLine{m[1], local, remote})
+			byAddress[m[1]] = len(lines)
+			lines = append(lines, perfC2CLine{m[1], local, remote, map[perfC2CCode][3]float64{}})
 		}
 	}
 	if len(info) < 20 {
@@ -223,10 +253,28 @@ func TestC2CContentionAsPerf(t *testing.T) {
 	if len(hitmLines) != 2 || len(peerLines) != 2 {
 		t.Fatalf("perf c2c lists %d lines by HITM and %d by peer, want the benchmark's 2", len(hitmLines), len(peerLines))
 	}
+	loads := 0
 	for _, p := range hitmLines {
-		if l := ours[p.Address]; l.LocalHITM != p.Local || l.RemoteHITM != p.Remote {
+		l := ours[p.Address]
+		if l.LocalHITM != p.Local || l.RemoteHITM != p.Remote {
 			t.Errorf("line %s: HITM %d local, %d remote; perf c2c: %d, %d", p.Address, l.LocalHITM, l.RemoteHITM, p.Local, p.Remote)
 		}
+		// Every load weighs 120 cycles: a class's mean is 120 where
+		// it has loads, else 0, in perf's Pareto and in ours.
+		for code, want := range p.Cycles {
+			for _, c := range l.Code {
+				if c.Op != "load" || c.IP != code.IP || c.Offset != code.Offset {
+					continue
+				}
+				loads++
+				if lc := c.LoadCycles; lc == nil || [3]float64{lc.RemoteHITM, lc.LocalHITM, lc.Other} != want {
+					t.Errorf("line %s, %s at offset %d: mean cycles %+v, perf c2c %v (remote HITM, local HITM, other)", p.Address, code.IP, code.Offset, lc, want)
+				}
+			}
+		}
+	}
+	if loads != 5 {
+		t.Errorf("perf c2c's Pareto and ours share %d rows of loads, want 5: the 4 threads' adds to their slots and the one to the counter", loads)
 	}
 	for _, p := range peerLines {
 		if l := ours[p.Address]; l.LocalPeer != p.Local || l.RemotePeer != p.Remote {

@@ -265,9 +265,10 @@ func TestSamplesWarnOfAUXLoss(t *testing.T) {
 }
 
 // speContended is an SPE recording of a Neoverse N1's four threads, two on
-// each of two CPUs, loading from and storing to 48 lines, line k chosen
-// with weight 1/(k+1), each load served from one of the common encoding's
-// data sources: peer core, local and peer cluster and remote among them.
+// each of two CPUs, loading from and storing to four 8-byte slots of 48
+// lines, line k chosen with weight 1/(k+1) by code of its own, each load
+// served from one of the common encoding's data sources (peer core, local
+// and peer cluster and remote among them) in 20 to 419 cycles.
 func speContended(t *testing.T) string {
 	t.Helper()
 	r := rand.New(rand.NewPCG(9, 9))
@@ -291,8 +292,8 @@ func speContended(t *testing.T) string {
 				x -= weights[k]
 			}
 			ts += 2
-			o := perffile.SPEOp{PC: 0x401000 + 4*uint64(k), Virtual: 0x5555_0001_0000 + 64*uint64(k) + 8*uint64(r.IntN(8)),
-				Store: r.IntN(4) == 0, Total: 60, Source: sources[r.IntN(len(sources))], Context: tid, Timestamp: ts + uint64(cpu)}
+			o := perffile.SPEOp{PC: 0x401000 + 4*uint64(k), Virtual: 0x5555_0001_0000 + 64*uint64(k) + 16*uint64(r.IntN(4)),
+				Store: r.IntN(4) == 0, Total: uint16(20 + r.IntN(400)), Source: sources[r.IntN(len(sources))], Context: tid, Timestamp: ts + uint64(cpu)}
 			ops[cpu] = append(ops[cpu], o)
 		}
 		for cpu := range 2 {
@@ -344,9 +345,32 @@ func TestC2COfArmSPE(t *testing.T) {
 	for _, l := range contended {
 		ours[l.Address] = l
 	}
+	rows := 0
 	for _, p := range lines {
-		if l, ok := ours[p.Address]; !ok || l.LocalPeer != p.Local || l.RemotePeer != p.Remote {
+		l, ok := ours[p.Address]
+		if !ok || l.LocalPeer != p.Local || l.RemotePeer != p.Remote {
 			t.Errorf("line %s: peer loads %d local, %d remote; perf c2c: %d, %d", p.Address, l.LocalPeer, l.RemotePeer, p.Local, p.Remote)
 		}
+		// The mean latency of the loads behind each offset, by where
+		// they were served, as perf's Pareto rows give it (rounded).
+		for code, want := range p.Cycles {
+			var got [3]float64
+			for _, c := range l.Code {
+				if c.Op == "load" && c.IP == code.IP && c.Offset == code.Offset && c.LoadCycles != nil {
+					got = [3]float64{c.LoadCycles.RemotePeer, c.LoadCycles.LocalPeer, c.LoadCycles.Other}
+				}
+			}
+			for k := range got {
+				if math.Abs(got[k]-want[k]) > 0.5 {
+					t.Errorf("line %s, %s at offset %d: mean cycles of remote peer, local peer and other loads %.1f, perf c2c %v",
+						p.Address, code.IP, code.Offset, got, want)
+					break
+				}
+			}
+			rows++
+		}
+	}
+	if rows < len(lines) {
+		t.Errorf("perf c2c's Pareto gave %d rows of code for %d lines", rows, len(lines))
 	}
 }

@@ -36,6 +36,7 @@ type Access struct {
 	// cache, as perf c2c counts it (HITM, peer snoop).
 	Contention datasrc.Contention
 	Period     uint64 // events this sample stands for
+	Weight     uint64 // a load's latency in cycles where the PMU gives it (PEBS, IBS, SPE), else 0
 	Time       uint64 // ns, the sample's timestamp (for SetWindow)
 	IP         uint64 // the instruction that made the access (PEBS and IBS: exact)
 }
@@ -88,6 +89,40 @@ type Code struct {
 	Samples uint64
 	HITM    uint64 // of which loads that hit a modified line
 	Peer    uint64 // of which loads a peer cache served
+	// Loads and Cycles are a load's count and summed latency (Weight) by
+	// LoadClass, perf c2c's "cycles" of the code behind a line.
+	Loads  [NumLoadClasses]uint32
+	Cycles [NumLoadClasses]uint64
+}
+
+// LoadClass is where a load was served as perf c2c averages its latency:
+// the first of remote HITM, local HITM, remote peer, local peer that
+// applies, else another load.
+type LoadClass uint8
+
+// Load classes.
+const (
+	RemoteHITMLoad LoadClass = iota
+	LocalHITMLoad
+	RemotePeerLoad
+	LocalPeerLoad
+	OtherLoad
+	NumLoadClasses
+)
+
+// loadClass is the class of a load's contention.
+func loadClass(c datasrc.Contention) LoadClass {
+	switch {
+	case c&datasrc.ContRemoteHITM != 0:
+		return RemoteHITMLoad
+	case c&datasrc.ContLocalHITM != 0:
+		return LocalHITMLoad
+	case c&datasrc.ContRemotePeer != 0:
+		return RemotePeerLoad
+	case c&datasrc.ContLocalPeer != 0:
+		return LocalPeerLoad
+	}
+	return OtherLoad
 }
 
 // Line is one cache line's record, stored inline so that the table's hot
@@ -127,20 +162,30 @@ func (l *Line) addCode(a Access) {
 	if a.Contention.Peer() {
 		peer = 1
 	}
+	var c *Code
 	for i := range l.code[:l.nCode] {
-		if c := &l.code[i]; c.IP == a.IP && c.Offset == off && c.Store == a.Store {
-			c.Samples++
-			c.HITM += hitm
-			c.Peer += peer
-			return
+		if k := &l.code[i]; k.IP == a.IP && k.Offset == off && k.Store == a.Store {
+			c = k
+			break
 		}
 	}
-	if int(l.nCode) < MaxCode {
-		l.code[l.nCode] = Code{IP: a.IP, Offset: off, Store: a.Store, Samples: 1, HITM: hitm, Peer: peer}
+	if c == nil {
+		if int(l.nCode) == MaxCode {
+			l.OtherCode++
+			return
+		}
+		c = &l.code[l.nCode]
+		*c = Code{IP: a.IP, Offset: off, Store: a.Store}
 		l.nCode++
-		return
 	}
-	l.OtherCode++
+	c.Samples++
+	c.HITM += hitm
+	c.Peer += peer
+	if !a.Store {
+		k := loadClass(a.Contention)
+		c.Loads[k]++
+		c.Cycles[k] += a.Weight
+	}
 }
 
 // Threads are the threads that touched the line, in order of first touch.

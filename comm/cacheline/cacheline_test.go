@@ -176,18 +176,23 @@ func TestReport(t *testing.T) {
 		t.Errorf("Ranges: %q", got)
 	}
 	tb := New(8)
-	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Contention: datasrc.ContLocalHITM})
-	tb.Add(Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10, IP: 0x400200})
-	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100})
+	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Contention: datasrc.ContLocalHITM, Weight: 101})
+	tb.Add(Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10, IP: 0x400200, Weight: 7})
+	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Weight: 40})
+	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Contention: datasrc.ContLocalHITM, Weight: 200})
 	r := tb.Report(5, func(pid uint32, addr uint64) string { return "[heap]" })
-	if p := r.Lines[0].Pairs; len(p) != 1 || p[0] != (PairReport{A: 1, B: 2, Events: 20}) {
+	if p := r.Lines[0].Pairs; len(p) != 1 || p[0] != (PairReport{A: 1, B: 2, Events: 30}) {
 		t.Errorf("pairs %+v", p)
 	}
-	if c := r.Lines[0].Code; len(c) != 2 || c[0] != (CodeReport{IP: "0x400100", Symbol: "[heap]", Offset: 0, Op: "load", Samples: 2, HITM: 1}) ||
+	// The load's latency by class: two local HITMs of 101 and 200 cycles,
+	// another load of 40; a store's weight is not a load latency.
+	if c := r.Lines[0].Code; len(c) != 2 || c[0].LoadCycles == nil || *c[0].LoadCycles != (LoadCycles{LocalHITM: 150.5, Other: 40}) ||
 		c[1] != (CodeReport{IP: "0x400200", Symbol: "[heap]", Offset: 8, Op: "store", Samples: 1}) {
 		t.Errorf("code %+v", c)
+	} else if c[0].LoadCycles = nil; c[0] != (CodeReport{IP: "0x400100", Symbol: "[heap]", Offset: 0, Op: "load", Samples: 3, HITM: 2}) {
+		t.Errorf("load code %+v", c[0])
 	}
-	if r.Totals.FalseSharing != 20 || len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].Symbol != "[heap]" ||
+	if r.Totals.FalseSharing != 30 || len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].Symbol != "[heap]" ||
 		r.Lines[0].Threads[1].Written != "8-15" || r.Lines[0].Threads[1].CPUs[0] != 5 || r.Lines[0].Threads[0].Read != "0-7" {
 		t.Errorf("%+v", r)
 	}

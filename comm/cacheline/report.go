@@ -64,6 +64,20 @@ type CodeReport struct {
 	Samples uint64 `json:"samples"`
 	HITM    uint64 `json:"hitm_samples"`
 	Peer    uint64 `json:"peer_samples"`
+	// LoadCycles is the mean latency of the instruction's loads on the
+	// line by where they were served, as perf c2c's "cycles" columns; nil
+	// where the sampler gives no latency (timer samples).
+	LoadCycles *LoadCycles `json:"load_cycles_mean,omitempty"`
+}
+
+// LoadCycles are mean load latencies in cycles by LoadClass; a class that
+// did not occur is 0 and left out of JSON.
+type LoadCycles struct {
+	RemoteHITM float64 `json:"remote_hitm,omitempty"`
+	LocalHITM  float64 `json:"local_hitm,omitempty"`
+	RemotePeer float64 `json:"remote_peer,omitempty"`
+	LocalPeer  float64 `json:"local_peer,omitempty"`
+	Other      float64 `json:"other,omitempty"`
 }
 
 // ThreadReport is one thread's bytes of a line, as offset ranges ("0-7,12").
@@ -101,6 +115,16 @@ func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Repor
 		lr.Code, lr.OtherCode = []CodeReport{}, l.OtherCode
 		for _, c := range l.Code() {
 			cr := CodeReport{IP: "0x" + strconv.FormatUint(c.IP, 16), Offset: int(c.Offset), Op: "load", Samples: c.Samples, HITM: c.HITM, Peer: c.Peer}
+			if c.Cycles != [NumLoadClasses]uint64{} {
+				var m [NumLoadClasses]float64
+				for k, n := range c.Loads {
+					if n > 0 {
+						m[k] = float64(c.Cycles[k]) / float64(n)
+					}
+				}
+				cr.LoadCycles = &LoadCycles{RemoteHITM: m[RemoteHITMLoad], LocalHITM: m[LocalHITMLoad],
+					RemotePeer: m[RemotePeerLoad], LocalPeer: m[LocalPeerLoad], Other: m[OtherLoad]}
+			}
 			if c.Store {
 				cr.Op = "store"
 			}
