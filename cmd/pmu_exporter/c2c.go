@@ -11,8 +11,8 @@ import (
 
 // c2cFlags are the options of `pmu_exporter c2c`.
 type c2cFlags struct {
-	input, format string
-	lines, max    int
+	input, format, display string
+	lines, max             int
 }
 
 // runC2C builds the shared cache line report of a perf.data file's memory
@@ -32,7 +32,12 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	// Lines are named by their mapping, code by its function where the
 	// mapped files have symbols.
-	report := table.Report(cf.lines, func(pid uint32, addr uint64) string { return rec.acc.Code.Symbolize(pid, addr).String() })
+	display, err := cacheline.ParseDisplay(cf.display)
+	if err != nil {
+		fmt.Fprintf(stderr, "pmu_exporter c2c: %v\n", err)
+		return 1
+	}
+	report := table.ReportBy(cf.lines, display, func(pid uint32, addr uint64) string { return rec.acc.Code.Symbolize(pid, addr).String() })
 	return rec.report(stdout, cf.format, report, func(w io.Writer) { writeC2CText(w, report) }, readErr, bad)
 }
 

@@ -289,3 +289,57 @@ func perfTotals(info map[string]uint64) cacheline.ReportTotals {
 		LocalHITM: info["Load Local HITM"], RemoteHITM: info["Load Remote HITM"],
 		LocalPeer: info["Load HIT Local Peer"], RemotePeer: info["Load HIT Remote Peer"]}
 }
+
+// c2c --display ranks and lists lines as perf c2c report -d does: by
+// local, remote or all HITM loads, or peer snoops, only the lines with
+// some. The counter of the False-Sharing benchmark is spread over 40 lines
+// here, and loads come from local and remote HITMs, peers and L1.
+func TestC2CDisplayAsPerf(t *testing.T) {
+	const lh = datasrc.LvlHit
+	srcs := []uint64{
+		datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: lh | datasrc.LvlL3, LvlNum: datasrc.LvlNumL3, Snoop: datasrc.SnoopHITM}.Encode(),
+		datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: lh | datasrc.LvlRemCCE1, LvlNum: datasrc.LvlNumL3, Snoop: datasrc.SnoopHITM, Remote: true}.Encode(),
+		datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: lh | datasrc.LvlL2, LvlNum: datasrc.LvlNumL2, SnoopX: datasrc.SnoopXPeer}.Encode(),
+		datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: lh | datasrc.LvlL1, LvlNum: datasrc.LvlNumL1, Snoop: datasrc.SnoopNone}.Encode(),
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	var loads []uint64
+	for range 1009 {
+		loads = append(loads, srcs[r.IntN(len(srcs))])
+	}
+	c := perffile.C2C{F: 0.2, Threads: 4, Iters: 40000, Period: 5, PID: 1000, Heap: 0x5555_0000_0000, Seed: 11, LoadSrcs: loads, CounterLines: 40,
+		StoreSrc: datasrc.DataSrc{Op: datasrc.OpStore, Lvl: lh | datasrc.LvlL1, LvlNum: datasrc.LvlNumL1, Snoop: datasrc.SnoopNA}.Encode()}
+	file := filepath.Join(t.TempDir(), "perf.data")
+	if err := os.WriteFile(file, c.File(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"tot", "lcl", "rmt", "peer"} {
+		_, want := perfC2C(t, file, d)
+		var out, errb bytes.Buffer
+		if code := run([]string{"c2c", "-i", file, "--format", "json", "--lines", "1000", "-d", d}, &out, &errb); code != 0 {
+			t.Fatalf("c2c -d %s exited %d: %s", d, code, errb.String())
+		}
+		var got cacheline.Report
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		count := func(l cacheline.LineReport) uint64 {
+			return map[string]uint64{"tot": l.LocalHITM + l.RemoteHITM, "lcl": l.LocalHITM, "rmt": l.RemoteHITM, "peer": l.LocalPeer + l.RemotePeer}[d]
+		}
+		if len(want) < 30 || len(got.Lines) != len(want) {
+			t.Errorf("-d %s: %d lines, perf c2c lists %d", d, len(got.Lines), len(want))
+			continue
+		}
+		for i, p := range want {
+			// perf orders lines with equal counts as it pleases.
+			if n := count(got.Lines[i]); n != p.Local+p.Remote && d != "lcl" && d != "rmt" ||
+				d == "lcl" && n != p.Local || d == "rmt" && n != p.Remote {
+				t.Errorf("-d %s: line %d is %s with %d, perf c2c's %s with %d local and %d remote", d, i, got.Lines[i].Address, n, p.Address, p.Local, p.Remote)
+			}
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"c2c", "-i", file, "-d", "bogus"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "bogus") {
+		t.Errorf("-d bogus: exit %d, %s", code, errb.String())
+	}
+}

@@ -19,6 +19,7 @@ import (
 	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
@@ -142,6 +143,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.c2cCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream from standard input.").Short('i').Default("perf.data").StringVar(&cf.input)
 	c.c2cCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&cf.format, "text", "json")
 	c.c2cCmd.Flag("lines", "How many of the hottest lines to show.").Default("20").IntVar(&cf.lines)
+	c.c2cCmd.Flag("display", "Rank lines by loads another core's cache served: any (HITM and peer snoops), or as perf c2c report -d: tot (HITM), lcl (local HITM), rmt (remote HITM), peer (peer snoops, Arm's), listing only the lines that have some.").Short('d').Default("any").EnumVar(&cf.display, cacheline.DisplayNames...)
 	c.c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full.").Default("4096").IntVar(&cf.max)
 	c.c2cCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&cf.input)
 

@@ -12,6 +12,7 @@ package cacheline
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -427,12 +428,62 @@ func (t *Table) evict() {
 }
 
 // Top returns the n hottest lines, hottest first (ties by address).
-func (t *Table) Top(n int) []*Line {
+func (t *Table) Top(n int) []*Line { return t.TopBy(n, DisplayAny) }
+
+// Display is what a report ranks lines by, as perf c2c report's --display:
+// any load another core's cache served (HITM or peer, the table's own
+// order), or one kind of them, in which case only the lines with some of
+// that kind are listed, as perf lists them.
+type Display uint8
+
+// Displays, by perf c2c's names but the first.
+const (
+	DisplayAny        Display = iota // "any": HITM and peer loads
+	DisplayTotalHITM                 // "tot"
+	DisplayLocalHITM                 // "lcl"
+	DisplayRemoteHITM                // "rmt"
+	DisplayPeer                      // "peer"
+)
+
+// DisplayNames are the displays' names, by Display.
+var DisplayNames = []string{"any", "tot", "lcl", "rmt", "peer"}
+
+// ParseDisplay reads a display's name.
+func ParseDisplay(name string) (Display, error) {
+	if i := slices.Index(DisplayNames, name); i >= 0 {
+		return Display(i), nil
+	}
+	return 0, fmt.Errorf("display %q: want one of %v", name, DisplayNames)
+}
+
+// count is a line's loads of the display's kind.
+func (d Display) count(l *Line) uint64 {
+	switch d {
+	case DisplayTotalHITM:
+		return l.LocalHITM + l.RemoteHITM
+	case DisplayLocalHITM:
+		return l.LocalHITM
+	case DisplayRemoteHITM:
+		return l.RemoteHITM
+	case DisplayPeer:
+		return l.LocalPeer + l.RemotePeer
+	}
+	return l.Costly()
+}
+
+// TopBy returns the n lines with the most loads of display's kind, then
+// the hottest, first (ties by address).
+func (t *Table) TopBy(n int, display Display) []*Line {
 	out := make([]*Line, 0, len(t.lines))
 	for _, i := range t.lines {
-		out = append(out, &t.slab[i])
+		if l := &t.slab[i]; display == DisplayAny || display.count(l) > 0 {
+			out = append(out, l)
+		}
 	}
 	slices.SortFunc(out, func(a, b *Line) int {
+		if c := cmp.Compare(display.count(b), display.count(a)); c != 0 {
+			return c
+		}
 		if c := Hotter(b, a); c != 0 {
 			return c
 		}

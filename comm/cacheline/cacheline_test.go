@@ -3,6 +3,7 @@ package cacheline
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -248,5 +249,36 @@ func TestHITMOutranksStores(t *testing.T) {
 		if top := tb.Top(1); top[0].Addr != hitm {
 			t.Errorf("%b: after eviction the hottest line is %#x, want %#x", c, top[0].Addr, uint64(hitm))
 		}
+	}
+}
+
+// Ranked by one kind of contended load, only the lines with some are
+// listed, most first; by any, every line, by HITM and peer loads together.
+func TestTopByDisplay(t *testing.T) {
+	tb := New(8)
+	add := func(addr uint64, c datasrc.Contention, store bool) {
+		tb.Add(Access{Addr: addr, Size: 8, PID: 1, TID: 1, Contention: c, Store: store, Period: 1})
+	}
+	add(0x1000, datasrc.ContLocalHITM, false)
+	add(0x2000, datasrc.ContRemoteHITM, false)
+	add(0x2000, datasrc.ContRemoteHITM, false)
+	add(0x3000, 0, true)
+	add(0x4000, datasrc.ContLocalPeer, false)
+	for name, want := range map[string][]uint64{"any": {0x2000, 0x1000, 0x4000, 0x3000}, "tot": {0x2000, 0x1000},
+		"lcl": {0x1000}, "rmt": {0x2000}, "peer": {0x4000}} {
+		d, err := ParseDisplay(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []uint64
+		for _, l := range tb.TopBy(10, d) {
+			got = append(got, l.Addr)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: %#x, want %#x", name, got, want)
+		}
+	}
+	if _, err := ParseDisplay("hitm"); err == nil {
+		t.Error("display hitm taken")
 	}
 }

@@ -92,12 +92,17 @@ type ThreadReport struct {
 // Report describes the n hottest lines; symbol, when not nil, names the
 // mapping an address lies in.
 func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Report {
+	return t.ReportBy(n, DisplayAny, symbol)
+}
+
+// ReportBy is Report with the lines ranked and chosen by display.
+func (t *Table) ReportBy(n int, display Display, symbol func(pid uint32, addr uint64) string) Report {
 	tt := t.Totals
 	r := Report{Totals: ReportTotals{Loads: tt.Loads, Stores: tt.Stores, LocalHITM: tt.LocalHITM, RemoteHITM: tt.RemoteHITM,
 		LocalPeer: tt.LocalPeer, RemotePeer: tt.RemotePeer,
 		NoAddr: tt.NoAddr, TrueSharing: tt.Events[TrueSharing], FalseSharing: tt.Events[FalseSharing], Evicted: tt.Evicted}}
 	r.Lines = []LineReport{}
-	for _, l := range t.Top(n) {
+	for _, l := range t.TopBy(n, display) {
 		lr := LineReport{Address: "0x" + strconv.FormatUint(l.Addr, 16), PID: l.PID, Loads: l.Loads, Stores: l.Stores,
 			LocalHITM: l.LocalHITM, RemoteHITM: l.RemoteHITM, LocalPeer: l.LocalPeer, RemotePeer: l.RemotePeer, TrueSharing: l.Events[TrueSharing],
 			FalseSharing: l.Events[FalseSharing], OtherThreads: l.overflow}

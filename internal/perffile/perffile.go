@@ -194,7 +194,10 @@ type C2C struct {
 	Seed              uint64
 	LoadSrc, StoreSrc uint64 // data_src of the loads and the stores
 	// LoadSrcs, where given, are the loads' data_src in turn instead.
-	LoadSrcs           []uint64
+	LoadSrcs []uint64
+	// CounterLines, where above 1, spreads the shared counter over that
+	// many lines from SharedLn on, line j taken with weight 1/(j+1).
+	CounterLines       int
 	Loads, Stores      int    // filled in: the samples written
 	SlotLine, SharedLn uint64 // filled in: the two lines' addresses
 }
@@ -234,6 +237,8 @@ func (c *C2C) File() []byte {
 		addr := c.SharedLn
 		if r.float() < c.F {
 			addr = c.SlotLine + 8*uint64(tid)
+		} else if c.CounterLines > 1 {
+			addr += 64 * uint64(zipf(r, c.CounterLines))
 		}
 		for k, id := range []uint64{1, 2} {
 			time += 100
@@ -245,7 +250,7 @@ func (c *C2C) File() []byte {
 				src = c.LoadSrcs[c.Loads%len(c.LoadSrcs)]
 			}
 			ip := []uint64{LoadIP, StoreIP}[k] // the atomic add's load and store
-			if addr == c.SharedLn {
+			if addr >= c.SharedLn {
 				ip += 0x100 // the shared counter's add is other code
 			}
 			var s Record
@@ -261,6 +266,21 @@ func (c *C2C) File() []byte {
 	}
 	host := Host{Name: "skx", CPUs: uint32(c.Threads), NUMANodes: []string{fmt.Sprintf("0-%d", c.Threads-1)}}
 	return FileOf([]Event{{Attr: ldlat, IDs: []uint64{1}, Name: "cpu/mem-loads,ldlat=30/P"}, {Attr: st, IDs: []uint64{2}, Name: "cpu/mem-stores/P"}}, host, recs...)
+}
+
+// zipf draws j in [0, n) with weight 1/(j+1).
+func zipf(r *rng, n int) int {
+	sum := 0.0
+	for j := range n {
+		sum += 1 / float64(j+1)
+	}
+	x := r.float() * sum
+	for j := range n - 1 {
+		if x -= 1 / float64(j+1); x < 0 {
+			return j
+		}
+	}
+	return n - 1
 }
 
 // rng is a small PCG-style generator, so that generated files do not
