@@ -374,3 +374,40 @@ func TestC2COfArmSPE(t *testing.T) {
 		t.Errorf("perf c2c's Pareto gave %d rows of code for %d lines", rows, len(lines))
 	}
 }
+
+// The Arm example recording (examples/replay/n1-spe.data, the
+// False-Sharing benchmark with 70% of the adds on own slots): c2c ranks
+// the slots' line first by its peer loads, each thread on its own slot,
+// named in the heap and the benchmark's binary, and the false share of the
+// sharing near 0.7.
+func TestC2COfSPEExample(t *testing.T) {
+	c := perffile.SPEC2C{F: 0.7, Threads: 4, Iters: 20000, Period: 50, PID: 4242, Seed: 1}
+	c.File()
+	r := ourC2C(t, "../../examples/replay/n1-spe.data")
+	if r.Totals.Loads != uint64(c.Loads) || r.Totals.Stores != uint64(c.Stores) || r.Totals.LocalPeer != uint64(c.PeerCore+c.PeerClustr) ||
+		r.Totals.RemotePeer != 0 || r.Totals.LocalHITM+r.Totals.RemoteHITM != 0 {
+		t.Errorf("totals %+v; the recording has %d loads (%d from peers) and %d stores", r.Totals, c.Loads, c.PeerCore+c.PeerClustr, c.Stores)
+	}
+	if len(r.Lines) != 2 {
+		t.Fatalf("%d lines, want the slots' and the counter's", len(r.Lines))
+	}
+	top := r.Lines[0]
+	if top.Address != fmt.Sprintf("%#x", c.SlotLine) || top.Symbol != "[heap]+0x100" || len(top.Threads) != 4 {
+		t.Fatalf("top line %+v", top)
+	}
+	for _, th := range top.Threads {
+		k := int(th.TID) - 4243
+		if want := fmt.Sprint(8 * k); th.Written != want || th.Read != want || len(th.CPUs) != 1 || th.CPUs[0] != k {
+			t.Errorf("thread %d: read %q written %q on %v, want its own byte %s on CPU %d", th.TID, th.Read, th.Written, th.CPUs, want, k)
+		}
+	}
+	for _, code := range top.Code {
+		if !strings.HasPrefix(code.Symbol, "/opt/fsbench/bench+0x101") {
+			t.Errorf("code %+v, want the slot's add in the benchmark", code)
+		}
+	}
+	fs := float64(r.Totals.FalseSharing) / float64(r.Totals.FalseSharing+r.Totals.TrueSharing)
+	if math.Abs(fs-0.7) > 0.1 {
+		t.Errorf("false share %.3f, want about 0.7", fs)
+	}
+}

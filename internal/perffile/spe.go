@@ -83,6 +83,16 @@ type SPE struct {
 	// RoundEvery ends a round of perf record's reading (FINISHED_ROUND)
 	// after each so many traces; 0: no rounds.
 	RoundEvery int
+	// Mmaps are the process's mappings, written as MMAP2 records after
+	// the COMMs.
+	Mmaps []SPEMmap
+}
+
+// SPEMmap is one mapping of the process: a file's text, or data ([heap]).
+type SPEMmap struct {
+	Start, Len uint64
+	Filename   string
+	Data       bool
 }
 
 // SPESwitch is a CPU's switch to thread TID of process PID at Time (perf
@@ -161,6 +171,16 @@ func (s *SPE) File() []byte {
 		c.U32(s.PID).U32(tid).Str(s.Comm)
 		trailer(&c, s.PID, tid, s.Zero)
 		recs = append(recs, c.Bytes(unix.PERF_RECORD_COMM, 0))
+	}
+	for _, m := range s.Mmaps {
+		var r Record
+		prot, misc := uint32(5), uint16(unix.PERF_RECORD_MISC_USER) // r-x
+		if m.Data {
+			prot, misc = 3, misc|unix.PERF_RECORD_MISC_MMAP_DATA // rw-
+		}
+		r.U32(s.PID).U32(s.PID).U64(m.Start).U64(m.Len).U64(0).U64(0).U64(0).U64(0).U32(prot).U32(2).Str(m.Filename)
+		trailer(&r, s.PID, s.PID, s.Zero)
+		recs = append(recs, r.Bytes(unix.PERF_RECORD_MMAP2, misc))
 	}
 	// Per-CPU AUX areas: the buffer index is the CPU's, the offset runs on
 	// through its buffer, the thread is unknown (-1).
