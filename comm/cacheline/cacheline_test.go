@@ -1,6 +1,7 @@
 package cacheline
 
 import (
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -280,5 +281,22 @@ func TestTopByDisplay(t *testing.T) {
 	}
 	if _, err := ParseDisplay("hitm"); err == nil {
 		t.Error("display hitm taken")
+	}
+}
+
+// Each access meets the thread that touched the line last among those that
+// make it sharing, the one whose cache the line came from: four threads
+// writing their own slots in turn pair each with the one before it, not
+// everyone with the first thread on the line.
+func TestPartnerIsTheLatestToucher(t *testing.T) {
+	tb := New(8)
+	for round := range 3 {
+		for k := range 4 {
+			tb.Add(Access{Addr: 0x1000 + 8*uint64(k), Size: 8, PID: 1, TID: uint32(k + 1), Store: true, Period: 1, Time: uint64(10*round + k + 1)})
+		}
+	}
+	want := map[Pair]uint64{{1, 2}: 3, {2, 3}: 3, {3, 4}: 3, {1, 4}: 2}
+	if got := tb.Top(1)[0].Pairs(); !maps.Equal(got, want) {
+		t.Errorf("pairs %v, want %v", got, want)
 	}
 }
