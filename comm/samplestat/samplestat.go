@@ -421,9 +421,9 @@ func (s *Stats) Events() []Event {
 	return append([]Event(nil), s.events...)
 }
 
-// Cachelines reports the table's n hottest lines.
-func (s *Stats) Cachelines(n int, symbol func(pid uint32, addr uint64) string) cacheline.Report {
+// Cachelines reports the table's n hottest lines, ranked by display.
+func (s *Stats) Cachelines(n int, display cacheline.Display, symbol func(pid uint32, addr uint64) string) cacheline.Report {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lines.Report(n, symbol)
+	return s.lines.ReportBy(n, display, symbol)
 }

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
@@ -111,7 +112,7 @@ func TestAggregate(t *testing.T) {
 	if snap.Sharing[2] != 200 || snap.Sharing[1] != 0 {
 		t.Errorf("sharing %v", snap.Sharing)
 	}
-	if r := s.Cachelines(1, nil); len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].LocalHITM != 2 {
+	if r := s.Cachelines(1, cacheline.DisplayAny, nil); len(r.Lines) != 1 || r.Lines[0].Address != "0x1000" || r.Lines[0].LocalHITM != 2 {
 		t.Errorf("cachelines %+v", r)
 	}
 }

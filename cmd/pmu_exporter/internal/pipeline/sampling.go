@@ -21,6 +21,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/collectors/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/comm/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
@@ -249,10 +250,19 @@ func cachelinesHandler(stats *samplestat.Stats, namer func() func(uint32, uint64
 			}
 			n = k
 		}
+		display := cacheline.DisplayAny
+		if v := r.URL.Query().Get("display"); v != "" {
+			d, err := cacheline.ParseDisplay(v)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			display = d
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(stats.Cachelines(n, namer()))
+		enc.Encode(stats.Cachelines(n, display, namer()))
 	})
 }
 
