@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,6 +134,17 @@ func randomLoadSources(n int, seed uint64) []uint64 {
 	return out
 }
 
+// randomStoreSources are n store data sources with every combination of
+// the mem_lvl bits that c2c counts stores by (hit, miss, NA, L1, and others).
+func randomStoreSources(n int, seed uint64) []uint64 {
+	r := rand.New(rand.NewPCG(seed, 3))
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = datasrc.DataSrc{Op: datasrc.OpStore, Lvl: uint16(r.IntN(1 << 6)), Snoop: uint8(r.IntN(32))}.Encode()
+	}
+	return out
+}
+
 // perfC2C is what perf c2c report --stdio says of a recording with lines
 // ranked by display (tot: HITM, peer: peer snoops): its Trace Event
 // Information, and each listed line's address and local and remote counts
@@ -142,6 +154,7 @@ func randomLoadSources(n int, seed uint64) []uint64 {
 type perfC2CLine struct {
 	Address       string
 	Local, Remote uint64
+	Served        cacheline.Served // the table's columns by where loads and stores were served
 	Cycles        map[perfC2CCode][3]float64
 }
 
@@ -163,7 +176,7 @@ func perfC2C(t *testing.T, file, display string) (info map[string]uint64, lines 
 	}
 	info = map[string]uint64{}
 	stat := regexp.MustCompile(`^  (\S.*?)\s+:\s+(\d+)$`)
-	row := regexp.MustCompile(`^\s+\d+\s+(0x[0-9a-f]+)\s+\S+\s+\d+\s+[\d.]+%\s+(\d+)\s+(\d+)\s+(\d+)\s`)
+	row := regexp.MustCompile(`^\s+\d+\s+(0x[0-9a-f]+)\s+\S+\s+\d+\s+[\d.]+%\s+(\d+)\s+(\d+)\s+(\d+)((?:\s+\d+){15})\s*$`)
 	paretoLine := regexp.MustCompile(`^\s+\d+(?:\s+\d+){5}\s+(0x[0-9a-f]+)\s*$`)
 	paretoRow := regexp.MustCompile(`^(?:\s+[\d.]+%){5}\s+(0x[0-9a-f]+)\s+\S+\s+\d+\s+(0x[0-9a-f]+)\s+(\d+)\s+(\d+)\s+(\d+)\s`)
 	byAddress := map[string]int{}
@@ -200,8 +213,18 @@ func perfC2C(t *testing.T, file, display string) (info map[string]uint64, lines 
 		if m := row.FindStringSubmatch(l); table && m != nil {
 			local, _ := strconv.ParseUint(m[3], 10, 64)
 			remote, _ := strconv.ParseUint(m[4], 10, 64)
+			// Total records, loads and stores, then the stores' L1 hits,
+			// misses and N/A, and the loads' FB, L1, L2, LLC hit and
+			// HITM, remote hit and HITM, local and remote DRAM.
+			var n [15]uint64
+			for k, f := range strings.Fields(m[5]) {
+				n[k], _ = strconv.ParseUint(f, 10, 64)
+			}
+			served := cacheline.Served{LoadFB: n[6], LoadL1: n[7], LoadL2: n[8], LoadLLCHit: n[9], LoadLLCHITM: n[10],
+				LoadRemoteHit: n[11], LoadRemoteHITM: n[12], LoadLocalDRAM: n[13], LoadRemoteDRAM: n[14],
+				StoreL1Hit: n[3], StoreL1Miss: n[4], StoreNA: n[5]}
 			byAddress[m[1]] = len(lines)
-			lines = append(lines, perfC2CLine{m[1], local, remote, map[perfC2CCode][3]float64{}})
+			lines = append(lines, perfC2CLine{m[1], local, remote, served, map[perfC2CCode][3]float64{}})
 		}
 	}
 	if len(info) < 20 {
@@ -228,8 +251,7 @@ func ourC2C(t *testing.T, file string) cacheline.Report {
 // and peer snoops, in total and on each line.
 func TestC2CContentionAsPerf(t *testing.T) {
 	c := perffile.C2C{F: 0.5, Threads: 4, Iters: 20000, Period: 5, PID: 1000, Heap: 0x5555_0000_0000, Seed: 3,
-		LoadSrcs: randomLoadSources(997, 1),
-		StoreSrc: datasrc.DataSrc{Op: datasrc.OpStore, Lvl: datasrc.LvlHit | datasrc.LvlL1, LvlNum: datasrc.LvlNumL1, Snoop: datasrc.SnoopNA}.Encode()}
+		LoadSrcs: randomLoadSources(997, 1), StoreSrcs: randomStoreSources(991, 2)}
 	file := filepath.Join(t.TempDir(), "perf.data")
 	if err := os.WriteFile(file, c.File(), 0o644); err != nil {
 		t.Fatal(err)
@@ -240,11 +262,15 @@ func TestC2CContentionAsPerf(t *testing.T) {
 	want := perfTotals(tot)
 	got := r.Totals
 	if got.Loads != want.Loads || got.Stores != want.Stores || got.LocalHITM != want.LocalHITM || got.RemoteHITM != want.RemoteHITM ||
-		got.LocalPeer != want.LocalPeer || got.RemotePeer != want.RemotePeer {
+		got.LocalPeer != want.LocalPeer || got.RemotePeer != want.RemotePeer || got.Served != want.Served {
 		t.Errorf("totals %+v, perf c2c %+v", got, want)
 	}
 	if got.LocalHITM == 0 || got.RemoteHITM == 0 || got.LocalPeer == 0 || got.RemotePeer == 0 {
 		t.Errorf("the loads make no HITM or peer of some kind: %+v", got)
+	}
+	if sv := got.Served; slices.Contains([]uint64{sv.LoadFB, sv.LoadL1, sv.LoadL2, sv.LoadLLCHit, sv.LoadLLCHITM, sv.LoadRemoteHit,
+		sv.LoadRemoteHITM, sv.LoadLocalDRAM, sv.LoadRemoteDRAM, sv.StoreL1Hit, sv.StoreL1Miss, sv.StoreNA}, 0) {
+		t.Errorf("the samples leave a count of perf c2c's table at 0: %+v", sv)
 	}
 	ours := map[string]cacheline.LineReport{}
 	for _, l := range r.Lines {
@@ -258,6 +284,9 @@ func TestC2CContentionAsPerf(t *testing.T) {
 		l := ours[p.Address]
 		if l.LocalHITM != p.Local || l.RemoteHITM != p.Remote {
 			t.Errorf("line %s: HITM %d local, %d remote; perf c2c: %d, %d", p.Address, l.LocalHITM, l.RemoteHITM, p.Local, p.Remote)
+		}
+		if l.Served != p.Served {
+			t.Errorf("line %s: served %+v, perf c2c's table %+v", p.Address, l.Served, p.Served)
 		}
 		// Every load weighs 120 cycles: a class's mean is 120 where
 		// it has loads, else 0, in perf's Pareto and in ours.
@@ -287,7 +316,12 @@ func TestC2CContentionAsPerf(t *testing.T) {
 func perfTotals(info map[string]uint64) cacheline.ReportTotals {
 	return cacheline.ReportTotals{Loads: info["Load Operations"], Stores: info["Store Operations"],
 		LocalHITM: info["Load Local HITM"], RemoteHITM: info["Load Remote HITM"],
-		LocalPeer: info["Load HIT Local Peer"], RemotePeer: info["Load HIT Remote Peer"]}
+		LocalPeer: info["Load HIT Local Peer"], RemotePeer: info["Load HIT Remote Peer"],
+		Served: cacheline.Served{LoadFB: info["Load Fill Buffer Hit"], LoadL1: info["Load L1D hit"], LoadL2: info["Load L2D hit"],
+			// perf's "Load LLC hit" counts the LLC's HITMs too.
+			LoadLLCHit: info["Load LLC hit"] - info["Load Local HITM"], LoadLLCHITM: info["Load Local HITM"], LoadRemoteHit: info["Load Remote HIT"],
+			LoadRemoteHITM: info["Load Remote HITM"], LoadLocalDRAM: info["Load Local DRAM"], LoadRemoteDRAM: info["Load Remote DRAM"],
+			StoreL1Hit: info["Store L1D Hit"], StoreL1Miss: info["Store L1D Miss"], StoreNA: info["Store No available memory level"]}}
 }
 
 // c2c --display ranks and lists lines as perf c2c report -d does: by

@@ -351,6 +351,9 @@ func TestC2COfArmSPE(t *testing.T) {
 		if !ok || l.LocalPeer != p.Local || l.RemotePeer != p.Remote {
 			t.Errorf("line %s: peer loads %d local, %d remote; perf c2c: %d, %d", p.Address, l.LocalPeer, l.RemotePeer, p.Local, p.Remote)
 		}
+		if l.Served != p.Served {
+			t.Errorf("line %s: served %+v, perf c2c's table %+v", p.Address, l.Served, p.Served)
+		}
 		// The mean latency of the loads behind each offset, by where
 		// they were served, as perf's Pareto rows give it (rounded).
 		for code, want := range p.Cycles {

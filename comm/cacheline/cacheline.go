@@ -13,6 +13,7 @@ package cacheline
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -36,10 +37,12 @@ type Access struct {
 	// Contention says whether a load was served from another core's
 	// cache, as perf c2c counts it (HITM, peer snoop).
 	Contention datasrc.Contention
-	Period     uint64 // events this sample stands for
-	Weight     uint64 // a load's latency in cycles where the PMU gives it (PEBS, IBS, SPE), else 0
-	Time       uint64 // ns, the sample's timestamp (for SetWindow)
-	IP         uint64 // the instruction that made the access (PEBS and IBS: exact)
+	// Served says where it was served, as perf c2c's table counts it.
+	Served datasrc.C2CCounts
+	Period uint64 // events this sample stands for
+	Weight uint64 // a load's latency in cycles where the PMU gives it (PEBS, IBS, SPE), else 0
+	Time   uint64 // ns, the sample's timestamp (for SetWindow)
+	IP     uint64 // the instruction that made the access (PEBS and IBS: exact)
 }
 
 // Kind is an access's sharing class.
@@ -136,6 +139,9 @@ type Line struct {
 	LocalPeer, RemotePeer                uint64
 	Events                               [3]uint64 // by Kind
 	OtherPairs                           uint64
+	// Served counts its loads and stores by where they were served
+	// (datasrc.C2CCount), perf c2c's table columns.
+	Served [datasrc.NumC2CCounts]uint32
 	// The threads, in parallel arrays so that classify's scan touches only
 	// ids and masks: pid<<32|tid, the bytes each read and wrote.
 	ids, reads, writes [MaxThreads]uint64
@@ -262,6 +268,7 @@ type Table struct {
 type Totals struct {
 	Loads, Stores, LocalHITM, RemoteHITM uint64
 	LocalPeer, RemotePeer                uint64
+	Served                               [datasrc.NumC2CCounts]uint64
 	NoAddr                               uint64    // samples without a data address
 	Events                               [3]uint64 // estimated events by Kind
 	Evicted                              uint64    // lines dropped to keep the bound
@@ -312,6 +319,11 @@ func (t *Table) Add(a Access) Kind {
 		count(datasrc.ContLocalPeer, &l.LocalPeer, &t.Totals.LocalPeer)
 		count(datasrc.ContRemotePeer, &l.RemotePeer, &t.Totals.RemotePeer)
 	}
+	for c := a.Served; c != 0; c &= c - 1 {
+		k := bits.TrailingZeros16(uint16(c))
+		l.Served[k]++
+		t.Totals.Served[k]++
+	}
 	kind, partner := l.classify(a, t.window)
 	l.addCode(a)
 	l.Events[kind] += a.Period
@@ -341,6 +353,7 @@ func (t *Table) newLine(k key) *Line {
 	l.PID, l.Addr = k.pid, k.addr
 	l.Loads, l.Stores, l.LocalHITM, l.RemoteHITM, l.OtherPairs, l.overflow = 0, 0, 0, 0, 0, 0
 	l.LocalPeer, l.RemotePeer = 0, 0
+	l.Served = [datasrc.NumC2CCounts]uint32{}
 	l.Events = [3]uint64{}
 	l.nThreads, l.nPairs, l.nCode, l.OtherCode = 0, 0, 0, 0
 	t.lines[k] = i

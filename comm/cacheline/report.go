@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 )
 
 // Report is the table as /debug/cachelines and `pmu_exporter c2c` show it.
@@ -20,6 +22,7 @@ type ReportTotals struct {
 	RemoteHITM   uint64 `json:"remote_hitm_samples"`
 	LocalPeer    uint64 `json:"local_peer_samples"`
 	RemotePeer   uint64 `json:"remote_peer_samples"`
+	Served       Served `json:"served"`
 	NoAddr       uint64 `json:"samples_without_address"`
 	TrueSharing  uint64 `json:"true_sharing_events_estimated"`
 	FalseSharing uint64 `json:"false_sharing_events_estimated"`
@@ -37,6 +40,7 @@ type LineReport struct {
 	RemoteHITM   uint64         `json:"remote_hitm_samples"`
 	LocalPeer    uint64         `json:"local_peer_samples"`
 	RemotePeer   uint64         `json:"remote_peer_samples"`
+	Served       Served         `json:"served"`
 	TrueSharing  uint64         `json:"true_sharing_events_estimated"`
 	FalseSharing uint64         `json:"false_sharing_events_estimated"`
 	Threads      []ThreadReport `json:"threads"`
@@ -45,6 +49,33 @@ type LineReport struct {
 	OtherCode    uint64         `json:"samples_of_untracked_code,omitempty"`
 	Pairs        []PairReport   `json:"thread_pairs"`
 	OtherPairs   uint64         `json:"sharing_events_of_untracked_pairs,omitempty"`
+}
+
+// Served are samples by where they were served, as perf c2c's Shared Data
+// Cache Line Table counts them (its columns: Core Load Hit FB, L1, L2; LLC
+// Load Hit LclHit, LclHitm; RMT Load Hit RmtHit, RmtHitm; Load Dram Lcl,
+// Rmt; Stores L1Hit, L1Miss, N/A).
+type Served struct {
+	LoadFB         uint64 `json:"load_fb_hit"`
+	LoadL1         uint64 `json:"load_l1_hit"`
+	LoadL2         uint64 `json:"load_l2_hit"`
+	LoadLLCHit     uint64 `json:"load_llc_hit"`
+	LoadLLCHITM    uint64 `json:"load_llc_hitm"`
+	LoadRemoteHit  uint64 `json:"load_remote_hit"`
+	LoadRemoteHITM uint64 `json:"load_remote_hitm"`
+	LoadLocalDRAM  uint64 `json:"load_local_dram"`
+	LoadRemoteDRAM uint64 `json:"load_remote_dram"`
+	StoreL1Hit     uint64 `json:"store_l1_hit"`
+	StoreL1Miss    uint64 `json:"store_l1_miss"`
+	StoreNA        uint64 `json:"store_na"`
+}
+
+// servedOf names counts indexed by datasrc.C2CCount.
+func servedOf[T uint32 | uint64](c [datasrc.NumC2CCounts]T) Served {
+	return Served{uint64(c[datasrc.C2CLoadFB]), uint64(c[datasrc.C2CLoadL1]), uint64(c[datasrc.C2CLoadL2]),
+		uint64(c[datasrc.C2CLoadLLCHit]), uint64(c[datasrc.C2CLoadLLCHITM]), uint64(c[datasrc.C2CLoadRemoteHit]),
+		uint64(c[datasrc.C2CLoadRemoteHITM]), uint64(c[datasrc.C2CLoadLocalDRAM]), uint64(c[datasrc.C2CLoadRemoteDRAM]),
+		uint64(c[datasrc.C2CStoreL1Hit]), uint64(c[datasrc.C2CStoreL1Miss]), uint64(c[datasrc.C2CStoreNA])}
 }
 
 // PairReport is two threads whose accesses met on the line, and the
@@ -99,12 +130,12 @@ func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Repor
 func (t *Table) ReportBy(n int, display Display, symbol func(pid uint32, addr uint64) string) Report {
 	tt := t.Totals
 	r := Report{Totals: ReportTotals{Loads: tt.Loads, Stores: tt.Stores, LocalHITM: tt.LocalHITM, RemoteHITM: tt.RemoteHITM,
-		LocalPeer: tt.LocalPeer, RemotePeer: tt.RemotePeer,
+		LocalPeer: tt.LocalPeer, RemotePeer: tt.RemotePeer, Served: servedOf(tt.Served),
 		NoAddr: tt.NoAddr, TrueSharing: tt.Events[TrueSharing], FalseSharing: tt.Events[FalseSharing], Evicted: tt.Evicted}}
 	r.Lines = []LineReport{}
 	for _, l := range t.TopBy(n, display) {
 		lr := LineReport{Address: "0x" + strconv.FormatUint(l.Addr, 16), PID: l.PID, Loads: l.Loads, Stores: l.Stores,
-			LocalHITM: l.LocalHITM, RemoteHITM: l.RemoteHITM, LocalPeer: l.LocalPeer, RemotePeer: l.RemotePeer, TrueSharing: l.Events[TrueSharing],
+			LocalHITM: l.LocalHITM, RemoteHITM: l.RemoteHITM, LocalPeer: l.LocalPeer, RemotePeer: l.RemotePeer, Served: servedOf(l.Served), TrueSharing: l.Events[TrueSharing],
 			FalseSharing: l.Events[FalseSharing], OtherThreads: l.overflow}
 		if symbol != nil {
 			lr.Symbol = symbol(l.PID, l.Addr)

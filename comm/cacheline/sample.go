@@ -22,5 +22,5 @@ func AccessOf(s *perfrecord.Sample, period uint64) (a Access, ok bool) {
 	if s.Has&unix.PERF_SAMPLE_PERIOD != 0 {
 		period = s.Period
 	}
-	return Access{Addr: s.Addr, PID: s.PID, TID: s.TID, CPU: s.CPU, Store: d.IsStore(), Contention: d.Contention(), Period: period, Weight: s.Weight, Time: s.Time, IP: s.IP}, true
+	return Access{Addr: s.Addr, PID: s.PID, TID: s.TID, CPU: s.CPU, Store: d.IsStore(), Contention: d.Contention(), Served: d.C2CCounts(), Period: period, Weight: s.Weight, Time: s.Time, IP: s.IP}, true
 }

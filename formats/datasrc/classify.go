@@ -262,6 +262,90 @@ func (d DataSrc) Contention() Contention {
 	return c
 }
 
+// C2CCount is one of the per-line counts of loads and stores by where they
+// were served that perf c2c's Shared Data Cache Line Table shows (struct
+// c2c_stats).
+type C2CCount uint8
+
+// perf c2c's counts, by its column names.
+const (
+	C2CLoadFB         C2CCount = iota // Core Load Hit FB (ld_fbhit)
+	C2CLoadL1                         // Core Load Hit L1 (ld_l1hit)
+	C2CLoadL2                         // Core Load Hit L2 (ld_l2hit)
+	C2CLoadLLCHit                     // LLC Load Hit LclHit (ld_llchit)
+	C2CLoadLLCHITM                    // LLC Load Hit LclHitm (lcl_hitm)
+	C2CLoadRemoteHit                  // RMT Load Hit RmtHit (rmt_hit)
+	C2CLoadRemoteHITM                 // RMT Load Hit RmtHitm (rmt_hitm)
+	C2CLoadLocalDRAM                  // Load Dram Lcl (lcl_dram)
+	C2CLoadRemoteDRAM                 // Load Dram Rmt (rmt_dram)
+	C2CStoreL1Hit                     // Stores L1Hit (st_l1hit)
+	C2CStoreL1Miss                    // Stores L1Miss (st_l1miss)
+	C2CStoreNA                        // Stores N/A (st_na)
+	NumC2CCounts
+)
+
+// C2CCounts has a bit for each C2CCount a sample adds to.
+type C2CCounts uint16
+
+// C2CCounts says which of perf c2c's per-line counts an access adds to, as
+// c2c_decode_stats decides from the mem_lvl bits, the snoop and the remote
+// bit without hops. A load can add to more than one (a hit in L1 and L2
+// both set is two), and to none (a miss, IO, uncached).
+func (d DataSrc) C2CCounts() C2CCounts {
+	var c C2CCounts
+	set := func(k C2CCount) { c |= 1 << k }
+	l := d.Lvl
+	mrem := d.Remote && d.Hops == 0
+	switch {
+	case d.Op&OpLoad != 0:
+		if l&LvlHit != 0 {
+			if l&LvlLFB != 0 {
+				set(C2CLoadFB)
+			}
+			if l&LvlL1 != 0 {
+				set(C2CLoadL1)
+			}
+			if l&LvlL2 != 0 {
+				set(C2CLoadL2)
+			}
+			if l&LvlL3 != 0 {
+				if d.Snoop&SnoopHITM != 0 {
+					set(C2CLoadLLCHITM)
+				} else {
+					set(C2CLoadLLCHit)
+				}
+			}
+			if l&LvlLocRAM != 0 {
+				set(C2CLoadLocalDRAM)
+			}
+			if l&(LvlRemRAM1|LvlRemRAM2) != 0 || mrem {
+				set(C2CLoadRemoteDRAM)
+			}
+		}
+		if l&(LvlRemCCE1|LvlRemCCE2) != 0 || mrem {
+			switch {
+			case d.Snoop&SnoopHit != 0:
+				set(C2CLoadRemoteHit)
+			case d.Snoop&SnoopHITM != 0:
+				set(C2CLoadRemoteHITM)
+			case d.SnoopX&SnoopXPeer != 0:
+				set(C2CLoadRemoteHit)
+			}
+		}
+	case d.Op&OpStore != 0:
+		if l&LvlHit != 0 && l&LvlL1 != 0 {
+			set(C2CStoreL1Hit)
+		}
+		if l&LvlMiss != 0 && l&LvlL1 != 0 {
+			set(C2CStoreL1Miss)
+		}
+		if l&LvlNA != 0 {
+			set(C2CStoreNA)
+		}
+	}
+	return c
+}
+
 // Names are the decoded fields as the kernel's constant names (perf
 // script's words), for people and JSON.
 type Names struct {

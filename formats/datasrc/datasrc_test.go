@@ -161,3 +161,36 @@ func TestContention(t *testing.T) {
 		}
 	}
 }
+
+// Where perf c2c's table counts a load or store, by hand from
+// c2c_decode_stats (and against perf c2c report over every bit combination
+// in cmd/pmu_exporter's TestC2CContentionAsPerf).
+func TestC2CCounts(t *testing.T) {
+	bit := func(ks ...C2CCount) C2CCounts {
+		var c C2CCounts
+		for _, k := range ks {
+			c |= 1 << k
+		}
+		return c
+	}
+	for name, c := range map[string]struct {
+		d    DataSrc
+		want C2CCounts
+	}{
+		"l3 hitm":             {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlL3, Snoop: SnoopHITM}, bit(C2CLoadLLCHITM)},
+		"l3 hit":              {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlL3, Snoop: SnoopHit}, bit(C2CLoadLLCHit)},
+		"remote cache hitm":   {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlRemCCE1, Snoop: SnoopHITM, Remote: true}, bit(C2CLoadRemoteHITM, C2CLoadRemoteDRAM)},
+		"remote dram":         {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlRemRAM1, Snoop: SnoopMiss}, bit(C2CLoadRemoteDRAM)},
+		"spe remote (peer)":   {DataSrc{Op: OpLoad, Lvl: LvlNA, Remote: true, SnoopX: SnoopXPeer}, bit(C2CLoadRemoteHit)},
+		"zen4 hops: not mrem": {DataSrc{Op: OpLoad, Lvl: LvlHit, Remote: true, Hops: Hops1, Snoop: SnoopHit}, 0},
+		"l1 and l2 both":      {DataSrc{Op: OpLoad, Lvl: LvlHit | LvlL1 | LvlL2}, bit(C2CLoadL1, C2CLoadL2)},
+		"miss only":           {DataSrc{Op: OpLoad, Lvl: LvlMiss | LvlL3}, 0},
+		"store l1 hit":        {DataSrc{Op: OpStore, Lvl: LvlHit | LvlL1}, bit(C2CStoreL1Hit)},
+		"store l1 miss":       {DataSrc{Op: OpStore, Lvl: LvlMiss | LvlL1}, bit(C2CStoreL1Miss)},
+		"store na":            {DataSrc{Op: OpStore, Lvl: LvlNA}, bit(C2CStoreNA)},
+	} {
+		if got := c.d.C2CCounts(); got != c.want {
+			t.Errorf("%s: %012b, want %012b", name, got, c.want)
+		}
+	}
+}

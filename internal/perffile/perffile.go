@@ -193,8 +193,9 @@ type C2C struct {
 	Heap              uint64 // the [heap] mapping's start
 	Seed              uint64
 	LoadSrc, StoreSrc uint64 // data_src of the loads and the stores
-	// LoadSrcs, where given, are the loads' data_src in turn instead.
-	LoadSrcs []uint64
+	// LoadSrcs and StoreSrcs, where given, are the loads' and the stores'
+	// data_src in turn instead.
+	LoadSrcs, StoreSrcs []uint64
 	// CounterLines, where above 1, spreads the shared counter over that
 	// many lines from SharedLn on, line j taken with weight 1/(j+1).
 	CounterLines       int
@@ -248,6 +249,9 @@ func (c *C2C) File() []byte {
 			src := []uint64{c.LoadSrc, c.StoreSrc}[k]
 			if k == 0 && len(c.LoadSrcs) > 0 {
 				src = c.LoadSrcs[c.Loads%len(c.LoadSrcs)]
+			}
+			if k == 1 && len(c.StoreSrcs) > 0 {
+				src = c.StoreSrcs[c.Stores%len(c.StoreSrcs)]
 			}
 			ip := []uint64{LoadIP, StoreIP}[k] // the atomic add's load and store
 			if addr >= c.SharedLn {
