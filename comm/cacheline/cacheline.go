@@ -1,13 +1,14 @@
 // Package cacheline finds the cache lines that threads share, by perf c2c's
 // method: a bounded table of the hottest lines (ranked by loads that another
 // core's cache served, HITM or peer, then by stores), each remembering
-// which threads read and wrote which of its bytes. Every sampled access is classified as it arrives against the
-// other threads' history on its line: true sharing when it touches bytes
-// another thread wrote (or writes bytes another thread accessed), false
-// sharing when the line is contended the same way but on bytes that do
-// not overlap, neither when no other thread wrote. The counts are
-// estimates, each sample weighing its sampling period. It is pure: the
-// collectors and the perf.data reader feed it decoded samples.
+// which threads read and wrote which of its bytes. Every sampled access is
+// classified as it arrives against the other threads' history on its
+// line: true sharing when it touches bytes another thread wrote (or writes
+// bytes another thread accessed), false sharing when the line is contended
+// the same way but on bytes that do not overlap, neither when no other
+// thread wrote. The counts are estimates, each sample weighing its
+// sampling period. It is pure: the collectors and the perf.data reader
+// feed it decoded samples.
 package cacheline
 
 import (
