@@ -55,11 +55,13 @@ func writeC2CText(w io.Writer, r cacheline.Report) {
 	for i, l := range r.Lines {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d/%d\t%d/%d\t%d\t%d\t%d\t%d\t%s\n", i+1, l.Address, l.PID, l.LocalHITM, l.RemoteHITM,
 			l.LocalPeer, l.RemotePeer, l.Stores, l.Loads, l.FalseSharing, l.TrueSharing, l.Symbol)
-		sv := l.Served
-		// Where its loads and stores were served, perf c2c's table columns.
-		fmt.Fprintf(tw, "\t  loads from\tFB/L1/L2 %d/%d/%d\tLLC %d+%d HITM\tremote %d+%d HITM\tDRAM %d/%d lcl/rmt\tstores L1 %d/%d/%d hit/miss/NA\t\t\t\n",
-			sv.LoadFB, sv.LoadL1, sv.LoadL2, sv.LoadLLCHit, sv.LoadLLCHITM, sv.LoadRemoteHit, sv.LoadRemoteHITM, sv.LoadLocalDRAM, sv.LoadRemoteDRAM,
-			sv.StoreL1Hit, sv.StoreL1Miss, sv.StoreNA)
+		// Where its loads and stores were served, perf c2c's table columns;
+		// timer samples (decoded addresses) have no data source to say it.
+		if sv := l.Served; sv != (cacheline.Served{}) {
+			fmt.Fprintf(tw, "\t  loads from\tFB/L1/L2 %d/%d/%d\tLLC %d+%d HITM\tremote %d+%d HITM\tDRAM %d/%d lcl/rmt\tstores L1 %d/%d/%d hit/miss/NA\t\t\t\n",
+				sv.LoadFB, sv.LoadL1, sv.LoadL2, sv.LoadLLCHit, sv.LoadLLCHITM, sv.LoadRemoteHit, sv.LoadRemoteHITM, sv.LoadLocalDRAM, sv.LoadRemoteDRAM,
+				sv.StoreL1Hit, sv.StoreL1Miss, sv.StoreNA)
+		}
 		for _, th := range l.Threads {
 			cpus := make([]string, len(th.CPUs))
 			for k, c := range th.CPUs {

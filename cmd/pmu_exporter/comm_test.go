@@ -273,6 +273,13 @@ func TestGroundTruthRecorded(t *testing.T) {
 				t.Errorf("hottest line %s is not the benchmark's", ln.Address)
 			}
 		}
+		// Timer samples carry no data source or latency: the text report
+		// says nothing of where the loads were served or what they cost.
+		stdout.Reset()
+		if code := run([]string{"c2c", "--lines", "2", data}, &stdout, &stderr); code != 0 ||
+			!strings.Contains(stdout.String(), hex(l.Own[0]&^63)) || strings.Contains(stdout.String(), "loads from") || strings.Contains(stdout.String(), "cycles") {
+			t.Errorf("c2c text: exit %d\n%s", code, stdout.String())
+		}
 	})
 	t.Run("padded", func(t *testing.T) {
 		data, l := recordShareBench(t, perf, bench, "padded", "0.5")
