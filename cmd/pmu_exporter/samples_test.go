@@ -24,12 +24,13 @@ const perfScriptFields = "pid,tid,cpu,time,period,addr,data_src,weight,ip,phys_a
 // recordFaults records every page fault on this machine while a few
 // processes run, with addresses, data sources, weights, physical addresses
 // and page sizes: perf record -e page-faults -d as the issue names it.
-func recordFaults(t *testing.T, pipe bool) string {
+func recordFaults(t *testing.T, pipe bool, extra ...string) string {
 	t.Helper()
 	testenv.RequireRoot(t)
 	perf := testenv.RequireTool(t, "perf")
 	out := filepath.Join(t.TempDir(), "perf.data")
-	args := []string{"record", "-q", "-a", "-e", "page-faults", "-c", "1", "-d", "--phys-data", "-W", "--data-page-size", "-o", out}
+	args := append([]string{"record", "-q", "-a", "-e", "page-faults", "-c", "1", "-d", "--phys-data", "-W", "--data-page-size"}, extra...)
+	args = append(args, "-o", out)
 	if pipe {
 		args[len(args)-1] = "-"
 	}
@@ -196,5 +197,25 @@ func TestSamplesDecodeDataSource(t *testing.T) {
 	}
 	if hitm != loads || l1 != stores {
 		t.Errorf("%d L3 HITM loads and %d L1 stores, the recording has %d and %d", hitm, l1, loads, stores)
+	}
+}
+
+// perf record -z compresses the records it reads from the rings (zstd):
+// samples still prints exactly perf script's samples, in file and pipe
+// mode.
+func TestSamplesOfCompressedRecording(t *testing.T) {
+	for _, pipe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "file", true: "pipe"}[pipe], func(t *testing.T) {
+			file := recordFaults(t, pipe, "-z")
+			header, err := exec.Command("perf", "report", "--header-only", "-i", file).Output()
+			if err != nil || !strings.Contains(string(header), "# compressed : Zstd") {
+				t.Fatalf("perf report --header-only does not say the file is compressed (%v):\n%s", err, header)
+			}
+			want, got := perfScript(t, file), ourSamples(t, file)
+			if len(want) < 50 {
+				t.Fatalf("perf recorded only %d page faults", len(want))
+			}
+			sameSamples(t, got, want)
+		})
 	}
 }

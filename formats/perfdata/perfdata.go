@@ -112,6 +112,8 @@ type File struct {
 	// attrs arrived since Events was built.
 	descNames map[uint64]string
 	stale     bool
+	// z decodes perf record -z's compressed records, once one is met.
+	z *zstreamer
 }
 
 // AuxtraceInfo is an AUXTRACE_INFO record: the kind of AUX data (Auxtrace*)
@@ -406,10 +408,11 @@ func (f *File) index() error {
 // (Auxtrace, TimeConv), which are returned too. An AUXTRACE record is
 // returned with its AUX payload after its AuxtraceHeaderSize bytes (its
 // header's size covers those only). Records compressed by `perf record -z`
-// are refused.
+// (COMPRESSED, COMPRESSED2: zstd) are returned decompressed, in the file's
+// order (compressed.go).
 func (f *File) Next() ([]byte, error) {
 	for {
-		rec, err := f.next()
+		rec, raw, err := f.record()
 		if err != nil {
 			return nil, err
 		}
@@ -427,12 +430,10 @@ func (f *File) Next() ([]byte, error) {
 				}
 			}
 			continue
-		case TypeCompressed:
-			return nil, fmt.Errorf("perf.data record at %d is compressed (perf record -z): not supported; record without -z", f.offset-int64(len(rec)))
 		case TypeIDIndex:
 			f.idIndex(rec)
 		case TypeAuxtrace:
-			if len(rec) >= 16 {
+			if raw && len(rec) >= 16 { // the compressed records' reader read its payload
 				if rec, err = f.payload(rec, int64(le.Uint64(rec[8:]))); err != nil {
 					return nil, err
 				}
@@ -453,6 +454,32 @@ func (f *File) Next() ([]byte, error) {
 		}
 		return rec, nil
 	}
+}
+
+// record is the next record in the file's order: as written, or out of
+// perf record -z's compressed records (raw false: then an AUXTRACE
+// record's payload has been read with it).
+func (f *File) record() (rec []byte, raw bool, err error) {
+	if f.z != nil && f.z.dec != nil {
+		rec, err = f.z.next()
+		return rec, false, err
+	}
+	at := f.offset
+	if rec, err = f.next(); err != nil {
+		return nil, false, err
+	}
+	h, _ := perfrecord.ParseHeader(rec)
+	if h.Type != TypeCompressed && h.Type != TypeCompressed2 {
+		return rec, true, nil
+	}
+	if f.z == nil {
+		f.z = &zstreamer{f: f}
+	}
+	if err := f.z.start(rec, h); err != nil {
+		return nil, false, fmt.Errorf("perf.data record at %d (perf record -z): %w", at, err)
+	}
+	rec, err = f.z.next()
+	return rec, false, err
 }
 
 // idIndex notes the CPUs of an ID_INDEX record's entries: u64 nr, then

@@ -157,7 +157,7 @@ func TestMalformed(t *testing.T) {
 	}{
 		"feature section cut": {truncated, "feature 12"},
 		"record cut":          {cut, "feature index"},
-		"compressed":          {compressed, "compressed (perf record -z)"},
+		"compressed":          {compressed, "perf.data compressed records"},
 		"big endian":          {swapped, "big-endian"},
 		"not perf":            {[]byte("hello, world, this is text"), "not a perf.data file"},
 	} {
@@ -197,6 +197,9 @@ func FuzzOpen(f *testing.F) {
 	if b, err := os.ReadFile("testdata/page-faults.data"); err == nil {
 		f.Add(b)
 	}
+	// perf record -z: samples in compressed records, a round between.
+	f.Add(buildFile(zrecords(f, [][]byte{append(sample(10, 300, 0xa), sample(11, 100, 0xb)...), sample(10, 400, 0xc)},
+		[][][]byte{{finishedRound()}}, 40, false)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		file, err := Open(bytes.NewReader(b))
 		if err != nil {
