@@ -37,9 +37,10 @@ const (
 	TypeCompressed2 = 83
 )
 
-// zMaxWindow bounds the decoder's memory: perf compresses with a window of
-// a few hundred KiB at its levels 1 to 22 (512 KiB at its default, 1).
-const zMaxWindow = 64 << 20
+// zMaxWindow bounds the decoder's memory to the largest window perf's
+// levels can ask for: 512 KiB at its default, 1, up to 2^27 bytes at 22,
+// zstd's limit for its levels when the size is not known in advance.
+const zMaxWindow = 1 << 27
 
 // compressedData is the zstd data of a COMPRESSED or COMPRESSED2 record.
 func compressedData(rec []byte, h perfrecord.Header) ([]byte, error) {
