@@ -22,5 +22,6 @@ func AccessOf(s *perfrecord.Sample, period uint64) (a Access, ok bool) {
 	if s.Has&unix.PERF_SAMPLE_PERIOD != 0 {
 		period = s.Period
 	}
-	return Access{Addr: s.Addr, PID: s.PID, TID: s.TID, CPU: s.CPU, Store: d.IsStore(), Contention: d.Contention(), Served: d.C2CCounts(), Period: period, Weight: s.Weight, Time: s.Time, IP: s.IP}, true
+	served, contention := d.C2C()
+	return Access{Addr: s.Addr, PID: s.PID, TID: s.TID, CPU: s.CPU, Store: d.IsStore(), Contention: contention, Served: served, Period: period, Weight: s.Weight, Time: s.Time, IP: s.IP}, true
 }

@@ -237,28 +237,7 @@ func (c Contention) Peer() bool { return c&(ContLocalPeer|ContRemotePeer) != 0 }
 // snoop, or a peer snoop when the snoop was no hit or HITM. Stores have
 // none.
 func (d DataSrc) Contention() Contention {
-	if d.Op&OpLoad == 0 {
-		return 0
-	}
-	var c Contention
-	peer := d.SnoopX&SnoopXPeer != 0
-	if d.Lvl&LvlHit != 0 {
-		if d.Lvl&LvlL3 != 0 && d.Snoop&SnoopHITM != 0 {
-			c |= ContLocalHITM
-		}
-		if d.Lvl&(LvlL2|LvlL3) != 0 && peer {
-			c |= ContLocalPeer
-		}
-	}
-	if d.Lvl&(LvlRemCCE1|LvlRemCCE2) != 0 || d.Remote && d.Hops == 0 {
-		switch {
-		case d.Snoop&SnoopHit != 0:
-		case d.Snoop&SnoopHITM != 0:
-			c |= ContRemoteHITM
-		case peer:
-			c |= ContRemotePeer
-		}
-	}
+	_, c := d.C2C()
 	return c
 }
 
@@ -287,14 +266,23 @@ const (
 // C2CCounts has a bit for each C2CCount a sample adds to.
 type C2CCounts uint16
 
-// C2CCounts says which of perf c2c's per-line counts an access adds to, as
-// c2c_decode_stats decides from the mem_lvl bits, the snoop and the remote
-// bit without hops. A load can add to more than one (a hit in L1 and L2
-// both set is two), and to none (a miss, IO, uncached).
+// C2CCounts says which of perf c2c's per-line counts an access adds to.
 func (d DataSrc) C2CCounts() C2CCounts {
+	c, _ := d.C2C()
+	return c
+}
+
+// C2C is what perf c2c counts of an access, as c2c_decode_stats decides
+// from the mem_lvl bits, the snoop and the remote bit without hops: which
+// of its per-line counts the access adds to (a load can add to more than
+// one, a hit in L1 and L2 both set, or to none: a miss, IO, uncached), and
+// for a load, whether another core's cache served it (Contention).
+func (d DataSrc) C2C() (C2CCounts, Contention) {
 	var c C2CCounts
-	set := func(k C2CCount) { c |= 1 << k }
+	var k Contention
+	set := func(n C2CCount) { c |= 1 << n }
 	l := d.Lvl
+	peer := d.SnoopX&SnoopXPeer != 0
 	mrem := d.Remote && d.Hops == 0
 	switch {
 	case d.Op&OpLoad != 0:
@@ -311,9 +299,13 @@ func (d DataSrc) C2CCounts() C2CCounts {
 			if l&LvlL3 != 0 {
 				if d.Snoop&SnoopHITM != 0 {
 					set(C2CLoadLLCHITM)
+					k |= ContLocalHITM
 				} else {
 					set(C2CLoadLLCHit)
 				}
+			}
+			if l&(LvlL2|LvlL3) != 0 && peer {
+				k |= ContLocalPeer
 			}
 			if l&LvlLocRAM != 0 {
 				set(C2CLoadLocalDRAM)
@@ -328,8 +320,10 @@ func (d DataSrc) C2CCounts() C2CCounts {
 				set(C2CLoadRemoteHit)
 			case d.Snoop&SnoopHITM != 0:
 				set(C2CLoadRemoteHITM)
-			case d.SnoopX&SnoopXPeer != 0:
+				k |= ContRemoteHITM
+			case peer:
 				set(C2CLoadRemoteHit)
+				k |= ContRemotePeer
 			}
 		}
 	case d.Op&OpStore != 0:
@@ -343,7 +337,7 @@ func (d DataSrc) C2CCounts() C2CCounts {
 			set(C2CStoreNA)
 		}
 	}
-	return c
+	return c, k
 }
 
 // Names are the decoded fields as the kernel's constant names (perf
