@@ -14,12 +14,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -31,6 +33,13 @@ type Ring struct {
 	data    []byte
 	mask    uint64
 	scratch []byte
+
+	// The AUX area, where MapAux mapped one: its mask, a scratch buffer
+	// for chunks that wrap, and how far it has been released.
+	aux        []byte
+	auxMask    uint64
+	auxScratch []byte
+	auxTail    uint64
 }
 
 // Open maps pages data pages (a power of two) plus the metadata page of the
@@ -120,14 +129,121 @@ func (r *Ring) copyOut(dst []byte, start uint64) {
 	copy(dst[k:], r.data)
 }
 
-// Close unmaps the buffer.
+// Close unmaps the buffer and its AUX area.
 func (r *Ring) Close() error {
 	if r.mem == nil {
 		return nil
 	}
-	err := unix.Munmap(r.mem)
-	r.mem, r.data, r.meta = nil, nil, nil
+	var err error
+	if r.aux != nil {
+		err = unix.Munmap(r.aux)
+	}
+	err = errors.Join(err, unix.Munmap(r.mem))
+	r.mem, r.data, r.meta, r.aux = nil, nil, nil, nil
 	return err
+}
+
+// MapAux maps an AUX area of pages pages (a power of two) after the data
+// area, where an AUX event (Arm SPE, Intel PT) writes its trace, the data
+// area then carrying the AUX records that say where each chunk of it is.
+// It is mapped writable: the kernel then never overwrites data not yet
+// released (ReleaseAux), and says it cut a chunk short instead
+// (PERF_AUX_FLAG_TRUNCATED), disabling the event until it is enabled
+// again.
+func (r *Ring) MapAux(pages int) error {
+	if pages <= 0 || pages&(pages-1) != 0 {
+		return fmt.Errorf("AUX area of %d pages: want a power of two", pages)
+	}
+	if r.aux != nil {
+		return errors.New("the ring has an AUX area already")
+	}
+	size := uint64(pages * os.Getpagesize())
+	off := uint64(len(r.mem)) // the first page after the metadata and data pages
+	r.meta.Aux_offset, r.meta.Aux_size = off, size
+	aux, err := unix.Mmap(r.fd, int64(off), int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		err = fmt.Errorf("mmap of a %d-page AUX area on perf fd %d: %w", pages, r.fd, err)
+		switch {
+		case errors.Is(err, unix.EOPNOTSUPP):
+			err = fmt.Errorf("%w: the event's PMU writes no AUX area (only trace PMUs do: Arm SPE, Intel PT, CoreSight)", err)
+		case errors.Is(err, unix.EPERM):
+			err = fmt.Errorf("%w: the AUX areas exceed kernel.perf_event_mlock_kb and RLIMIT_MEMLOCK; raise either, grant CAP_IPC_LOCK, or use fewer AUX pages", err)
+		}
+		return err
+	}
+	r.aux, r.auxMask = aux, size-1
+	r.auxTail = atomic.LoadUint64(&r.meta.Aux_tail)
+	return nil
+}
+
+// Capability bits of the metadata page (cap_user_time_zero,
+// cap_user_time_short).
+const (
+	capUserTimeZero  = 1 << 4
+	capUserTimeShort = 1 << 5
+)
+
+// TimeConv is the kernel's conversion of the CPU's counter (the TSC, Arm's
+// generic timer: what an SPE record's timestamp counts) to perf's clock,
+// from the metadata page, as perf record copies it into TIME_CONV; false
+// where the kernel offers none (cap_user_time_zero clear: sched_clock is
+// not the counter's, as under KVM's clock). The page is read under its
+// sequence lock, retried while the kernel updates it.
+func (r *Ring) TimeConv() (perfdata.TimeConv, bool) {
+	m := r.meta
+	for {
+		seq := atomic.LoadUint32(&m.Lock)
+		if seq&1 != 0 { // an update in progress
+			runtime.Gosched()
+			continue
+		}
+		caps := atomic.LoadUint64(&m.Capabilities)
+		tc := perfdata.TimeConv{
+			Shift: uint64(m.Time_shift), Mult: uint64(m.Time_mult), Zero: atomic.LoadUint64(&m.Time_zero),
+			Cycles: atomic.LoadUint64(&m.Time_cycles), Mask: atomic.LoadUint64(&m.Time_mask),
+			CapUserTimeZero: caps&capUserTimeZero != 0, CapUserTimeShort: caps&capUserTimeShort != 0,
+		}
+		if atomic.LoadUint32(&m.Lock) == seq {
+			return tc, tc.CapUserTimeZero
+		}
+	}
+}
+
+// AuxSize is the AUX area's size in bytes (0: none mapped).
+func (r *Ring) AuxSize() int { return len(r.aux) }
+
+// Aux is the chunk of AUX data an AUX record announced: size bytes from
+// offset (the record's aux_offset, which runs on past the area's end and
+// wraps). It is a view into the area, or a copy where the chunk wraps,
+// valid until the next Aux; nil where no AUX area is mapped or the chunk
+// is larger than the area (a corrupt record).
+func (r *Ring) Aux(offset, size uint64) []byte {
+	if r.aux == nil || size > uint64(len(r.aux)) {
+		return nil
+	}
+	start := offset & r.auxMask
+	if start+size <= uint64(len(r.aux)) {
+		return r.aux[start : start+size]
+	}
+	if uint64(cap(r.auxScratch)) < size {
+		r.auxScratch = make([]byte, size)
+	}
+	b := r.auxScratch[:size]
+	k := copy(b, r.aux[start:])
+	copy(b[k:], r.aux)
+	return b
+}
+
+// ReleaseAux gives the kernel back the AUX area up to end (a chunk's
+// offset + size): the space of every chunk before it, read or not, so
+// that a chunk whose AUX record was lost (the data area was full) cannot
+// hold the area. It never moves back.
+func (r *Ring) ReleaseAux(end uint64) {
+	if r.aux == nil || end <= r.auxTail {
+		return
+	}
+	r.auxTail = end
+	atomic.StoreUint64(&r.meta.Aux_tail, end)
 }
 
 // Poller waits until any of its rings has reached its wakeup watermark.
