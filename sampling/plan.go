@@ -1,6 +1,6 @@
 // Package sampling decides what the exporter samples and how often: which
 // precise memory events this host's PMUs offer (Intel PEBS load latency and
-// stores, AMD IBS op; Arm SPE is detected and reported), their perf_event
+// stores, AMD IBS op, Arm SPE loads and stores), their perf_event
 // attributes, and the governor that raises sampling periods when samples
 // cost more than a budget. It is pure: PMU descriptions in, attributes and
 // periods out; collectors/perfsample opens and reads them.
@@ -61,6 +61,10 @@ type Config struct {
 	// IPAfter: the sample's IP is the instruction after the access (PEBS
 	// at precise_ip 1), not the accessing one.
 	IPAfter bool
+	// Aux: the event writes its samples into an AUX area (Arm SPE), which
+	// its own ring maps; its data area carries the AUX records and the
+	// context switches (SampleType is then what those records carry).
+	Aux bool
 }
 
 // Source names where a config's accesses come from, as the comm
@@ -161,8 +165,11 @@ func Plan(pmus []*pmu.PMU, o Options) ([]Config, []Missing, error) {
 			}
 			out = append(out, c)
 		case strings.HasPrefix(p.Name, "arm_spe"):
-			missing = append(missing, Missing{What: p.Name,
-				Why: "Arm SPE writes its records into an AUX area buffer, which this exporter does not map yet (its packets are decoded: pmu_exporter samples, c2c and comm read perf record -e arm_spe_0// recordings)"})
+			c, err := armSPE(p, o)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, c)
 		}
 	}
 	if len(out) == 0 && len(missing) == 0 {
@@ -189,6 +196,50 @@ func Plan(pmus []*pmu.PMU, o Options) ([]Config, []Missing, error) {
 		}
 	}
 	return out, missing, nil
+}
+
+// AuxSampleType is what an AUX event (Arm SPE) records of the records in
+// its data area (sample_id_all): the AUX records that announce its
+// chunks, and its context switches, which say whose records they are.
+const AuxSampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
+
+// speInterval is what the SPE driver keeps of a period: PMSIRR_EL1's
+// interval field, bits 31:8 (arm_spe_event_sanitise_period).
+const speInterval = 256
+
+// armSPE samples loads and stores with Arm's Statistical Profiling
+// Extension on the CPUs of its cpumask: one operation in period, recorded
+// if it is a load or a store (load_filter, store_filter), with its
+// timestamp (ts_enable) and a jittered interval (jitter) where the PMU has
+// the terms. No minimum latency, unlike PEBS loads: it would drop the
+// stores that false sharing is found in. No physical addresses or
+// physical timer (pa_enable, pct_enable): they need CAP_PERFMON, and the
+// virtual counter is the one the metadata page converts to perf time.
+func armSPE(p *pmu.PMU, o Options) (Config, error) {
+	var terms []string
+	for _, t := range []string{"ts_enable", "load_filter", "store_filter", "jitter"} {
+		if _, ok := p.Formats[t]; ok {
+			terms = append(terms, t+"=1")
+		}
+	}
+	if _, ok := p.Formats["ts_enable"]; !ok {
+		return Config{}, fmt.Errorf("Arm SPE %s: no ts_enable term, without which its records carry no time", p.Name)
+	}
+	evs, err := eventspec.Resolve(p.Name+"/"+strings.Join(terms, ",")+"/", []*pmu.PMU{p})
+	if err != nil {
+		return Config{}, fmt.Errorf("Arm SPE: %w", err)
+	}
+	c := Config{Name: "arm_spe", PMU: p.Name, Attr: evs[0].Attr, SampleType: AuxSampleType, Memory: true, Aux: true,
+		PeriodAlign: speInterval, CPUs: p.CPUMask}
+	if c.CPUs == nil {
+		c.CPUs = p.CPUs
+	}
+	c.Period = c.Align(o.Period)
+	if v, err := strconv.ParseUint(strings.TrimSpace(p.Caps["min_interval"]), 0, 64); err == nil {
+		c.Period = max(c.Period, c.Align(v))
+	}
+	c.Period = max(c.Period, speInterval)
+	return c, nil
 }
 
 // intel samples PEBS load latency above the threshold and stores, at the

@@ -2,6 +2,7 @@ package sampling
 
 import (
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,9 +92,19 @@ func TestPlanAMDArmNone(t *testing.T) {
 	if c := cfgs[0]; c.Name != "ibs_op" || c.Attr.Type != 11 || c.Attr.Config != 1<<19 || !c.AddrOnly || c.Period != 10016 || c.Align(10017) != 10032 || c.SampleType&Cgroup == 0 {
 		t.Errorf("ibs_op %+v", c)
 	}
-	_, missing, _ = Plan(fixture.PMUs(t, fixture.ArmNeoverseN1()), Options{Period: 1000})
-	if len(missing) != 1 || missing[0].What != "arm_spe_0" || !strings.Contains(missing[0].Why, "AUX") {
-		t.Errorf("SPE: %+v", missing)
+	// Arm SPE: loads and stores, timed and jittered (config bits 33, 34,
+	// 0 and 16 of the fixture's formats, from the kernel's driver), on its
+	// cpumask, every multiple of 256 ops at or above caps/min_interval.
+	for period, want := range map[uint64]uint64{100: 1024, 1000: 1024, 5000: 5120, 1 << 20: 1 << 20} {
+		cfgs, missing, err := Plan(fixture.PMUs(t, fixture.ArmNeoverseN1()), Options{Period: period, Cgroup: true})
+		if err != nil || len(missing) != 0 || len(cfgs) != 1 {
+			t.Fatalf("SPE: %+v %+v %v", cfgs, missing, err)
+		}
+		c := cfgs[0]
+		if c.Name != "arm_spe" || c.Attr.Type != 9 || c.Attr.Config != 1<<33|1<<34|1|1<<16 || c.Attr.Config1 != 0 || c.Attr.Config2 != 0 ||
+			!c.Aux || !c.Memory || c.SampleType != AuxSampleType || c.Period != want || !slices.Equal(c.CPUs, []int{0, 1, 2, 3}) || c.Source() != "spe" {
+			t.Errorf("SPE every %d: %+v", period, c)
+		}
 	}
 	cfgs, missing, err = Plan(fixture.PMUs(t, fixture.NoPMU()), Options{Period: 1, Events: []string{"page-faults"}})
 	if err != nil || len(missing) != 1 || len(cfgs) != 1 || cfgs[0].Memory || cfgs[0].Attr.Type != unix.PERF_TYPE_SOFTWARE ||
