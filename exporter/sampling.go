@@ -29,9 +29,9 @@ type Sampling struct {
 	started time.Time
 	memory  bool
 
-	samples, lost, throttled, filtered, period *prometheus.Desc
-	errors                                     *prometheus.Desc
-	memSamples, memAccesses, latency, sharing  *prometheus.Desc
+	samples, lost, throttled, filtered, auxLost, period *prometheus.Desc
+	errors                                              *prometheus.Desc
+	memSamples, memAccesses, latency, sharing           *prometheus.Desc
 
 	cgroups                                 CgroupIDs
 	names                                   PodNames
@@ -58,10 +58,13 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 	ev := []string{"event", "pmu"}
 	class := []string{"op", "source", "snoop"}
 	s := &Sampling{src: src, stats: stats, started: time.Now(),
-		samples:    prometheus.NewDesc(namespace+"_sampling_samples_total", "Samples the kernel delivered for the event, on every CPU.", ev, nil),
-		lost:       prometheus.NewDesc(namespace+"_sampling_lost_total", "Samples lost because a CPU's ring buffer was full when the kernel wrote (PERF_RECORD_LOST); event=\"\" when a lost record named no event.", ev, nil),
-		throttled:  prometheus.NewDesc(namespace+"_sampling_throttled_total", "Times the kernel throttled the event for exceeding perf_event_max_sample_rate (PERF_RECORD_THROTTLE).", ev, nil),
-		filtered:   prometheus.NewDesc(namespace+"_sampling_filtered_total", "Samples dropped because they had no data address (IBS op samples every op; only loads and stores have one).", ev, nil),
+		samples:   prometheus.NewDesc(namespace+"_sampling_samples_total", "Samples the kernel delivered for the event, on every CPU.", ev, nil),
+		lost:      prometheus.NewDesc(namespace+"_sampling_lost_total", "Samples lost because a CPU's ring buffer was full when the kernel wrote (PERF_RECORD_LOST); event=\"\" when a lost record named no event.", ev, nil),
+		throttled: prometheus.NewDesc(namespace+"_sampling_throttled_total", "Times the kernel throttled the event for exceeding perf_event_max_sample_rate (PERF_RECORD_THROTTLE).", ev, nil),
+		filtered:  prometheus.NewDesc(namespace+"_sampling_filtered_total", "Samples dropped because they had no data address (IBS op samples every op, Arm SPE records branches and other ops; only loads and stores have one).", ev, nil),
+		auxLost: prometheus.NewDesc(namespace+"_sampling_aux_lost_total",
+			"AUX records of an AUX event (Arm SPE) that say its records were lost (PERF_AUX_FLAG_*): reason=truncated (the AUX area was full; the event stopped until the exporter enabled it again), collision (the unit's records collided), partial (the data has gaps).",
+			append(ev, "reason"), nil),
 		errors:     prometheus.NewDesc(namespace+"_sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped).", []string{"reason"}, nil),
 		period:     prometheus.NewDesc(namespace+"_sampling_period", "The event's sampling period now in force, as the governor set it (events, or ns for cpu-clock).", ev, nil),
 		memSamples: prometheus.NewDesc(namespace+"_mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class, nil),
@@ -105,7 +108,7 @@ func (s *Sampling) cgroupLabels(id uint64) []string {
 
 // Describe sends the descriptors.
 func (s *Sampling) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.samples, s.lost, s.throttled, s.filtered, s.period, s.errors, s.memSamples, s.memAccesses, s.latency, s.sharing} {
+	for _, d := range []*prometheus.Desc{s.samples, s.lost, s.throttled, s.filtered, s.auxLost, s.period, s.errors, s.memSamples, s.memAccesses, s.latency, s.sharing} {
 		ch <- d
 	}
 	if s.cgroups != nil {
@@ -126,8 +129,13 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 		counter(s.samples, e.Samples, c.Name, c.PMU)
 		counter(s.lost, e.Lost, c.Name, c.PMU)
 		counter(s.throttled, e.Throttled, c.Name, c.PMU)
-		if c.AddrOnly {
+		if c.AddrOnly || c.Aux {
 			counter(s.filtered, e.Filtered, c.Name, c.PMU)
+		}
+		if c.Aux {
+			for k, reason := range samplestat.AuxLosses {
+				counter(s.auxLost, e.AuxLost[k], c.Name, c.PMU, reason)
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(s.period, prometheus.GaugeValue, float64(s.src.Period(i)), c.Name, c.PMU)
 	}

@@ -22,8 +22,9 @@ func (p plan) Configs() []sampling.Config { return p }
 func (p plan) Period(i int) uint64        { return p[i].Period * 2 }
 
 func TestSamplingMetrics(t *testing.T) {
-	cfgs := plan{{Name: "mem-loads", PMU: "cpu", Period: 1000, Memory: true}, {Name: "ibs_op", PMU: "ibs_op", Period: 4096, Memory: true, AddrOnly: true}}
-	stats := samplestat.New(2, 64)
+	cfgs := plan{{Name: "mem-loads", PMU: "cpu", Period: 1000, Memory: true}, {Name: "ibs_op", PMU: "ibs_op", Period: 4096, Memory: true, AddrOnly: true},
+		{Name: "arm_spe", PMU: "arm_spe_0", Period: 4096, Memory: true, Aux: true}}
+	stats := samplestat.New(3, 64)
 	hit := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL3, LvlNum: datasrc.LvlNumL3, Snoop: datasrc.SnoopHITM}.Encode()
 	b := stats.Lock()
 	for range 3 {
@@ -33,6 +34,10 @@ func TestSamplingMetrics(t *testing.T) {
 	b.Lost(0, 4)
 	b.Throttled(1)
 	b.Error("decode")
+	b.AuxFlags(2, perfrecord.AuxTruncated|perfrecord.AuxCollision)
+	b.AuxFlags(2, perfrecord.AuxTruncated)
+	b.AuxFlags(2, 0)
+	b.Filtered(2, 5)
 	b.Unlock()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewSampling(cfgs, stats))
@@ -65,6 +70,12 @@ func TestSamplingMetrics(t *testing.T) {
 		one("pmu_sampling_period", loads).GetGauge().GetValue() != 2000 || one("pmu_sampling_throttled_total", map[string]string{"event": "ibs_op"}).GetCounter().GetValue() != 1 ||
 		one("pmu_sampling_filtered_total", map[string]string{"event": "ibs_op"}).GetCounter().GetValue() != 1 {
 		t.Errorf("sampling families wrong: %v", got)
+	}
+	spe := func(reason string) map[string]string { return map[string]string{"event": "arm_spe", "reason": reason} }
+	if one("pmu_sampling_aux_lost_total", spe("truncated")).GetCounter().GetValue() != 2 || one("pmu_sampling_aux_lost_total", spe("collision")).GetCounter().GetValue() != 1 ||
+		one("pmu_sampling_aux_lost_total", spe("partial")).GetCounter().GetValue() != 0 || len(got["pmu_sampling_aux_lost_total"].GetMetric()) != 3 ||
+		one("pmu_sampling_filtered_total", spe("")).GetCounter().GetValue() != 5 || len(got["pmu_sampling_filtered_total"].GetMetric()) != 2 {
+		t.Errorf("SPE's AUX losses or filtered records wrong: %v %v", got["pmu_sampling_aux_lost_total"], got["pmu_sampling_filtered_total"])
 	}
 	if one("pmu_sampling_errors_total", map[string]string{"reason": "decode"}).GetCounter().GetValue() != 1 ||
 		one("pmu_sampling_errors_total", map[string]string{"reason": "ring"}).GetCounter().GetValue() != 0 {

@@ -39,10 +39,22 @@ type Class struct {
 	Samples, Accesses uint64
 }
 
-// Event is one sampling event's totals.
+// Event is one sampling event's totals. AuxLost counts the AUX records
+// (an AUX event's: Arm SPE) that say records were lost, by AuxLoss.
 type Event struct {
 	Samples, Lost, Throttled, Filtered uint64
+	AuxLost                            [NumAuxLosses]uint64
 }
+
+// AuxLosses are how an AUX event loses records, by the flags of the
+// kernel's AUX record (PERF_AUX_FLAG_*): truncated, the AUX area was full
+// (the event stopped until the reader enabled it again); collision, the
+// unit's records collided (SPE: its buffer management event said so);
+// partial, the chunk has gaps.
+var AuxLosses = [NumAuxLosses]string{"truncated", "collision", "partial"}
+
+// NumAuxLosses is the number of AuxLosses.
+const NumAuxLosses = 3
 
 // Latency is the load latency histogram.
 type Latency struct {
@@ -283,6 +295,27 @@ func (b Batch) Error(reason string) {
 		b.s.errors = map[string]uint64{}
 	}
 	b.s.errors[reason]++
+}
+
+// Filtered counts n records of event ev that made no sample: an SPE
+// record of an operation that is neither a load nor a store.
+func (b Batch) Filtered(ev int, n uint64) {
+	if ev >= 0 && ev < len(b.s.events) {
+		b.s.events[ev].Filtered += n
+	}
+}
+
+// AuxFlags counts an AUX record of event ev by the losses its flags
+// (PERF_AUX_FLAG_*) say.
+func (b Batch) AuxFlags(ev int, flags uint64) {
+	if ev < 0 || ev >= len(b.s.events) {
+		return
+	}
+	for i, bit := range [NumAuxLosses]uint64{perfrecord.AuxTruncated, perfrecord.AuxCollision, perfrecord.AuxPartial} {
+		if flags&bit != 0 {
+			b.s.events[ev].AuxLost[i]++
+		}
+	}
 }
 
 // Throttled counts a THROTTLE record of event ev.
