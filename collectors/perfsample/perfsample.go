@@ -9,6 +9,7 @@ package perfsample
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/formats/spe"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
@@ -54,7 +56,21 @@ type Options struct {
 	// WakeEach wakes the reader at every sample of Decode configs (the
 	// watchpoints are armed from them) instead of once a page has filled.
 	WakeEach bool
+	// MIDR gives a CPU's MIDR_EL1, which says how its Arm SPE data
+	// sources are encoded (nil, or 0: the cache events say the level).
+	MIDR func(cpu int) uint64
+	// AuxBytes is the AUX area of an AUX config (Arm SPE) on each CPU, in
+	// bytes, rounded up to a power of two pages (0: DefaultAuxBytes).
+	AuxBytes int
+	// CgroupOf gives the cgroup id of a process, for the samples of AUX
+	// configs that ask for cgroups (their records carry none); called
+	// from the reader alone (cgroupid.Tasks).
+	CgroupOf func(pid uint32) (uint64, bool)
 }
+
+// DefaultAuxBytes is each CPU's Arm SPE AUX area: at 64 bytes a record,
+// 4,096 records, a chunk of a quarter of them per wakeup.
+const DefaultAuxBytes = 256 << 10
 
 // Failure is a configured event that could not be opened on a CPU.
 type Failure struct {
@@ -77,14 +93,52 @@ type Sampler struct {
 
 	resetMu  sync.Mutex
 	resetReq []int // CPUs whose events to reopen at the next follow (ResetCPU)
+
+	// clockOffset is CLOCK_MONOTONIC − perf's clock (ns), which moves an
+	// AUX event's sample times onto the others' clock (perf.ClockOffset).
+	clockOffset atomic.Int64
 }
 
-// cpuEvents are one CPU's events and the ring they share.
+// cpuEvents are one CPU's events and the ring they share, and the AUX
+// events' own rings.
 type cpuEvents struct {
-	ring    *perfring.Ring
-	fds     []int    // per config; -1 where it is not open on this CPU
-	ids     []uint64 // the kernel's id of each fd
+	ring    *perfring.Ring // nil where only AUX events are open
+	fds     []int          // per config; -1 where it is not open on this CPU
+	ids     []uint64       // the kernel's id of each fd
 	leaders []int
+	aux     []*auxRing
+}
+
+// rings are the CPU's rings, the shared one first.
+func (ce *cpuEvents) rings() []*perfring.Ring {
+	var rs []*perfring.Ring
+	if ce.ring != nil {
+		rs = append(rs, ce.ring)
+	}
+	for _, a := range ce.aux {
+		rs = append(rs, a.ring)
+	}
+	return rs
+}
+
+// auxRing is an AUX config's event on a CPU (Arm SPE), with a ring of its
+// own: an AUX area is the mapping event's PMU's, and the event cannot
+// share the CPU's ring (its records are on perf's clock, the others' on
+// CLOCK_MONOTONIC, and the kernel joins no events of two clocks). Its
+// data area carries the AUX records that announce its chunks and its
+// CPU's context switches, which its Stream decodes.
+type auxRing struct {
+	cfg    int
+	fd     int
+	ring   *perfring.Ring
+	area   auxArea // the ring's AUX area
+	stream *spe.Stream
+}
+
+// auxArea is where the chunk an AUX record announces is read.
+type auxArea interface {
+	Aux(offset, size uint64) []byte
+	AuxSize() int
 }
 
 const bitSampleIDAll = 1 << 18
@@ -114,12 +168,29 @@ func Open(cfgs []sampling.Config, cpus []int, stats *samplestat.Stats, o Options
 	if err := s.index(); err != nil {
 		return nil, failures, errors.Join(err, s.Close())
 	}
+	if err := s.measureClock(); err != nil {
+		return nil, failures, errors.Join(err, s.Close())
+	}
 	for _, cpu := range s.order {
 		if err := s.enable(cpu); err != nil {
 			return nil, failures, errors.Join(err, s.Close())
 		}
 	}
 	return s, failures, nil
+}
+
+// measureClock measures the clock offset that AUX events' sample times
+// need, where any is open.
+func (s *Sampler) measureClock() error {
+	if !slices.ContainsFunc(s.cfgs, func(c sampling.Config) bool { return c.Aux }) {
+		return nil
+	}
+	off, _, err := perf.ClockOffset()
+	if err != nil {
+		return fmt.Errorf("Arm SPE's sample times: %w", err)
+	}
+	s.clockOffset.Store(off)
+	return nil
 }
 
 // addCPU opens the configs on cpu, disabled, the first one's ring shared by
@@ -132,7 +203,17 @@ func (s *Sampler) addCPU(cpu int) []Failure {
 		if c.CPUs != nil && !cpuset.Contains(c.CPUs, cpu) {
 			continue
 		}
-		fd, leader, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, s.opts.WakeEach)
+		if c.Aux {
+			a, err := s.openAux(i, cpu)
+			if err != nil {
+				failures = append(failures, Failure{Event: c.Name, CPU: cpu, Err: err})
+				continue
+			}
+			ce.fds[i], ce.ids[i] = a.fd, a.id
+			ce.aux = append(ce.aux, a.auxRing)
+			continue
+		}
+		fd, leader, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, s.opts.WakeEach, 0)
 		if err == nil {
 			err = s.attach(ce, fd)
 			if err == nil {
@@ -154,12 +235,72 @@ func (s *Sampler) addCPU(cpu int) []Failure {
 			ce.leaders = append(ce.leaders, leader)
 		}
 	}
-	if ce.ring != nil {
+	if ce.ring != nil || len(ce.aux) > 0 {
 		s.cpus[cpu] = ce
 		s.order = append(s.order, cpu)
 		slices.Sort(s.order)
 	}
 	return failures
+}
+
+// openedAux is an AUX event opened on a CPU, with its id.
+type openedAux struct {
+	*auxRing
+	id uint64
+}
+
+// openAux opens AUX config i on cpu, disabled, with its ring and AUX area,
+// and the decoding of its records.
+func (s *Sampler) openAux(i, cpu int) (openedAux, error) {
+	c := s.cfgs[i]
+	fd, _, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, false, s.opts.AuxBytes)
+	if err != nil {
+		return openedAux{}, err
+	}
+	a := &auxRing{cfg: i, fd: fd}
+	fail := func(err error) (openedAux, error) {
+		if a.ring != nil {
+			a.ring.Close()
+		}
+		unix.Close(fd)
+		return openedAux{}, err
+	}
+	if a.ring, err = perfring.Open(fd, s.opts.Pages); err != nil {
+		return fail(err)
+	}
+	if err := a.ring.MapAux(auxPages(s.opts.AuxBytes)); err != nil {
+		return fail(fmt.Errorf("%s on CPU %d: %w", c.Name, cpu, err))
+	}
+	tc, ok := a.ring.TimeConv()
+	if !ok {
+		return fail(fmt.Errorf("%s on CPU %d: the kernel offers no conversion of the CPU's timer to perf time (cap_user_time_zero clear), without which its records' times are unknown", c.Name, cpu))
+	}
+	id, err := perf.ID(fd)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.poller.Add(a.ring); err != nil {
+		return fail(err)
+	}
+	a.area, a.stream = a.ring, &spe.Stream{CPU: uint32(cpu), TC: tc}
+	if s.opts.MIDR != nil {
+		a.stream.MIDR = s.opts.MIDR(cpu)
+	}
+	return openedAux{a, id}, nil
+}
+
+// auxPages is bytes of AUX area in pages: a power of two, at least two
+// (the SPE driver's least).
+func auxPages(bytes int) int {
+	if bytes <= 0 {
+		bytes = DefaultAuxBytes
+	}
+	page := os.Getpagesize()
+	n := 2
+	for n*page < bytes {
+		n *= 2
+	}
+	return n
 }
 
 // keepOpened leaves out the configs no CPU could open.
@@ -230,7 +371,7 @@ func (s *Sampler) Sync(online []int) ([]Failure, error) {
 	changed := false
 	for _, cpu := range slices.Clone(s.order) {
 		if !slices.Contains(online, cpu) {
-			s.drain(s.cpus[cpu].ring)
+			s.drain(s.cpus[cpu])
 			s.closeCPU(cpu)
 			changed = true
 		}
@@ -277,7 +418,7 @@ func (s *Sampler) reset() {
 	s.resetMu.Unlock()
 	for _, cpu := range cpus {
 		if ce := s.cpus[cpu]; ce != nil {
-			s.drain(ce.ring)
+			s.drain(ce)
 			s.closeCPU(cpu)
 		}
 	}
@@ -306,10 +447,12 @@ func (s *Sampler) follow() error {
 func (s *Sampler) closeCPU(cpu int) error {
 	ce := s.cpus[cpu]
 	var errs []error
-	if s.poller != nil {
-		errs = append(errs, s.poller.Remove(ce.ring))
+	for _, r := range ce.rings() {
+		if s.poller != nil {
+			errs = append(errs, s.poller.Remove(r))
+		}
+		errs = append(errs, r.Close())
 	}
-	errs = append(errs, ce.ring.Close())
 	for _, fd := range ce.fds {
 		if fd >= 0 {
 			errs = append(errs, unix.Close(fd))
@@ -325,7 +468,7 @@ func (s *Sampler) closeCPU(cpu int) error {
 
 // openOn opens c on cpu at period, disabled, after its leader when it has
 // one; for cgroup's tasks alone when cgroup is set.
-func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach bool) (fd, leader int, err error) {
+func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach bool, auxBytes int) (fd, leader int, err error) {
 	leader = -1
 	pid, flags := -1, unix.PERF_FLAG_FD_CLOEXEC
 	if cgroup != nil {
@@ -349,10 +492,20 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach
 		// exec's COMM records tell the decoder a process's code changed, and
 		// MMAP2 records of executable mappings that a range was remapped.
 		a.Bits |= unix.PerfBitComm | unix.PerfBitCommExec | unix.PerfBitMmap | unix.PerfBitMmap2
+	}
+	if c.Decode && !c.Aux {
 		// Times on CLOCK_MONOTONIC, as the watchpoints' traps: the reader
-		// compares them with its own clock (the arm latency).
+		// compares them with its own clock (the arm latency). An AUX
+		// event's stay on perf's clock, the one its records' timer counts
+		// convert to: the reader moves them (ClockOffset).
 		a.Bits |= unix.PerfBitUseClockID
 		a.Clockid = unix.CLOCK_MONOTONIC
+	}
+	if c.Aux {
+		// CPU-wide switches: whose records a chunk holds. Wake the reader
+		// at each quarter of the AUX area: a chunk waits no longer.
+		a.Bits |= unix.PerfBitContextSwitch
+		a.Aux_watermark = uint32(auxPages(auxBytes) * os.Getpagesize() / 4)
 	}
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
 	if c.Decode && wakeEach {
@@ -432,6 +585,11 @@ func (s *Sampler) Run(ctx context.Context) error {
 			if err := s.follow(); err != nil {
 				return err
 			}
+			// The clocks drift apart (NTP slews CLOCK_MONOTONIC only).
+			if err := s.measureClock(); err != nil && !logged["clock"] && s.opts.Logger != nil {
+				logged["clock"] = true
+				s.opts.Logger.Warn("sampling: clock offset not measured again; the last one stays", "err", err)
+			}
 			if err := g.step(); err != nil {
 				return err
 			}
@@ -466,10 +624,22 @@ func (s *Sampler) ReadAll() []ReadError {
 		cut = math.MaxUint64 // unreadable: nothing waits
 	}
 	for _, cpu := range s.order {
-		r := s.cpus[cpu].ring
+		errs = append(errs, s.readCPU(b, s.cpus[cpu], &smp)...)
+	}
+	if d := s.opts.Decoder; d != nil {
+		d.flush(b, cut) // after every ring: it merges them by time
+	}
+	return errs
+}
+
+// readCPU drains a CPU's rings into the stats: the shared one, then each
+// AUX event's. It returns the first error of each ring and reason.
+func (s *Sampler) readCPU(b samplestat.Batch, ce *cpuEvents, smp *perfrecord.Sample) []ReadError {
+	var errs []ReadError
+	read := func(r *perfring.Ring, each func(rec []byte) error) {
 		var decodeErr error
 		_, err := r.Read(func(rec []byte) bool {
-			if err := s.record(b, rec, &smp); err != nil {
+			if err := each(rec); err != nil {
 				b.Error("decode")
 				if decodeErr == nil {
 					decodeErr = err
@@ -485,10 +655,87 @@ func (s *Sampler) ReadAll() []ReadError {
 			errs = append(errs, ReadError{"ring", err})
 		}
 	}
-	if d := s.opts.Decoder; d != nil {
-		d.flush(b, cut) // after every ring: it merges them by time
+	if ce.ring != nil {
+		read(ce.ring, func(rec []byte) error { return s.record(b, rec, smp) })
+	}
+	for _, a := range ce.aux {
+		if tc, ok := a.ring.TimeConv(); ok { // the kernel updates it (a new sched_clock epoch)
+			a.stream.TC = tc
+		}
+		var end uint64
+		truncated := false
+		other := a.stream.Other
+		read(a.ring, func(rec []byte) error {
+			aux, ok, err := s.auxRecord(b, a, rec, smp)
+			if ok {
+				end = max(end, aux.Offset+aux.Size)
+				truncated = truncated || aux.Flags&perfrecord.AuxTruncated != 0
+			}
+			return err
+		})
+		b.Filtered(a.cfg, a.stream.Other-other)
+		a.ring.ReleaseAux(end)
+		if truncated {
+			// The kernel stopped the event when the area filled; the
+			// space is free again.
+			if err := perf.Enable(a.fd); err != nil {
+				errs = append(errs, ReadError{"ring", fmt.Errorf("%s: enabling it again after its AUX area filled: %w", s.cfgs[a.cfg].Name, err)})
+			}
+		}
 	}
 	return errs
+}
+
+// auxRecord takes a record of an AUX event's data area: a CPU-wide switch
+// to the stream, the chunk an AUX record announces through the stream to
+// the stats (returning the record), the others as any event's.
+func (s *Sampler) auxRecord(b samplestat.Batch, a *auxRing, rec []byte, smp *perfrecord.Sample) (perfrecord.Aux, bool, error) {
+	h, err := perfrecord.ParseHeader(rec)
+	if err != nil {
+		return perfrecord.Aux{}, false, err
+	}
+	switch h.Type {
+	case unix.PERF_RECORD_SWITCH_CPU_WIDE:
+		if h.Misc&unix.PERF_RECORD_MISC_SWITCH_OUT == 0 {
+			return perfrecord.Aux{}, false, nil
+		}
+		sid, err := perfrecord.DecodeSampleID(rec, s.events.Attrs[a.cfg].Layout())
+		if err != nil || len(rec) < perfrecord.HeaderSize+8 {
+			return perfrecord.Aux{}, false, fmt.Errorf("context switch record: %v", err)
+		}
+		next := rec[perfrecord.HeaderSize:]
+		a.stream.Switch(sid.Time, binary.LittleEndian.Uint32(next), binary.LittleEndian.Uint32(next[4:]))
+		return perfrecord.Aux{}, false, nil
+	case perfrecord.TypeAux:
+		aux, err := perfrecord.DecodeAux(rec)
+		if err != nil {
+			return aux, false, err
+		}
+		b.AuxFlags(a.cfg, aux.Flags)
+		data := a.area.Aux(aux.Offset, aux.Size)
+		if data == nil {
+			return aux, true, fmt.Errorf("AUX record of %d bytes at %d: more than the %d-byte area", aux.Size, aux.Offset, a.area.AuxSize())
+		}
+		offset := s.clockOffset.Load()
+		period := s.periods[a.cfg].Load()
+		cgroupOf := s.opts.CgroupOf
+		if s.cfgs[a.cfg].SampleType&unix.PERF_SAMPLE_CGROUP == 0 {
+			cgroupOf = nil
+		}
+		a.stream.Chunk(data, func(sm *perfrecord.Sample) {
+			// Each record stands for the period's operations; its time
+			// on CLOCK_MONOTONIC, as the other events' samples.
+			sm.Period, sm.Time = period, uint64(int64(sm.Time)+offset)
+			if cgroupOf != nil && sm.PID != spe.Unknown {
+				if id, ok := cgroupOf(sm.PID); ok {
+					sm.Cgroup, sm.Has = id, sm.Has|unix.PERF_SAMPLE_CGROUP
+				}
+			}
+			s.deliver(b, a.cfg, sm)
+		})
+		return aux, true, nil
+	}
+	return perfrecord.Aux{}, false, s.record(b, rec, smp)
 }
 
 func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample) error {
@@ -505,37 +752,10 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 		if err := perfrecord.DecodeSample(rec, s.events.Attrs[i].Layout(), smp); err != nil {
 			return err
 		}
-		c := &s.cfgs[i]
-		if c.SampleType&unix.PERF_SAMPLE_PERIOD == 0 {
+		if s.cfgs[i].SampleType&unix.PERF_SAMPLE_PERIOD == 0 {
 			smp.Period = s.periods[i].Load() // the record stands for the period in force
 		}
-		if c.Decode && s.opts.Decoder != nil {
-			d := s.opts.Decoder
-			if c.Memory { // a precise sample: the table takes it as it is, with its width
-				if c.AddrOnly && smp.Addr == 0 {
-					b.Sample(i, smp, c.Memory, c.AddrOnly)
-					return nil
-				}
-				d.mu.Lock()
-				a, ok, _ := d.resolver.Precise(smp, smp.Period, c.IPAfter)
-				d.mu.Unlock()
-				b.Precise(i, smp, c.AddrOnly, a.Size)
-				if ok {
-					d.queue(a, smp, i, true)
-				}
-				return nil
-			}
-			d.mu.Lock()
-			a, r := d.resolver.Sample(smp, smp.Period)
-			d.mu.Unlock()
-			if r != memop.Resolved {
-				b.Unresolved(i)
-				return nil
-			}
-			d.queue(a, smp, i, false)
-			return nil
-		}
-		b.Sample(i, smp, c.Memory, c.AddrOnly)
+		s.deliver(b, i, smp)
 	case perfrecord.TypeMmap, perfrecord.TypeMmap2:
 		if d := s.opts.Decoder; d != nil {
 			if m, err := perfrecord.DecodeMmap(rec); err == nil {
@@ -562,19 +782,47 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 	return nil
 }
 
-// drain reads one ring into the stats (a CPU about to be closed).
-func (s *Sampler) drain(r *perfring.Ring) {
+// deliver takes a sample of config i: to the address sampler's decoder
+// where the config is one of its (a precise sample with the width its
+// instruction gives, or a timer sample resolved from its registers), else
+// to the stats as it is.
+func (s *Sampler) deliver(b samplestat.Batch, i int, smp *perfrecord.Sample) {
+	c := &s.cfgs[i]
+	d := s.opts.Decoder
+	if !c.Decode || d == nil {
+		b.Sample(i, smp, c.Memory, c.AddrOnly)
+		return
+	}
+	if c.Memory { // a precise sample: the table takes it as it is, with its width
+		if c.AddrOnly && smp.Addr == 0 {
+			b.Sample(i, smp, c.Memory, c.AddrOnly)
+			return
+		}
+		d.mu.Lock()
+		a, ok, _ := d.resolver.Precise(smp, smp.Period, c.IPAfter)
+		d.mu.Unlock()
+		b.Precise(i, smp, c.AddrOnly, a.Size)
+		if ok {
+			d.queue(a, smp, i, true)
+		}
+		return
+	}
+	d.mu.Lock()
+	a, r := d.resolver.Sample(smp, smp.Period)
+	d.mu.Unlock()
+	if r != memop.Resolved {
+		b.Unresolved(i)
+		return
+	}
+	d.queue(a, smp, i, false)
+}
+
+// drain reads a CPU's rings into the stats (a CPU about to be closed).
+func (s *Sampler) drain(ce *cpuEvents) {
 	var smp perfrecord.Sample
 	b := s.stats.Lock()
 	defer b.Unlock()
-	if _, err := r.Read(func(rec []byte) bool {
-		if s.record(b, rec, &smp) != nil {
-			b.Error("decode")
-		}
-		return true
-	}); err != nil {
-		b.Error("ring")
-	}
+	s.readCPU(b, ce, &smp) // its errors are counted in the stats
 }
 
 // fdsOf are event i's fds, one per CPU it is open on.
