@@ -169,6 +169,11 @@ func Plan(pmus []*pmu.PMU, o Options) ([]Config, []Missing, error) {
 			if err != nil {
 				return nil, nil, err
 			}
+			if o.Cgroup {
+				// Its records carry no cgroup: the reader looks each
+				// process's up (perfsample.Options.CgroupOf).
+				c.SampleType |= Cgroup
+			}
 			out = append(out, c)
 		}
 	}

@@ -102,7 +102,7 @@ func TestPlanAMDArmNone(t *testing.T) {
 		}
 		c := cfgs[0]
 		if c.Name != "arm_spe" || c.Attr.Type != 9 || c.Attr.Config != 1<<33|1<<34|1|1<<16 || c.Attr.Config1 != 0 || c.Attr.Config2 != 0 ||
-			!c.Aux || !c.Memory || c.SampleType != AuxSampleType || c.Period != want || !slices.Equal(c.CPUs, []int{0, 1, 2, 3}) || c.Source() != "spe" {
+			!c.Aux || !c.Memory || c.SampleType != AuxSampleType|Cgroup || c.Period != want || !slices.Equal(c.CPUs, []int{0, 1, 2, 3}) || c.Source() != "spe" {
 			t.Errorf("SPE every %d: %+v", period, c)
 		}
 	}

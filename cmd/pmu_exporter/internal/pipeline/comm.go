@@ -630,9 +630,13 @@ func (c *commSamplers) open(target string, regs registers) error {
 	watching := regs == regsComm || regs == regsReuse && b.f.comm.reuseMode == "shared"
 	opts := perfsample.Options{
 		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: 100 * time.Millisecond, Govern: 500 * time.Millisecond, WakeEach: watching,
+		MIDR: b.s.midr, AuxBytes: b.f.sampling.auxKiB << 10,
 		Governor:  sampling.NewGovernor(b.f.comm.budget/share, b.s.facts.MaxSampleRate),
 		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
 		Decoder:   c.dec,
+	}
+	if root, v1 := cgroupRoot(b.f.cgroups, *b.s); root != "" {
+		opts.CgroupOf = cgroupid.NewTasks(b.f.procfs, root, v1).ID // Arm SPE's records carry no cgroup
 	}
 	cs := &commSampler{regs: regs}
 	opts.Hotplug, cs.unsubscribe = b.hotplugEvents()

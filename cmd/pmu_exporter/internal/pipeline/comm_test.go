@@ -33,7 +33,7 @@ func TestCommConfigsPreferPrecise(t *testing.T) {
 		{"skylake", fixture.IntelSkylake(), "pebs", []string{"mem-loads", "mem-stores"}},
 		{"zen3", fixture.AMDZen3(), "ibs", []string{"ibs_op"}},
 		{"no PMU", fixture.NoPMU(), "decode", []string{"decode"}},
-		{"neoverse (SPE not read yet)", fixture.ArmNeoverseN1(), "decode", []string{"decode"}},
+		{"neoverse", fixture.ArmNeoverseN1(), "spe", []string{"arm_spe"}},
 	} {
 		cfgs, source, err := commConfigs(fixture.PMUs(t, c.host), 1e6, flags, true)
 		if err != nil {

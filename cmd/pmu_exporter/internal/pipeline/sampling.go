@@ -39,6 +39,7 @@ type samplingFlags struct {
 	ldlat     uint64
 	budget    float64
 	pages     int
+	auxKiB    int // each CPU's Arm SPE AUX area
 	maxLines  int
 	// sharingWindow is how long a thread's bytes on a line count.
 	sharingWindow time.Duration
@@ -48,7 +49,7 @@ type samplingFlags struct {
 // and adds their collector and /debug/cachelines to p; where nothing can
 // be sampled it says why and leaves p alone.
 func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath string, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, hotplug <-chan cpuhotplug.Event, logger *slog.Logger) error {
-	root, _ := cgroupRoot(cg, s)
+	root, v1 := cgroupRoot(cg, s)
 	perCgroup := o.perCgroup && root != ""
 	if o.perCgroup && root == "" {
 		logger.Warn("sampling: no per-cgroup series", "reason", "no cgroup hierarchy holds the perf_event controller")
@@ -71,6 +72,7 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 	}
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
 		Logger: logger, OnlineCPUs: online.Read, Hotplug: hotplug, Pages: o.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
+		MIDR: s.midr, AuxBytes: o.auxKiB << 10, CgroupOf: cgroupid.NewTasks(procPath, root, v1).ID,
 		Governor: sampling.NewGovernor(o.budget, s.facts.MaxSampleRate),
 		// A skipped record is counted in pmu_sampling_errors_total; the pass
 		// still succeeded.

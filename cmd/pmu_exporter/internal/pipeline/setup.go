@@ -58,7 +58,13 @@ type setup struct {
 	report       capability.Report
 	groups       []perfcount.GroupSpec
 	configErrors []error
+	// midrs are the CPUs' MIDR_EL1 (arm64): how their Arm SPE data
+	// sources are encoded.
+	midrs map[int]uint64
 }
+
+// midr is cpu's MIDR_EL1, 0 where unknown.
+func (s setup) midr(cpu int) uint64 { return s.midrs[cpu] }
 
 func discover(f Options) setup {
 	var s setup
@@ -68,6 +74,9 @@ func discover(f Options) setup {
 		s.facts.Errors = append(s.facts.Errors, err)
 	}
 	s.pmus = pmus
+	if s.midrs, err = host.MIDRs(f.sysfs); err != nil {
+		s.facts.Errors = append(s.facts.Errors, err)
+	}
 	s.report = capability.Build(s.facts, pmus, host.ReadCounters(s.facts.CPU.Vendor), probe.Live(s.facts))
 	s.report.Features = append(s.report.Features,
 		accessCounting(s.facts.CPU, pmus, s.report.Feature(capability.HardwareCounters), perf.Probe))
