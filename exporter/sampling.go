@@ -65,7 +65,7 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 		auxLost: prometheus.NewDesc(namespace+"_sampling_aux_lost_total",
 			"AUX records of an AUX event (Arm SPE) that say its records were lost (PERF_AUX_FLAG_*): reason=truncated (the AUX area was full; the event stopped until the exporter enabled it again), collision (the unit's records collided), partial (the data has gaps).",
 			append(ev, "reason"), nil),
-		errors:     prometheus.NewDesc(namespace+"_sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped).", []string{"reason"}, nil),
+		errors:     prometheus.NewDesc(namespace+"_sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped), aux (an AUX event, Arm SPE, that could not be stopped and started again to flush its records or after its area filled).", []string{"reason"}, nil),
 		period:     prometheus.NewDesc(namespace+"_sampling_period", "The event's sampling period now in force, as the governor set it (events, or ns for cpu-clock).", ev, nil),
 		memSamples: prometheus.NewDesc(namespace+"_mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class, nil),
 		memAccesses: prometheus.NewDesc(namespace+"_mem_accesses_estimated_total",
@@ -142,7 +142,7 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 	if snap.Lost > 0 {
 		counter(s.lost, snap.Lost, "", "")
 	}
-	for _, reason := range []string{"decode", "ring"} {
+	for _, reason := range []string{"decode", "ring", "aux"} {
 		counter(s.errors, snap.Errors[reason], reason)
 	}
 	if s.cgroups != nil {

@@ -605,7 +605,9 @@ func (s *Sampler) Run(ctx context.Context) error {
 
 // ReadError is a record ReadAll skipped: Reason "decode" (a record its
 // event's layout does not fit) or "ring" (a corrupt header, the rest of
-// that ring's data dropped).
+// that ring's data dropped); or "aux", an AUX event that could not be
+// stopped and started (its records not flushed, or the event left
+// stopped after its area filled).
 type ReadError struct {
 	Reason string
 	Err    error
@@ -623,11 +625,38 @@ func (s *Sampler) ReadAll() []ReadError {
 	if !ok {
 		cut = math.MaxUint64 // unreadable: nothing waits
 	}
+	if s.opts.Decoder != nil {
+		errs = append(errs, s.flushAux(b)...)
+	}
 	for _, cpu := range s.order {
 		errs = append(errs, s.readCPU(b, s.cpus[cpu], &smp)...)
 	}
 	if d := s.opts.Decoder; d != nil {
 		d.flush(b, cut) // after every ring: it merges them by time
+	}
+	return errs
+}
+
+// flushAux has every AUX event write out what its unit has taken so far:
+// stopped (PERF_EVENT_IOC_DISABLE), the SPE driver ends the AUX chunk and
+// writes its AUX record, and the event starts again at once. Without it a
+// CPU's records would come a quarter of its AUX area at a time, seconds
+// apart at a governed rate, and the decoder, which merges the CPUs'
+// samples by time up to the pass's cut, would take one CPU's seconds
+// before another's. Records taken between the two ioctls are lost.
+func (s *Sampler) flushAux(b samplestat.Batch) []ReadError {
+	var errs []ReadError
+	for _, cpu := range s.order {
+		for _, a := range s.cpus[cpu].aux {
+			err := perf.Disable(a.fd)
+			if err == nil {
+				err = perf.Enable(a.fd)
+			}
+			if err != nil {
+				b.Error("aux")
+				errs = append(errs, ReadError{"aux", fmt.Errorf("%s on CPU %d: flushing its AUX area: %w", s.cfgs[a.cfg].Name, cpu, err)})
+			}
+		}
 	}
 	return errs
 }
@@ -679,7 +708,8 @@ func (s *Sampler) readCPU(b samplestat.Batch, ce *cpuEvents, smp *perfrecord.Sam
 			// The kernel stopped the event when the area filled; the
 			// space is free again.
 			if err := perf.Enable(a.fd); err != nil {
-				errs = append(errs, ReadError{"ring", fmt.Errorf("%s: enabling it again after its AUX area filled: %w", s.cfgs[a.cfg].Name, err)})
+				b.Error("aux")
+				errs = append(errs, ReadError{"aux", fmt.Errorf("%s: enabling it again after its AUX area filled: %w", s.cfgs[a.cfg].Name, err)})
 			}
 		}
 	}
