@@ -1,6 +1,7 @@
 package spe
 
 import (
+	"bytes"
 	"cmp"
 	"math/rand/v2"
 	"slices"
@@ -158,4 +159,69 @@ func FuzzStream(f *testing.F) {
 			t.Fatalf("%d switches held", len(st.tasks))
 		}
 	})
+}
+
+// benchChunk is one CPU's chunk of 1,024 load and store records of the
+// common encoding, with context packets: what a Neoverse writes.
+func benchChunk() []byte {
+	r := rand.New(rand.NewPCG(1, 1))
+	var ops []perffile.SPEOp
+	for i := range 1024 {
+		ops = append(ops, perffile.SPEOp{PC: 0x400000 + uint64(r.IntN(0x400))*4, Virtual: 0x5555_0000_0000 + uint64(r.IntN(1<<16))*8,
+			Store: r.IntN(3) == 0, Total: uint16(r.IntN(300)), Source: SourceL2, Context: 4242, Timestamp: uint64(1000 + 4*i)})
+	}
+	return perffile.SPEPackets(ops...)
+}
+
+// BenchmarkStreamChunk is the live reader's decoding of SPE records into
+// samples, per record (the stats and the decoder not included).
+func BenchmarkStreamChunk(b *testing.B) {
+	data := benchChunk()
+	st := &Stream{MIDR: 0x410fd0c1, TC: perfdata.TimeConv{Mult: 625, Shift: 4}}
+	st.Switch(0, 4242, 4242)
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		st.Chunk(data, func(*perfrecord.Sample) { n++ })
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
+}
+
+// BenchmarkPerfDataChunk is the same records read from a perf.data file's
+// AUXTRACE record (PerfData.Decode, which also lays each sample out as a
+// record for the file's time-ordered stream), per record.
+func BenchmarkPerfDataChunk(b *testing.B) {
+	data := benchChunk()
+	s := perffile.SPE{PMUType: 9, MIDR: 0x410fd0c1, PID: 4242, Comm: "bench", Threads: []uint32{4242}, CPUs: 1, Mult: 625, Shift: 4,
+		Traces: []perffile.SPETrace{{CPU: 0, Data: data}}}
+	file, err := perfdata.Open(bytes.NewReader(s.File()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var p *PerfData
+	var aux []byte
+	for {
+		rec, err := file.Next()
+		if err != nil {
+			break
+		}
+		h, _ := perfrecord.ParseHeader(rec)
+		switch h.Type {
+		case perfdata.TypeAuxtraceInfo:
+			if p, err = NewPerfData(file); err != nil {
+				b.Fatal(err)
+			}
+		case perfdata.TypeAuxtrace:
+			aux = append([]byte(nil), rec...)
+		}
+	}
+	if p == nil || aux == nil {
+		b.Fatal("no SPE data in the recording")
+	}
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Decode(aux, func(uint64, []byte) { n++ })
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
 }
