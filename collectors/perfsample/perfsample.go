@@ -97,6 +97,8 @@ type Sampler struct {
 	// clockOffset is CLOCK_MONOTONIC − perf's clock (ns), which moves an
 	// AUX event's sample times onto the others' clock (perf.ClockOffset).
 	clockOffset atomic.Int64
+	// flushed is when the AUX events were last flushed (flushAux).
+	flushed time.Time
 }
 
 // cpuEvents are one CPU's events and the ring they share, and the AUX
@@ -213,7 +215,7 @@ func (s *Sampler) addCPU(cpu int) []Failure {
 			ce.aux = append(ce.aux, a.auxRing)
 			continue
 		}
-		fd, leader, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, s.opts.WakeEach, 0)
+		fd, leader, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, s.opts.WakeEach, s.opts.Pages, 0)
 		if err == nil {
 			err = s.attach(ce, fd)
 			if err == nil {
@@ -253,7 +255,7 @@ type openedAux struct {
 // and the decoding of its records.
 func (s *Sampler) openAux(i, cpu int) (openedAux, error) {
 	c := s.cfgs[i]
-	fd, _, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, false, s.opts.AuxBytes)
+	fd, _, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, false, s.opts.Pages, s.opts.AuxBytes)
 	if err != nil {
 		return openedAux{}, err
 	}
@@ -467,8 +469,9 @@ func (s *Sampler) closeCPU(cpu int) error {
 }
 
 // openOn opens c on cpu at period, disabled, after its leader when it has
-// one; for cgroup's tasks alone when cgroup is set.
-func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach bool, auxBytes int) (fd, leader int, err error) {
+// one; for cgroup's tasks alone when cgroup is set. An AUX config's ring
+// has dataPages data pages and an AUX area of auxBytes.
+func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach bool, dataPages, auxBytes int) (fd, leader int, err error) {
 	leader = -1
 	pid, flags := -1, unix.PERF_FLAG_FD_CLOEXEC
 	if cgroup != nil {
@@ -508,6 +511,11 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach
 		a.Aux_watermark = uint32(auxPages(auxBytes) * os.Getpagesize() / 4)
 	}
 	a.Wakeup = 4096 // bytes: wake the reader once a page has filled
+	if c.Aux {
+		// Its data area holds the CPU's switch records, which need no
+		// prompt reading: wake at half of it.
+		a.Wakeup = uint32(dataPages * os.Getpagesize() / 2)
+	}
 	if c.Decode && wakeEach {
 		// Watchpoints are armed from the samples: wake at each one, so that
 		// an arm follows its sample by the reader's reaction, not a page.
@@ -625,8 +633,11 @@ func (s *Sampler) ReadAll() []ReadError {
 	if !ok {
 		cut = math.MaxUint64 // unreadable: nothing waits
 	}
-	if s.opts.Decoder != nil {
+	if s.opts.Decoder != nil && time.Since(s.flushed) >= max(s.opts.Poll, time.Millisecond) {
+		// Not at every wake: a ring woken by its switch records alone
+		// must not stop every CPU's unit.
 		errs = append(errs, s.flushAux(b)...)
+		s.flushed = time.Now()
 	}
 	for _, cpu := range s.order {
 		errs = append(errs, s.readCPU(b, s.cpus[cpu], &smp)...)
