@@ -13,6 +13,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/formats/spe"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
@@ -26,7 +27,7 @@ import (
 type fakeArea []byte
 
 func (f fakeArea) Aux(off, size uint64) []byte {
-	if size > uint64(len(f)) || off+size > uint64(len(f)) {
+	if off > uint64(len(f)) || size > uint64(len(f))-off {
 		return nil
 	}
 	return f[off : off+size]
@@ -189,4 +190,43 @@ func TestAuxConfigWithoutAuxArea(t *testing.T) {
 	if after := fds(); after != before {
 		t.Errorf("%d fds open before, %d after", before, after)
 	}
+}
+
+// Whatever an SPE event's data area and AUX area hold, the reader takes
+// it without panicking: a bad record is an error, and every sample it
+// makes has the event's period.
+func FuzzAuxRecord(f *testing.F) {
+	chunk := perffile.SPEPackets(perffile.SPEOp{PC: 0x400000, Virtual: 0x1000, Source: spe.SourcePeerCore, Timestamp: 5},
+		perffile.SPEOp{PC: 0x400004, Virtual: 0x1008, Store: true, Timestamp: 9})
+	f.Add(switchTo(1, 2, 3, 0), chunk)
+	f.Add(auxRec(0, uint64(len(chunk)), perfrecord.AuxTruncated, 10, 0), chunk)
+	f.Add(auxRec(1<<40, 1<<20, 0, 10, 0), chunk)
+	f.Add(switchTo(1, 2, 3, 0)[:20], []byte{0x49})
+	f.Fuzz(func(t *testing.T, rec, area []byte) {
+		cfgs := []sampling.Config{{Name: "arm_spe", PMU: "arm_spe_0", SampleType: sampling.AuxSampleType | sampling.Cgroup, Period: 4096, Memory: true, Aux: true}}
+		events, err := perfrecord.NewEvents([]perfrecord.Attr{{Type: 9, SampleType: cfgs[0].SampleType, SampleIDAll: true}}, [][]uint64{{5}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats := samplestat.New(1, 16)
+		s := &Sampler{cfgs: cfgs, events: events, stats: stats, periods: make([]atomic.Uint64, 1),
+			opts: Options{CgroupOf: func(uint32) (uint64, bool) { return 7, true }}}
+		s.periods[0].Store(4096)
+		a := &auxRing{area: fakeArea(area), stream: &spe.Stream{MIDR: 0x410fd0c1, TC: perfdata.TimeConv{Mult: 1}}}
+		var smp perfrecord.Sample
+		b := stats.Lock()
+		s.auxRecord(b, a, rec, &smp)
+		s.auxRecord(b, a, auxRec(0, uint64(len(area)), 0, 1, 0), &smp)
+		b.Unlock()
+		snap := stats.Snapshot()
+		for _, c := range snap.Classes {
+			for _, src := range c {
+				for _, k := range src {
+					if k.Accesses != k.Samples*4096 {
+						t.Fatalf("class of %d samples, %d accesses: not the period each", k.Samples, k.Accesses)
+					}
+				}
+			}
+		}
+	})
 }
