@@ -132,6 +132,12 @@ type Options struct {
 	LdLat  uint64 // load latency threshold in cycles (Intel)
 	Cgroup bool   // record cgroup ids
 	Events []string
+	// NoSPE leaves Arm SPE alone, and Why says why (Missing's reason):
+	// SPE admits one event per CPU, system-wide (the kernel's
+	// PERF_PMU_CAP_EXCLUSIVE), so whoever holds it keeps every other tool
+	// and collector from it.
+	NoSPE bool
+	Why   string
 }
 
 // Missing is a memory sampling facility this host lacks or this exporter
@@ -164,6 +170,8 @@ func Plan(pmus []*pmu.PMU, o Options) ([]Config, []Missing, error) {
 				return nil, nil, err
 			}
 			out = append(out, c)
+		case strings.HasPrefix(p.Name, "arm_spe") && o.NoSPE:
+			missing = append(missing, Missing{What: p.Name, Why: o.Why})
 		case strings.HasPrefix(p.Name, "arm_spe"):
 			c, err := armSPE(p, o)
 			if err != nil {

@@ -106,6 +106,11 @@ func TestPlanAMDArmNone(t *testing.T) {
 			t.Errorf("SPE every %d: %+v", period, c)
 		}
 	}
+	// Left to others: a reason, no config.
+	cfgs, missing, err = Plan(fixture.PMUs(t, fixture.ArmNeoverseN1()), Options{Period: 1000, NoSPE: true, Why: "held by another"})
+	if err != nil || len(cfgs) != 0 || len(missing) != 1 || missing[0].What != "arm_spe_0" || missing[0].Why != "held by another" {
+		t.Errorf("SPE left alone: %+v %+v %v", cfgs, missing, err)
+	}
 	cfgs, missing, err = Plan(fixture.PMUs(t, fixture.NoPMU()), Options{Period: 1, Events: []string{"page-faults"}})
 	if err != nil || len(missing) != 1 || len(cfgs) != 1 || cfgs[0].Memory || cfgs[0].Attr.Type != unix.PERF_TYPE_SOFTWARE ||
 		cfgs[0].SampleType&unix.PERF_SAMPLE_PERIOD != 0 {

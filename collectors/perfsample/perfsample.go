@@ -256,6 +256,9 @@ type openedAux struct {
 func (s *Sampler) openAux(i, cpu int) (openedAux, error) {
 	c := s.cfgs[i]
 	fd, _, err := openOn(c, cpu, s.periods[i].Load(), s.opts.Cgroup, false, s.opts.Pages, s.opts.AuxBytes)
+	if errors.Is(err, unix.EBUSY) {
+		return openedAux{}, fmt.Errorf("%w: another tool holds %s on this CPU (a trace PMU admits one event per CPU: perf record -e %s//, say)", err, c.PMU, c.PMU)
+	}
 	if err != nil {
 		return openedAux{}, err
 	}

@@ -40,7 +40,7 @@ type samplingStatus struct {
 
 func checkSampling(o samplingFlags, s setup) samplingStatus {
 	st := samplingStatus{Events: []string{}, Missing: []sampling.Missing{}}
-	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: o.period, LdLat: o.ldlat})
+	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: o.period, LdLat: o.ldlat, NoSPE: !o.spe, Why: noSPE})
 	if err != nil {
 		st.Error = err.Error()
 	}

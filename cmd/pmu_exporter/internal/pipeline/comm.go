@@ -514,12 +514,17 @@ func reuseClockEvents(spec string, pmus []*pmu.PMU) ([]unix.PerfEventAttr, error
 }
 
 // commConfigs are what the comm collector samples: the host's precise
-// memory events where it has them (PEBS, IBS: an access per sample, counted
-// in accesses, the width decoded from the sampled instruction), else
+// memory events where it has them (PEBS, IBS, and SPE where the sampling
+// collector does not hold it: an access per sample, counted in accesses,
+// the width decoded from the sampled instruction), else
 // cpu-clock in user mode with the registers, decoded (timer samples: a
 // share of time); and the source label of their detections.
 func commConfigs(pmus []*pmu.PMU, periodNS uint64, s samplingFlags, perCgroup bool) ([]sampling.Config, string, error) {
-	precise, err := sampling.Precise(pmus, sampling.Options{Period: s.period, LdLat: s.ldlat, Cgroup: perCgroup})
+	// Arm SPE admits one event per CPU: where the sampling collector
+	// takes it, or it is left to other tools, this one samples with the
+	// address sampler.
+	noSPE := s.enabled || !s.spe
+	precise, err := sampling.Precise(pmus, sampling.Options{Period: s.period, LdLat: s.ldlat, Cgroup: perCgroup, NoSPE: noSPE})
 	if err != nil {
 		return nil, "", fmt.Errorf("address sampler: %w", err)
 	}

@@ -24,18 +24,24 @@ import (
 // with the timer address sampler elsewhere.
 func TestCommConfigsPreferPrecise(t *testing.T) {
 	flags := samplingFlags{period: 10007, ldlat: 30}
+	taken := samplingFlags{period: 10007, ldlat: 30, enabled: true, spe: true}
 	for _, c := range []struct {
 		name   string
 		host   fixture.Host
+		flags  samplingFlags
 		source string
 		events []string
 	}{
-		{"skylake", fixture.IntelSkylake(), "pebs", []string{"mem-loads", "mem-stores"}},
-		{"zen3", fixture.AMDZen3(), "ibs", []string{"ibs_op"}},
-		{"no PMU", fixture.NoPMU(), "decode", []string{"decode"}},
-		{"neoverse", fixture.ArmNeoverseN1(), "spe", []string{"arm_spe"}},
+		{"skylake", fixture.IntelSkylake(), taken, "pebs", []string{"mem-loads", "mem-stores"}},
+		{"zen3", fixture.AMDZen3(), taken, "ibs", []string{"ibs_op"}},
+		{"no PMU", fixture.NoPMU(), flags, "decode", []string{"decode"}},
+		// SPE admits one event per CPU: the sampling collector's, where it
+		// takes it.
+		{"neoverse, sampling collector off", fixture.ArmNeoverseN1(), samplingFlags{period: 10007, spe: true}, "spe", []string{"arm_spe"}},
+		{"neoverse, SPE left to others", fixture.ArmNeoverseN1(), flags, "decode", []string{"decode"}},
+		{"neoverse, SPE the sampling collector's", fixture.ArmNeoverseN1(), taken, "decode", []string{"decode"}},
 	} {
-		cfgs, source, err := commConfigs(fixture.PMUs(t, c.host), 1e6, flags, true)
+		cfgs, source, err := commConfigs(fixture.PMUs(t, c.host), 1e6, c.flags, true)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -283,5 +289,17 @@ func TestThreadProcs(t *testing.T) {
 	procs.forgetUnlisted() // a listing without 123
 	if pid, ok := procs.of(123); ok {
 		t.Errorf("thread 123, left out of a listing and gone: still process %d", pid)
+	}
+}
+
+// check says what serve would sample on a Neoverse: SPE, or why not.
+func TestCheckSamplingSPE(t *testing.T) {
+	s := setup{pmus: fixture.PMUs(t, fixture.ArmNeoverseN1())}
+	if st := checkSampling(samplingFlags{period: 10007, spe: true}, s); !slices.Equal(st.Events, []string{"arm_spe_0/arm_spe"}) || len(st.Missing) != 0 {
+		t.Errorf("SPE on: %+v", st)
+	}
+	st := checkSampling(samplingFlags{period: 10007}, s)
+	if len(st.Events) != 0 || len(st.Missing) != 1 || st.Missing[0].What != "arm_spe_0" || !strings.Contains(st.Missing[0].Why, "--no-collector.sampling.spe") {
+		t.Errorf("SPE off: %+v", st)
 	}
 }

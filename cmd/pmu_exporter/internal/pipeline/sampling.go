@@ -40,10 +40,14 @@ type samplingFlags struct {
 	budget    float64
 	pages     int
 	auxKiB    int // each CPU's Arm SPE AUX area
+	spe       bool // sample with Arm SPE where the host has it
 	maxLines  int
 	// sharingWindow is how long a thread's bytes on a line count.
 	sharingWindow time.Duration
 }
+
+// noSPE is why the sampling collector leaves Arm SPE alone.
+const noSPE = "--no-collector.sampling.spe: left to other tools (Arm SPE admits one user per CPU)"
 
 // setupSampling opens the host's memory sampling events and the user's,
 // and adds their collector and /debug/cachelines to p; where nothing can
@@ -54,7 +58,8 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 	if o.perCgroup && root == "" {
 		logger.Warn("sampling: no per-cgroup series", "reason", "no cgroup hierarchy holds the perf_event controller")
 	}
-	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: o.period, LdLat: o.ldlat, Events: o.events, Cgroup: perCgroup})
+	cfgs, missing, err := sampling.Plan(s.pmus, sampling.Options{Period: o.period, LdLat: o.ldlat, Events: o.events, Cgroup: perCgroup,
+		NoSPE: !o.spe, Why: noSPE})
 	if err != nil {
 		logger.Error("sampling not running", "err", err)
 		return err
