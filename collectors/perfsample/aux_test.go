@@ -3,7 +3,6 @@ package perfsample
 import (
 	"math"
 	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,12 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/formats/spe"
-	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
@@ -68,16 +65,7 @@ func auxRec(off, size, flags uint64, time uint64, cpu uint32) []byte {
 // sharing); the process's cgroup is looked up, its records carrying none.
 // A branch makes no sample, and the AUX records' loss flags are counted.
 func TestSPEChunksFeedTheDetector(t *testing.T) {
-	testenv.Require(t, runtime.GOARCH == "amd64", "the test's functions are checked as x86-64 code")
-	st, ld, err := accesses.Entries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	det := comdetect.New(comdetect.Options{Window: comdetect.PreciseWindow})
-	d, err := NewDecoder("/proc", det)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ld, det, d := decoderOfOwnCode(t)
 	var fed []cacheline.Access
 	d.fed = func(a *cacheline.Access) { fed = append(fed, *a) }
 	cfgs := []sampling.Config{{Name: "arm_spe", PMU: "arm_spe_0", SampleType: sampling.AuxSampleType | sampling.Cgroup, Period: 4096, Memory: true, Decode: true, Aux: true}}
@@ -142,15 +130,7 @@ func TestSPEChunksFeedTheDetector(t *testing.T) {
 			t.Errorf("access %d: time %d, pid %d, tid %d, period %d; want time %d, thread %d of %d, period 4096", i, a.Time, a.PID, a.TID, a.Period, want.time+offset, want.tid, pid)
 		}
 	}
-	d.mu.Lock()
-	total, widths := det.Totals(), d.resolver.Widths
-	d.mu.Unlock()
-	if total.TrueCount != 1 || total.FalseCount != 1 || total.True != 4096 || total.False != 4096 {
-		t.Errorf("detections %+v, want one true and one false sharing of 4096 accesses each", total)
-	}
-	if widths != [2]uint64{0, 4} {
-		t.Errorf("widths %v: every sample's width should have come from its instruction", widths)
-	}
+	oneTrueOneFalse(t, det, d, 4096)
 	snap := stats.Snapshot()
 	if e := snap.Events[0]; e.Samples != 4 || e.Filtered != 1 || e.AuxLost != [samplestat.NumAuxLosses]uint64{1, 1, 0} {
 		t.Errorf("event totals %+v, want 4 samples, 1 filtered, one truncation and one collision", e)

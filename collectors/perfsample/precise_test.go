@@ -32,6 +32,39 @@ func precise(id, ip uint64, pid, tid uint32, time, addr uint64, cpu uint32, src 
 	return b
 }
 
+// decoderOfOwnCode is the address sampler's decoder with a detector at
+// the precise samplers' window, and the entries of this process's own
+// 8-byte store and 4-byte load functions, whose widths it decodes.
+func decoderOfOwnCode(t *testing.T) (st, ld uint64, det *comdetect.Detector, d *Decoder) {
+	t.Helper()
+	testenv.Require(t, runtime.GOARCH == "amd64", "the test's functions are checked as x86-64 code")
+	st, ld, err := accesses.Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	det = comdetect.New(comdetect.Options{Window: comdetect.PreciseWindow})
+	if d, err = NewDecoder("/proc", det); err != nil {
+		t.Fatal(err)
+	}
+	return st, ld, det, d
+}
+
+// oneTrueOneFalse checks that the detector found one true and one false
+// sharing of period accesses each, every width decoded from the
+// instruction (none left unknown, four bytes: the load's).
+func oneTrueOneFalse(t *testing.T, det *comdetect.Detector, d *Decoder, period uint64) {
+	t.Helper()
+	d.mu.Lock()
+	total, widths := det.Totals(), d.resolver.Widths
+	d.mu.Unlock()
+	if total.TrueCount != 1 || total.FalseCount != 1 || total.True != period || total.False != period {
+		t.Errorf("detections %+v, want one true and one false sharing of %d accesses each", total, period)
+	}
+	if widths != [2]uint64{0, 4} {
+		t.Errorf("widths %v: every sample's width should have come from its instruction", widths)
+	}
+}
+
 // Precise samples fed to the address sampler's decoder (the comm collector
 // on a host with PEBS or IBS): the detector classifies them with the
 // access widths the records lack, decoded from this process's own code
@@ -41,16 +74,7 @@ func precise(id, ip uint64, pid, tid uint32, time, addr uint64, cpu uint32, src 
 // (true sharing); a 4-byte load at byte 8 of another line after an 8-byte
 // store at its start does not (false sharing).
 func TestPreciseSamplesFeedTheDetector(t *testing.T) {
-	testenv.Require(t, runtime.GOARCH == "amd64", "the test's functions are checked as x86-64 code")
-	st, ld, err := accesses.Entries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	det := comdetect.New(comdetect.Options{Window: comdetect.PreciseWindow})
-	d, err := NewDecoder("/proc", det)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ld, det, d := decoderOfOwnCode(t)
 	cfgs := []sampling.Config{
 		{Name: "mem-loads", PMU: "cpu", SampleType: sampling.SampleType | sampling.Cgroup, Period: 1000, Memory: true, Decode: true},
 		{Name: "mem-stores", PMU: "cpu", SampleType: sampling.SampleType | sampling.Cgroup, Period: 1000, Memory: true, Decode: true},
@@ -85,17 +109,7 @@ func TestPreciseSamplesFeedTheDetector(t *testing.T) {
 	}
 	d.flush(b, math.MaxUint64)
 	b.Unlock()
-	var total comdetect.Cell
-	var widths [2]uint64
-	d.mu.Lock()
-	total, widths = det.Totals(), d.resolver.Widths
-	d.mu.Unlock()
-	if total.TrueCount != 1 || total.FalseCount != 1 || total.True != 1000 || total.False != 1000 {
-		t.Errorf("detections %+v, want one true and one false sharing of 1000 accesses each", total)
-	}
-	if widths != [2]uint64{0, 4} {
-		t.Errorf("widths %v: every sample's width should have come from its instruction", widths)
-	}
+	oneTrueOneFalse(t, det, d, 1000)
 	snap := stats.Snapshot()
 	if snap.Events[0].Samples != 2 || snap.Events[1].Samples != 2 {
 		t.Errorf("samples by event %+v, want 2 and 2 (each counted once)", snap.Events)
