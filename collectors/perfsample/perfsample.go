@@ -636,7 +636,7 @@ func (s *Sampler) ReadAll() []ReadError {
 	if !ok {
 		cut = math.MaxUint64 // unreadable: nothing waits
 	}
-	if s.opts.Decoder != nil && time.Since(s.flushed) >= max(s.opts.Poll, time.Millisecond) {
+	if time.Since(s.flushed) >= max(s.opts.Poll, time.Millisecond) {
 		// Not at every wake: a ring woken by its switch records alone
 		// must not stop every CPU's unit.
 		errs = append(errs, s.flushAux(b)...)
@@ -655,9 +655,10 @@ func (s *Sampler) ReadAll() []ReadError {
 // stopped (PERF_EVENT_IOC_DISABLE), the SPE driver ends the AUX chunk and
 // writes its AUX record, and the event starts again at once. Without it a
 // CPU's records would come a quarter of its AUX area at a time, seconds
-// apart at a governed rate, and the decoder, which merges the CPUs'
-// samples by time up to the pass's cut, would take one CPU's seconds
-// before another's. Records taken between the two ioctls are lost.
+// apart at a governed rate: the metrics would lag by as much, and the
+// decoder, which merges the CPUs' samples by time up to the pass's cut,
+// would take one CPU's seconds before another's. Records taken between
+// the two ioctls are lost.
 func (s *Sampler) flushAux(b samplestat.Batch) []ReadError {
 	var errs []ReadError
 	for _, cpu := range s.order {
