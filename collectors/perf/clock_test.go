@@ -49,7 +49,8 @@ func commStamp(t *testing.T, mono bool) func() uint64 {
 // TestClockOffset: the offset maps perf's clock onto CLOCK_MONOTONIC: the
 // kernel stamps one rename's COMM record for two events, one on each
 // clock, and perf's stamp plus the offset is the monotonic one, to within
-// the offset's own uncertainty (and the few µs between the two stamps).
+// the offset's own uncertainty and what may part the two stamps (the
+// offset is 18 ms on this project's VMs: far outside).
 func TestClockOffset(t *testing.T) {
 	testenv.RequireRoot(t)
 	runtime.LockOSThread()
@@ -72,7 +73,9 @@ func TestClockOffset(t *testing.T) {
 	}
 	off := time.Duration(int64(p) + offset - int64(m))
 	t.Logf("CLOCK_MONOTONIC − perf clock = %v (± %v); the rename's stamps: %d and %d, %v apart after the offset", time.Duration(offset), within, p, m, off)
-	if off.Abs() > within+50*time.Microsecond {
+	// The two stamps are taken in one pass over the thread's events with
+	// preemption off; an interrupt between them can still part them.
+	if off.Abs() > within+200*time.Microsecond {
 		t.Errorf("perf stamp + offset − monotonic stamp = %v, beyond the offset's ± %v", off, within)
 	}
 }
