@@ -39,7 +39,7 @@ type samplingFlags struct {
 	ldlat     uint64
 	budget    float64
 	pages     int
-	auxKiB    int // each CPU's Arm SPE AUX area
+	auxKiB    int  // each CPU's Arm SPE AUX area
 	spe       bool // sample with Arm SPE where the host has it
 	maxLines  int
 	// sharingWindow is how long a thread's bytes on a line count.
