@@ -2,6 +2,7 @@ package topdown
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,6 +42,10 @@ func TestLiveOnRealSoftwareCounters(t *testing.T) {
 	if len(groups) != 1 || !groups[0].Hidden || groups[0].Events[0].Name != "CLOCK" {
 		t.Fatalf("groups = %+v", groups)
 	}
+	before, err := host.OnlineCPUs("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := perfcount.New(perfcount.Options{Groups: groups, OnlineCPUs: host.NewOnlineCPUsReader("/sys").Read})
 	defer e.Close()
 	live := NewLive(tr, groups, nil)
@@ -68,7 +73,13 @@ func TestLiveOnRealSoftwareCounters(t *testing.T) {
 	if len(nodes) != 4 || len(violations) != 0 {
 		t.Errorf("nodes %+v violations %v", nodes, violations)
 	}
-	// Per CPU: every online CPU has its own slots, and they add up to the total.
+	// Per CPU: every CPU online throughout has its own slots, only CPUs
+	// online at some point have any (another process may take one offline
+	// meanwhile), and they add up to the total.
+	after, err := host.OnlineCPUs("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
 	perCPU, byCPU, _ := live.TotalsPerCPU()
 	sum := 0.0
 	for cpu, s := range perCPU {
@@ -76,9 +87,17 @@ func TestLiveOnRealSoftwareCounters(t *testing.T) {
 		if len(byCPU[cpu]) != 4 || byCPU[cpu][0].Slots != 0.25*s {
 			t.Errorf("CPU %d: %v slots, nodes %+v", cpu, s, byCPU[cpu])
 		}
+		if !slices.Contains(before, cpu) && !slices.Contains(after, cpu) {
+			t.Errorf("CPU %d has slots, and was online neither before nor after (%v, %v)", cpu, before, after)
+		}
 	}
-	if online, _ := host.OnlineCPUs("/sys"); len(perCPU) != len(online) || sum != slots {
-		t.Errorf("per-CPU slots %v (sum %v) over %d online CPUs, total %v", perCPU, sum, len(online), slots)
+	for _, cpu := range before {
+		if _, ok := perCPU[cpu]; !ok && slices.Contains(after, cpu) {
+			t.Errorf("CPU %d, online before and after, has no slots: %v", cpu, perCPU)
+		}
+	}
+	if sum != slots {
+		t.Errorf("per-CPU slots %v sum to %v, total %v", perCPU, sum, slots)
 	}
 }
 
