@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -119,6 +120,23 @@ func readSysctl(t *testing.T, name string) float64 {
 	return v
 }
 
+// onCPU0 runs start (which forks) on a thread bound to CPU 0, so that the
+// child and its children run there alone (they inherit the affinity).
+func onCPU0(start func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return err
+	}
+	set.Set(0)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return err
+	}
+	defer unix.SchedSetaffinity(0, &old)
+	return start()
+}
+
 // TestServeSamplingPerCgroup: a process started inside a test cgroup
 // faults its pages; the page-fault samples the exporter attributes to that
 // cgroup (PERF_SAMPLE_CGROUP) equal the kernel's own count of page faults
@@ -142,9 +160,15 @@ func TestServeSamplingPerCgroup(t *testing.T) {
 		defer unix.Close(fd)
 		counters = append(counters, fd)
 	}
+	// On CPU 0 alone, which cannot go offline here: a CPU that another
+	// process takes offline and back is sampled again only once the
+	// exporter follows it, while the test's counter counts there at once.
 	cmd := exec.Command("sh", "-c", "head -c 20000000 /dev/zero | cat > /dev/null")
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
-	if err := cmd.Run(); err != nil {
+	if err := onCPU0(func() error { return cmd.Start() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	var counted float64
