@@ -125,6 +125,7 @@ func (m cpuMover) move(what string, from int, cpus []int, err error) (int, bool)
 	if len(cpus) > 0 {
 		now = slices.DeleteFunc(slices.Clone(now), func(c int) bool { return !slices.Contains(cpus, c) })
 	}
+	now = besides(now, from)
 	if len(now) == 0 {
 		return 0, false
 	}
@@ -239,12 +240,14 @@ func nullReads(s setup, cpu int) (validate.Spread, error) {
 // self-measurements, or leave it exporting a measurement the kernel cut
 // short.
 func (b *build) onOnlineCPU(what string, pick func(online []int) int, measure func(cpu int) error) (int, error) {
-	var cpu int
-	var err error
+	cpu, err := -1, error(nil)
 	for try := 1; try <= 3; try++ {
 		online, oerr := b.online.Read()
 		if oerr != nil || len(online) == 0 {
 			online = b.s.facts.OnlineCPUs
+		}
+		if try > 1 {
+			online = besides(online, cpu)
 		}
 		cpu = pick(online)
 		if err = measure(cpu); err == nil {
@@ -256,6 +259,17 @@ func (b *build) onOnlineCPU(what string, pick func(online []int) int, measure fu
 		b.log.Info(what+": its CPU went offline, measuring on another", "cpu", cpu, "err", err)
 	}
 	return cpu, err
+}
+
+// besides is online without cpu where another CPU is left: a CPU going
+// offline stays in the online list for a while after the scheduler has
+// stopped placing threads there (binding one fails with EINVAL), so the
+// one that just failed would be chosen again.
+func besides(online []int, cpu int) []int {
+	if rest := slices.DeleteFunc(slices.Clone(online), func(c int) bool { return c == cpu }); len(rest) > 0 {
+		return rest
+	}
+	return online
 }
 
 // wentOffline says a measurement on cpu failed with err because the CPU

@@ -51,6 +51,21 @@ func TestOnOnlineCPUMeasuresAgainAfterHotplug(t *testing.T) {
 		t.Errorf("log does not say why it measured again:\n%s", log.String())
 	}
 
+	// Still listed online while it goes offline (a thread cannot be bound
+	// there any more): the next try is on another CPU.
+	setOnline("0-3")
+	tried = nil
+	cpu, err = b.onOnlineCPU("null-read calibration", lastCPU, func(cpu int) error {
+		tried = append(tried, cpu)
+		if cpu == 3 {
+			return fmt.Errorf("CPU 3: bind a thread: %w", selftest.ErrCPUWentOffline)
+		}
+		return nil
+	})
+	if err != nil || cpu != 2 || fmt.Sprint(tried) != "[3 2]" {
+		t.Errorf("CPU 3 listed online but going offline: measured on %v, kept CPU %d, err %v; want CPU 3 then 2", tried, cpu, err)
+	}
+
 	tried = nil
 	bad := errors.New("perf_event_open: permission denied")
 	_, err = b.onOnlineCPU("read perturbation", lastCPU, func(cpu int) error {
@@ -91,6 +106,9 @@ func TestCPUMover(t *testing.T) {
 		{-1, 1, nil, errors.New("EACCES"), 0, false}, // online: its own failure
 		{-1, 3, nil, errors.New("EACCES"), 5, true},  // offline now
 		{-1, 1, nil, unix.ENODEV, 5, true},
+		// Still listed online while it goes offline: another CPU.
+		{-1, 5, nil, fmt.Errorf("CPU 5: %w", selftest.ErrCPUWentOffline), 2, true},
+		{-1, 5, []int{5}, fmt.Errorf("CPU 5: %w", selftest.ErrCPUWentOffline), 5, true}, // the only one it counts on
 	}
 	for _, c := range cases {
 		var said []int
