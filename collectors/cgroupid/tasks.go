@@ -56,9 +56,6 @@ func (t *Tasks) ID(pid uint32) (uint64, bool) {
 	return id, err == nil
 }
 
-// Forget drops what is known of pid (it exited).
-func (t *Tasks) Forget(pid uint32) { delete(t.ids, pid) }
-
 func (t *Tasks) read(pid uint32) (uint64, error) {
 	b, err := os.ReadFile(filepath.Join(t.proc, strconv.FormatUint(uint64(pid), 10), "cgroup"))
 	if err != nil {
