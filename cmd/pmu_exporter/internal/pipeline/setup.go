@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -131,6 +132,38 @@ func fdNote(groups []perfcount.GroupSpec, online []int) string {
 	}
 	return fmt.Sprintf("the event groups need %d file descriptors (one per event per CPU) but the open-file limit is %d: raise it (ulimit -n, LimitNOFILE=, or the container's nofile rlimit) or count fewer events",
 		need, lim.Cur)
+}
+
+// raiseMemlock lifts the locked-memory limit as far as the process may,
+// before any ring, AUX area or BPF map is made: beyond
+// kernel.perf_event_mlock_kb the kernel charges perf's rings and AUX areas
+// to RLIMIT_MEMLOCK (without CAP_IPC_LOCK), and kernels before 5.11
+// charge BPF maps to it. With CAP_SYS_RESOURCE (the chart grants it) the
+// limit goes to unlimited; without, the soft limit rises to the hard one.
+func raiseMemlock(logger *slog.Logger) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
+		return
+	}
+	kib := func(v uint64) string {
+		if v == unix.RLIM_INFINITY {
+			return "unlimited"
+		}
+		return strconv.FormatUint(v>>10, 10) + " KiB"
+	}
+	to := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
+	err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &to)
+	if err != nil && lim.Cur < lim.Max {
+		to = unix.Rlimit{Cur: lim.Max, Max: lim.Max}
+		if unix.Setrlimit(unix.RLIMIT_MEMLOCK, &to) == nil {
+			err = nil
+		}
+	}
+	if err != nil {
+		logger.Info("locked-memory limit unchanged: perf rings beyond kernel.perf_event_mlock_kb need CAP_IPC_LOCK, or CAP_SYS_RESOURCE to raise it", "limit", kib(lim.Cur), "err", err)
+		return
+	}
+	logger.Info("locked-memory limit raised, for perf rings beyond kernel.perf_event_mlock_kb", "from", kib(lim.Cur), "to", kib(to.Cur))
 }
 
 func unjoin(err error) []error {
