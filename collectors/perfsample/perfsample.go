@@ -181,6 +181,11 @@ func Open(cfgs []sampling.Config, cpus []int, stats *samplestat.Stats, o Options
 	return s, failures, nil
 }
 
+// clockEvery is how often the reader measures the clock offset again:
+// the clocks part by 5 ms in it at NTP's fastest slew, by µs as NTP
+// usually slews, and every SPE sample moves by the same offset.
+const clockEvery = 10 * time.Second
+
 // measureClock measures the clock offset that AUX events' sample times
 // need, where any is open.
 func (s *Sampler) measureClock() error {
@@ -574,6 +579,7 @@ func (s *Sampler) Run(ctx context.Context) error {
 	defer govern.Stop()
 	g := newGoverning(s)
 	logged := map[string]bool{}
+	measured := time.Now() // Open measured the clock offset
 	for ctx.Err() == nil {
 		if _, err := s.poller.Wait(int(poll / time.Millisecond)); err != nil {
 			return err
@@ -596,10 +602,14 @@ func (s *Sampler) Run(ctx context.Context) error {
 			if err := s.follow(); err != nil {
 				return err
 			}
-			// The clocks drift apart (NTP slews CLOCK_MONOTONIC only).
-			if err := s.measureClock(); err != nil && !logged["clock"] && s.opts.Logger != nil {
-				logged["clock"] = true
-				s.opts.Logger.Warn("sampling: clock offset not measured again; the last one stays", "err", err)
+			// The clocks drift apart (NTP slews CLOCK_MONOTONIC only, by
+			// 500 ppm at most): measured again every clockEvery.
+			if time.Since(measured) >= clockEvery {
+				measured = time.Now()
+				if err := s.measureClock(); err != nil && !logged["clock"] && s.opts.Logger != nil {
+					logged["clock"] = true
+					s.opts.Logger.Warn("sampling: clock offset not measured again; the last one stays", "err", err)
+				}
 			}
 			if err := g.step(); err != nil {
 				return err
