@@ -1,14 +1,12 @@
 package cgroupid
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Tasks finds the cgroup a process is in, in the hierarchy that holds the
@@ -19,11 +17,12 @@ import (
 // MaxAge, then read again: a PID reused, or a task moved, is seen by then.
 // Not safe for concurrent use.
 type Tasks struct {
-	proc, root string
-	v1         bool
-	MaxAge     time.Duration
-	ids        map[uint32]taskCgroup
-	now        func() time.Time
+	fs     procfs.FS
+	root   string
+	v1     bool
+	MaxAge time.Duration
+	ids    map[uint32]taskCgroup
+	now    func() time.Time
 }
 
 type taskCgroup struct {
@@ -37,8 +36,12 @@ const maxTasks = 1 << 16
 
 // NewTasks reads /proc/<pid>/cgroup under proc, for the hierarchy mounted
 // at root, cgroup v1's perf_event hierarchy where v1 (else v2).
-func NewTasks(proc, root string, v1 bool) *Tasks {
-	return &Tasks{proc: proc, root: root, v1: v1, MaxAge: 10 * time.Second, ids: map[uint32]taskCgroup{}, now: time.Now}
+func NewTasks(proc, root string, v1 bool) (*Tasks, error) {
+	fs, err := procfs.NewFS(proc)
+	if err != nil {
+		return nil, fmt.Errorf("cgroups of processes: %w", err)
+	}
+	return &Tasks{fs: fs, root: root, v1: v1, MaxAge: 10 * time.Second, ids: map[uint32]taskCgroup{}, now: time.Now}, nil
 }
 
 // ID is the id of the cgroup process pid is in; false where it cannot be
@@ -57,40 +60,31 @@ func (t *Tasks) ID(pid uint32) (uint64, bool) {
 }
 
 func (t *Tasks) read(pid uint32) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(t.proc, strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	p, err := t.fs.Proc(int(pid))
 	if err != nil {
 		return 0, err
 	}
-	path, err := perfEventPath(b, t.v1)
+	cgs, err := p.Cgroups()
+	if err != nil {
+		return 0, err
+	}
+	path, err := perfEventPath(cgs, t.v1)
 	if err != nil {
 		return 0, fmt.Errorf("process %d: %w", pid, err)
 	}
 	return ID(filepath.Join(t.root, path))
 }
 
-// perfEventPath is the path of /proc/<pid>/cgroup's line for the
-// perf_event hierarchy: v2's "0::/path", or the v1 line whose controllers
-// include perf_event.
-func perfEventPath(b []byte, v1 bool) (string, error) {
-	s := bufio.NewScanner(bytes.NewReader(b))
-	for s.Scan() {
-		id, rest, ok := strings.Cut(s.Text(), ":")
-		if !ok {
-			continue
+// perfEventPath is the path of the perf_event hierarchy among a process's
+// cgroups: v2's (hierarchy 0, no controllers listed), or the v1 one whose
+// controllers include perf_event.
+func perfEventPath(cgs []procfs.Cgroup, v1 bool) (string, error) {
+	for _, cg := range cgs {
+		if !v1 && cg.HierarchyID == 0 && len(cg.Controllers) == 0 {
+			return cg.Path, nil
 		}
-		ctrls, path, ok := strings.Cut(rest, ":")
-		if !ok {
-			continue
-		}
-		if !v1 && id == "0" && ctrls == "" {
-			return path, nil
-		}
-		if v1 {
-			for _, c := range strings.Split(ctrls, ",") {
-				if c == "perf_event" {
-					return path, nil
-				}
-			}
+		if v1 && slices.Contains(cg.Controllers, "perf_event") {
+			return cg.Path, nil
 		}
 	}
 	if v1 {

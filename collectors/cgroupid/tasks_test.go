@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfring"
@@ -18,29 +19,36 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
+// The perf_event hierarchy among a process's cgroups (as procfs parses
+// /proc/PID/cgroup): v2's line, or the v1 line listing perf_event.
 func TestPerfEventPath(t *testing.T) {
-	hybrid := "12:perf_event:/v1/a\n4:cpu,cpuacct:/sys\n0::/kubepods/pod1/c1\n"
+	hybrid := []procfs.Cgroup{{HierarchyID: 12, Controllers: []string{"perf_event"}, Path: "/v1/a"},
+		{HierarchyID: 4, Controllers: []string{"cpu", "cpuacct"}, Path: "/sys"}, {HierarchyID: 0, Path: "/kubepods/pod1/c1"}}
 	for _, c := range []struct {
-		file string
+		cgs  []procfs.Cgroup
 		v1   bool
 		want string
 	}{
 		{hybrid, false, "/kubepods/pod1/c1"},
 		{hybrid, true, "/v1/a"},
-		{"3:net_cls,perf_event,net_prio:/x\n", true, "/x"},
-		{"0::/\n", false, "/"},
+		{[]procfs.Cgroup{{HierarchyID: 3, Controllers: []string{"net_cls", "perf_event", "net_prio"}, Path: "/x"}}, true, "/x"},
+		{[]procfs.Cgroup{{Path: "/"}}, false, "/"},
 	} {
-		got, err := perfEventPath([]byte(c.file), c.v1)
+		got, err := perfEventPath(c.cgs, c.v1)
 		if err != nil || got != c.want {
-			t.Errorf("%q (v1 %v): %q, %v; want %q", c.file, c.v1, got, err, c.want)
+			t.Errorf("%+v (v1 %v): %q, %v; want %q", c.cgs, c.v1, got, err, c.want)
 		}
 	}
 	for _, c := range []struct {
-		file string
-		v1   bool
-	}{{"4:cpu:/a\n", true}, {"1:name=systemd:/a\n", false}, {"garbage", false}} {
-		if got, err := perfEventPath([]byte(c.file), c.v1); err == nil {
-			t.Errorf("%q (v1 %v): %q, no error", c.file, c.v1, got)
+		cgs []procfs.Cgroup
+		v1  bool
+	}{
+		{[]procfs.Cgroup{{HierarchyID: 4, Controllers: []string{"cpu"}, Path: "/a"}}, true},
+		{[]procfs.Cgroup{{HierarchyID: 1, Controllers: []string{"name=systemd"}, Path: "/a"}}, false},
+		{nil, false},
+	} {
+		if got, err := perfEventPath(c.cgs, c.v1); err == nil {
+			t.Errorf("%+v (v1 %v): %q, no error", c.cgs, c.v1, got)
 		}
 	}
 }
@@ -100,7 +108,10 @@ func TestTasksAsTheKernelSamples(t *testing.T) {
 	burn := testenv.BurnIn(t, dirs[0], 20*time.Second)
 	pid := busyChild(t, burn.Process.Pid)
 	mnt := testenv.Cgroup2Mount()
-	tasks := NewTasks("/proc", mnt, false)
+	tasks, err := NewTasks("/proc", mnt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Unix(1000, 0)
 	tasks.now = func() time.Time { return now }
 

@@ -3,9 +3,11 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
+	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/collectors/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
@@ -59,6 +61,21 @@ func cgroupRoot(o cgroupOptions, s setup) (root string, v1 bool) {
 		root = o.fsPath
 	}
 	return root, v1
+}
+
+// taskCgroups looks up a process's cgroup id in the perf_event hierarchy
+// at root (Arm SPE's samples carry none); nil, with a warning, where
+// procfs cannot be read, or where no hierarchy holds the controller.
+func taskCgroups(procPath, root string, v1 bool, logger *slog.Logger) func(pid uint32) (uint64, bool) {
+	if root == "" {
+		return nil
+	}
+	t, err := cgroupid.NewTasks(procPath, root, v1)
+	if err != nil {
+		logger.Warn("Arm SPE samples get no cgroup", "err", err)
+		return nil
+	}
+	return t.ID
 }
 
 // cgroupClasses is one class per core type: the whole host where it has one

@@ -640,9 +640,8 @@ func (c *commSamplers) open(target string, regs registers) error {
 		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
 		Decoder:   c.dec,
 	}
-	if root, v1 := cgroupRoot(b.f.cgroups, *b.s); root != "" {
-		opts.CgroupOf = cgroupid.NewTasks(b.f.procfs, root, v1).ID // Arm SPE's records carry no cgroup
-	}
+	root, v1 := cgroupRoot(b.f.cgroups, *b.s)
+	opts.CgroupOf = taskCgroups(b.f.procfs, root, v1, b.log)
 	cs := &commSampler{regs: regs}
 	opts.Hotplug, cs.unsubscribe = b.hotplugEvents()
 	if target != "" {

@@ -77,7 +77,7 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 	}
 	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
 		Logger: logger, OnlineCPUs: online.Read, Hotplug: hotplug, Pages: o.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
-		MIDR: s.midr, AuxBytes: o.auxKiB << 10, CgroupOf: cgroupid.NewTasks(procPath, root, v1).ID,
+		MIDR: s.midr, AuxBytes: o.auxKiB << 10, CgroupOf: taskCgroups(procPath, root, v1, logger),
 		Governor: sampling.NewGovernor(o.budget, s.facts.MaxSampleRate),
 		// A skipped record is counted in pmu_sampling_errors_total; the pass
 		// still succeeded.
