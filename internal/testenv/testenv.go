@@ -313,6 +313,10 @@ func AwaitPresentOnline(t testing.TB, timeout time.Duration) int {
 	return len(present)
 }
 
+// settle is how long EveryCPUOnline waits for a CPU whose tear-down had
+// begun during its read to leave the online list.
+const settle = 100 * time.Millisecond
+
 // EveryCPUOnline calls read, which reads something of every CPU (sysfs
 // topology, the online list), while every present CPU is online: after
 // AwaitPresentOnline, and again (five times at most) where one went
@@ -324,6 +328,12 @@ func EveryCPUOnline(t testing.TB, read func()) {
 		present := AwaitPresentOnline(t, 5*time.Second)
 		before := len(OnlineCPUs(t))
 		read()
+		// A CPU going offline leaves its siblings' sysfs lists (its
+		// caches' sharing lists) milliseconds before it leaves the online
+		// list: CPU 0's L3 was read as CPU 0's alone with both CPUs
+		// listed online (up to 6.6 ms of 20 tear-downs here). Such a CPU
+		// is out of the list a moment later.
+		time.Sleep(settle)
 		if before == present && len(OnlineCPUs(t)) == present || try == 5 {
 			return
 		}
