@@ -2,6 +2,7 @@ package perfsample
 
 import (
 	"cmp"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/sampling"
 )
@@ -34,18 +36,62 @@ var orderedVar uint64
 // two thirds should.
 func TestDetectorTakesPassInTimeOrder(t *testing.T) {
 	testenv.RequireRoot(t)
+	// A CPU another process takes offline stops its ring for good (this
+	// sampler is not told of hotplug), and a thread that ran there runs
+	// unsampled once the CPU is back: measure again.
+	var fed []cacheline.Access
+	var per map[uint32]int
+	var det *comdetect.Detector
+	hotplugtest.Measure(t, func(int) { fed, per, det = samplePasses(t) })
+	pid := uint32(os.Getpid())
+	if len(per) != 2 || slices.Min(slices.Collect(maps.Values(per))) < 20 {
+		t.Fatalf("accesses sampled by thread %v in %v; want at least 20 of each", per, passesFor)
+	}
+	// Every access the detector took, this process's others and other
+	// processes' too: they share its board.
+	slices.SortStableFunc(fed, func(a, b cacheline.Access) int { return cmp.Compare(a.Time, b.Time) })
+	want := comdetect.New(comdetect.Options{})
+	for i := range fed {
+		want.Add(&fed[i])
+	}
+	var live, w comdetect.Cell
+	for _, m := range det.Report(pid, 0) {
+		live = m.Totals
+	}
+	for _, m := range want.Report(pid, 0) {
+		w = m.Totals
+	}
+	t.Logf("%d accesses (the threads' %v), detections %d live, %d in time order", len(fed), per, live.Detections, w.Detections)
+	if w.TrueCount < 10 {
+		t.Fatalf("in time order the accesses gave %d true sharing detections: the threads hardly ran at once", w.TrueCount)
+	}
+	// A sample timed before a pass but written to its ring after the ring
+	// was read (its CPU was interrupted in between) joins the next pass,
+	// which may hold a later one of another CPU: a few detections may
+	// differ.
+	if diff := int64(live.Detections) - int64(w.Detections); diff*20 < -int64(w.Detections) || diff*20 > int64(w.Detections) {
+		t.Errorf("live detections %+v; Alg. 1 over the same accesses in time order gives %+v (want within 5%%)", live, w)
+	}
+}
+
+// passesFor bounds how long samplePasses waits for its threads' samples.
+const passesFor = 20 * time.Second
+
+// samplePasses runs TestDetectorTakesPassInTimeOrder's two threads under
+// the address sampler, read in passes of 20 ms, and returns every access
+// the detector took, the threads' own by thread, and the detector.
+func samplePasses(t *testing.T) (fed []cacheline.Access, per map[uint32]int, det *comdetect.Detector) {
 	online := testenv.OnlineCPUs(t)
 	if len(online) < 2 {
 		// Another process took a CPU offline: the threads share one, whose
 		// ring is in order anyway, and the test still holds.
 		t.Logf("online CPUs %v: both threads on one", online)
 	}
-	det := comdetect.New(comdetect.Options{})
+	det = comdetect.New(comdetect.Options{})
 	d, err := NewDecoder("/proc", det)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fed []cacheline.Access
 	d.fed = func(a *cacheline.Access) { fed = append(fed, *a) }
 	cfgs := []sampling.Config{sampling.Decoded(uint64(time.Millisecond), false, memop.RegsMask(runtime.GOARCH))}
 	stats := samplestat.New(len(cfgs), 256)
@@ -78,7 +124,7 @@ func TestDetectorTakesPassInTimeOrder(t *testing.T) {
 	}
 	tids := []uint32{<-tidc, <-tidc}
 	pid := uint32(os.Getpid())
-	per := map[uint32]int{}
+	per = map[uint32]int{}
 	count := func(from int) int {
 		for _, a := range fed[from:] {
 			if a.PID == pid && (a.TID == tids[0] || a.TID == tids[1]) {
@@ -89,10 +135,8 @@ func TestDetectorTakesPassInTimeOrder(t *testing.T) {
 	}
 	// Passes every 20 ms, until each thread has 100 accesses sampled: a
 	// loaded machine runs them less (beside CI, the noise harness and a
-	// benchmark's eight spinning threads, one thread had 8 in 5 s), so
-	// 20 s at most.
-	const most = 20 * time.Second
-	for n, start := 0, time.Now(); (per[tids[0]] < 100 || per[tids[1]] < 100) && time.Since(start) < most; {
+	// benchmark's eight spinning threads, one thread had 8 in 5 s).
+	for n, start := 0, time.Now(); (per[tids[0]] < 100 || per[tids[1]] < 100) && time.Since(start) < passesFor; {
 		time.Sleep(20 * time.Millisecond)
 		s.ReadAll()
 		n = count(n)
@@ -100,32 +144,5 @@ func TestDetectorTakesPassInTimeOrder(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	s.ReadAll()
-	if per[tids[0]] < 20 || per[tids[1]] < 20 {
-		t.Fatalf("accesses sampled by thread %v in %v; want at least 20 of each", per, most)
-	}
-	// Every access the detector took, this process's others and other
-	// processes' too: they share its board.
-	slices.SortStableFunc(fed, func(a, b cacheline.Access) int { return cmp.Compare(a.Time, b.Time) })
-	want := comdetect.New(comdetect.Options{})
-	for i := range fed {
-		want.Add(&fed[i])
-	}
-	var live, w comdetect.Cell
-	for _, m := range det.Report(pid, 0) {
-		live = m.Totals
-	}
-	for _, m := range want.Report(pid, 0) {
-		w = m.Totals
-	}
-	t.Logf("%d accesses (the threads' %v), detections %d live, %d in time order", len(fed), per, live.Detections, w.Detections)
-	if w.TrueCount < 10 {
-		t.Fatalf("in time order the accesses gave %d true sharing detections: the threads hardly ran at once", w.TrueCount)
-	}
-	// A sample timed before a pass but written to its ring after the ring
-	// was read (its CPU was interrupted in between) joins the next pass,
-	// which may hold a later one of another CPU: a few detections may
-	// differ.
-	if diff := int64(live.Detections) - int64(w.Detections); diff*20 < -int64(w.Detections) || diff*20 > int64(w.Detections) {
-		t.Errorf("live detections %+v; Alg. 1 over the same accesses in time order gives %+v (want within 5%%)", live, w)
-	}
+	return fed, per, det
 }
