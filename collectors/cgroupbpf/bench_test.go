@@ -120,8 +120,9 @@ func BenchmarkCreditNow(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
+	// Left locked: the runtime ends the thread with its goroutine, rather
+	// than hand its narrowed affinity to other goroutines.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var set unix.CPUSet
 	set.Set(0)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {

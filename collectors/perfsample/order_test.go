@@ -115,8 +115,9 @@ func samplePasses(t *testing.T) (fed []cacheline.Access, per map[uint32]int, det
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Left locked: the runtime ends the thread with its goroutine, rather
+			// than hand its narrowed affinity to other goroutines.
 			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			tidc <- uint32(unix.Gettid())
 			var set unix.CPUSet
 			set.Set(online[k%len(online)])

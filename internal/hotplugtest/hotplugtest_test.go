@@ -108,8 +108,9 @@ func TestWatchBesideCgroupSwitches(t *testing.T) {
 	// A byte bounced between this thread and cat in cgroup a, both on the
 	// fixed CPU (cat inherits the forking thread's affinity): two cgroup
 	// switches there a round trip.
+	// Left locked: the runtime ends the thread with its goroutine, rather
+	// than hand its narrowed affinity to other goroutines.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var one unix.CPUSet
 	one.Set(fixed)
 	if err := unix.SchedSetaffinity(0, &one); err != nil {
