@@ -120,16 +120,18 @@ func BenchmarkCreditNow(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	// Left locked: the runtime ends the thread with its goroutine, rather
-	// than hand its narrowed affinity to other goroutines.
-	runtime.LockOSThread()
-	var set unix.CPUSet
-	set.Set(0)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		b.Fatal(err)
-	}
 	for _, cpu := range testenv.OnlineCPUs(b) {
 		b.Run(fmt.Sprintf("cpu=%d", cpu), func(b *testing.B) {
+			// Each sub-benchmark runs on a goroutine of its own: pin its
+			// thread there, and leave it locked, so that the runtime ends
+			// the thread with the goroutine rather than hand its narrowed
+			// affinity to others (and RUSAGE_THREAD reads this one thread).
+			runtime.LockOSThread()
+			var set unix.CPUSet
+			set.Set(0)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				b.Fatal(err)
+			}
 			var ru0, ru1 unix.Rusage
 			unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
 			for b.Loop() {
