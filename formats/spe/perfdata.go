@@ -37,11 +37,13 @@ type PerfData struct {
 	events  *perfrecord.Events
 	out     perfrecord.Sample
 	buf     []byte
-	// Chunks with a packet that does not decode (what follows it in the
-	// chunk is dropped), and the first such error; chunks that end inside
-	// a record (the SPE driver ends them on a record's end: data was lost).
-	Bad, Cut uint64
-	First    error
+	// Records that are neither loads nor stores (no sample, as live:
+	// Stream.Other); chunks with a packet that does not decode (what
+	// follows it in the chunk is dropped), and the first such error;
+	// chunks that end inside a record (the SPE driver ends them on a
+	// record's end: data was lost).
+	Other, Bad, Cut uint64
+	First           error
 }
 
 // unknownPID marks a synthesized sample whose thread's process is not
@@ -190,6 +192,7 @@ func (s *PerfData) Decode(rec []byte, emit func(uint64, []byte)) error {
 		o := &s.out
 		*o = perfrecord.Sample{}
 		if !r.Sample(o, midr, s.tc) {
+			s.Other++
 			return
 		}
 		o.ID, o.CPU, o.PID = s.id, cpu, unknownPID

@@ -6,12 +6,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 )
 
 // Serving the Arm SPE example (examples/replay/n1-spe.data): the memory
@@ -69,5 +72,65 @@ func TestReplaySPECachelines(t *testing.T) {
 	}
 	if code, _, body := get("display=hitm"); code != 400 || !strings.Contains(body, "peer") {
 		t.Errorf("display=hitm: %d %s", code, body)
+	}
+}
+
+// Replaying an Arm SPE recording serves what live sampling counts of its
+// AUX event: the AUX records' losses by flag (PERF_AUX_FLAG_TRUNCATED 1,
+// PARTIAL 4, COLLISION 8, set by hand on five chunks below) and the records
+// of operations that are neither loads nor stores (one branch a chunk),
+// beside the memory event's samples (one load a chunk).
+func TestReplaySPEAuxLosses(t *testing.T) {
+	ops := perffile.SPEPackets(perffile.SPEOp{PC: 0x400000, Virtual: 0x1000, Source: 0xe, Context: 4242, Timestamp: 5},
+		perffile.SPEOp{PC: 0x400010, Branch: true, Context: 4242, Timestamp: 6})
+	s := perffile.SPE{PMUType: 9, MIDR: 0x410fd0c1, PID: 4242, Comm: "x", Threads: []uint32{4242}, CPUs: 2, Mult: 1, Zero: 1000,
+		Traces: []perffile.SPETrace{{CPU: 0, Data: ops, AuxFlags: 1}, {CPU: 1, Data: ops, AuxFlags: 4}, {CPU: 0, Data: ops, AuxFlags: 1 | 8}, {CPU: 1, Data: ops}, {CPU: 0, Data: ops}}}
+	file := filepath.Join(t.TempDir(), "aux.data")
+	if err := os.WriteFile(file, s.File(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := parse(t, []string{"serve", "--source=replay", "--replay.file=../../../../replay/testdata/skx-handmade.csv", "--replay.uarch=skx",
+		"--replay.samples=" + file})
+	o.Resolve()
+	p, err := replayPipeline(*o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	mfs, err := NewRegistry(p).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" || l.GetName() == "event" {
+					key += " " + l.GetValue()
+				}
+			}
+			got[key] = m.GetCounter().GetValue()
+		}
+	}
+	spe := "arm_spe_0/ts_enable=1,pa_enable=1/" // as perffile names it
+	want := map[string]float64{
+		"pmu_sampling_aux_lost_total " + spe + " truncated": 2,
+		"pmu_sampling_aux_lost_total " + spe + " partial":   1,
+		"pmu_sampling_aux_lost_total " + spe + " collision": 1,
+		"pmu_sampling_filtered_total " + spe:                5,
+		"pmu_sampling_samples_total memory":                 5,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if t.Failed() {
+		for k, v := range got {
+			if strings.HasPrefix(k, "pmu_sampling_") {
+				t.Logf("%s %v", k, v)
+			}
+		}
 	}
 }

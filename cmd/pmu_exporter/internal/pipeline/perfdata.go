@@ -45,6 +45,9 @@ func OpenPerfData(path string, stdin io.Reader) (file *perfdata.File, close func
 type PerfDataVisitor struct {
 	Record func(rec []byte, h perfrecord.Header) // every record but samples (may be nil)
 	Sample func(event int, s *perfrecord.Sample) error
+	// Other, once the file is read, is how many Arm SPE records made no
+	// sample: operations that are neither loads nor stores (may be nil).
+	Other func(n uint64)
 }
 
 // EachSample walks a perf.data file in perf's order, decoding its samples,
@@ -100,6 +103,9 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 		return v.Sample(i, &s)
 	})
 	lossAUX.warn(warn, name)
+	if armSPE != nil && v.Other != nil {
+		v.Other(armSPE.Other)
+	}
 	if armSPE != nil && armSPE.Bad > 0 {
 		fmt.Fprintf(warn, "pmu_exporter: %s: %d chunks of Arm SPE data with a packet that does not decode, read up to it: %v\n", name, armSPE.Bad, armSPE.First)
 		bad += armSPE.Bad

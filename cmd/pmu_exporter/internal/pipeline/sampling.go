@@ -276,7 +276,8 @@ func cachelinesHandler(stats *samplestat.Stats, namer func() func(uint32, uint64
 // replaySamples reads every sample of a perf.data file into the sampling
 // collector and /debug/cachelines (named from the file's MMAP records), so
 // that a `perf mem record` or `perf c2c record` taken anywhere can be
-// looked at on dashboards. The counters hold the file's totals.
+// looked at on dashboards. The counters hold the file's totals, an AUX
+// event's (Arm SPE's) losses by its AUX records' flags among them.
 func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, logger *slog.Logger) error {
 	file, closeFile, err := OpenPerfData(path, nil)
 	if err != nil {
@@ -287,7 +288,16 @@ func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, log
 	var cfgs exporter.FixedPeriods // the recorded periods
 	maps := addrmap.New()
 	var batch samplestat.Batch
+	// AUX records (event, flags): they may come before the first sample,
+	// which makes the configs, and say which events are AUX events.
+	type auxRecord struct {
+		ev    int
+		flags uint64
+	}
+	var auxRecords []auxRecord
+	var other uint64 // SPE records of other operations
 	samples, bad, err := EachSample(file, path, stderr, PerfDataVisitor{
+		Other: func(n uint64) { other = n },
 		Record: func(rec []byte, h perfrecord.Header) {
 			switch h.Type {
 			case perfrecord.TypeMmap, perfrecord.TypeMmap2:
@@ -298,6 +308,12 @@ func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, log
 				if l, err := perfrecord.DecodeLost(rec); err == nil && stats != nil {
 					i, _ := file.Events.ForRecord(rec)
 					batch.Lost(i, l.Lost)
+				}
+			case perfrecord.TypeAux:
+				if a, err := perfrecord.DecodeAux(rec); err == nil {
+					if i, err := file.Events.ForRecord(rec); err == nil {
+						auxRecords = append(auxRecords, auxRecord{i, a.Flags})
+					}
 				}
 			}
 		},
@@ -321,6 +337,15 @@ func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, log
 		},
 	})
 	if stats != nil {
+		for _, a := range auxRecords {
+			if a.ev >= 0 && a.ev < len(cfgs) {
+				cfgs[a.ev].Aux = true
+				batch.AuxFlags(a.ev, a.flags)
+			}
+		}
+		if len(auxRecords) > 0 { // the records made no sample of the AUX event's, as live
+			batch.Filtered(auxRecords[0].ev, other)
+		}
 		batch.Unlock()
 	}
 	if err != nil {
