@@ -234,11 +234,12 @@ func startIn(t *testing.T, dir, log string, argv ...string) {
 	})
 }
 
-// TestQueriesReturnData starts the exporter four times — on the synthetic
-// skx replay (pods, Top-Down), live on this host (capabilities, cgroup
-// switches, communication), live with ReuseTracker on a cgroup's
-// watchpoints, and the same with distances counted in events (stack
-// distances, miss ratios) — and Debian's Prometheus scraping them every second with the
+// TestQueriesReturnData starts the exporter five times — on the synthetic
+// skx replay (pods, Top-Down), on the Arm SPE example's replay (its AUX
+// event's losses), live on this host (capabilities, cgroup switches,
+// communication), live with ReuseTracker on a cgroup's watchpoints, and
+// the same with distances counted in events (stack distances, miss
+// ratios) — and Debian's Prometheus scraping them every second with the
 // shipped rules loaded; every query of every dashboard must return a series.
 func TestQueriesReturnData(t *testing.T) {
 	prom := testenv.RequireTool(t, "prometheus")
@@ -252,6 +253,10 @@ func TestQueriesReturnData(t *testing.T) {
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/skx-c2c.data")
+	speAddr := testenv.FreeAddr(t)
+	startProcess(t, filepath.Join(dir, "spe.log"), bin, "--web.listen-address="+speAddr,
+		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
+		"--replay.samples=../examples/replay/n1-spe.data")
 	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.counting.interval=500ms",
 		"--collector.sampling.event=page-faults", "--collector.sampling.period=100", "--collector.comm.period=200000", "--validate.on-start")
 	// Threads that share lines, for the data locality dashboard: the
@@ -290,12 +295,14 @@ scrape_configs:
       - targets: [%q]
         labels: {instance: replay-node}
       - targets: [%q]
+        labels: {instance: spe-node}
+      - targets: [%q]
         labels: {instance: live-node}
       - targets: [%q]
         labels: {instance: reuse-node}
       - targets: [%q]
         labels: {instance: stack-node}
-`, rules, replayAddr, liveAddr, reuseAddr, stackAddr)
+`, rules, replayAddr, speAddr, liveAddr, reuseAddr, stackAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgFile, []byte(cfg), 0o644)
 	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--enable-feature=native-histograms",
@@ -326,7 +333,7 @@ scrape_configs:
 		t.Errorf("%s: no data after 60 s\n%s", q.where, q.expr)
 	}
 	if t.Failed() {
-		for _, l := range []string{"replay.log", "live.log", "reuse.log", "stack.log", "prometheus.log"} {
+		for _, l := range []string{"replay.log", "spe.log", "live.log", "reuse.log", "stack.log", "prometheus.log"} {
 			b, _ := os.ReadFile(filepath.Join(dir, l))
 			t.Logf("%s:\n%s", l, tail(string(b), 2000))
 		}
