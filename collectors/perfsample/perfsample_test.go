@@ -3,6 +3,7 @@ package perfsample
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,13 +37,31 @@ func software(name string, config, period uint64) sampling.Config {
 func open(t *testing.T, cfgs []sampling.Config, pages int, g sampling.Governor) (*Sampler, *samplestat.Stats) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	stats := samplestat.New(len(cfgs), 256)
-	s, failures, err := Open(cfgs, testenv.OnlineCPUs(t), stats, Options{Pages: pages, Poll: 10 * time.Millisecond, Govern: 50 * time.Millisecond, Governor: g})
-	if err != nil || len(failures) != 0 {
-		t.Fatalf("open: %v %+v", err, failures)
+	for try := 1; ; try++ {
+		testenv.AwaitPresentOnline(t, 5*time.Second)
+		stats := samplestat.New(len(cfgs), 256)
+		s, failures, err := Open(cfgs, testenv.OnlineCPUs(t), stats, Options{Pages: pages, Poll: 10 * time.Millisecond, Govern: 50 * time.Millisecond, Governor: g})
+		if err == nil && len(failures) != 0 && try < 5 && offlineSinceListed(failures) {
+			s.Close() // another process's hotplug between the list and the open: again
+			continue
+		}
+		if err != nil || len(failures) != 0 {
+			t.Fatalf("open: %v %+v", err, failures)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, stats
 	}
-	t.Cleanup(func() { s.Close() })
-	return s, stats
+}
+
+// offlineSinceListed says whether every failure is a CPU found offline
+// (ENODEV) after the online list named it.
+func offlineSinceListed(failures []Failure) bool {
+	for _, f := range failures {
+		if !errors.Is(f.Err, unix.ENODEV) {
+			return false
+		}
+	}
+	return true
 }
 
 // kernelCount is what the kernel counted on every CPU of event i.
