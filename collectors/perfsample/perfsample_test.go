@@ -37,19 +37,27 @@ func software(name string, config, period uint64) sampling.Config {
 func open(t *testing.T, cfgs []sampling.Config, pages int, g sampling.Governor) (*Sampler, *samplestat.Stats) {
 	t.Helper()
 	testenv.RequireRoot(t)
+	stats := samplestat.New(len(cfgs), 256)
+	return openWith(t, cfgs, stats, Options{Pages: pages, Poll: 10 * time.Millisecond, Govern: 50 * time.Millisecond, Governor: g}), stats
+}
+
+// openWith opens cfgs on every online CPU, once every present CPU is
+// online, and again where one went offline between the list and the open
+// (another process's hotplug); any other failure fails the test.
+func openWith(t *testing.T, cfgs []sampling.Config, stats *samplestat.Stats, o Options) *Sampler {
+	t.Helper()
 	for try := 1; ; try++ {
 		testenv.AwaitPresentOnline(t, 5*time.Second)
-		stats := samplestat.New(len(cfgs), 256)
-		s, failures, err := Open(cfgs, testenv.OnlineCPUs(t), stats, Options{Pages: pages, Poll: 10 * time.Millisecond, Govern: 50 * time.Millisecond, Governor: g})
+		s, failures, err := Open(cfgs, testenv.OnlineCPUs(t), stats, o)
 		if err == nil && len(failures) != 0 && try < 5 && offlineSinceListed(failures) {
-			s.Close() // another process's hotplug between the list and the open: again
+			s.Close()
 			continue
 		}
 		if err != nil || len(failures) != 0 {
 			t.Fatalf("open: %v %+v", err, failures)
 		}
 		t.Cleanup(func() { s.Close() })
-		return s, stats
+		return s
 	}
 }
 
@@ -178,12 +186,7 @@ func TestLostCounted(t *testing.T) {
 	}
 	defer dir.Close()
 	stats := samplestat.New(1, 256)
-	s, failures, err := Open([]sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, testenv.OnlineCPUs(t), stats,
-		Options{Pages: 1, Cgroup: dir})
-	if err != nil || len(failures) != 0 {
-		t.Fatalf("open: %v %+v", err, failures)
-	}
-	defer s.Close()
+	s := openWith(t, []sampling.Config{software("page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS, 1)}, stats, Options{Pages: 1, Cgroup: dir})
 	// Into the cgroup and back out: cgroup v2 moves the whole process.
 	move := func(to string) {
 		if err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
