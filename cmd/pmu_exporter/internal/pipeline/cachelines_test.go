@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
@@ -23,18 +24,7 @@ import (
 // benchmark's two lines, slots' line first; by HITM none (Arm has no
 // HITM); an unknown display is a 400 naming the choices.
 func TestReplaySPECachelines(t *testing.T) {
-	o := parse(t, []string{"serve", "--source=replay", "--replay.file=../../../../replay/testdata/skx-handmade.csv", "--replay.uarch=skx",
-		"--replay.samples=../../../../examples/replay/n1-spe.data"})
-	o.Resolve()
-	p, err := replayPipeline(*o, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	mfs, err := NewRegistry(p).Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, mfs := replayOf(t, "../../../../examples/replay/n1-spe.data")
 	var b bytes.Buffer
 	for _, mf := range mfs {
 		if mf.GetName() == "pmu_mem_samples_total" {
@@ -89,18 +79,7 @@ func TestReplaySPEAuxLosses(t *testing.T) {
 	if err := os.WriteFile(file, s.File(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := parse(t, []string{"serve", "--source=replay", "--replay.file=../../../../replay/testdata/skx-handmade.csv", "--replay.uarch=skx",
-		"--replay.samples=" + file})
-	o.Resolve()
-	p, err := replayPipeline(*o, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	mfs, err := NewRegistry(p).Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, mfs := replayOf(t, file)
 	got := map[string]float64{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
@@ -133,4 +112,24 @@ func TestReplaySPEAuxLosses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// replayOf serves a perf.data file's samples on the replay source (beside
+// a hand-made counting replay), closed when the test ends, and gathers its
+// metrics once.
+func replayOf(t *testing.T, samples string) (*Pipeline, []*dto.MetricFamily) {
+	t.Helper()
+	o := parse(t, []string{"serve", "--source=replay", "--replay.file=../../../../replay/testdata/skx-handmade.csv", "--replay.uarch=skx",
+		"--replay.samples=" + samples})
+	o.Resolve()
+	p, err := replayPipeline(*o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	mfs, err := NewRegistry(p).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, mfs
 }
