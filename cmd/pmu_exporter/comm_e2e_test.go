@@ -1086,9 +1086,26 @@ func reuseBenchIn(t *testing.T, p *exporterProc, top, dir string, flags, wrapper
 		}
 	}
 	if h == nil || h.GetSampleCount() < 10 {
-		t.Fatalf("%s reuse histogram of %s/job: %v\n%s", mode, top, h, p.log)
+		t.Fatalf("%s reuse histogram of %s/job: %v\n%s\n%s", mode, top, h, reuseAccounts(mfs), p.log)
 	}
 	return reuseRun{walk: walk, wallWalk: float64(run.WalkNS) * 1e-9, lag: float64(run.LagNS) * 1e-9, h: h, mfs: mfs, lbl: lbl, log: p.log}
+}
+
+// reuseAccounts prints where a run's samples went (samples, slots, arms,
+// traps, the governors' periods and budgets), for a failure to say why it
+// saw few reuses.
+func reuseAccounts(mfs map[string]*dto.MetricFamily) string {
+	var b strings.Builder
+	for _, name := range []string{"pmu_reuse_samples_total", "pmu_reuse_samples_dropped_total", "pmu_reuse_stale_traps_total",
+		"pmu_comm_watched_threads", "pmu_comm_watched_threads_joined_total", "pmu_comm_watchpoint_arms_total",
+		"pmu_comm_watchpoint_arms_denied_total", "pmu_comm_watchpoint_traps_total", "pmu_comm_watchpoint_target_cpu_seconds_total",
+		"pmu_comm_watchpoint_trap_cpu_seconds_total", "pmu_comm_sample_period_seconds", "pmu_sampling_samples_total",
+		"pmu_sampling_lost_total", "pmu_sampling_throttled_total", "pmu_reuse_arm_latency_seconds"} {
+		for _, m := range mfs[name].GetMetric() {
+			fmt.Fprintf(&b, "%s %v\n", name, m)
+		}
+	}
+	return b.String()
 }
 
 // dominantBinHolds checks a reuse histogram against the distance the
