@@ -654,20 +654,18 @@ func TestServeCommWatchpointsShortLivedThreads(t *testing.T) {
 	}
 }
 
-// The governor keeps what the traps cost the workload near its budget
-// (here 0.1% of its CPU time), and has to refuse arms to get there. The
-// CPU time it budgets is at most what the kernel accounted to the
-// benchmark (its rusage). Its bound is on arms: a watchpoint traps on
-// every access until the reader disarms it, so traps keep coming for as
-// long as the reader takes to wake (milliseconds on a loaded 2-CPU VM,
-// tens of traps a millisecond; one such burst is the whole budget of a
-// second at 0.1%): the test allows four times the budget and the
-// allowance, over 8 s of the benchmark (2.6 to 4.1 s of its CPU time
-// watched beside scripts/noisy with a CPU taken offline every 5 s: 1.1 to
-// 2.3 times here). Over 5 s (about 2 s watched) a burst or two is a
-// larger share: 1.1 to 3 times, and once 5.3 times, in CI.
-// With one of the two CPUs taken offline by another process the reader
-// shares one CPU with everything, and its bursts are longer still: such a
+// The governor keeps what the traps cost the workload within its budget
+// (here 0.1% of its CPU time) and the allowance of 16 traps to start with,
+// and has to refuse arms to get there. The CPU time it budgets is at most
+// what the kernel accounted to the benchmark (its rusage). Its bound is on
+// arms, and each arm traps once at most (the kernel disables it), so the
+// traps overshoot by what arms were out when the budget ran out: the test
+// allows a quarter more (measured: 1.00 times, at 0.103% over 12.7 s
+// watched, and at 0.110–0.111% over 3.5–4.1 s watched beside
+// scripts/noisy with a CPU taken offline every 5 s). Before arms were
+// one-shot, a watchpoint trapped on every access until the reader
+// disarmed it, and a slow reader's burst overshot the budget 1.1 to 5.3
+// times. With one of the two CPUs taken offline by another process the
 // run is measured again (measureRun), judged by the counters' growth.
 func TestServeCommWatchBudget(t *testing.T) {
 	requireDecoder(t)
@@ -695,8 +693,8 @@ func TestServeCommWatchBudget(t *testing.T) {
 	if budget != 0.001 || cost <= 0 || cpu <= 1 || cpu > ran+0.1 {
 		t.Fatalf("budget %v, trap cost %v, watched CPU %.2f s of the benchmark's %.2f s\n%s", budget, cost, cpu, ran, p.log)
 	}
-	if spent > 4*(budget*cpu+16*cost) {
-		t.Errorf("traps cost %.2f ms, over four times 0.1%% of %.2f s + the allowance of 16 traps", spent*1e3, cpu)
+	if spent > 1.25*(budget*cpu+16*cost) {
+		t.Errorf("traps cost %.2f ms, over 1.25 times 0.1%% of %.2f s + the allowance of 16 traps", spent*1e3, cpu)
 	}
 	if denied == 0 {
 		t.Errorf("no arm refused at 0.1%%: the budget never bound")

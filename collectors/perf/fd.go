@@ -67,6 +67,16 @@ func Disable(fd int) error {
 	return nil
 }
 
+// Refresh enables a sampling event for n more overflows, after which the
+// kernel disables it (PERF_EVENT_IOC_REFRESH: the event limit, which adds
+// to what is left of it).
+func Refresh(fd, n int) error {
+	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_REFRESH, n); err != nil {
+		return fmt.Errorf("PERF_EVENT_IOC_REFRESH: %w", err)
+	}
+	return nil
+}
+
 // ModifyAttributes changes an open event's attributes in place
 // (PERF_EVENT_IOC_MODIFY_ATTRIBUTES, Linux 4.17; breakpoints only: the
 // watched address, length and type), far cheaper than closing and opening

@@ -705,7 +705,7 @@ func (d *Decoder) Govern(budget float64, cost time.Duration) {
 }
 
 // disarmOverBudget disarms every watchpoint of the processes whose traps
-// spent their budget: an armed watchpoint traps until it is disarmed.
+// spent their budget: an armed watchpoint would still trap once.
 // (ComDetective's and ReuseTracker's slots stay theirs; they are armed
 // again, or replaced, by later samples within budget.)
 func (d *Decoder) disarmOverBudget() {

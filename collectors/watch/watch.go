@@ -4,11 +4,13 @@
 // event per debug register, sampling every trap with the group's values
 // (PERF_SAMPLE_READ: the thread's CPU time at the trap, or the counts of
 // the events CountWith adds to the group: the distance clock) into one
-// ring per thread. With SampleEvery the leader samples the
+// ring per thread, the leader's. With SampleEvery the leader samples the
 // thread too, every period of its CPU time, into the same ring: samples
-// and traps on one clock, the thread's own. Arming re-targets an open
-// event with PERF_EVENT_IOC_MODIFY_ATTRIBUTES instead of reopening it. All
-// perf_event_open and ioctl calls go through collectors/perf.
+// and traps on one clock, the thread's own. An arm is good for one trap,
+// which the kernel ends (PERF_EVENT_IOC_REFRESH 1); re-arming re-targets
+// an open event with PERF_EVENT_IOC_MODIFY_ATTRIBUTES, and reopens only a
+// breakpoint whose trap came (see Arm). All perf_event_open and ioctl
+// calls go through collectors/perf.
 package watch
 
 import (
@@ -138,12 +140,35 @@ const (
 type thread struct {
 	counting bool  // AddCounting's: its leader never samples, nor counts CountWith's events
 	dirty    bool  // watchpoints changed since the last Flush
-	leader   int   // task-clock, counting
+	leader   int   // task-clock, counting; its ring holds the group's records
 	counters []int // CountWith's events
-	bps      []int // one breakpoint per slot
+	bps      []int // one breakpoint per slot (-1: none, its reopening failed)
+	ids      []uint64
 	armed    []bool
-	ring     *perfring.Ring
+	state    []armState
+	// armCount is each one-shot slot's count when it was armed: a count
+	// beyond it means its one trap came.
+	armCount []uint64
+	// retired are the ids of breakpoints closed since the last Read: their
+	// traps may still wait in the ring.
+	retired []uint64
+	ring    *perfring.Ring
+	read    []byte // the group's read, for count
 }
+
+// armState is what the kernel's event limit of a slot's breakpoint holds.
+type armState uint8
+
+const (
+	// fresh: never limited (as opened, or armed continuously by
+	// armContinuous): PERF_EVENT_IOC_REFRESH 1 makes it a one-shot.
+	fresh armState = iota
+	// oneShot: refreshed for one trap; once that came, the kernel stopped
+	// the event in a state an enable does not undo: it is opened again.
+	oneShot
+	// continuous: armed with no limit (armContinuous).
+	continuous
+)
 
 // New makes an engine of slots watchpoints per thread, with rings of pages
 // data pages.
@@ -174,7 +199,7 @@ func (e *Engine) add(tid uint32, counting bool) (err error) {
 	if _, ok := e.threads[tid]; ok {
 		return nil
 	}
-	t := &thread{leader: -1, armed: make([]bool, e.slots), counting: counting}
+	t := &thread{leader: -1, armed: make([]bool, e.slots), state: make([]armState, e.slots), armCount: make([]uint64, e.slots), counting: counting}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -202,39 +227,29 @@ func (e *Engine) add(tid uint32, counting bool) (err error) {
 		}
 		counterIDs = append(counterIDs, id)
 	}
-	ids := make([]uint64, e.slots)
+	// The ring is the leader's, which is never reopened: the breakpoints,
+	// reopened after their one-shot traps, write into it.
+	if t.ring, err = perfring.Open(t.leader, e.pages); err != nil {
+		return fmt.Errorf("thread %d: %w", tid, err)
+	}
+	if err := e.poller.Add(t.ring); err != nil {
+		t.ring.Close()
+		t.ring = nil
+		return fmt.Errorf("thread %d: %w", tid, err)
+	}
 	for slot := range e.slots {
-		a := breakpoint(placeholder, 8, true)
-		fd, err := perf.OpenFD(&a, int(tid), -1, t.leader, 0)
+		fd, id, err := openBreakpoint(tid, t.leader)
 		if err != nil {
 			return fmt.Errorf("thread %d: watchpoint %d: %w", tid, slot, err)
 		}
-		t.bps = append(t.bps, fd)
-		if slot == 0 {
-			if t.ring, err = perfring.Open(fd, e.pages); err != nil {
-				return fmt.Errorf("thread %d: %w", tid, err)
-			}
-			if err := e.poller.Add(t.ring); err != nil {
-				return fmt.Errorf("thread %d: %w", tid, err)
-			}
-		} else if err := perf.SetOutput(fd, t.bps[0]); err != nil {
-			return fmt.Errorf("thread %d: %w", tid, err)
-		}
-		if ids[slot], err = perf.ID(fd); err != nil {
-			return err
-		}
+		t.bps, t.ids = append(t.bps, fd), append(t.ids, id)
 	}
 	leaderID, err := perf.ID(t.leader)
 	if err != nil {
 		return err
 	}
-	if e.period > 0 && !counting { // its samples go to the thread's ring
-		if err := perf.SetOutput(t.leader, t.bps[0]); err != nil {
-			return fmt.Errorf("thread %d: task-clock: %w", tid, err)
-		}
-	}
 	e.threads[tid] = t
-	for slot, id := range ids {
+	for slot, id := range t.ids {
 		e.ids[id] = trapID{tid, slot}
 	}
 	e.ids[leaderID] = trapID{tid, leaderSlot}
@@ -242,6 +257,25 @@ func (e *Engine) add(tid uint32, counting bool) (err error) {
 		e.ids[id] = trapID{tid, counterSlot}
 	}
 	return e.index()
+}
+
+// openBreakpoint opens a disabled breakpoint in thread tid's group, its
+// records going to the leader's ring, and returns its fd and id.
+func openBreakpoint(tid uint32, leader int) (int, uint64, error) {
+	a := breakpoint(placeholder, 8, true)
+	fd, err := perf.OpenFD(&a, int(tid), -1, leader, 0)
+	if err != nil {
+		return -1, 0, err
+	}
+	id, err := perf.ID(fd)
+	if err == nil {
+		err = perf.SetOutput(fd, leader)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	return fd, id, nil
 }
 
 // leader is the attr of a thread's task-clock leader: counting the
@@ -357,7 +391,9 @@ func (t *thread) close() {
 		t.ring.Close()
 	}
 	for _, fd := range t.bps {
-		unix.Close(fd)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 	}
 	for _, fd := range t.counters {
 		unix.Close(fd)
@@ -387,30 +423,142 @@ func (e *Engine) Threads() []uint32 {
 	return out
 }
 
-// Arm points thread tid's watchpoint slot at [addr, addr+size) and enables
-// it, in effect at once after Flush; the size must be 1, 2, 4 or 8 and the
-// address aligned to it. It
-// traps on every matching access until Disarm: the algorithms want one
-// outcome per arm, so their reader wakes on each trap (Wait) and disarms.
-// (PERF_EVENT_IOC_REFRESH 1 would make the kernel disable it after one
-// trap, but on Linux 6.18 here such a watchpoint never trapped again,
-// whatever was modified, refreshed or enabled after, unless its period was
-// set while its thread ran: docs/sampling.md.)
+// Arm points thread tid's watchpoint slot at [addr, addr+size) for one
+// trap, in effect at once after Flush; the size must be 1, 2, 4 or 8 and
+// the address aligned to it. The kernel disables the watchpoint at its
+// first trap (PERF_EVENT_IOC_REFRESH 1): the algorithms want one outcome
+// per arm, and a watchpoint left armed until its reader reacted trapped on
+// every access meanwhile, 25 µs each here: a thread spinning on a watched
+// word trapped hundreds of times before the reader disarmed it, which
+// spent its process's budget for seconds (docs/sampling.md).
+//
+// Re-arming moves an armed watchpoint with PERF_EVENT_IOC_MODIFY_ATTRIBUTES;
+// one whose trap came is opened again instead: after the limit's trap the
+// kernel (6.18) leaves the event stopped, and an enable or a modify then
+// installs it with its traps uncounted and unrecorded, each still costing
+// the thread. Whether the trap came is the slot's count, read before and
+// after a modify, so that a trap between them is not missed.
 func (e *Engine) Arm(tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error {
-	t := e.threads[tid]
-	if t == nil || slot < 0 || slot >= len(t.bps) {
-		return fmt.Errorf("thread %d has no watchpoint %d", tid, slot)
+	t, err := e.slot(tid, slot)
+	if err != nil {
+		return err
 	}
-	// MODIFY_ATTRIBUTES copies the disabled bit with the address, length
-	// and type: clear, it leaves the watchpoint enabled.
-	a := breakpoint(addr, size, writesOnly)
-	a.Bits &^= unix.PerfBitDisabled
-	if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
+	if err := e.arm(t, tid, slot, addr, size, writesOnly); err != nil {
 		return fmt.Errorf("thread %d: watchpoint %d on %#x/%d: %w", tid, slot, addr, size, err)
 	}
 	t.armed[slot] = true
 	t.dirty = true
 	return nil
+}
+
+func (e *Engine) slot(tid uint32, slot int) (*thread, error) {
+	t := e.threads[tid]
+	if t == nil || slot < 0 || slot >= len(t.bps) {
+		return nil, fmt.Errorf("thread %d has no watchpoint %d", tid, slot)
+	}
+	return t, nil
+}
+
+func (e *Engine) arm(t *thread, tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error {
+	a := breakpoint(addr, size, writesOnly)
+	if t.state[slot] == oneShot && t.bps[slot] >= 0 {
+		c0, err := t.count(slot)
+		if err != nil {
+			return err
+		}
+		if c0 == t.armCount[slot] { // its trap is still to come: move it
+			// MODIFY_ATTRIBUTES copies the disabled bit with the address,
+			// length and type: clear, it leaves the watchpoint enabled,
+			// its limit still one trap.
+			a.Bits &^= unix.PerfBitDisabled
+			if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
+				return err
+			}
+			c1, err := t.count(slot)
+			if err != nil || c1 == c0 {
+				return err
+			}
+			a.Bits |= unix.PerfBitDisabled // it trapped meanwhile: open it again
+		}
+	}
+	if t.state[slot] != fresh || t.bps[slot] < 0 {
+		if err := e.reopen(t, tid, slot); err != nil {
+			return err
+		}
+	}
+	// Disabled, moved, counted, then enabled for one trap: no trap can
+	// come between the count and the limit.
+	if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
+		return err
+	}
+	c, err := t.count(slot)
+	if err != nil {
+		return err
+	}
+	if err := perf.Refresh(t.bps[slot], 1); err != nil {
+		return err
+	}
+	t.state[slot], t.armCount[slot] = oneShot, c
+	return nil
+}
+
+// armContinuous arms a watchpoint with no limit: it traps on every
+// matching access until Disarm. TrapCost measures a trap's cost by many.
+func (e *Engine) armContinuous(tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error {
+	t, err := e.slot(tid, slot)
+	if err != nil {
+		return err
+	}
+	if t.state[slot] != fresh || t.bps[slot] < 0 {
+		if err := e.reopen(t, tid, slot); err != nil {
+			return err
+		}
+	}
+	a := breakpoint(addr, size, writesOnly)
+	a.Bits &^= unix.PerfBitDisabled
+	if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
+		return fmt.Errorf("thread %d: watchpoint %d on %#x/%d: %w", tid, slot, addr, size, err)
+	}
+	t.state[slot], t.armed[slot], t.dirty = continuous, true, true
+	return nil
+}
+
+// reopen closes a slot's breakpoint and opens a fresh one, disabled, in
+// its place (closed first: a thread holds no more breakpoints than its
+// debug registers). The old one's traps may still wait in the ring: its id
+// stays known until the next Read.
+func (e *Engine) reopen(t *thread, tid uint32, slot int) error {
+	if old := t.bps[slot]; old >= 0 {
+		unix.Close(old)
+		t.bps[slot] = -1
+		t.retired = append(t.retired, t.ids[slot])
+	}
+	fd, id, err := openBreakpoint(tid, t.leader)
+	if err != nil {
+		return fmt.Errorf("opening it again: %w", err)
+	}
+	t.bps[slot], t.ids[slot], t.state[slot] = fd, id, fresh
+	e.ids[id] = trapID{tid, slot}
+	return nil
+}
+
+// count is how many times the slot's breakpoint trapped, from the group's
+// read (PERF_FORMAT_GROUP|ID: nr, then a value and an id per event).
+func (t *thread) count(slot int) (uint64, error) {
+	if n := 8 + 16*(1+len(t.counters)+len(t.bps)); len(t.read) < n {
+		t.read = make([]byte, n)
+	}
+	b := t.read
+	n, err := unix.Read(t.leader, b)
+	if err != nil {
+		return 0, fmt.Errorf("reading the group: %w", err)
+	}
+	for off := 8; off+16 <= n; off += 16 {
+		if binary.LittleEndian.Uint64(b[off+8:]) == t.ids[slot] {
+			return binary.LittleEndian.Uint64(b[off:]), nil
+		}
+	}
+	return 0, fmt.Errorf("the group's read has no watchpoint %d", slot)
 }
 
 // Flush makes the arms and disarms since the last Flush take effect now in
@@ -455,6 +603,9 @@ func (e *Engine) Disarm(tid uint32, slot int) error {
 	}
 	t.armed[slot] = false
 	t.dirty = true
+	if t.bps[slot] < 0 {
+		return nil
+	}
 	return perf.Disable(t.bps[slot])
 }
 
@@ -476,6 +627,7 @@ func (e *Engine) Read(fn func(Trap)) (bad int, lost uint64) { return e.ReadSampl
 func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, lost uint64) {
 	var s perfrecord.Sample
 	for _, t := range e.threads {
+		retired := len(t.retired) // closed before this read: all their traps are in the ring
 		t.ring.Read(func(rec []byte) bool {
 			h, err := perfrecord.ParseHeader(rec)
 			if err == nil && h.Type == perfrecord.TypeLost {
@@ -512,6 +664,10 @@ func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, los
 			fn(tr)
 			return true
 		})
+		for _, id := range t.retired[:retired] {
+			delete(e.ids, id)
+		}
+		t.retired = t.retired[:copy(t.retired, t.retired[retired:])]
 	}
 	return bad, lost
 }
@@ -610,7 +766,7 @@ func trapCost(n int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := e.Arm(tid, 0, uint64(uintptr(unsafe.Pointer(v))), 8, true); err != nil {
+	if err := e.armContinuous(tid, 0, uint64(uintptr(unsafe.Pointer(v))), 8, true); err != nil {
 		return 0, err
 	}
 	if err := e.Flush(); err != nil {

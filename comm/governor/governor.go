@@ -74,11 +74,11 @@ func (g *Governor) Allow(pid uint32) bool {
 }
 
 // Over says whether pid's traps have spent its budget: the traps of one
-// more allowed sample would not fit. A sample's arms trap a number of
-// times the workload decides (every access until the reader disarms
-// them), so one more is expected to cost what the allowed samples cost so
-// far on average, one trap at least. Its watchpoints should then be
-// disarmed, since an armed one traps again and again until it is.
+// more allowed sample would not fit. A sample arms watchpoints in one
+// thread or several, each trapping once at most (collectors/watch), and
+// how many trap the workload decides, so one more is expected to cost
+// what the allowed samples cost so far on average, one trap at least. Its
+// watchpoints should then be disarmed: an armed one would still trap.
 func (g *Governor) Over(pid uint32) bool {
 	t := g.targets[pid]
 	if t == nil {

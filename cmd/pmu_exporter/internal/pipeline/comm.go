@@ -795,9 +795,10 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 	// wait a second for its first arms.
 	ran := time.NewTicker(100 * time.Millisecond)
 	defer ran.Stop()
-	// The traps are read as they come: a watchpoint traps on every access
-	// until the reader disarms it. watchThreads returns only once this
-	// reader has, so that closing the engine never unmaps a ring it reads.
+	// The traps are read as they come: each ends its slot's sample, and
+	// the slot's watchpoints in the other threads wait to be disarmed.
+	// watchThreads returns only once this reader has, so that closing the
+	// engine never unmaps a ring it reads.
 	reading := make(chan struct{})
 	defer func() { <-reading }()
 	go func() {
