@@ -80,7 +80,14 @@ func (r *Ring) Size() int { return len(r.data) }
 // delivered; everything from it to data_head is dropped, as there is no
 // telling where the next record starts, so that the following reads go on
 // with what the kernel writes next rather than stalling on it.
-func (r *Ring) Read(fn func(rec []byte) bool) (int, error) {
+func (r *Ring) Read(fn func(rec []byte) bool) (int, error) { return r.scan(fn, true) }
+
+// Peek hands fn the records Read would, leaving them all for the next
+// Read: a writer's own check of what came, without taking it from the
+// reader.
+func (r *Ring) Peek(fn func(rec []byte) bool) (int, error) { return r.scan(fn, false) }
+
+func (r *Ring) scan(fn func(rec []byte) bool, consume bool) (int, error) {
 	head := atomic.LoadUint64(&r.meta.Data_head)
 	tail := r.meta.Data_tail // only this reader writes it
 	n := 0
@@ -119,7 +126,9 @@ func (r *Ring) Read(fn func(rec []byte) bool) (int, error) {
 			break
 		}
 	}
-	atomic.StoreUint64(&r.meta.Data_tail, tail)
+	if consume {
+		atomic.StoreUint64(&r.meta.Data_tail, tail)
+	}
 	return n, err
 }
 

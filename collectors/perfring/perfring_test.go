@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,6 +147,30 @@ func TestPageFaultAddresses(t *testing.T) {
 	}
 	if got := count(t, fd); uint64(samples) != got {
 		t.Errorf("%d samples read, the kernel counted %d faults", samples, got)
+	}
+}
+
+// Peek sees the records Read would and leaves them: after two peeks,
+// Read gets every record, the same ones, and a peek after it none.
+func TestPeekLeavesRecords(t *testing.T) {
+	fd, r := openRing(t, 64)
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0)
+	touch(t, 50)
+	unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	sizes := func(read func(func([]byte) bool) (int, error)) []int {
+		var out []int
+		if _, err := read(func(rec []byte) bool { out = append(out, len(rec)); return true }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	first, second := sizes(r.Peek), sizes(r.Peek)
+	read := sizes(r.Read)
+	if got := count(t, fd); uint64(len(read)) < got || !slices.Equal(first, second) || !slices.Equal(first, read) {
+		t.Errorf("peeked %d and %d records, read %d, the kernel counted %d faults", len(first), len(second), len(read), got)
+	}
+	if after := sizes(r.Peek); len(after) != 0 {
+		t.Errorf("peek after the read: %d records", len(after))
 	}
 }
 

@@ -146,14 +146,13 @@ type thread struct {
 	ids      []uint64
 	armed    []bool
 	state    []armState
-	// armCount is each one-shot slot's count when it was armed: a count
-	// beyond it means its one trap came.
-	armCount []uint64
+	// fired: the slot's one-shot trap came (its record was read, or seen
+	// unread when re-arming).
+	fired []bool
 	// retired are the ids of breakpoints closed since the last Read: their
 	// traps may still wait in the ring.
 	retired []uint64
 	ring    *perfring.Ring
-	read    []byte // the group's read, for count
 }
 
 // armState is what the kernel's event limit of a slot's breakpoint holds.
@@ -199,7 +198,7 @@ func (e *Engine) add(tid uint32, counting bool) (err error) {
 	if _, ok := e.threads[tid]; ok {
 		return nil
 	}
-	t := &thread{leader: -1, armed: make([]bool, e.slots), state: make([]armState, e.slots), armCount: make([]uint64, e.slots), counting: counting}
+	t := &thread{leader: -1, armed: make([]bool, e.slots), state: make([]armState, e.slots), fired: make([]bool, e.slots), counting: counting}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -436,8 +435,11 @@ func (e *Engine) Threads() []uint32 {
 // one whose trap came is opened again instead: after the limit's trap the
 // kernel (6.18) leaves the event stopped, and an enable or a modify then
 // installs it with its traps uncounted and unrecorded, each still costing
-// the thread. Whether the trap came is the slot's count, read before and
-// after a modify, so that a trap between them is not missed.
+// the thread. Whether the trap came: its record was read, or, the
+// watchpoint disabled first so that none can come after, its record waits
+// in the ring (Peek), or records were lost there (then it is opened again
+// in case). A move costs what a modify of an enabled watchpoint costs
+// (a disable and an enable), and no read of the group.
 func (e *Engine) Arm(tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error {
 	t, err := e.slot(tid, slot)
 	if err != nil {
@@ -460,25 +462,19 @@ func (e *Engine) slot(tid uint32, slot int) (*thread, error) {
 }
 
 func (e *Engine) arm(t *thread, tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error {
-	a := breakpoint(addr, size, writesOnly)
-	if t.state[slot] == oneShot && t.bps[slot] >= 0 {
-		c0, err := t.count(slot)
-		if err != nil {
+	a := breakpoint(addr, size, writesOnly) // disabled
+	if t.state[slot] == oneShot && !t.fired[slot] && t.bps[slot] >= 0 {
+		// Disabled, it traps no more, and a trap it made is in the ring
+		// (its handler wrote the record before the disable's IPI ran).
+		if err := perf.Disable(t.bps[slot]); err != nil {
 			return err
 		}
-		if c0 == t.armCount[slot] { // its trap is still to come: move it
-			// MODIFY_ATTRIBUTES copies the disabled bit with the address,
-			// length and type: clear, it leaves the watchpoint enabled,
-			// its limit still one trap.
-			a.Bits &^= unix.PerfBitDisabled
+		t.fired[slot] = t.trapUnread(slot)
+		if !t.fired[slot] { // its trap is still to come: move it, then enable it, its limit still one trap
 			if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
 				return err
 			}
-			c1, err := t.count(slot)
-			if err != nil || c1 == c0 {
-				return err
-			}
-			a.Bits |= unix.PerfBitDisabled // it trapped meanwhile: open it again
+			return perf.Enable(t.bps[slot])
 		}
 	}
 	if t.state[slot] != fresh || t.bps[slot] < 0 {
@@ -486,20 +482,33 @@ func (e *Engine) arm(t *thread, tid uint32, slot int, addr uint64, size uint8, w
 			return err
 		}
 	}
-	// Disabled, moved, counted, then enabled for one trap: no trap can
-	// come between the count and the limit.
 	if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
-		return err
-	}
-	c, err := t.count(slot)
-	if err != nil {
 		return err
 	}
 	if err := perf.Refresh(t.bps[slot], 1); err != nil {
 		return err
 	}
-	t.state[slot], t.armCount[slot] = oneShot, c
+	t.state[slot], t.fired[slot] = oneShot, false
 	return nil
+}
+
+// trapUnread says whether the ring holds a trap of the slot's breakpoint
+// not read yet, or lost records, which might have been one.
+func (t *thread) trapUnread(slot int) bool {
+	found := false
+	t.ring.Peek(func(rec []byte) bool {
+		h, err := perfrecord.ParseHeader(rec)
+		switch {
+		case err != nil:
+		case h.Type == perfrecord.TypeLost:
+			found = true
+		case h.Type == perfrecord.TypeSample && len(rec) >= perfrecord.HeaderSize+8:
+			// PERF_SAMPLE_IDENTIFIER: the id first.
+			found = binary.NativeEndian.Uint64(rec[perfrecord.HeaderSize:]) == t.ids[slot]
+		}
+		return !found
+	})
+	return found
 }
 
 // armContinuous arms a watchpoint with no limit: it traps on every
@@ -537,28 +546,9 @@ func (e *Engine) reopen(t *thread, tid uint32, slot int) error {
 	if err != nil {
 		return fmt.Errorf("opening it again: %w", err)
 	}
-	t.bps[slot], t.ids[slot], t.state[slot] = fd, id, fresh
+	t.bps[slot], t.ids[slot], t.state[slot], t.fired[slot] = fd, id, fresh, false
 	e.ids[id] = trapID{tid, slot}
 	return nil
-}
-
-// count is how many times the slot's breakpoint trapped, from the group's
-// read (PERF_FORMAT_GROUP|ID: nr, then a value and an id per event).
-func (t *thread) count(slot int) (uint64, error) {
-	if n := 8 + 16*(1+len(t.counters)+len(t.bps)); len(t.read) < n {
-		t.read = make([]byte, n)
-	}
-	b := t.read
-	n, err := unix.Read(t.leader, b)
-	if err != nil {
-		return 0, fmt.Errorf("reading the group: %w", err)
-	}
-	for off := 8; off+16 <= n; off += 16 {
-		if binary.LittleEndian.Uint64(b[off+8:]) == t.ids[slot] {
-			return binary.LittleEndian.Uint64(b[off:]), nil
-		}
-	}
-	return 0, fmt.Errorf("the group's read has no watchpoint %d", slot)
 }
 
 // Flush makes the arms and disarms since the last Flush take effect now in
@@ -653,6 +643,9 @@ func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, los
 					sampled(Sampled{Sample: &s, Clock: e.clock(s.Read)})
 				}
 				return true
+			}
+			if ti.slot >= 0 && s.ID == t.ids[ti.slot] && t.state[ti.slot] == oneShot {
+				t.fired[ti.slot] = true // the kernel disabled it: re-armed, it is opened again
 			}
 			tr := Trap{PID: s.PID, TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time, Watched: s.Addr}
 			if len(s.Read) > 0 {
