@@ -93,7 +93,7 @@ func (c *CommCollector) WithWatch(f func() WatchStats) *CommCollector {
 	c.traps = prometheus.NewDesc("pmu_comm_watchpoint_traps_total",
 		"Watchpoint traps read, by outcome: on ComDetective's trap path recorded (its access, decoded from the trapping instruction, counted as communication with the line's publisher), ignored (it came after its thread was armed elsewhere), undecodable; reuse (handed to ReuseTracker: a reuse, an invalidation or stale, pmu_reuse_*); lost (the kernel's ring was full).",
 		[]string{"outcome"}, nil)
-	c.arms = prometheus.NewDesc("pmu_comm_watchpoint_arms_total", "Watchpoints armed by sampled accesses (both algorithms).", nil, nil)
+	c.arms = prometheus.NewDesc("pmu_comm_watchpoint_arms_total", "Watchpoints armed by sampled accesses (both algorithms); each traps once at most, at the first matching access (the kernel then disables it).", nil, nil)
 	c.watchedThreads = prometheus.NewDesc("pmu_comm_watched_threads", "Threads with watchpoint events open, by what their registers serve (use: watchpoints, ComDetective's trap path; reuse, ReuseTracker).", []string{"use"}, nil)
 	c.joined = prometheus.NewDesc("pmu_comm_watched_threads_joined_total", "Threads of watched processes given watchpoint events at their first sample, before the second's reading of their cgroup's threads found them (short-lived threads).", nil, nil)
 	c.budget = prometheus.NewDesc("pmu_comm_watchpoint_budget_ratio", "The share of a watched process's CPU time its watchpoint traps may cost it (--collector.comm.watch-budget).", nil, nil)
