@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -60,6 +61,7 @@ func recordShareBench(t *testing.T, perf, bench, mode, f string) (string, benchL
 	var stdout bytes.Buffer
 	for try := 1; ; try++ {
 		present := testenv.AwaitPresentOnline(t, 5*time.Second)
+		watch := hotplugtest.Start(t)
 		cmd := exec.Command(perf, "record", "-q", "-e", "cpu-clock:u", "-c", "100000", "--user-regs="+amd64UserRegs, "-o", data,
 			"--", bench, "-mode", mode, "-f", f, "-duration", "2s")
 		var stderr bytes.Buffer
@@ -68,14 +70,26 @@ func recordShareBench(t *testing.T, perf, bench, mode, f string) (string, benchL
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("perf record %s f=%s: %v\n%s", mode, f, err, stderr.Bytes())
 		}
+		// A recording during which a CPU went offline is made again: the
+		// threads then take turns on the other, their samples seldom meet
+		// within a window (the f = 0.5 volume benchmark with CPU 1 offline
+		// for 1.5 s of its 2: 936 detections, against about 20,000; a CI
+		// run's recording had none), and perf never records again on a
+		// CPU that comes back.
+		offlined := watch.Offlined(t)
+		watch.Stop()
 		opened := recordedEventCPUs(t, perf, data)
-		if opened >= present {
+		if opened >= present && offlined < 0 {
 			break
 		}
-		if try == 3 {
-			t.Fatalf("perf record %s f=%s opened its event on %d of %d CPUs three times: a CPU kept going offline (hotplug by another process)", mode, f, opened, present)
+		if try == 5 { // a neighbour that toggles every few seconds: judge the last
+			if opened < present {
+				t.Fatalf("perf record %s f=%s opened its event on %d of %d CPUs five times: a CPU kept going offline (hotplug by another process)", mode, f, opened, present)
+			}
+			t.Logf("perf record %s f=%s: CPU %d went offline during each of five recordings (hotplug by another process): judging the last", mode, f, offlined)
+			break
 		}
-		t.Logf("perf record %s f=%s opened its event on %d of %d CPUs (one was offline): recording again", mode, f, opened, present)
+		t.Logf("perf record %s f=%s: a CPU was offline while it recorded (its event opened on %d of %d CPUs; CPU %d offlined): recording again", mode, f, opened, present, offlined)
 	}
 	var l benchLayout
 	line, _ := bufio.NewReader(&stdout).ReadBytes('\n')
@@ -331,7 +345,7 @@ func TestGroundTruthRecorded(t *testing.T) {
 			}
 			t.Logf("sharing %s: volume on the shared line %d", f, ours)
 			if f == "0" && ours != 0 || f != "0" && ours == 0 {
-				t.Errorf("sharing %s: volume %d on the shared line", f, ours)
+				t.Errorf("sharing %s: volume %d on the shared line; the recording:\n%s", f, ours, commText(t, data, l.PID))
 			}
 		}
 	})
