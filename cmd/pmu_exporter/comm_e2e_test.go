@@ -705,16 +705,23 @@ func TestServeCommWatchBudget(t *testing.T) {
 // ReuseTracker's watchpoints: on a thread that stores to every slot of an
 // array in turn, each reuse comes a walk after its use (the program times
 // its own walk): the histogram's dominant bin holds the walk time, most
-// reuses lie within a factor two of it, and one thread alone is never
-// invalidated.
+// reuses lie within a factor two of it, and one thread alone is not
+// invalidated (but for the Go runtime's own threads' words).
 func TestServeReuseLive(t *testing.T) {
 	requireDecoder(t)
 	testenv.RequireRoot(t)
 	r := runReuseBench(t, nil, nil, "-slots", "4194304", "-duration", "3s")
 	h, walk := r.h, r.walk
 	dominantBinHolds(t, h, walk, "s")
-	if v := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); v != 0 {
-		t.Errorf("%v invalidations of a single thread", v)
+	// The walker's slots are its alone: a sample of them is never
+	// invalidated. The process's Go runtime threads are watched too, and
+	// share words of their own (the scheduler's): a sample of one of those
+	// may be invalidated by another, for real (once in 125 reuses, in a
+	// clean CI run with arms one-shot, so that no trap burst spent the
+	// budget). The invalidations are held to that rarity.
+	samples := mustValue(t, r.mfs, "pmu_reuse_samples_total", r.lbl)
+	if inv := mustValue(t, r.mfs, "pmu_reuse_invalidations_total", r.lbl); inv > max(2, samples/50) {
+		t.Errorf("%v invalidations of %v samples of one walking thread (and the runtime's)", inv, samples)
 	}
 	with := func(name, label, value string) float64 {
 		l := maps.Clone(r.lbl)
