@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -86,9 +87,7 @@ func TestEngineTrapsOncePerArm(t *testing.T) {
 	if runtime.GOARCH == "amd64" && slots != 4 {
 		t.Errorf("%d watchpoints per thread on x86-64, which has 4 debug registers", slots)
 	}
-	if slots < 4 {
-		t.Skipf("%d watchpoints per thread: the test uses 4", slots)
-	}
+	testenv.Require(t, slots >= 4, fmt.Sprintf("%d watchpoints per thread: the test uses 4", slots))
 	w := startWorker(t)
 	e, err := New(slots, 256) // 1 MiB: hundreds of traps with their registers
 	if err != nil {
