@@ -1096,9 +1096,9 @@ func reuseBenchIn(t *testing.T, p *exporterProc, top, dir string, flags, wrapper
 	return reuseRun{walk: walk, wallWalk: float64(run.WalkNS) * 1e-9, lag: float64(run.LagNS) * 1e-9, h: h, mfs: mfs, lbl: lbl, log: p.log}
 }
 
-// reuseAccounts prints where a run's samples went (samples, slots, arms,
-// traps, the governors' periods and budgets), for a failure to say why it
-// saw few reuses.
+// reuseAccounts prints where a run's samples went (reuse samples and
+// drops, arms and refusals, traps by outcome, the watched and trap CPU
+// time, the sampler's period), for a failure to say why it saw few reuses.
 func reuseAccounts(mfs map[string]*dto.MetricFamily) string {
 	var b strings.Builder
 	for _, name := range []string{"pmu_reuse_samples_total", "pmu_reuse_samples_dropped_total", "pmu_reuse_stale_traps_total",
