@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -244,6 +245,9 @@ func startIn(t *testing.T, dir, log string, argv ...string) {
 func TestQueriesReturnData(t *testing.T) {
 	prom := testenv.RequireTool(t, "prometheus")
 	testenv.RequireRoot(t)
+	// Reuse distances and the trap panels come from watchpoints: on a
+	// guest the debug registers do not reach, those queries have no data.
+	traps := testenv.HasFeature(t, hostgate.Watchpoints)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "pmu_exporter")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pmu_exporter").CombinedOutput(); err != nil {
@@ -329,7 +333,12 @@ scrape_configs:
 			}
 		}
 	}
-	for _, q := range pending {
+	for k, q := range pending {
+		if !traps && watchpointQuery.MatchString(q.expr) {
+			t.Logf("%s: no data, as expected where watchpoints do not fire (internal/hostgate)\n%s", q.where, q.expr)
+			delete(pending, k)
+			continue
+		}
 		t.Errorf("%s: no data after 60 s\n%s", q.where, q.expr)
 	}
 	if t.Failed() {
@@ -354,6 +363,10 @@ scrape_configs:
 }
 
 var metricName = regexp.MustCompile(`pmu_[a-z0-9_]+`)
+
+// watchpointQuery matches the queries whose data only traps make:
+// ReuseTracker's and the watchpoint budget's.
+var watchpointQuery = regexp.MustCompile(`pmu_(reuse|comm_watch)[a-z0-9_]*`)
 
 // exposed is the lines of an exporter's /metrics whose metric is in names
 // or is about its sampling and communication (pmu_sampling_*, pmu_comm_*).

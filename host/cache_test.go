@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -118,6 +119,7 @@ func TestCacheSizesWithoutFirmwareSizes(t *testing.T) {
 // have the same one exactly where each is in the other's last-level
 // shared_cpu_list.
 func TestLLCDomainsHere(t *testing.T) {
+	testenv.RequireFeature(t, hostgate.CacheTopology)
 	cpus, err := OnlineCPUs("/sys")
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +157,7 @@ func TestLLCDomainsHere(t *testing.T) {
 // CPU's domain read while a sibling is offline is the same as read with
 // both online, and the sibling is placed once it is back.
 func TestLLCDomainsUnderHotplug(t *testing.T) {
+	testenv.RequireFeature(t, hostgate.CacheTopology)
 	cpu, ctl := testenv.HotplugCPU(t)
 	all := NewLLCDomains("/sys")
 	online := testenv.OnlineCPUs(t)

@@ -34,6 +34,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -497,6 +498,7 @@ func TestServeCommAnnotatedPods(t *testing.T) {
 // the node's flags say; and an unknown value selects nothing and is said.
 func TestServeCommPodsChooseRegisters(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	testenv.RequireRoot(t)
 	share := buildShareBench(t)
 	walker := buildGroundTruth(t, "reusebench")
@@ -570,6 +572,7 @@ func TestServeCommPodsChooseRegisters(t *testing.T) {
 // slots' line only false sharing, the shared variable's only true.
 func TestServeCommWatchpoints(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
 	top, dirs := testenv.Cgroups(t, "job")
@@ -621,6 +624,7 @@ func TestServeCommWatchpoints(t *testing.T) {
 // with two spinning processes beside, against 4 to 9 before.
 func TestServeCommWatchpointsShortLivedThreads(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	testenv.RequireRoot(t)
 	churn := buildGroundTruth(t, "threadchurn")
 	top, dirs := testenv.Cgroups(t, "job")
@@ -669,6 +673,7 @@ func TestServeCommWatchpointsShortLivedThreads(t *testing.T) {
 // run is measured again (measureRun), judged by the counters' growth.
 func TestServeCommWatchBudget(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	testenv.RequireRoot(t)
 	bench := buildShareBench(t)
 	top, dirs := testenv.Cgroups(t, "job")
@@ -709,6 +714,7 @@ func TestServeCommWatchBudget(t *testing.T) {
 // invalidated (but for the Go runtime's own threads' words).
 func TestServeReuseLive(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	testenv.RequireRoot(t)
 	r := runReuseBench(t, nil, nil, "-slots", "4194304", "-duration", "3s")
 	h, walk := r.h, r.walk
@@ -780,6 +786,7 @@ func TestServeReuseLive(t *testing.T) {
 // the histogram's reuses must lie.
 func TestServeReuseThreadCPUTime(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	testenv.RequireRoot(t)
 	// The thread runs a tenth of the time: a budget that keeps the period
 	// at 1 ms gives it enough samples.
@@ -870,6 +877,7 @@ func TestServeReuseClockWithoutPMU(t *testing.T) {
 // here, only their shape is checked.
 func TestServeReuseEventClock(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	testenv.RequireRoot(t)
 	r := runReuseBench(t, []string{"--collector.comm.reuse-clock=accesses=context-switches", "--collector.comm.cpu-budget=0.2"}, nil,
 		"-slots", "1048576", "-duration", "4s", "-naps", "16", "-sleep", "10ms")
@@ -954,6 +962,7 @@ func TestServeReuseInstructionClock(t *testing.T) {
 		return
 	}
 	unix.Close(fd)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	r := runReuseBench(t, []string{clock, "--collector.comm.cpu-budget=0.2"}, nil, "-slots", "1048576", "-duration", "3s")
 	dominantBinHolds(t, r.h, r.walk, "instructions")
 }
@@ -1194,6 +1203,7 @@ func countUpTo(h *dto.Histogram, x float64) uint64 {
 // other's.
 func TestServeReuseShared(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	testenv.RequireRoot(t)
 	shared, _ := cpu0LLC(t)
 	testenv.Require(t, strings.ContainsAny(shared, "-,"), "CPU 0 shares its last-level cache with no other CPU: "+shared)
@@ -1216,6 +1226,7 @@ func TestServeReuseShared(t *testing.T) {
 // sysfs names its cache.
 func TestServeReuseSharedAfterHotplug(t *testing.T) {
 	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
 	cpu, ctl := testenv.HotplugCPU(t)
 	shared, domain := cpu0LLC(t)
 	cpus, err := cpuset.Parse(shared)
@@ -1247,6 +1258,7 @@ func TestServeReuseSharedAfterHotplug(t *testing.T) {
 // and id, or the CPU list where sysfs gives no id).
 func cpu0LLC(t *testing.T) (shared, domain string) {
 	t.Helper()
+	testenv.RequireFeature(t, hostgate.CacheTopology)
 	found := false
 	testenv.EveryCPUOnline(t, func() { shared, domain, found = readCPU0LLC() })
 	testenv.Require(t, found, "sysfs describes neither an L3 nor an L2 of CPU 0")

@@ -16,6 +16,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -82,6 +83,7 @@ func TestExitedForgetsWatchedThreads(t *testing.T) {
 // totals stay with its cgroup's (processes gone) and the process has none.
 func TestSetWatchedSwitchesUse(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints) // it judges runs by their traps
 	// Every register a slot: a slot armed on what a sample outside the
 	// store loop touched (the clock's reads; more of them under the race
 	// detector) traps on nothing, and the reservoir keeps the first

@@ -10,6 +10,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -23,8 +24,9 @@ func want(t *testing.T, r capability.Report, features map[string]bool) {
 }
 
 // TestThisHost runs the live probes. Expectations come from sources other than the
-// probes: root can count system-wide and set watchpoints, and a host whose sysfs
-// lists no core PMU cannot have hardware counters.
+// probes: root can count system-wide, watchpoints fire where perf's mem: event
+// counts (internal/hostgate), and a host whose sysfs lists no core PMU cannot
+// have hardware counters.
 func TestThisHost(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.LockMachine(t, false)
@@ -44,7 +46,7 @@ func TestThisHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	initialUserNS := strings.Join(strings.Fields(string(uidMap)), " ") == "0 0 4294967295"
-	want(t, r, map[string]bool{capability.SystemWide: true, capability.Breakpoints: true, capability.EBPF: true,
+	want(t, r, map[string]bool{capability.SystemWide: true, capability.Breakpoints: testenv.HasFeature(t, hostgate.Watchpoints), capability.EBPF: true,
 		capability.CgroupEvents: testenv.Cgroup2Mount() != "", capability.AddressSampling: decodes,
 		capability.HotplugUevents: initialUserNS})
 	hasCore := false

@@ -16,6 +16,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/validate"
@@ -44,7 +45,15 @@ func TestSoftwareKernels(t *testing.T) {
 		{sw("minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN), FreshPages(true), 1},
 		{sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES), PipeRoundTrips(false), 1},
 		{sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK), Spin(true), 1},
-		{Counter{Name: "breakpoint", Watch: watched}, WatchedWrites(false, watched), 1},
+	}
+	// A guest the debug registers do not reach opens a watchpoint that
+	// counts nothing: validate reports it not measurable there.
+	if testenv.HasFeature(t, hostgate.Watchpoints) {
+		cases = append(cases, struct {
+			c     Counter
+			k     Kernel
+			slope float64
+		}{Counter{Name: "breakpoint", Watch: watched}, WatchedWrites(false, watched), 1})
 	}
 	for _, c := range cases {
 		counts, err := Measure(0, c.c, c.k)
@@ -403,5 +412,23 @@ func TestRoundTripsWithoutPartner(t *testing.T) {
 	}
 	if err := roundTrips(100, func(work func()) error { work(); return nil }, set); err != nil {
 		t.Errorf("round trips with a partner: %v", err)
+	}
+}
+
+// An event the capability probe has proven cannot count here (a
+// watchpoint that opens and never fires) is not_measurable with the
+// probe's reason, and no kernel runs for it: its Counter would fail
+// every measurement.
+func TestValidateUnmeasurableRunsNothing(t *testing.T) {
+	ev := Event{Name: "breakpoint", Label: "breakpoint", CPU: -1, Counter: Counter{Name: "breakpoint"},
+		Unmeasurable: "the capability probe found no watchpoint firing here: counted 0 of 1000 writes"}
+	moved := false
+	rows := Validate([]Event{ev}, true, func(Event, error) (int, bool) { moved = true; return 0, false })
+	if len(rows) != 1 {
+		t.Fatalf("%+v", rows)
+	}
+	r := rows[0]
+	if r.Verdict != validate.NotMeasurable || r.Reason != ev.Unmeasurable || r.Kernel != validate.Expected["breakpoint"].Kernel || moved {
+		t.Errorf("%+v (moved %v)", r, moved)
 	}
 }

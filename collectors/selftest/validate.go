@@ -17,6 +17,11 @@ type Event struct {
 	// Caches are the CPU's cache sizes in bytes, for the pointer chase
 	// (zero: not known, the chase is not run).
 	Caches struct{ L1d, L2, LLC uint64 }
+	// Unmeasurable, where set, is why the event is known not to count here
+	// before any kernel runs (the capability probe found a watchpoint that
+	// opens but never fires): its row is not_measurable with this reason,
+	// not a failure of the event.
+	Unmeasurable string
 }
 
 // Validate runs each event's kernels on its CPU and judges the counts; an
@@ -56,6 +61,9 @@ func Validate(events []Event, quick bool, move func(ev Event, err error) (cpu in
 // not_measurable and err is why.
 func validateOne(ev Event, quick bool) (rows []validate.Result, err error) {
 	e, ok := validate.Expected[ev.Name]
+	if ev.Unmeasurable != "" {
+		return []validate.Result{validate.Unmeasurable(ev.Label, e.Kernel, e.Slope, ev.Unmeasurable)}, nil
+	}
 	if !ok {
 		return []validate.Result{validate.Unmeasurable(ev.Label, "", 0, "no kernel knows what this event should count")}, nil
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/comm/codemap"
 	"github.com/pmu-exporter/pmu_exporter/comm/memop"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -61,6 +62,16 @@ func load(p *uint64, n int) (v uint64) {
 	return v
 }
 
+// requireTraps gates a test on watchpoints that fire here: as root, on
+// a host where the exporter's probe and perf's mem: event both see a
+// write watchpoint count (internal/hostgate); on a guest the debug
+// registers do not reach, the test is skipped with their proof.
+func requireTraps(t testing.TB) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
+}
+
 func held(fn func()) {
 	if err := perf.SignalsHeld(fn); err != nil {
 		panic(err)
@@ -79,7 +90,7 @@ func held(fn func()) {
 // no limit (armContinuous, which TrapCost measures by), it traps on each
 // access, counted exactly against the accesses the thread made.
 func TestEngineTrapsOncePerArm(t *testing.T) {
-	testenv.RequireRoot(t)
+	requireTraps(t)
 	slots, err := Slots(16)
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +215,7 @@ func addr(p *uint64) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }
 // (after a one-shot's trap the kernel leaves the event in a state where
 // an enable installs it trapping unseen: "re-armed" would show it).
 func BenchmarkArm(b *testing.B) {
+	requireTraps(b)
 	w := startWorker(b)
 	e, err := New(1, 8)
 	if err != nil {
@@ -242,6 +254,7 @@ func BenchmarkArm(b *testing.B) {
 }
 
 func BenchmarkTrap(b *testing.B) {
+	requireTraps(b)
 	for _, arm := range []string{"unwatched", "every-store", "one-shot", "re-armed"} {
 		b.Run(arm, func(b *testing.B) {
 			w := startWorker(b)
@@ -316,7 +329,7 @@ func walkArray(a []uint64) {
 // walks trapped, with walks 16 times as long: an arm took effect only
 // milliseconds later).
 func TestArmTakesEffectAtOnce(t *testing.T) {
-	testenv.RequireRoot(t)
+	requireTraps(t)
 	w := startWorker(t)
 	e, err := New(1, 256)
 	if err != nil {
@@ -386,7 +399,7 @@ func TestArmTakesEffectAtOnce(t *testing.T) {
 // A trap costs the trapping thread something: more than nothing, less
 // than a millisecond (it is tens of microseconds in this project's VMs).
 func TestTrapCost(t *testing.T) {
-	testenv.RequireRoot(t)
+	requireTraps(t)
 	c, err := TrapCost(2000)
 	if err != nil {
 		t.Fatal(err)
@@ -510,7 +523,7 @@ func TestLeaderSamplesOnThreadCPUTime(t *testing.T) {
 // CPU time, only the first is sampled, both trap once on their watched
 // variable, and a new period reaches the sampling leaders only.
 func TestAddCountingBesideSampling(t *testing.T) {
-	testenv.RequireRoot(t)
+	requireTraps(t)
 	const period = uint64(time.Millisecond)
 	sampled, counting := startWorker(t), startWorker(t)
 	e := samplingEngine(t, period)

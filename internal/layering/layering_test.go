@@ -50,11 +50,13 @@ func list(t *testing.T, args ...string) []pkg {
 // the binary that wires them, and test support (vminit is the init of the
 // emulated arm64 machine the tests run in, scripts/arm64-vm; noise is the
 // load scripts/noisy runs tests under; hotplugtest notices a CPU going
-// offline under a test).
+// offline under a test; hostgate/measure runs the capability probes, as
+// check does, beside the oracles that judge them).
 func kernelSide(path string) bool {
 	rel := strings.TrimPrefix(path, module+"/")
 	return strings.HasPrefix(rel, "collectors/") || strings.HasPrefix(rel, "cmd/") ||
-		rel == "internal/testenv" || rel == "internal/layering" || rel == "internal/vminit" || rel == "internal/noise" || rel == "internal/hotplugtest"
+		rel == "internal/testenv" || rel == "internal/layering" || rel == "internal/vminit" || rel == "internal/noise" || rel == "internal/hotplugtest" ||
+		rel == "internal/hostgate/measure"
 }
 
 // TestOnlyCollectorsReachTheKernel: no package outside collectors/ depends on

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,8 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
 )
 
 // A self-measurement whose CPU went offline is taken again on a CPU online
@@ -116,6 +119,34 @@ func TestCPUMover(t *testing.T) {
 		to, ok := m.move("task-clock", c.from, c.cpus, c.err)
 		if to != c.to || ok != c.ok || (ok && (len(said) != 2 || said[0] != c.from || said[1] != to)) || (!ok && said != nil) {
 			t.Errorf("asked %d, from CPU %d, cpus %v, err %v: moved to %d %v (said %v), want %d %v", c.asked, c.from, c.cpus, c.err, to, ok, said, c.to, c.ok)
+		}
+	}
+}
+
+// validate and check agree: on a host whose capability probe found that
+// watchpoints do not fire (a guest the debug registers do not reach), the
+// breakpoint is validated as not_measurable with the probe's reason, and
+// where they fire it is measured; a fixture host, so both kinds are judged
+// on any machine.
+func TestValidationEventsFollowTheBreakpointProbe(t *testing.T) {
+	for _, fire := range []bool{false, true} {
+		f, s := fixtureSetup(t, fixture.AMDZen3())
+		bp := capability.Feature{Name: capability.Breakpoints, Available: fire}
+		if !fire {
+			bp.Reason = "a write watchpoint opened but counted 0 of 1000 writes: the debug registers do not reach this machine"
+		}
+		s.report.Features = append(s.report.Features, bp)
+		events, errs := validationEvents(f, s, nil, nil, 0)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		i := slices.IndexFunc(events, func(e selftest.Event) bool { return e.Name == "breakpoint" })
+		if i < 0 {
+			t.Fatalf("fire %v: no breakpoint among %d events", fire, len(events))
+		}
+		got := events[i].Unmeasurable
+		if fire && got != "" || !fire && !strings.Contains(got, bp.Reason) {
+			t.Errorf("watchpoints fire %v: breakpoint's unmeasurable reason %q", fire, got)
 		}
 	}
 }

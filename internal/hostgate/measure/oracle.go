@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
+)
+
+// tools runs the oracles: Debian's perf and cpuid, where installed.
+type tools struct {
+	perf, cpuidTool string
+	absent          []string
+}
+
+func newTools() *tools {
+	t := &tools{}
+	t.perf = t.look("perf")
+	if runtime.GOARCH == "amd64" || runtime.GOARCH == "386" {
+		t.cpuidTool = t.look("cpuid")
+	}
+	return t
+}
+
+func (t *tools) look(name string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.absent = append(t.absent, name)
+		return ""
+	}
+	return p
+}
+
+// missing names the oracles this host should have and lacks.
+func (t *tools) missing() []string { return t.absent }
+
+// perfStat runs perf stat -x, with events on args and returns each event's
+// count as perf printed it ("<not supported>", "<not counted>" or digits).
+func (t *tools) perfStat(events string, args ...string) (map[string]string, error) {
+	out, err := exec.Command(t.perf, append([]string{"stat", "-x,", "-e", events, "--"}, args...)...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("perf stat -e %s: %v: %s", events, err, strings.TrimSpace(string(out)))
+	}
+	return parsePerfStatCSV(string(out)), nil
+}
+
+// parsePerfStatCSV reads perf stat -x, lines: value,unit,event,... ; other
+// lines (the command's own output) are passed over.
+func parsePerfStatCSV(out string) map[string]string {
+	counts := map[string]string{}
+	for line := range strings.SplitSeq(out, "\n") {
+		f := strings.Split(line, ",")
+		if len(f) < 3 || f[2] == "" {
+			continue
+		}
+		counts[f[2]] = f[0]
+	}
+	return counts
+}
+
+// hardwareCounting: perf stat counts instructions or cycles of true
+// (QEMU's emulated arm64 counts cycles, instructions only with -icount).
+func (t *tools) hardwareCounting() hostgate.Finding {
+	if t.perf == "" {
+		return hostgate.Finding{Proof: "perf is not installed"}
+	}
+	c, err := t.perfStat("instructions,cycles", "true")
+	if err != nil {
+		return hostgate.Finding{Proof: err.Error()}
+	}
+	proof := fmt.Sprintf("perf stat -e instructions,cycles true: %s, %s", c["instructions"], c["cycles"])
+	counted := func(v string) bool { n, err := strconv.ParseUint(v, 10, 64); return err == nil && n > 0 }
+	return hostgate.Finding{Known: true, Present: counted(c["instructions"]) || counted(c["cycles"]), Proof: proof}
+}
+
+// preciseSampling: perf mem record opens the host's precise memory
+// sampler (PEBS mem-loads, IBS op, Arm SPE), or says it has none.
+func (t *tools) preciseSampling() hostgate.Finding {
+	if t.perf == "" {
+		return hostgate.Finding{Proof: "perf is not installed"}
+	}
+	dir, err := os.MkdirTemp("", "hostgate")
+	if err != nil {
+		return hostgate.Finding{Proof: err.Error()}
+	}
+	defer os.RemoveAll(dir)
+	out, err := exec.Command(t.perf, "mem", "record", "-o", filepath.Join(dir, "perf.data"), "--", "true").CombinedOutput()
+	if err != nil {
+		return hostgate.Finding{Known: true, Proof: fmt.Sprintf("perf mem record: %s", firstLine(string(out)))}
+	}
+	return hostgate.Finding{Known: true, Present: true, Proof: "perf mem record opened its memory events"}
+}
+
+// watchWrites is how many stores the watchpoint oracle watches.
+const watchWrites = 1000
+
+// watchpoints: perf stat counts a write watchpoint (mem:ADDR:w) on this
+// program's own global while a child run of it stores there 1,000 times.
+func (t *tools) watchpoints() hostgate.Finding {
+	if t.perf == "" {
+		return hostgate.Finding{Proof: "perf is not installed"}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return hostgate.Finding{Proof: err.Error()}
+	}
+	addr := addrOfWatched()
+	ev := fmt.Sprintf("mem:%#x/8:w", addr)
+	out, err := exec.Command(t.perf, "stat", "-x,", "-e", ev, "--", self, "write", strconv.Itoa(watchWrites)).CombinedOutput()
+	if err != nil {
+		return hostgate.Finding{Proof: fmt.Sprintf("perf stat -e %s: %v: %s", ev, err, firstLine(string(out)))}
+	}
+	lines := strings.SplitN(string(out), "\n", 2)
+	if got := strings.TrimSpace(lines[0]); got != fmt.Sprintf("%#x", addr) {
+		return hostgate.Finding{Proof: fmt.Sprintf("the child stored at %s, not at %#x: a position-independent build?", got, addr)}
+	}
+	var count string
+	for e, v := range parsePerfStatCSV(string(out)) {
+		if strings.HasPrefix(e, "mem:") {
+			count = v
+		}
+	}
+	proof := fmt.Sprintf("perf stat -e %s counted %s of %d stores", ev, count, watchWrites)
+	switch count {
+	case strconv.Itoa(watchWrites):
+		return hostgate.Finding{Known: true, Present: true, Proof: proof}
+	case "0", "<not supported>", "<not counted>":
+		return hostgate.Finding{Known: true, Proof: proof}
+	}
+	// Neither all nor none: perf sees something the probe would not.
+	return hostgate.Finding{Known: true, Present: count != "", Proof: proof + " (neither all nor none)"}
+}
+
+// cpuid reads every leaf through the cpuid tool (cpuid -1 -r), or nil
+// where there is none (not x86, or not installed).
+func (t *tools) cpuid() cpuidLeaves {
+	if t.cpuidTool == "" {
+		return nil
+	}
+	out, err := exec.Command(t.cpuidTool, "-1", "-r").Output()
+	if err != nil {
+		return nil
+	}
+	return parseCPUID(string(out))
+}
+
+// cpuidLeaves are CPUID's registers (eax, ebx, ecx, edx) by leaf and subleaf.
+type cpuidLeaves map[[2]uint32][4]uint32
+
+var cpuidLine = regexp.MustCompile(`^\s*(0x[0-9a-f]+) (0x[0-9a-f]+): eax=(0x[0-9a-f]+) ebx=(0x[0-9a-f]+) ecx=(0x[0-9a-f]+) edx=(0x[0-9a-f]+)`)
+
+// parseCPUID reads `cpuid -1 -r`: "   0x8000001d 0x03: eax=0x… ebx=0x… ecx=0x… edx=0x…".
+func parseCPUID(out string) cpuidLeaves {
+	l := cpuidLeaves{}
+	s := bufio.NewScanner(strings.NewReader(out))
+	for s.Scan() {
+		m := cpuidLine.FindStringSubmatch(s.Text())
+		if m == nil {
+			continue
+		}
+		var v [6]uint32
+		for i := range v {
+			n, _ := strconv.ParseUint(m[i+1], 0, 32)
+			v[i] = uint32(n)
+		}
+		l[[2]uint32{v[0], v[1]}] = [4]uint32{v[2], v[3], v[4], v[5]}
+	}
+	return l
+}
+
+func (l cpuidLeaves) get(leaf, sub uint32) [4]uint32 { return l[[2]uint32{leaf, sub}] }
+
+// vendor is leaf 0's vendor string.
+func (l cpuidLeaves) vendor() string {
+	r := l.get(0, 0)
+	b := make([]byte, 0, 12)
+	for _, w := range []uint32{r[1], r[3], r[2]} {
+		b = append(b, byte(w), byte(w>>8), byte(w>>16), byte(w>>24))
+	}
+	return string(b)
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
