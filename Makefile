@@ -10,14 +10,21 @@ BRANCH ?= $(shell $(GIT) rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown
 VERSION_PKG = github.com/prometheus/common/version
 LDFLAGS = -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) -X $(VERSION_PKG).Branch=$(BRANCH)
 
+# AS_ROOT raises privilege only where it is needed: root runs the command
+# as it is (a root shell in a Debian container often has no sudo at all),
+# anyone else through sudo, which keeps PATH so that go is found.
+AS_ROOT := $(if $(filter 0,$(shell id -u)),,sudo --preserve-env=PATH)
+
 .PHONY: run test build bench fuzz
 
 # ARGS: extra flags for the exporter, e.g. make run ARGS=--collector.counting.per-cpu
+# The exporter is built as the caller (their Go caches) and run as root.
 run:
-	$(GO) run -buildvcs=false -ldflags "$(LDFLAGS)" ./cmd/pmu_exporter $(ARGS)
+	$(GO) build -buildvcs=false -ldflags "$(LDFLAGS)" -o pmu_exporter ./cmd/pmu_exporter
+	$(AS_ROOT) ./pmu_exporter $(ARGS)
 
 test:
-	scripts/test
+	$(AS_ROOT) scripts/test
 
 build:
 	scripts/build pmu_exporter

@@ -81,16 +81,22 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-// TestMakeRunUnderSudo runs the README's `sudo make run` as sudo would: with
-// PATH reset to Debian's secure_path, which lacks /usr/local/go/bin where
+// TestMakeRunAsRoot runs the README's `make run` as root, as a root shell
+// in a Debian container would, where there is no sudo: a sudo first on PATH
+// that fails if called stands for its absence. PATH is Debian's
+// secure_path (what sudo would leave), which lacks /usr/local/go/bin where
 // Go's installer puts go. It must find go, serve, and show a version.
-func TestMakeRunUnderSudo(t *testing.T) {
+func TestMakeRunAsRoot(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "make")
 	addr := testenv.FreeAddr(t)
+	noSudo := t.TempDir()
+	if err := os.WriteFile(filepath.Join(noSudo, "sudo"), []byte("#!/bin/sh\necho \"sudo: No such file or directory\" >&2\nexit 127\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("make", "run", "ARGS=--web.listen-address="+addr+" --no-collector.sampling --no-collector.cgroup")
 	cmd.Dir = "../.."
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME"),
+	cmd.Env = []string{"PATH=" + noSudo + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME"),
 		"GOMODCACHE=" + goEnv(t, "GOMODCACHE"), "GOCACHE=" + goEnv(t, "GOCACHE")}
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -116,6 +122,46 @@ func TestMakeRunUnderSudo(t *testing.T) {
 		if time.Now().After(deadline) || cmd.ProcessState != nil {
 			t.Fatalf("make run did not serve within 3 minutes:\n%s", log.String())
 		}
+	}
+}
+
+// The README's two commands raise privilege only where it is needed: as
+// root, make run and make test run as they are; as another user, the
+// exporter is built as that user and run through sudo, and so is the
+// suite (make -n, as nobody: what make would run).
+func TestMakeRaisesPrivilegeOnlyForOthers(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "make")
+	dry := func(uid uint32) string {
+		cmd := exec.Command("make", "-n", "run", "test")
+		cmd.Dir = "../.."
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n run test as uid %d: %v\n%s", uid, err, out)
+		}
+		return string(out)
+	}
+	lines := func(out string) (build, run, test string) {
+		for _, l := range strings.Split(out, "\n") {
+			switch {
+			case strings.Contains(l, " build ") && strings.Contains(l, "./cmd/pmu_exporter"):
+				build = l
+			case strings.HasSuffix(strings.TrimSpace(l), "./pmu_exporter"):
+				run = strings.TrimSpace(l)
+			case strings.HasSuffix(l, "scripts/test"):
+				test = strings.TrimSpace(l)
+			}
+		}
+		return build, run, test
+	}
+	if build, run, test := lines(dry(0)); build == "" || strings.Contains(build, "sudo") || run != "./pmu_exporter" || test != "scripts/test" {
+		t.Errorf("as root: build %q, run %q, test %q: want them as they are", build, run, test)
+	}
+	const nobody = 65534
+	if build, run, test := lines(dry(nobody)); build == "" || strings.Contains(build, "sudo") ||
+		run != "sudo --preserve-env=PATH ./pmu_exporter" || test != "sudo --preserve-env=PATH scripts/test" {
+		t.Errorf("as nobody: build %q, run %q, test %q: want the build as nobody, the rest through sudo", build, run, test)
 	}
 }
 
