@@ -15,8 +15,8 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
-	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
+	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/validate"
