@@ -39,3 +39,14 @@ func RunOn(cpu int, fn func()) error {
 	}()
 	return <-done
 }
+
+// CachesOn decodes the caches CPUID describes to one logical CPU (where
+// sysfs describes none): a hybrid's core types have caches of their own.
+func CachesOn(vendor string, cpu int) (host.CacheFacts, error) {
+	var c host.CacheFacts
+	var cerr error
+	if err := RunOn(cpu, func() { c, cerr = host.ReadCPUIDCaches(vendor) }); err != nil {
+		return c, err
+	}
+	return c, cerr
+}
