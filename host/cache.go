@@ -52,8 +52,9 @@ func cacheIndexes(sysfs string, cpu int) ([]cacheIndex, error) {
 // so a CPU list read while a sibling is offline would name the same cache
 // differently. Where sysfs gives no id, the name is the cache's CPU list
 // ("0-15"); a CPU whose cache/ holds no data or unified cache is its own
-// domain (its number). CPUs are read at first ask, so a CPU that comes
-// online later is placed then.
+// domain (its number); a CPU whose sysfs has no cache/ at all, online, is
+// placed by its package ("package#0"). CPUs are read at first ask, so a
+// CPU that comes online later is placed then.
 type LLCDomains struct {
 	sysfs string
 	// retry is how long a CPU without cache/ (offline, or not yet
@@ -65,6 +66,10 @@ type LLCDomains struct {
 	names  map[int]string
 	missed map[int]time.Time
 }
+
+// PackageDomainPrefix begins the name of a domain that is a CPU package
+// ("package#0"), not a cache: sysfs describes no caches of its CPUs.
+const PackageDomainPrefix = "package#"
 
 // NewLLCDomains reads the domains under <sysfs>/devices/system/cpu.
 func NewLLCDomains(sysfs string) *LLCDomains {
@@ -85,6 +90,17 @@ func (l *LLCDomains) Of(cpu int) (string, bool) {
 	}
 	caches, err := cacheIndexes(l.sysfs, cpu)
 	if err != nil {
+		// An online CPU (its topology/ is there; the kernel removes it
+		// with cache/ when the CPU goes offline) whose caches sysfs does
+		// not describe, as on a guest whose CPUID lacks the cache
+		// leaves: its package is the domain, since which CPUs share a
+		// cache is not known.
+		if pkg, perr := os.ReadFile(filepath.Join(l.sysfs, "devices", "system", "cpu", "cpu"+strconv.Itoa(cpu), "topology", "physical_package_id")); perr == nil {
+			name := PackageDomainPrefix + strings.TrimSpace(string(pkg))
+			delete(l.missed, cpu)
+			l.names[cpu] = name
+			return name, true
+		}
 		l.missed[cpu] = l.now()
 		return "", false
 	}
@@ -108,8 +124,10 @@ func (l *LLCDomains) Of(cpu int) (string, bool) {
 // Caches are the data cache sizes one CPU sees, in bytes (0: not
 // described): its level 1 data cache, level 2, and its last level.
 type Caches struct {
-	L1d, L2, LLC uint64
-	LLCLevel     int
+	L1d      uint64 `json:"l1d_bytes"`
+	L2       uint64 `json:"l2_bytes"`
+	LLC      uint64 `json:"llc_bytes"`
+	LLCLevel int    `json:"llc_level"`
 }
 
 // Unsized names the caches (L1d, L2, LLC) whose size is not known.

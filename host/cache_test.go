@@ -189,3 +189,30 @@ func TestLLCDomainsUnderHotplug(t *testing.T) {
 		t.Errorf("cpu %d back online: domain %q (%v), want %q", cpu, got, ok, want)
 	}
 }
+
+// A guest whose sysfs describes no caches at all (the AMD guest
+// without TOPOEXT): each online CPU (its topology/ there) is placed by its
+// package, said in the name; a CPU without topology/ either (offline) is
+// not placed.
+func TestLLCDomainsByPackageWithoutCaches(t *testing.T) {
+	root := t.TempDir()
+	for cpu, pkg := range map[int]string{0: "0", 1: "0", 2: "1"} {
+		d := filepath.Join(root, "devices/system/cpu", "cpu"+itoa(cpu), "topology")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "physical_package_id"), []byte(pkg+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Join(root, "devices/system/cpu/cpu3"), 0o755) // offline
+	d := NewLLCDomains(root)
+	for cpu, want := range map[int]string{0: "package#0", 1: "package#0", 2: "package#1"} {
+		if got, ok := d.Of(cpu); got != want || !ok {
+			t.Errorf("cpu %d: domain %q (%v), want %q", cpu, got, ok, want)
+		}
+	}
+	if got, ok := d.Of(3); ok {
+		t.Errorf("cpu 3 offline: domain %q", got)
+	}
+}

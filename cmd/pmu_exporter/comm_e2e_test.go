@@ -920,7 +920,7 @@ func TestServeReuseEventClock(t *testing.T) {
 			t.Errorf("miss ratios %v, smallest cache first: want shares, none above a smaller cache's", ratios)
 		}
 	}
-	if len(ratios) < 3 && !strings.Contains(r.log.String(), "no miss ratios at caches sysfs does not size") {
+	if len(ratios) < 3 && !strings.Contains(r.log.String(), "no miss ratios at caches of unknown size") {
 		t.Errorf("%d miss ratios, and the log does not say why:\n%s", len(ratios), r.log)
 	}
 }

@@ -17,6 +17,9 @@ type Event struct {
 	// Caches are the CPU's cache sizes in bytes, for the pointer chase
 	// (zero: not known, the chase is not run).
 	Caches struct{ L1d, L2, LLC uint64 }
+	// CacheSource is where the sizes came from (sysfs, CPUID), or why
+	// none are known: the reason a chase is not run.
+	CacheSource string
 	// Unmeasurable, where set, is why the event is known not to count here
 	// before any kernel runs (the capability probe found a watchpoint that
 	// opens but never fires): its row is not_measurable with this reason,
@@ -110,7 +113,7 @@ func chase(ev Event, e validate.Expectation, quick bool) (validate.Result, error
 	case quick:
 		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, "the pointer chase runs in the full validation only (pmu_exporter validate)"), nil
 	case capacity == 0 || ev.Caches.LLC == 0:
-		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, "sysfs does not describe this CPU's "+e.Cache+" size"), nil
+		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, fmt.Sprintf("this CPU's %s and last-level cache sizes are not both known (caches: %s)", e.Cache, ev.CacheSource)), nil
 	}
 	kern := PointerChase(ev.Caches.L1d, ev.Caches.LLC)
 	counts, err := Measure(ev.CPU, ev.Counter, kern)

@@ -51,6 +51,49 @@ func checkSampling(o samplingFlags, s setup) samplingStatus {
 	return st
 }
 
+// cachesStatus is what the exporter knows of the first online CPU's data
+// caches and where it learnt it (sysfs, or CPUID where sysfs has none):
+// the sizes validate's pointer chase and the reuse miss ratios use, and
+// whether communication is folded by shared cache or by package.
+type cachesStatus struct {
+	CPU   int              `json:"cpu"`
+	Facts *host.CacheFacts `json:"facts,omitempty"`
+	Error string           `json:"error,omitempty"`
+}
+
+func checkCaches(f Options, s setup) cachesStatus {
+	if len(s.facts.OnlineCPUs) == 0 {
+		return cachesStatus{CPU: -1, Error: "no CPU online"}
+	}
+	cpu := s.facts.OnlineCPUs[0]
+	c, err := host.ReadCacheFacts(f.sysfs, cpu, s.facts.CPU.Vendor, cpuidOn(cpu))
+	if err != nil {
+		return cachesStatus{CPU: cpu, Error: err.Error()}
+	}
+	return cachesStatus{CPU: cpu, Facts: &c}
+}
+
+func (c cachesStatus) writeText(w io.Writer) {
+	if c.Facts == nil {
+		fmt.Fprintf(w, "\nCaches:     unknown (CPU %d): %s; no pointer-chase validation or reuse miss ratios, communication folded by package\n", c.CPU, c.Error)
+		return
+	}
+	size := func(n uint64) string {
+		if n == 0 {
+			return "size unknown"
+		}
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	fmt.Fprintf(w, "\nCaches:     CPU %d: L1d %s, L2 %s, L%d (last level) %s; from %s", c.CPU, size(c.Facts.L1d), size(c.Facts.L2), c.Facts.LLCLevel, size(c.Facts.LLC), c.Facts.Source)
+	if !c.Facts.Sharing {
+		fmt.Fprint(w, "; which CPUs share a cache is not known: communication is folded by package")
+	}
+	fmt.Fprintln(w)
+	if c.Facts.Untrusted != "" {
+		fmt.Fprintf(w, "            not used: %s\n", c.Facts.Untrusted)
+	}
+}
+
 // validationStatus is the quick validation's summary, by event: an event
 // failed if any of its kernels failed, passed if one passed and none
 // failed.
@@ -210,6 +253,7 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 	}
 	val := checkValidation(f, s, groups)
 	self := checkSelf(f, s)
+	caches := checkCaches(f, s)
 	if format == "json" {
 		out := struct {
 			capability.Report
@@ -220,7 +264,8 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 			Groups       []string          `json:"groups"`
 			Validation   validationStatus  `json:"validation"`
 			Self         selfStatus        `json:"self_perturbation"`
-		}{Validation: val, Self: self, Report: s.report, Topdown: tds, Sampling: checkSampling(f.sampling, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
+			Caches       cachesStatus      `json:"caches"`
+		}{Validation: val, Self: self, Caches: caches, Report: s.report, Topdown: tds, Sampling: checkSampling(f.sampling, s), Collectors: collectors, ConfigErrors: []string{}, Groups: []string{}}
 		for _, e := range s.configErrors {
 			out.ConfigErrors = append(out.ConfigErrors, e.Error())
 		}
@@ -232,6 +277,7 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 		enc.Encode(out)
 	} else {
 		s.report.WriteText(stdout)
+		caches.writeText(stdout)
 		fmt.Fprintln(stdout, "\nCollectors:")
 		for _, c := range collectors {
 			switch {

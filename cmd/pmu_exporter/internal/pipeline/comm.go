@@ -101,8 +101,12 @@ func setupComm(b *build) error {
 	dec.SetDecodeCache(int(o.decodeCache))
 	doms := host.NewLLCDomains(b.f.sysfs)
 	for _, cpu := range b.s.facts.OnlineCPUs {
-		if _, ok := doms.Of(cpu); !ok {
+		name, ok := doms.Of(cpu)
+		switch {
+		case !ok:
 			b.log.Warn("a CPU's last-level cache is not in sysfs: its communication is folded as a domain of its own", "cpu", cpu)
+		case strings.HasPrefix(name, host.PackageDomainPrefix):
+			b.log.Info("sysfs describes no caches of this CPU: its communication is folded by package, not by last-level cache", "cpu", cpu, "domain", name)
 		}
 	}
 	dec.SetDomains(doms.Of)
@@ -201,13 +205,20 @@ func setupComm(b *build) error {
 		rc := exporter.NewReuse(dec, ids, b.names)
 		if o.reuseClock == reuse.UnitAccesses && len(b.s.facts.OnlineCPUs) > 0 {
 			// Miss ratios at this host's caches (the first online CPU's).
-			if c, err := host.CacheSizes(b.f.sysfs, b.s.facts.OnlineCPUs[0]); err != nil {
+			cpu := b.s.facts.OnlineCPUs[0]
+			if c, err := host.ReadCacheFacts(b.f.sysfs, cpu, b.s.facts.CPU.Vendor, cpuidOn(cpu)); err != nil {
 				b.log.Warn("reuse: no miss ratios at this host's cache sizes", "err", err)
 			} else {
 				rc.WithCaches(c.L1d, c.L2, c.LLC)
 				if unsized := c.Unsized(); len(unsized) > 0 {
-					b.log.Warn("reuse: no miss ratios at caches sysfs does not size", "caches", strings.Join(unsized, ","),
-						"why", "the firmware (devicetree or ACPI PPTT) gives the kernel no size for them, or the CPU has no such level")
+					why := "the firmware (devicetree or ACPI PPTT) gives the kernel no size for them, or the CPU has no such level"
+					if c.Source != "sysfs" {
+						why = "sysfs describes no caches, and " + c.Source + " does not size them"
+						if c.Untrusted != "" {
+							why += " (" + c.Untrusted + ")"
+						}
+					}
+					b.log.Warn("reuse: no miss ratios at caches of unknown size", "caches", strings.Join(unsized, ","), "source", c.Source, "why", why)
 				}
 			}
 		}

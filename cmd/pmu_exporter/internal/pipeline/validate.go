@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/collectors/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/collectors/selftest"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
@@ -60,8 +61,11 @@ func validationEvents(f Options, s setup, groups []eventspec.Group, extra []stri
 			at = ev.CPUs[len(ev.CPUs)-1] // a hybrid's other core type
 		}
 		e := selftest.Event{Name: ev.Name, Label: label, CPU: at, CPUs: ev.CPUs, Counter: selftest.Counter{Name: label, Attr: ev.Attr}}
-		if c, err := host.CacheSizes(f.sysfs, at); err == nil {
+		if c, err := host.ReadCacheFacts(f.sysfs, at, s.facts.CPU.Vendor, cpuidOn(at)); err == nil {
 			e.Caches.L1d, e.Caches.L2, e.Caches.LLC = c.L1d, c.L2, c.LLC
+			e.CacheSource = c.Source
+		} else {
+			e.CacheSource = err.Error()
 		}
 		out = append(out, e)
 	}
@@ -99,6 +103,12 @@ func validationEvents(f Options, s setup, groups []eventspec.Group, extra []stri
 	}
 	out = append(out, bp)
 	return out, errs
+}
+
+// cpuidOn reads the caches CPUID describes to cpu, where sysfs describes
+// none (host.ReadCacheFacts).
+func cpuidOn(cpu int) func(vendor string) (host.CacheFacts, error) {
+	return func(vendor string) (host.CacheFacts, error) { return cpubind.CachesOn(vendor, cpu) }
 }
 
 // validationCPU is where the kernels run: the one asked for, else the last
