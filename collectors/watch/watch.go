@@ -113,8 +113,42 @@ type Trap struct {
 	Regs *memop.Regs
 }
 
+// breakpoints is what the engine asks of the kernel about a slot's
+// breakpoint event: collectors/perf's syscalls (kernelBreakpoints), or, in
+// the tests of the arm bookkeeping that run without debug registers, a
+// model of the kernel's breakpoint PMU.
+type breakpoints interface {
+	open(tid uint32, leader int) (fd int, id uint64, err error)
+	close(fd int)
+	disable(fd int) error
+	enable(fd int) error
+	modify(fd int, a *unix.PerfEventAttr) error
+	refresh(fd, n int) error
+}
+
+// kernelBreakpoints are the perf_event syscalls.
+type kernelBreakpoints struct{}
+
+func (kernelBreakpoints) open(tid uint32, leader int) (int, uint64, error) {
+	return openBreakpoint(tid, leader)
+}
+func (kernelBreakpoints) close(fd int)         { unix.Close(fd) }
+func (kernelBreakpoints) disable(fd int) error { return perf.Disable(fd) }
+func (kernelBreakpoints) enable(fd int) error  { return perf.Enable(fd) }
+func (kernelBreakpoints) modify(fd int, a *unix.PerfEventAttr) error {
+	return perf.ModifyAttributes(fd, a)
+}
+func (kernelBreakpoints) refresh(fd, n int) error { return perf.Refresh(fd, n) }
+
+// records is the reading side of a thread's ring (a *perfring.Ring).
+type records interface {
+	Read(fn func(rec []byte) bool) (int, error)
+	Peek(fn func(rec []byte) bool) (int, error)
+}
+
 // Engine holds the watchpoint events of the threads it was given.
 type Engine struct {
+	bp     breakpoints
 	poller *perfring.Poller
 	slots  int
 	pages  int
@@ -153,6 +187,7 @@ type thread struct {
 	// traps may still wait in the ring.
 	retired []uint64
 	ring    *perfring.Ring
+	recs    records // the ring's records (the ring itself, but in the model tests)
 }
 
 // armState is what the kernel's event limit of a slot's breakpoint holds.
@@ -176,7 +211,7 @@ func New(slots, pages int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{poller: p, slots: slots, pages: pages, threads: map[uint32]*thread{}, ids: map[uint64]trapID{}}, nil
+	return &Engine{bp: kernelBreakpoints{}, poller: p, slots: slots, pages: pages, threads: map[uint32]*thread{}, ids: map[uint64]trapID{}}, nil
 }
 
 // placeholder is a harmless address for a disabled breakpoint to watch
@@ -236,16 +271,23 @@ func (e *Engine) add(tid uint32, counting bool) (err error) {
 		t.ring = nil
 		return fmt.Errorf("thread %d: %w", tid, err)
 	}
+	t.recs = t.ring
+	leaderID, err := perf.ID(t.leader)
+	if err != nil {
+		return err
+	}
+	return e.attach(tid, t, leaderID, counterIDs)
+}
+
+// attach opens a breakpoint per slot in thread t's group (its leader and
+// ring open) and makes the thread and its events known.
+func (e *Engine) attach(tid uint32, t *thread, leaderID uint64, counterIDs []uint64) error {
 	for slot := range e.slots {
-		fd, id, err := openBreakpoint(tid, t.leader)
+		fd, id, err := e.bp.open(tid, t.leader)
 		if err != nil {
 			return fmt.Errorf("thread %d: watchpoint %d: %w", tid, slot, err)
 		}
 		t.bps, t.ids = append(t.bps, fd), append(t.ids, id)
-	}
-	leaderID, err := perf.ID(t.leader)
-	if err != nil {
-		return err
 	}
 	e.threads[tid] = t
 	for slot, id := range t.ids {
@@ -466,15 +508,15 @@ func (e *Engine) arm(t *thread, tid uint32, slot int, addr uint64, size uint8, w
 	if t.state[slot] == oneShot && !t.fired[slot] && t.bps[slot] >= 0 {
 		// Disabled, it traps no more, and a trap it made is in the ring
 		// (its handler wrote the record before the disable's IPI ran).
-		if err := perf.Disable(t.bps[slot]); err != nil {
+		if err := e.bp.disable(t.bps[slot]); err != nil {
 			return err
 		}
 		t.fired[slot] = t.trapUnread(slot)
 		if !t.fired[slot] { // its trap is still to come: move it, then enable it, its limit still one trap
-			if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
+			if err := e.bp.modify(t.bps[slot], &a); err != nil {
 				return err
 			}
-			return perf.Enable(t.bps[slot])
+			return e.bp.enable(t.bps[slot])
 		}
 	}
 	if t.state[slot] != fresh || t.bps[slot] < 0 {
@@ -482,10 +524,10 @@ func (e *Engine) arm(t *thread, tid uint32, slot int, addr uint64, size uint8, w
 			return err
 		}
 	}
-	if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
+	if err := e.bp.modify(t.bps[slot], &a); err != nil {
 		return err
 	}
-	if err := perf.Refresh(t.bps[slot], 1); err != nil {
+	if err := e.bp.refresh(t.bps[slot], 1); err != nil {
 		return err
 	}
 	t.state[slot], t.fired[slot] = oneShot, false
@@ -496,7 +538,7 @@ func (e *Engine) arm(t *thread, tid uint32, slot int, addr uint64, size uint8, w
 // not read yet, or lost records, which might have been one.
 func (t *thread) trapUnread(slot int) bool {
 	found := false
-	t.ring.Peek(func(rec []byte) bool {
+	t.recs.Peek(func(rec []byte) bool {
 		h, err := perfrecord.ParseHeader(rec)
 		switch {
 		case err != nil:
@@ -525,7 +567,7 @@ func (e *Engine) armContinuous(tid uint32, slot int, addr uint64, size uint8, wr
 	}
 	a := breakpoint(addr, size, writesOnly)
 	a.Bits &^= unix.PerfBitDisabled
-	if err := perf.ModifyAttributes(t.bps[slot], &a); err != nil {
+	if err := e.bp.modify(t.bps[slot], &a); err != nil {
 		return fmt.Errorf("thread %d: watchpoint %d on %#x/%d: %w", tid, slot, addr, size, err)
 	}
 	t.state[slot], t.armed[slot], t.dirty = continuous, true, true
@@ -538,11 +580,11 @@ func (e *Engine) armContinuous(tid uint32, slot int, addr uint64, size uint8, wr
 // stays known until the next Read.
 func (e *Engine) reopen(t *thread, tid uint32, slot int) error {
 	if old := t.bps[slot]; old >= 0 {
-		unix.Close(old)
+		e.bp.close(old)
 		t.bps[slot] = -1
 		t.retired = append(t.retired, t.ids[slot])
 	}
-	fd, id, err := openBreakpoint(tid, t.leader)
+	fd, id, err := e.bp.open(tid, t.leader)
 	if err != nil {
 		return fmt.Errorf("opening it again: %w", err)
 	}
@@ -596,7 +638,7 @@ func (e *Engine) Disarm(tid uint32, slot int) error {
 	if t.bps[slot] < 0 {
 		return nil
 	}
-	return perf.Disable(t.bps[slot])
+	return e.bp.disable(t.bps[slot])
 }
 
 // Sampled is a leader's sample of its thread (SampleEvery).
@@ -618,7 +660,7 @@ func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, los
 	var s perfrecord.Sample
 	for _, t := range e.threads {
 		retired := len(t.retired) // closed before this read: all their traps are in the ring
-		t.ring.Read(func(rec []byte) bool {
+		t.recs.Read(func(rec []byte) bool {
 			h, err := perfrecord.ParseHeader(rec)
 			if err == nil && h.Type == perfrecord.TypeLost {
 				if l, err := perfrecord.DecodeLost(rec); err == nil {
