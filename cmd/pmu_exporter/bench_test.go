@@ -71,12 +71,17 @@ func (p *cgroupProc) scrape() error {
 
 func (p *cgroupProc) cpu(b *testing.B) time.Duration { return testenv.CgroupUsage(b, p.dir) }
 
-// BenchmarkVsNodeExporterPerf runs pmu_exporter, with per-cgroup attribution
-// (the default) and without it, and node_exporter's perf collector side by
-// side on the same five software events, read once a second (our
-// --collector.counting.interval, their scrape), scraped once a second, and reports
-// each process's CPU time per scrape, measured by cgroup accounting after all
-// three are up. Run with -benchtime=Nx: each op is one second.
+// BenchmarkVsNodeExporterPerf runs pmu_exporter and node_exporter's perf
+// collector side by side on the same five software events, read once a
+// second (our --collector.counting.interval, their scrape), scraped once a
+// second, and reports each process's CPU time per scrape, measured by cgroup
+// accounting after all are up. Ours runs three ways: at its defaults (with
+// per-cgroup attribution and the comm collector, whose address sampler
+// spends up to its 1% budget on work node_exporter does not do), with
+// --no-collector.comm (the same events, with attribution), and with neither
+// (the same work as node_exporter's); comm-cpu-µs/scrape is the comm
+// collector's share, the first less the second. Run with -benchtime=Nx:
+// each op is one second.
 func BenchmarkVsNodeExporterPerf(b *testing.B) {
 	testenv.RequireRoot(b)
 	nodeExporter := os.Getenv("NODE_EXPORTER")
@@ -97,7 +102,8 @@ func BenchmarkVsNodeExporterPerf(b *testing.B) {
 	theirs := testenv.FreeAddr(b)
 	procs := []*cgroupProc{
 		ours("pmu_exporter"),
-		ours("pmu_exporter_no_attribution", "--no-collector.cgroup"),
+		ours("pmu_exporter_no_comm", "--no-collector.comm"),
+		ours("pmu_exporter_no_comm_no_attribution", "--no-collector.comm", "--no-collector.cgroup"),
 		startInCgroup(b, "node_exporter", "http://"+theirs+"/metrics", nodeExporter, "--web.listen-address="+theirs,
 			"--collector.disable-defaults", "--collector.perf", "--collector.perf.disable-hardware-profilers",
 			"--collector.perf.disable-cache-profilers", "--log.level=warn"),
@@ -124,8 +130,11 @@ func BenchmarkVsNodeExporterPerf(b *testing.B) {
 		cpu[i] = p.cpu(b) - cpu0[i]
 		b.ReportMetric(float64(cpu[i].Microseconds())/float64(b.N), p.name+"-cpu-µs/scrape")
 	}
-	b.ReportMetric(float64(cpu[0])/float64(cpu[2]), "ratio-attribution")
-	b.ReportMetric(float64(cpu[1])/float64(cpu[2]), "ratio-no-attribution")
+	theirsCPU := float64(cpu[3])
+	b.ReportMetric(float64(cpu[0])/theirsCPU, "ratio-defaults")
+	b.ReportMetric(float64(cpu[1])/theirsCPU, "ratio-no-comm")
+	b.ReportMetric(float64(cpu[2])/theirsCPU, "ratio-no-comm-no-attribution")
+	b.ReportMetric(float64((cpu[0]-cpu[1]).Microseconds())/float64(b.N), "comm-cpu-µs/scrape")
 }
 
 // BenchmarkSamplesVsPerfScript decodes the same perf.data, recorded here
@@ -224,4 +233,47 @@ func BenchmarkSamplingCost(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkScrapeCost is what a scrape adds to the exporter's CPU time at
+// its defaults: 100 back-to-back scrapes, less what the exporter spends
+// meanwhile without them (the same wall time idle just before, by cgroup
+// accounting), per scrape, with the series a scrape carries.
+func BenchmarkScrapeCost(b *testing.B) {
+	testenv.RequireRoot(b)
+	addr := testenv.FreeAddr(b)
+	p := startInCgroup(b, "pmu_exporter_scrapes", "http://"+addr+"/metrics", binary, "--web.listen-address="+addr, "--log.level=warn")
+	time.Sleep(3 * time.Second) // start-up and the first reads
+	resp, err := http.Get(p.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	series := 0
+	for _, l := range strings.Split(string(body), "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			series++
+		}
+	}
+	const scrapes = 100
+	b.ResetTimer()
+	var added time.Duration
+	for range b.N {
+		idle0, began := p.cpu(b), time.Now()
+		for range scrapes {
+			if err := p.scrape(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		took := time.Since(began)
+		busy := p.cpu(b) - idle0
+		idle1 := p.cpu(b)
+		time.Sleep(took)
+		idle := p.cpu(b) - idle1
+		added += busy - idle
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(added.Microseconds())/float64(b.N*scrapes), "cpu-µs/scrape")
+	b.ReportMetric(float64(series), "series")
 }

@@ -147,20 +147,28 @@ func (r Report) Write(path string) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// Use is one gated test's outcome at its gate: ran (the feature is present)
-// or skipped (absent).
+// Outcome is what a gated test did at its gate.
+type Outcome string
+
+const (
+	// Ran: the feature is present, and the test that needs it ran.
+	Ran Outcome = "ran"
+	// Skipped: the feature is absent, and the test that needs it skipped.
+	Skipped Outcome = "skipped"
+	// Followed: the test ran either way, its expectations following the
+	// verdict (a probe's expected answer).
+	Followed Outcome = "followed"
+)
+
+// Use is one gated test's outcome at its gate.
 type Use struct {
 	Feature, Test string
-	Ran           bool
+	Outcome       Outcome
 }
 
 // FormatUse is the log line testenv appends for each gated test.
 func FormatUse(u Use) string {
-	how := "skipped"
-	if u.Ran {
-		how = "ran"
-	}
-	return u.Feature + "\t" + how + "\t" + u.Test + "\n"
+	return u.Feature + "\t" + string(u.Outcome) + "\t" + u.Test + "\n"
 }
 
 // ParseUses reads the lines FormatUse wrote; a malformed line is an error
@@ -172,45 +180,35 @@ func ParseUses(log string) ([]Use, error) {
 			continue
 		}
 		f := strings.Split(line, "\t")
-		if len(f) != 3 || (f[1] != "ran" && f[1] != "skipped") {
-			return nil, fmt.Errorf("gate log line %d: %q is not feature<TAB>ran|skipped<TAB>test", i+1, line)
+		if len(f) != 3 || !slices.Contains([]Outcome{Ran, Skipped, Followed}, Outcome(f[1])) {
+			return nil, fmt.Errorf("gate log line %d: %q is not feature<TAB>ran|skipped|followed<TAB>test", i+1, line)
 		}
-		out = append(out, Use{Feature: f[0], Test: f[2], Ran: f[1] == "ran"})
+		out = append(out, Use{Feature: f[0], Test: f[2], Outcome: Outcome(f[1])})
 	}
 	return out, nil
 }
 
 // Table is the end-of-run summary: each feature, its state, how many of its
-// gated tests ran and were skipped (each test once, however often it asked),
-// and the proof.
+// gated tests ran, were skipped and followed the verdict (each test once per
+// outcome, however often it asked), and the proof.
 func Table(r Report, uses []Use) string {
-	type tally struct{ ran, skipped map[string]bool }
-	byFeature := map[string]*tally{}
+	tests := map[string]map[Outcome]map[string]bool{}
 	for _, u := range uses {
-		t := byFeature[u.Feature]
-		if t == nil {
-			t = &tally{map[string]bool{}, map[string]bool{}}
-			byFeature[u.Feature] = t
+		if tests[u.Feature] == nil {
+			tests[u.Feature] = map[Outcome]map[string]bool{Ran: {}, Skipped: {}, Followed: {}}
 		}
-		if u.Ran {
-			t.ran[u.Test] = true
-		} else {
-			t.skipped[u.Test] = true
-		}
+		tests[u.Feature][u.Outcome][u.Test] = true
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Hardware-gated tests on %s:\n", r.Host)
-	fmt.Fprintf(&b, "  %-18s %-9s %5s %8s  %s\n", "FEATURE", "STATE", "RAN", "SKIPPED", "PROOF")
+	fmt.Fprintf(&b, "  %-18s %-9s %5s %8s %9s  %s\n", "FEATURE", "STATE", "RAN", "SKIPPED", "FOLLOWED", "PROOF")
 	for _, f := range Features {
 		v, _ := r.Verdict(f)
-		ran, skipped := 0, 0
-		if t := byFeature[f]; t != nil {
-			ran, skipped = len(t.ran), len(t.skipped)
-		}
-		fmt.Fprintf(&b, "  %-18s %-9s %5d %8d  %s\n", f, v.State(), ran, skipped, v.Proof())
+		t := tests[f]
+		fmt.Fprintf(&b, "  %-18s %-9s %5d %8d %9d  %s\n", f, v.State(), len(t[Ran]), len(t[Skipped]), len(t[Followed]), v.Proof())
 	}
 	var unknown []string
-	for f := range byFeature {
+	for f := range tests {
 		if !slices.Contains(Features, f) {
 			unknown = append(unknown, f)
 		}

@@ -74,10 +74,11 @@ func TestReadWrite(t *testing.T) {
 func TestTable(t *testing.T) {
 	var log string
 	for _, u := range []Use{
-		{Watchpoints, "collectors/watch.TestA", true},
-		{Watchpoints, "collectors/watch.TestA", true},
-		{Watchpoints, "cmd/pmu_exporter.TestB", true},
-		{CacheTopology, "host.TestC", false},
+		{Watchpoints, "collectors/watch.TestA", Ran},
+		{Watchpoints, "collectors/watch.TestA", Ran},
+		{Watchpoints, "cmd/pmu_exporter.TestB", Ran},
+		{Watchpoints, "collectors/probe.TestD", Followed},
+		{CacheTopology, "host.TestC", Skipped},
 	} {
 		log += FormatUse(u)
 	}
@@ -87,9 +88,9 @@ func TestTable(t *testing.T) {
 	}
 	table := Table(report(), uses)
 	for _, want := range []string{
-		"watchpoints        present       2        0  probe: p; oracle: cannot tell: none here",
-		"cache_topology     absent        0        1",
-		"hardware_counting  absent        0        0",
+		"watchpoints        present       2        0         1  probe: p; oracle: cannot tell: none here",
+		"cache_topology     absent        0        1         0",
+		"hardware_counting  absent        0        0         0",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("no %q in\n%s", want, table)

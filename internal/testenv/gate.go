@@ -83,10 +83,13 @@ func moduleRoot() (string, error) {
 // the absence is proven; where they disagree, the test fails.
 func RequireFeature(t testing.TB, feature string) {
 	t.Helper()
-	if !HasFeature(t, feature) {
-		v, _ := mustGate(t).Verdict(feature)
-		t.Skipf("%s is absent on this host (%s)", feature, v.Proof())
+	v := verdict(t, feature)
+	if v.State() == hostgate.Present {
+		logUse(t, hostgate.Use{Feature: feature, Test: testID(t), Outcome: hostgate.Ran})
+		return
 	}
+	logUse(t, hostgate.Use{Feature: feature, Test: testID(t), Outcome: hostgate.Skipped})
+	t.Skipf("%s is absent on this host (%s)", feature, v.Proof())
 }
 
 // HasFeature is the gate's verdict for a test whose expectations follow the
@@ -94,26 +97,26 @@ func RequireFeature(t testing.TB, feature string) {
 // test's use, and fails the test where the verdict is disputed.
 func HasFeature(t testing.TB, feature string) bool {
 	t.Helper()
-	r := mustGate(t)
-	v, ok := r.Verdict(feature)
-	if !ok {
-		t.Fatalf("the host gate knows no feature %q (hostgate.Features)", feature)
-	}
-	st := v.State()
-	if st == hostgate.Disputed {
-		t.Fatalf("%s: the exporter's probe and an independent oracle disagree on this host: %s", feature, v.Proof())
-	}
-	logUse(t, hostgate.Use{Feature: feature, Test: testID(t), Ran: st == hostgate.Present})
-	return st == hostgate.Present
+	v := verdict(t, feature)
+	logUse(t, hostgate.Use{Feature: feature, Test: testID(t), Outcome: hostgate.Followed})
+	return v.State() == hostgate.Present
 }
 
-func mustGate(t testing.TB) hostgate.Report {
+// verdict is the gate's verdict on feature; a disputed one fails the test.
+func verdict(t testing.TB, feature string) hostgate.Verdict {
 	t.Helper()
 	r, err := gate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	v, ok := r.Verdict(feature)
+	if !ok {
+		t.Fatalf("the host gate knows no feature %q (hostgate.Features)", feature)
+	}
+	if v.State() == hostgate.Disputed {
+		t.Fatalf("%s: the exporter's probe and an independent oracle disagree on this host: %s", feature, v.Proof())
+	}
+	return v
 }
 
 // testID names the test with its package directory under the module.
