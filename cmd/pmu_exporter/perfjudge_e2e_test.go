@@ -256,3 +256,69 @@ func groupOf(t *testing.T, event string) string {
 	t.Fatalf("the default profile counts no %s", event)
 	return ""
 }
+
+// multiplexedEvents are more hardware events than any core has counters
+// (at most 8 general-purpose and 3 fixed so far): the generic ones in user
+// and kernel mode apart, each a series of its own.
+var multiplexedEvents = []string{"instructions:u", "instructions:k", "cycles:u", "cycles:k", "branches:u", "branches:k",
+	"branch-misses:u", "branch-misses:k", "cache-references:u", "cache-references:k", "cache-misses:u", "cache-misses:k"}
+
+// countedWork is a fixed amount of work, the same instructions each run:
+// a shell loop of 300,000 iterations, and dd's 16 MiB of fresh pages.
+const countedWork = `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; dd if=/dev/zero of=/dev/null bs=16M count=1 2>/dev/null`
+
+// With more events than the PMU has counters, the exporter's scaled counts
+// of a fixed workload in a cgroup are within 5% of perf's unmultiplexed
+// count of the same workload (perf stat --for-each-cgroup, two events
+// only), run alternately, not side by side, so that perf has the
+// counters to itself. Where the host counts hardware events (hostgate).
+func TestServeMultiplexedCountsAgainstPerf(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireFeature(t, hostgate.HardwareCounting)
+	perf := testenv.RequireTool(t, "perf")
+	top, dirs := testenv.Cgroups(t, "job")
+	rel := strings.TrimPrefix(top+"/job", "/")
+	want := map[string]float64{}
+	for _, ev := range []string{"instructions:u", "branches:u"} {
+		stop := perfStatCgroup(t, perf, rel, []string{ev})
+		runIn(t, dirs[0], countedWork)
+		s := stop()[ev]
+		if s.Status != "" || s.Value <= 0 || s.Running < 99 {
+			t.Fatalf("perf stat -e %s alone: %+v", ev, s)
+		}
+		want[ev] = s.Value
+	}
+	cfg := filepath.Join(t.TempDir(), "pmu.yml")
+	var groups strings.Builder
+	for i, ev := range multiplexedEvents {
+		fmt.Fprintf(&groups, "  - name: g%d\n    events: [%q]\n", i, ev)
+	}
+	if err := os.WriteFile(cfg, []byte("default_profile: false\ngroups:\n"+groups.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--config.file="+cfg, "--collector.counting.interval=100ms", "--no-collector.comm", "--no-collector.sampling")
+	var before, after map[string]*dto.MetricFamily
+	hotplugtest.Measure(t, func(int) {
+		p.awaitEveryCPU(t)
+		_, before = p.scrape(t)
+		runIn(t, dirs[0], countedWork)
+		time.Sleep(350 * time.Millisecond)
+		_, after = p.scrape(t)
+	})
+	var enabled, running float64
+	for i := range multiplexedEvents {
+		g := map[string]string{"group": fmt.Sprintf("g%d", i)}
+		enabled += grown(t, before, after, "pmu_group_enabled_seconds_total", g)
+		running += grown(t, before, after, "pmu_group_running_seconds_total", g)
+	}
+	if running > 0.9*enabled {
+		t.Fatalf("%d groups ran %.0f%% of their enabled time: not multiplexed, so this judges nothing", len(multiplexedEvents), 100*running/enabled)
+	}
+	for ev, w := range want {
+		got := grown(t, before, after, "pmu_cgroup_events_total", map[string]string{"cgroup": top + "/job", "event": ev})
+		t.Logf("%s of the work, multiplexed (running %.0f%% of enabled): exporter %.0f, perf alone %.0f", ev, 100*running/enabled, got, w)
+		if got < 0.95*w || got > 1.05*w {
+			t.Errorf("%s: the exporter's scaled count %.0f is %.1f%% from perf's unmultiplexed %.0f", ev, got, 100*(got-w)/w, w)
+		}
+	}
+}
