@@ -19,7 +19,8 @@ func leaves(t *testing.T, name string) cpuidLeaves {
 // sizes are ways × partitions × line × sets, computed by hand from the
 // registers: this project's AMD EPYC guest (cpuid -1 -r, 0x8000001D:
 // L1d 12 × 1 × 64 × 64, L3 16 × 1 × 64 × 32768); the same guest without
-// TOPOEXT, as the guest whose sysfs has no caches; and an Intel
+// TOPOEXT, as the guest whose sysfs has no caches (cannot tell:
+// legacy L1d 0x80000005 ECX[31:24] = 48 KiB only); and an Intel
 // leaf 4 (L1d 8 × 64 × 64, L3 11 × 64 × 49152).
 func TestCPUIDCaches(t *testing.T) {
 	for _, c := range []struct {
@@ -31,12 +32,14 @@ func TestCPUIDCaches(t *testing.T) {
 		smt            bool
 	}{
 		{"amd-epyc-topoext.cpuid", true, 12 * 64 * 64, 16 * 64 * 32768, 3, "leaf 0x8000001d: L1 48 KiB, L2 1024 KiB, L3 32768 KiB", "leaf 0xB: 1 logical", false},
-		{"amd-epyc-no-topoext.cpuid", false, 0, 0, 0, "does not advertise TOPOEXT", "leaf 0xB: 1 logical", false},
+		{"amd-epyc-no-topoext.cpuid", false, 12 * 64 * 64, 0, 0, "does not advertise TOPOEXT", "leaf 0xB: 1 logical", false},
 		{"intel-leaf4.cpuid", true, 8 * 64 * 64, 11 * 64 * 49152, 3, "leaf 0x4: L1 32 KiB, L2 1024 KiB, L3 33792 KiB", "leaf 0xB: 2 logical", true},
 	} {
 		l := leaves(t, c.file)
 		got := cpuidCaches(l)
-		if !got.known || got.present != c.present || got.l1d != c.l1d || got.llc != c.llc || got.llcLevel != c.level || !strings.Contains(got.proof, c.proof) {
+		// Without TOPOEXT CPUID cannot tell whether the kernel describes
+		// caches (legacyCaches), only their L1d.
+		if got.known != c.present || got.present != c.present || got.l1d != c.l1d || got.llc != c.llc || got.llcLevel != c.level || !strings.Contains(got.proof, c.proof) {
 			t.Errorf("%s: %+v", c.file, got)
 		}
 		smt := cpuidSMT(l)
@@ -62,6 +65,16 @@ func TestCacheConflict(t *testing.T) {
 	}
 	if c := cacheConflict(caches{known: true}, id); c != "" {
 		t.Errorf("sysfs has none (a presence dispute, not a conflict): %q", c)
+	}
+	// The legacy leaves cannot say whether sysfs describes caches, but
+	// where it does, its L1d is theirs (QEMU's family 15 under Debian's
+	// 6.1: sysfs L1d 64 KiB, as CPUID's legacy leaf).
+	legacy := cpuidCaches(leaves(t, "amd-epyc-no-topoext.cpuid"))
+	if c := cacheConflict(caches{known: true, present: true, l1d: 48 << 10, llc: 16 << 20, llcLevel: 3}, legacy); c != "" {
+		t.Errorf("legacy L1d 48 KiB, sysfs 48 KiB: %q", c)
+	}
+	if c := cacheConflict(caches{known: true, present: true, l1d: 64 << 10, llc: 16 << 20, llcLevel: 3}, legacy); c == "" {
+		t.Error("legacy L1d 48 KiB, sysfs 64 KiB: no conflict")
 	}
 }
 
