@@ -3,36 +3,20 @@ package host
 import (
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 )
 
-var cpuidDumpLine = regexp.MustCompile(`^\s*(0x[0-9a-f]+) (0x[0-9a-f]+): eax=(0x[0-9a-f]+) ebx=(0x[0-9a-f]+) ecx=(0x[0-9a-f]+) edx=(0x[0-9a-f]+)`)
-
-// dumpCPUID answers CPUID from a `cpuid -1 -r` dump (testdata/cpuid);
-// a leaf the dump lacks answers zeros, as a CPU does past its range.
+// dumpCPUID answers CPUID from a `cpuid -1 -r` dump (testdata/cpuid).
 func dumpCPUID(t *testing.T, name string) CPUIDFunc {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "cpuid", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	regs := map[[2]uint32][4]uint32{}
-	for _, line := range strings.Split(string(b), "\n") {
-		m := cpuidDumpLine.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		var v [6]uint32
-		for i := range v {
-			n, _ := strconv.ParseUint(m[i+1], 0, 32)
-			v[i] = uint32(n)
-		}
-		regs[[2]uint32{v[0], v[1]}] = [4]uint32{v[2], v[3], v[4], v[5]}
-	}
-	return func(leaf, sub uint32) [4]uint32 { return regs[[2]uint32{leaf, sub}] }
+	return hostgate.ParseCPUID(string(b)).Get
 }
 
 // The caches CPUID describes, by hand from the registers: this project's

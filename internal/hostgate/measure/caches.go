@@ -39,7 +39,7 @@ func sysfsCaches() caches {
 // caches from: AMD's 0x8000001D (only where 0x80000001 advertises
 // TOPOEXT), Intel's leaf 4.
 func cpuidCaches(l cpuidLeaves) caches {
-	if l == nil {
+	if l.CPUIDLeaves == nil {
 		return caches{proof: "no cpuid tool or not x86: no oracle for the caches"}
 	}
 	vendor := l.vendor()
@@ -115,7 +115,7 @@ func cacheConflict(sys, id caches) string {
 // cpuidSMT: threads per core from leaf 0xB's SMT level, else AMD's
 // 0x8000001E (with TOPOEXT).
 func cpuidSMT(l cpuidLeaves) hostgate.Finding {
-	if l == nil {
+	if l.CPUIDLeaves == nil {
 		return hostgate.Finding{Proof: "no cpuid tool or not x86: no oracle for SMT"}
 	}
 	if l.get(0, 0)[0] >= 0xb {

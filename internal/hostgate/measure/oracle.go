@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -138,44 +136,25 @@ func (t *tools) watchpoints() hostgate.Finding {
 	return hostgate.Finding{Known: true, Present: count != "", Proof: proof + " (neither all nor none)"}
 }
 
-// cpuid reads every leaf through the cpuid tool (cpuid -1 -r), or nil
-// where there is none (not x86, or not installed).
+// cpuid reads every leaf through the cpuid tool (cpuid -1 -r), or none
+// where there is no tool (not x86, or not installed).
 func (t *tools) cpuid() cpuidLeaves {
 	if t.cpuidTool == "" {
-		return nil
+		return cpuidLeaves{}
 	}
 	out, err := exec.Command(t.cpuidTool, "-1", "-r").Output()
 	if err != nil {
-		return nil
+		return cpuidLeaves{}
 	}
 	return parseCPUID(string(out))
 }
 
-// cpuidLeaves are CPUID's registers (eax, ebx, ecx, edx) by leaf and subleaf.
-type cpuidLeaves map[[2]uint32][4]uint32
+// cpuidLeaves are the dumped registers (hostgate.ParseCPUID).
+type cpuidLeaves struct{ hostgate.CPUIDLeaves }
 
-var cpuidLine = regexp.MustCompile(`^\s*(0x[0-9a-f]+) (0x[0-9a-f]+): eax=(0x[0-9a-f]+) ebx=(0x[0-9a-f]+) ecx=(0x[0-9a-f]+) edx=(0x[0-9a-f]+)`)
+func parseCPUID(out string) cpuidLeaves { return cpuidLeaves{hostgate.ParseCPUID(out)} }
 
-// parseCPUID reads `cpuid -1 -r`: "   0x8000001d 0x03: eax=0x… ebx=0x… ecx=0x… edx=0x…".
-func parseCPUID(out string) cpuidLeaves {
-	l := cpuidLeaves{}
-	s := bufio.NewScanner(strings.NewReader(out))
-	for s.Scan() {
-		m := cpuidLine.FindStringSubmatch(s.Text())
-		if m == nil {
-			continue
-		}
-		var v [6]uint32
-		for i := range v {
-			n, _ := strconv.ParseUint(m[i+1], 0, 32)
-			v[i] = uint32(n)
-		}
-		l[[2]uint32{v[0], v[1]}] = [4]uint32{v[2], v[3], v[4], v[5]}
-	}
-	return l
-}
-
-func (l cpuidLeaves) get(leaf, sub uint32) [4]uint32 { return l[[2]uint32{leaf, sub}] }
+func (l cpuidLeaves) get(leaf, sub uint32) [4]uint32 { return l.Get(leaf, sub) }
 
 // vendor is leaf 0's vendor string.
 func (l cpuidLeaves) vendor() string {

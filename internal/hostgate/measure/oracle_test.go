@@ -47,7 +47,7 @@ func TestCPUIDCaches(t *testing.T) {
 			t.Errorf("%s: SMT %+v", c.file, smt)
 		}
 	}
-	if c := cpuidCaches(nil); c.known {
+	if c := cpuidCaches(cpuidLeaves{}); c.known {
 		t.Errorf("no CPUID: %+v", c)
 	}
 }
