@@ -40,7 +40,11 @@ const probeWrites = 1000
 // ProbeBreakpoint proves that hardware watchpoints fire here, not only that
 // they open (some hypervisors accept the event but never pass the debug
 // registers through): a write watchpoint on a variable of this thread,
-// written probeWrites times, must count exactly probeWrites.
+// written probeWrites times, must count at least 99% of them. QEMU's
+// emulated x86 (TCG, Debian's 6.1) once counted 999 of 1000 where perf's
+// mem: event counted all: its watchpoints fire, and a trap in a thousand
+// lost costs a sampler a sample; none counted is what an EPYC guest whose
+// hypervisor keeps the debug registers gives.
 func ProbeBreakpoint() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -75,9 +79,12 @@ func ProbeBreakpoint() error {
 	if _, err := unix.Read(fd, b[:]); err != nil {
 		return fmt.Errorf("breakpoint: read: %w", err)
 	}
-	if n := binary.LittleEndian.Uint64(b[:]); n != probeWrites {
-		return fmt.Errorf("%w: a write watchpoint opened but counted %d of %d writes: the debug registers do not reach this machine (a hypervisor that does not pass them through)",
-			capability.ErrNotSupported, n, probeWrites)
+	switch n := binary.LittleEndian.Uint64(b[:]); {
+	case n == 0:
+		return fmt.Errorf("%w: a write watchpoint opened but counted 0 of %d writes: the debug registers do not reach this machine (a hypervisor that does not pass them through)",
+			capability.ErrNotSupported, probeWrites)
+	case n < probeWrites*99/100:
+		return fmt.Errorf("%w: a write watchpoint counted %d of %d writes: most traps are lost here", capability.ErrNotSupported, n, probeWrites)
 	}
 	return nil
 }

@@ -245,7 +245,7 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 	r.add(spe)
 
 	bpErr := p.Breakpoint()
-	bp := feature(Breakpoints, bpErr, "hardware watchpoints fire (a write watchpoint counted each of 1000 writes)", privilege)
+	bp := feature(Breakpoints, bpErr, "hardware watchpoints fire (a write watchpoint counted at least 990 of 1000 writes)", privilege)
 	if errors.Is(bpErr, ErrNotSupported) {
 		bp.Fix = "watchpoints need the CPU's debug registers: KVM passes them to guests; where a hypervisor does not, run on bare metal or another instance type"
 	}

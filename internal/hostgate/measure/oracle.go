@@ -126,14 +126,13 @@ func (t *tools) watchpoints() hostgate.Finding {
 		}
 	}
 	proof := fmt.Sprintf("perf stat -e %s counted %s of %d stores", ev, count, watchWrites)
-	switch count {
-	case strconv.Itoa(watchWrites):
-		return hostgate.Finding{Known: true, Present: true, Proof: proof}
-	case "0", "<not supported>", "<not counted>":
+	n, err := strconv.Atoi(count)
+	if err != nil { // <not supported>, <not counted>
 		return hostgate.Finding{Known: true, Proof: proof}
 	}
-	// Neither all nor none: perf sees something the probe would not.
-	return hostgate.Finding{Known: true, Present: count != "", Proof: proof + " (neither all nor none)"}
+	// Firing, as the exporter's probe judges it: 99% of the stores at
+	// least (QEMU's TCG loses one in a thousand now and then).
+	return hostgate.Finding{Known: true, Present: n >= watchWrites*99/100, Proof: proof}
 }
 
 // cpuid reads every leaf through the cpuid tool (cpuid -1 -r), or none
