@@ -51,8 +51,9 @@ func perfStatCgroup(t *testing.T, perf, rel string, events []string) (stop func(
 	// child, so that nothing of the workload precedes perf's counting.
 	awaitChild(t, cmd.Process.Pid)
 	return func() map[string]perfstat.Sample {
-		// perf stops counting and prints at its command's end.
-		exec.Command("pkill", "-INT", "-P", strconv.Itoa(cmd.Process.Pid)).Run()
+		// As a Ctrl-C would: perf and its command (its process group)
+		// get SIGINT, and perf prints what it counted.
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("perf stat: %v\n%s", err, stderr.String())
 		}
