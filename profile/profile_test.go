@@ -32,7 +32,7 @@ func TestDefaultProfileHybridSplitsPerCorePMU(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	want := "software cgroup-switches core/cpu_atom core/cpu_core cache/cpu_atom cache/cpu_core ref-cycles/cpu_atom ref-cycles/cpu_core"
+	want := "software cgroup-switches core/cpu_atom core/cpu_core branches/cpu_atom branches/cpu_core cache/cpu_atom cache/cpu_core ref-cycles/cpu_atom ref-cycles/cpu_core"
 	if strings.Join(names, " ") != want {
 		t.Fatalf("groups = %v\nwant %s", names, want)
 	}

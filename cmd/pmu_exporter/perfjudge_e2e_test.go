@@ -146,8 +146,14 @@ timeout 0.5 sh -c 'while :; do :; done' || true`)
 	})
 	for _, ev := range perCgroup {
 		want, ok := judged[ev]
-		if !ok || want.Status != "" {
-			t.Errorf("perf stat counted no %s in %s: %+v", ev, rel, want)
+		if !ok {
+			t.Errorf("perf stat printed nothing of %s in %s", ev, rel)
+			continue
+		}
+		if want.Status != "" {
+			// A core PMU need not have every generic event (QEMU's
+			// arm64 has no branches): perf, the judge, says which.
+			t.Logf("%s: not judged: perf stat says %q here", ev, want.Status)
 			continue
 		}
 		got := grown(t, before, after, "pmu_cgroup_events_total", map[string]string{"cgroup": cg, "event": ev})
@@ -203,6 +209,9 @@ func perCPURates(t *testing.T, p *exporterProc, perf, dir string, events []strin
 			}
 			c := strconv.Itoa(cpu)
 			for _, ev := range events {
+				if _, ok := want[ev]; !ok {
+					continue // perf does not count it here
+				}
 				group := groupOf(t, ev)
 				enabled := grown(t, before, after, "pmu_group_enabled_seconds_total", map[string]string{"group": group, "cpu": c})
 				got[ev] = grown(t, before, after, "pmu_events_total", map[string]string{"event": ev, "cpu": c}) / (enabled * 1e9)
@@ -213,6 +222,10 @@ func perCPURates(t *testing.T, p *exporterProc, perf, dir string, events []strin
 			continue
 		}
 		for _, ev := range events {
+			if _, ok := want[ev]; !ok {
+				t.Logf("%s per ns on the spin's CPU: not judged, perf counts none here", ev)
+				continue
+			}
 			t.Logf("%s per ns on the spin's CPU: exporter %.4f, perf stat -C %.4f (the spin held %.0f%% of it)", ev, got[ev], want[ev], 100*held)
 			if w := want[ev]; w <= 0 || got[ev] > 1.02*w || got[ev] < 0.98*w {
 				if held < 0.97 {
@@ -284,10 +297,17 @@ func TestServeMultiplexedCountsAgainstPerf(t *testing.T) {
 		stop := perfStatCgroup(t, perf, rel, []string{ev})
 		runIn(t, dirs[0], countedWork)
 		s := stop()[ev]
-		if s.Status != "" || s.Value <= 0 || s.Running < 99 {
+		if s.Status != "" {
+			t.Logf("%s: not judged: perf stat says %q here", ev, s.Status)
+			continue
+		}
+		if s.Value <= 0 || s.Running < 99 {
 			t.Fatalf("perf stat -e %s alone: %+v", ev, s)
 		}
 		want[ev] = s.Value
+	}
+	if len(want) == 0 {
+		t.Fatal("perf counts neither instructions:u nor branches:u here, where the host gate found hardware counting")
 	}
 	cfg := filepath.Join(t.TempDir(), "pmu.yml")
 	var groups strings.Builder
