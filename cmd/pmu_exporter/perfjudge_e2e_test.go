@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,7 +55,11 @@ func perfStatCgroup(t *testing.T, perf, rel string, events []string) (stop func(
 		// As a Ctrl-C would: perf and its command (its process group)
 		// get SIGINT, and perf prints what it counted.
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-		if err := cmd.Wait(); err != nil {
+		// perf prints its counts, then raises the signal again on itself
+		// at exit (as a shell expects of an interrupted command): ended by
+		// SIGINT is its normal end here.
+		var ee *exec.ExitError
+		if err := cmd.Wait(); err != nil && !(errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT) {
 			t.Fatalf("perf stat: %v\n%s", err, stderr.String())
 		}
 		return perfSamples(t, out)
