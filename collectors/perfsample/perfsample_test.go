@@ -126,11 +126,57 @@ func (s *Sampler) rings() []*perfring.Ring {
 	return out
 }
 
-func disable(s *Sampler) {
+func disable(s *Sampler) { ioctlAll(s, unix.PERF_EVENT_IOC_DISABLE) }
+
+// ioctlAll applies a no-argument perf ioctl to every event of s.
+func ioctlAll(s *Sampler, req uint) {
 	for i := range s.cfgs {
 		for _, fd := range s.fdsOf(i) {
-			unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+			unix.IoctlSetInt(fd, req, 0)
 		}
+	}
+}
+
+// flushRounds bounds flushLost's retries; one round is enough unless the
+// machine faults a ring full between a round's last fault and the disable.
+const flushRounds = 5
+
+// flushLost disables s with every overflow the kernel holds written to
+// the rings and read. A ring writes its LOST record only when a record
+// next fits, so on each CPU in turn the rings are drained and one page
+// is faulted there. Faults of other threads (this process's runtime
+// among them) can fill a ring again before the disable; then samples +
+// lost still fall short of the kernel's count, and the events are
+// enabled for another round. It returns the rounds taken; after
+// flushRounds the caller's own comparison reports the shortfall.
+func flushLost(t *testing.T, s *Sampler, stats *samplestat.Stats) int {
+	t.Helper()
+	for round := 1; ; round++ {
+		onEachCPU(t, func(int) {
+			if err := s.ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+			faults(t, 1)
+		})
+		disable(s)
+		// A fault counted just before the disable may still be writing
+		// its sample (count and write happen with preemption off): once
+		// this thread has run on each CPU none is in flight.
+		onEachCPU(t, func(int) {})
+		if err := s.ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		snap := stats.Snapshot()
+		settled := true
+		for i := range s.cfgs {
+			if e := snap.Events[i]; e.Samples+e.Lost != kernelCount(t, s, i) {
+				settled = false
+			}
+		}
+		if settled || round == flushRounds {
+			return round
+		}
+		ioctlAll(s, unix.PERF_EVENT_IOC_ENABLE)
 	}
 }
 
@@ -150,22 +196,22 @@ func TestSystemWideFaults(t *testing.T) {
 		}
 	}
 	// Other processes fault too; should one have filled a ring, its LOST
-	// record is written when a record next fits: fault once on every CPU.
-	onEachCPU(t, func(int) { faults(t, 1) })
-	disable(s)
-	// Another process's fault counted just before the disable may still
-	// be writing its sample: the count and the write happen with
-	// preemption off, so once this thread has run on each CPU none is in
-	// flight (noisy CI once read 6134 samples of 6135 counted).
-	onEachCPU(t, func(int) {})
-	if err := s.ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	// record is written only when a record next fits.
+	rounds := flushLost(t, s, stats)
 	snap := stats.Snapshot()
 	for i := range 2 {
 		e := snap.Events[i]
-		if want := kernelCount(t, s, i); e.Samples+e.Lost != want || e.Samples < 1000 {
-			t.Errorf("%s: %d samples + %d lost, the kernel counted %d (the test faulted 1000 pages)", s.cfgs[i].Name, e.Samples, e.Lost, want)
+		want := kernelCount(t, s, i)
+		// Under another process's fault storm the kernel counts a few
+		// faults it neither samples nor counts as lost: its own
+		// lost_samples (PERF_FORMAT_LOST) stayed 0 beside up to 4 of
+		// 5,659 missing. The exact count of samples and losses is
+		// TestLostCounted's, on this process's faults alone.
+		unaccounted := int64(want) - int64(e.Samples+e.Lost)
+		if unaccounted < 0 || unaccounted > int64(want/500) || e.Samples < 1000 {
+			t.Errorf("%s: %d samples + %d lost, the kernel counted %d: want at most 0.2%% unaccounted, none extra (the test faulted 1000 pages; %d flush rounds; errors %v)", s.cfgs[i].Name, e.Samples, e.Lost, want, rounds, snap.Errors)
+		} else if unaccounted > 0 {
+			t.Logf("%s: %d of %d faults neither sampled nor lost by the kernel's account", s.cfgs[i].Name, unaccounted, want)
 		}
 	}
 	if rings := len(s.rings()); rings != len(testenv.OnlineCPUs(t)) {
@@ -196,19 +242,18 @@ func TestLostCounted(t *testing.T) {
 	origin := ownCgroup(t)
 	move(dirs[0])
 	faults(t, 3000)
-	s.ReadAll()
-	// A ring writes its LOST record when a record next fits: fault once
-	// on every CPU, as the ring of each may have overflowed.
-	onEachCPU(t, func(int) { faults(t, 1) })
-	disable(s)
+	// This process's runtime faults too (a garbage collection after
+	// 12 MB of fresh pages, a new thread's stack), and may fill a ring
+	// after its last drain (CI once lost 138 that way): flush until the
+	// kernel holds no unwritten overflow.
+	rounds := flushLost(t, s, stats)
 	move(origin)
-	s.ReadAll()
 	e := stats.Snapshot().Events[0]
 	if e.Lost == 0 {
 		t.Fatalf("no LOST record from 3000 faults into a 4 KiB ring (%d samples)", e.Samples)
 	}
 	if want := kernelCount(t, s, 0); e.Samples+e.Lost != want || want < 3000 {
-		t.Errorf("%d samples + %d lost, the kernel counted %d", e.Samples, e.Lost, want)
+		t.Errorf("%d samples + %d lost, the kernel counted %d (%d flush rounds)", e.Samples, e.Lost, want, rounds)
 	}
 }
 
