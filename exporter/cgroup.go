@@ -41,6 +41,7 @@ type CgroupCollector struct {
 	events, slots, nodeSlots              *prometheus.Desc
 	unattributed, missed, errors, tracked *prometheus.Desc
 	perfModeFDs                           *prometheus.Desc
+	runs, runTime, credits, timed         *prometheus.Desc // the programs' own cost
 	attribution                           Attribution
 
 	mu     sync.Mutex
@@ -103,6 +104,10 @@ func NewCgroup(src CgroupSource, names PodNames, how Attribution) *CgroupCollect
 		missed:       d("cgroup_switches_missed_total", "Cgroup switches the kernel counted but did not run the attribution program for; their spans are in pmu_cgroup_unattributed_events_total."),
 		errors:       d("cgroup_attribution_errors_total", "Failures in the per-cgroup attribution, by reason (map_full: credits lost because --collector.cgroup.max-tracked was reached).", "reason"),
 		tracked:      d("cgroup_tracked", "Cgroups held in the kernel's attribution map."),
+		runs:         d("self_bpf_runs_total", "Runs of each of the attribution's eBPF programs (program: the tracepoint it runs at, or credit_now, run before each read), early returns included, by the programs' own count.", "program"),
+		runTime:      d("self_bpf_run_seconds_total", "Run time of each of the attribution's eBPF programs, spent in the tasks that switch, by the kernel's bpf_stats: exported only while an operator has kernel.bpf_stats_enabled on (pmu_self_bpf_stats_enabled), which the exporter never turns on.", "program"),
+		credits:      d("self_bpf_credits_total", "Program runs that read every attributed event and credited a cgroup: the costly ones among pmu_self_bpf_runs_total."),
+		timed:        d("self_bpf_stats_enabled", "1 while the kernel measures BPF programs' run time (kernel.bpf_stats_enabled) and pmu_self_bpf_run_seconds_total is exported; 0: the programs' time is not measured."),
 	}
 }
 
@@ -110,7 +115,7 @@ var identityLabels = [4]string{"cgroup", "namespace", "pod", "container"}
 
 // Describe sends the descriptors.
 func (c *CgroupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.events, c.slots, c.nodeSlots, c.unattributed, c.missed, c.errors, c.tracked, c.perfModeFDs} {
+	for _, d := range []*prometheus.Desc{c.events, c.slots, c.nodeSlots, c.unattributed, c.missed, c.errors, c.tracked, c.perfModeFDs, c.runs, c.runTime, c.credits, c.timed} {
 		ch <- d
 	}
 }
@@ -137,6 +142,23 @@ func (c *CgroupCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(s.Errors[r]), r)
 	}
 	ch <- prometheus.MustNewConstMetric(c.tracked, prometheus.GaugeValue, float64(s.Tracked))
+	c.collectCost(ch, s.Switches)
+}
+
+// collectCost sends what the attribution's programs cost.
+func (c *CgroupCollector) collectCost(ch chan<- prometheus.Metric, st model.SwitchStats) {
+	ch <- prometheus.MustNewConstMetric(c.credits, prometheus.CounterValue, float64(st.Credits))
+	timed := 0.0
+	if st.Timed {
+		timed = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.timed, prometheus.GaugeValue, timed)
+	for _, p := range st.Programs {
+		ch <- prometheus.MustNewConstMetric(c.runs, prometheus.CounterValue, float64(p.Runs), p.Name)
+		if st.Timed {
+			ch <- prometheus.MustNewConstMetric(c.runTime, prometheus.CounterValue, p.RunSeconds, p.Name)
+		}
+	}
 }
 
 // series builds the per-cgroup counters from the cached label pairs, each

@@ -66,6 +66,7 @@ pmu_cgroup_unattributed_events_total{event="cpu-clock"} 7
 pmu_cgroup_switches_missed_total 3
 # HELP pmu_cgroup_attribution_errors_total Failures in the per-cgroup attribution, by reason (map_full: credits lost because --collector.cgroup.max-tracked was reached).
 # TYPE pmu_cgroup_attribution_errors_total counter
+pmu_cgroup_attribution_errors_total{reason="ancestry"} 0
 pmu_cgroup_attribution_errors_total{reason="attach"} 0
 pmu_cgroup_attribution_errors_total{reason="credit"} 0
 pmu_cgroup_attribution_errors_total{reason="forget"} 0
@@ -177,4 +178,39 @@ func perCgroupSeries(text string) string {
 		}
 	}
 	return b.String()
+}
+
+// The programs' own cost: runs by their own count always; run time only
+// while the kernel measures it (bpf_stats), with the gauge saying which.
+func TestCgroupCollectorProgramCost(t *testing.T) {
+	progs := []model.BPFProgram{{Name: "sched_switch", Runs: 1000, RunSeconds: 0.25}, {Name: "cpu_idle", Runs: 40, RunSeconds: 0.5}}
+	for _, timed := range []bool{false, true} {
+		s := fixedCgroups{}.Snapshot()
+		s.Switches = model.SwitchStats{Credits: 300, Programs: progs, Timed: timed}
+		c := NewCgroup(&changing{s}, nil, AttributedByBPF)
+		want := `# HELP pmu_self_bpf_credits_total Program runs that read every attributed event and credited a cgroup: the costly ones among pmu_self_bpf_runs_total.
+# TYPE pmu_self_bpf_credits_total counter
+pmu_self_bpf_credits_total 300
+# HELP pmu_self_bpf_runs_total Runs of each of the attribution's eBPF programs (program: the tracepoint it runs at, or credit_now, run before each read), early returns included, by the programs' own count.
+# TYPE pmu_self_bpf_runs_total counter
+pmu_self_bpf_runs_total{program="cpu_idle"} 40
+pmu_self_bpf_runs_total{program="sched_switch"} 1000
+# HELP pmu_self_bpf_stats_enabled 1 while the kernel measures BPF programs' run time (kernel.bpf_stats_enabled) and pmu_self_bpf_run_seconds_total is exported; 0: the programs' time is not measured.
+# TYPE pmu_self_bpf_stats_enabled gauge
+`
+		if timed {
+			want += `pmu_self_bpf_stats_enabled 1
+# HELP pmu_self_bpf_run_seconds_total Run time of each of the attribution's eBPF programs, spent in the tasks that switch, by the kernel's bpf_stats: exported only while an operator has kernel.bpf_stats_enabled on (pmu_self_bpf_stats_enabled), which the exporter never turns on.
+# TYPE pmu_self_bpf_run_seconds_total counter
+pmu_self_bpf_run_seconds_total{program="cpu_idle"} 0.5
+pmu_self_bpf_run_seconds_total{program="sched_switch"} 0.25
+`
+		} else {
+			want += "pmu_self_bpf_stats_enabled 0\n"
+		}
+		if err := testutil.CollectAndCompare(c, strings.NewReader(want), "pmu_self_bpf_credits_total", "pmu_self_bpf_runs_total",
+			"pmu_self_bpf_stats_enabled", "pmu_self_bpf_run_seconds_total"); err != nil {
+			t.Errorf("timed %v: %v", timed, err)
+		}
+	}
 }

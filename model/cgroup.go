@@ -38,21 +38,41 @@ type SwitchStats struct {
 	Credits        uint64 // program runs that credited a cgroup
 	SwitchesMissed uint64 // cgroup switches the kernel did not run the program for
 	Unattributed   uint64 // credits filed under Unattributed because of them
+	// Programs are what each of the attribution's programs cost.
+	Programs []BPFProgram
+	// Timed says the kernel measured the programs' run time
+	// (kernel.bpf_stats_enabled, which only an operator turns on).
+	Timed bool
+}
+
+// BPFProgram is one of the attribution's eBPF programs and what it cost.
+type BPFProgram struct {
+	// Name is the tracepoint it runs at (sched_switch, cpu_idle,
+	// cgroup_attach_task), or credit_now, run by the exporter on each CPU
+	// before every read.
+	Name string
+	// Runs counts its runs, early returns included, by its own count.
+	Runs uint64
+	// RunSeconds is the kernel's bpf_stats run time: all of it spent in
+	// the tasks that switch, none in the exporter. Only while the
+	// snapshot's Timed is true.
+	RunSeconds float64
 }
 
 // Reasons of CgroupSnapshot.Errors.
 const (
-	CgroupErrCredit  = "credit"   // running the credit program on a CPU failed
-	CgroupErrRead    = "read"     // reading the kernel's cgroup map failed
-	CgroupErrWalk    = "walk"     // walking the cgroup hierarchy failed
-	CgroupErrAttach  = "attach"   // attaching to a CPU's cgroup switches failed
-	CgroupErrPlace   = "place"    // placing or removing an event fd failed
-	CgroupErrForget  = "forget"   // removing a deleted cgroup from the map failed
-	CgroupErrMapFull = "map_full" // credits lost: the kernel's cgroup map was full
+	CgroupErrCredit   = "credit"   // running the credit program on a CPU failed
+	CgroupErrRead     = "read"     // reading the kernel's cgroup map failed
+	CgroupErrWalk     = "walk"     // walking the cgroup hierarchy failed
+	CgroupErrAttach   = "attach"   // attaching to a CPU's cgroup switches failed
+	CgroupErrPlace    = "place"    // placing or removing an event fd failed
+	CgroupErrForget   = "forget"   // removing a deleted cgroup from the map failed
+	CgroupErrMapFull  = "map_full" // credits lost: the kernel's cgroup map was full
+	CgroupErrAncestry = "ancestry" // a cgroup's ancestry was not recorded or not read: its counts reached it alone
 )
 
 // CgroupErrorReasons lists them, for metrics exported from zero.
-var CgroupErrorReasons = []string{CgroupErrCredit, CgroupErrRead, CgroupErrWalk, CgroupErrAttach, CgroupErrPlace, CgroupErrForget, CgroupErrMapFull}
+var CgroupErrorReasons = []string{CgroupErrCredit, CgroupErrRead, CgroupErrWalk, CgroupErrAttach, CgroupErrPlace, CgroupErrForget, CgroupErrMapFull, CgroupErrAncestry}
 
 // PodIdentity is what a Kubernetes cgroup path says of its pod and
 // container.

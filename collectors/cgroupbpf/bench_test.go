@@ -1,15 +1,20 @@
 package cgroupbpf
 
 import (
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"sort"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
@@ -18,162 +23,334 @@ import (
 )
 
 // pong echoes bytes from stdin to stdout until EOF: the far end of a ping-pong
-// whose every round trip is two cgroup switches (run from TestMain).
+// whose every round trip is two context switches on each side (run from
+// TestMain). Both descriptors are blocking pipes: a read sleeps in the
+// kernel, with no Go scheduler between.
 func pong() {
+	runtime.LockOSThread()
 	var b [1]byte
 	for {
-		if _, err := os.Stdin.Read(b[:]); err != nil {
+		if n, err := unix.Read(0, b[:]); n != 1 || err != nil {
 			return
 		}
-		os.Stdout.Write(b[:])
+		unix.Write(1, b[:])
 	}
 }
 
-// BenchmarkPingPong runs pipe round trips between this process (root cgroup)
-// and a helper in its own cgroup, without and with the program attributing
-// four software events on every CPU; ns/op is one round trip. It reports the
-// program's own cost per run from the kernel's bpf_stats.
-func BenchmarkPingPong(b *testing.B) {
+// pingPonger is this thread's end of pipe round trips with a pong process.
+type pingPonger struct {
+	cmd  *exec.Cmd
+	w, r int // blocking pipe ends: to pong's stdin, from its stdout
+}
+
+// startPong starts pong inside the cgroup v2 directory dir, pinned to cpu
+// (-1: anywhere), and pins the calling thread there too: a pinned pair on
+// one CPU switches straight from one to the other, never through idle.
+// The caller's goroutine keeps its OS thread locked until stop.
+func startPong(tb testing.TB, dir string, cpu int) (*pingPonger, func()) {
+	tb.Helper()
+	cg, err := os.Open(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cg.Close()
+	var toPong, fromPong [2]int
+	if err := unix.Pipe2(toPong[:], unix.O_CLOEXEC); err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Pipe2(fromPong[:], unix.O_CLOEXEC); err != nil {
+		tb.Fatal(err)
+	}
+	stdin, stdout := os.NewFile(uintptr(toPong[0]), "pong-stdin"), os.NewFile(uintptr(fromPong[1]), "pong-stdout")
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), "CGROUPBPF_PONG=1")
+	cmd.Stdin, cmd.Stdout = stdin, stdout
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	stdin.Close()
+	stdout.Close()
+	runtime.LockOSThread()
+	var old unix.CPUSet
+	unix.SchedGetaffinity(0, &old)
+	if cpu >= 0 {
+		var set unix.CPUSet
+		set.Set(cpu)
+		for _, pid := range []int{0, cmd.Process.Pid} {
+			if err := unix.SchedSetaffinity(pid, &set); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	p := &pingPonger{cmd: cmd, w: toPong[1], r: fromPong[0]}
+	return p, func() {
+		unix.Close(p.w)
+		unix.Close(p.r)
+		cmd.Wait()
+		unix.SchedSetaffinity(0, &old)
+		runtime.UnlockOSThread()
+	}
+}
+
+// roundTrips makes n round trips.
+func (p *pingPonger) roundTrips(tb testing.TB, n int) {
+	var b [1]byte
+	for range n {
+		unix.Write(p.w, b[:])
+		if k, err := unix.Read(p.r, b[:]); k != 1 || err != nil {
+			tb.Fatalf("pong answered %d bytes: %v", k, err)
+		}
+	}
+}
+
+// ownCgroup is the cgroup v2 directory of this process.
+func ownCgroup(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(testenv.Cgroup2Mount(), rest)
+		}
+	}
+	tb.Fatal("no cgroup v2 line in /proc/self/cgroup")
+	return ""
+}
+
+// switchProgram is what runs at sched_switch in a benchmark: its program
+// (for bpf_stats) and how to take it away.
+type switchProgram struct {
+	prog  *ebpf.Program
+	close func()
+}
+
+// attachEmpty attaches a program that returns at once to sched_switch, the
+// way the credit is attached: the floor of any program there.
+func attachEmpty(tb testing.TB) switchProgram {
+	tb.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "empty_switch",
+		Type:         ebpf.Tracing,
+		AttachType:   ebpf.AttachTraceRawTp,
+		AttachTo:     "sched_switch",
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+	if err != nil {
+		prog.Close()
+		tb.Fatal(err)
+	}
+	return switchProgram{prog, func() { l.Close(); prog.Close() }}
+}
+
+// benchEvents are software events a credit reads, up to 8, one perf group,
+// in the order the exporter gives them slots (clocks after the first).
+var benchEvents = []struct {
+	name   string
+	config uint64
+}{
+	{"page-faults", unix.PERF_COUNT_SW_PAGE_FAULTS},
+	{"cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK},
+	{"task-clock", unix.PERF_COUNT_SW_TASK_CLOCK},
+	{"context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES},
+	{"cpu-migrations", unix.PERF_COUNT_SW_CPU_MIGRATIONS},
+	{"minor-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MIN},
+	{"major-faults", unix.PERF_COUNT_SW_PAGE_FAULTS_MAJ},
+	{"alignment-faults", unix.PERF_COUNT_SW_ALIGNMENT_FAULTS},
+}
+
+// sharedTimes reads the first of one perf group's events with its times
+// and the others with those (task-clock not at all), as the exporter does.
+func sharedTimes(names []string) []How {
+	hows := make([]How, len(names))
+	for i := 1; i < len(names); i++ {
+		hows[i] = How{TimesFrom: 0, Shared: true, TaskClock: names[i] == "task-clock"}
+	}
+	return hows
+}
+
+// attachCredit loads the credit attributing the first n benchEvents on
+// every online CPU, with ancestors to depth 4 (a pod's container is at
+// level 4 or 5 under the kubepods slices).
+func attachCredit(tb testing.TB, n int) switchProgram {
+	tb.Helper()
+	c, err := Load(Options{Events: n, Depth: 4, MaxCgroups: 256})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var attrs []eventspec.Attr
+	var names []string
+	for _, e := range benchEvents[:n] {
+		attrs = append(attrs, eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: e.config})
+		names = append(names, e.name)
+	}
+	var groups []*perf.Group
+	for _, cpu := range testenv.OnlineCPUs(tb) {
+		g, err := perf.OpenGroup(attrs, names, perf.SystemWide(cpu))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		groups = append(groups, g)
+		for i, how := range sharedTimes(names) {
+			if err := c.SetEvent(i, cpu, g.FD(i), how); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		if err := c.Attach(cpu); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return switchProgram{c.objs.OnSwitch, func() {
+		c.Close()
+		for _, g := range groups {
+			g.Close()
+		}
+	}}
+}
+
+// enableBPFStats turns the kernel's run-time accounting of BPF programs on
+// for the benchmark (node-wide: never in the product unless an operator
+// has) and restores what it was.
+func enableBPFStats(tb testing.TB) {
+	const knob = "/proc/sys/kernel/bpf_stats_enabled"
+	old, err := os.ReadFile(knob)
+	if err != nil {
+		tb.Skipf("no bpf_stats: %v", err)
+	}
+	if err := os.WriteFile(knob, []byte("1"), 0); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.WriteFile(knob, old, 0) })
+}
+
+// BenchmarkSwitch is the cost of the program at context switches: pipe
+// round trips (ns/op) between this thread and a pong process, with no
+// program at sched_switch, an empty one (the floor of this design), and
+// the credit reading 4 and 8 software events on every CPU; with bpf_stats
+// on, each program's ns per run and runs per round trip.
+//
+//   - pinned/same-cgroup: both on one CPU in one cgroup, every switch the
+//     credit's early return;
+//   - pinned/cross-cgroup: both on one CPU in two cgroups, every switch a
+//     full credit and none through idle;
+//   - spread/cross-cgroup: anywhere, as a real pair of pods, so that the
+//     CPUs also go idle and come back (credits into idle, at idle exits).
+func BenchmarkSwitch(b *testing.B) {
 	testenv.RequireRoot(b)
 	mnt := testenv.Cgroup2Mount()
 	testenv.Require(b, mnt != "", "needs a cgroup v2 hierarchy")
-	dir := filepath.Join(mnt, fmt.Sprintf("pmu_exporter_bench_%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	defer os.Remove(dir)
-	cg, err := os.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cg.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), "CGROUPBPF_PONG=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	in, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { in.Close(); cmd.Wait() }()
-	roundTrips := func(b *testing.B) {
-		var buf [1]byte
-		for b.Loop() {
-			in.Write(buf[:])
-			if _, err := io.ReadFull(out, buf[:]); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.Run("not-attributing", roundTrips)
-	b.Run("attributing-4-events", func(b *testing.B) {
-		os.WriteFile("/proc/sys/kernel/bpf_stats_enabled", []byte("1"), 0)
-		defer os.WriteFile("/proc/sys/kernel/bpf_stats_enabled", []byte("0"), 0)
-		c, err := Load(Options{Events: 4, Depth: 4, MaxCgroups: 256})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		attrs := []eventspec.Attr{
-			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK},
-			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK},
-			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS},
-			{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES},
-		}
-		for _, cpu := range testenv.OnlineCPUs(b) {
-			g, err := perf.OpenGroup(attrs, []string{"cpu-clock", "task-clock", "page-faults", "context-switches"}, perf.SystemWide(cpu))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer g.Close()
-			for i := range attrs {
-				if err := c.SetEvent(i, cpu, g.FD(i)); err != nil {
-					b.Fatal(err)
+	enableBPFStats(b)
+	_, dirs := testenv.Cgroups(b, "pong")
+	own := ownCgroup(b)
+	last := slices.Max(testenv.OnlineCPUs(b))
+	for _, setting := range []struct {
+		name string
+		dir  string
+		cpu  int
+	}{
+		{"pinned/same-cgroup", own, last},
+		{"pinned/cross-cgroup", dirs[0], last},
+		{"spread/cross-cgroup", dirs[0], -1},
+	} {
+		for _, program := range []struct {
+			name   string
+			attach func(testing.TB) switchProgram
+		}{
+			{"none", nil},
+			{"empty", attachEmpty},
+			{"credit-4", func(tb testing.TB) switchProgram { return attachCredit(tb, 4) }},
+			{"credit-8", func(tb testing.TB) switchProgram { return attachCredit(tb, 8) }},
+		} {
+			b.Run(setting.name+"/"+program.name, func(b *testing.B) {
+				p, stop := startPong(b, setting.dir, setting.cpu)
+				defer stop()
+				var sp switchProgram
+				if program.attach != nil {
+					sp = program.attach(b)
+					defer sp.close()
 				}
-				defer c.ClearEvent(i, cpu)
-			}
-			if err := c.Attach(cpu); err != nil {
-				b.Fatal(err)
-			}
-		}
-		before, _ := c.objs.OnSwitch.Stats()
-		roundTrips(b)
-		after, _ := c.objs.OnSwitch.Stats()
-		// The switch credit runs at every context switch and returns at once
-		// when both tasks are in one cgroup, so its cost per run averages
-		// both kinds.
-		if runs := after.RunCount - before.RunCount; runs > 0 {
-			b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(runs), "ns/program-run")
-			b.ReportMetric(float64(runs)/float64(b.N), "program-runs/op")
-		}
-	})
-}
-
-// BenchmarkCreditNow is the per-cycle credit on each CPU (the program run
-// there by BPF_PROG_TEST_RUN, an IPI for another CPU) from a thread on CPU 0,
-// with the other CPUs idle or busy; cpu-ns/op is this process's CPU time (the
-// caller waits for the remote CPU to take the IPI).
-func BenchmarkCreditNow(b *testing.B) {
-	testenv.RequireRoot(b)
-	c, err := Load(Options{Events: 2, Depth: 1, MaxCgroups: 256})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	for _, cpu := range testenv.OnlineCPUs(b) {
-		b.Run(fmt.Sprintf("cpu=%d", cpu), func(b *testing.B) {
-			// Each sub-benchmark runs on a goroutine of its own: pin its
-			// thread there, and leave it locked, so that the runtime ends
-			// the thread with the goroutine rather than hand its narrowed
-			// affinity to others (and RUSAGE_THREAD reads this one thread).
-			runtime.LockOSThread()
-			var set unix.CPUSet
-			set.Set(0)
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				b.Fatal(err)
-			}
-			var ru0, ru1 unix.Rusage
-			unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
-			for b.Loop() {
-				if err := c.CreditNow(cpu); err != nil {
-					b.Fatal(err)
-				}
-			}
-			unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
-			b.ReportMetric(float64(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano())/float64(b.N), "cpu-ns/op")
-		})
-	}
-}
-
-// BenchmarkRead reads a map holding 10 cgroups, batched and walked key by
-// key, with the map sized for 1,024 and for 16,384 cgroups (the default
-// --collector.cgroup.max-tracked): the kernel visits every bucket either way.
-func BenchmarkRead(b *testing.B) {
-	testenv.RequireRoot(b)
-	for _, size := range []int{1024, 16384} {
-		c, err := Load(Options{Events: 2, Depth: 1, MaxCgroups: size})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		for i := range 10 {
-			v := make([]cgroupValue, c.cpus)
-			for cpu := range v {
-				v[cpu] = make(cgroupValue, 2)
-			}
-			if err := c.objs.Cgroups.Put(uint64(1<<40+i), v); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for _, batched := range []bool{true, false} {
-			b.Run(fmt.Sprintf("max=%d/batched=%v", size, batched), func(b *testing.B) {
-				c.noBatch = !batched
-				for b.Loop() {
-					if err := c.Read(func(uint64, [][]Reading) {}); err != nil {
+				var before ebpf.ProgramStats
+				if sp.prog != nil {
+					s, err := sp.prog.Stats()
+					if err != nil {
 						b.Fatal(err)
+					}
+					before = *s
+				}
+				b.ResetTimer()
+				p.roundTrips(b, b.N)
+				b.StopTimer()
+				if sp.prog != nil {
+					after, err := sp.prog.Stats()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if runs := after.RunCount - before.RunCount; runs > 0 {
+						b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(runs), "ns/program-run")
+						b.ReportMetric(float64(runs)/float64(b.N), "program-runs/op")
 					}
 				}
 			})
 		}
 	}
+}
+
+// BenchmarkCrossCgroupOverhead is the slowdown a program at sched_switch
+// gives a switch-heavy pair of processes in two cgroups, anywhere on the
+// machine: rounds of 20,000 round trips alternate without and with the
+// program (the empty one, the floor; the credit with 4 software events),
+// and the median of the pairs' ratios is reported as overhead-% (with the
+// medians' round trips), so that the machine's drift and other tenants
+// fall on both sides alike. b.N counts pairs.
+func BenchmarkCrossCgroupOverhead(b *testing.B) {
+	testenv.RequireRoot(b)
+	mnt := testenv.Cgroup2Mount()
+	testenv.Require(b, mnt != "", "needs a cgroup v2 hierarchy")
+	_, dirs := testenv.Cgroups(b, "pong")
+	for _, program := range []struct {
+		name   string
+		attach func(testing.TB) switchProgram
+	}{
+		{"empty", attachEmpty},
+		{"credit-4", func(tb testing.TB) switchProgram { return attachCredit(tb, 4) }},
+	} {
+		b.Run(program.name, func(b *testing.B) {
+			const trips = 20000
+			p, stop := startPong(b, dirs[0], -1)
+			defer stop()
+			round := func() time.Duration {
+				start := time.Now()
+				p.roundTrips(b, trips)
+				return time.Since(start) / trips
+			}
+			round() // warm both ends
+			var ratios, without, with []float64
+			for range b.N {
+				w0 := round()
+				sp := program.attach(b)
+				w1 := round()
+				sp.close()
+				without, with = append(without, float64(w0)), append(with, float64(w1))
+				ratios = append(ratios, float64(w1)/float64(w0))
+			}
+			b.ReportMetric(100*(median(ratios)-1), "overhead-%")
+			b.ReportMetric(median(without), "ns/trip-without")
+			b.ReportMetric(median(with), "ns/trip-with")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// median is the middle of v (the upper one of an even count).
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	sort.Float64s(v)
+	return v[len(v)/2]
 }

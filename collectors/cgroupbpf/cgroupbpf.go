@@ -1,7 +1,9 @@
 // Package cgroupbpf attributes the counting core's per-CPU events to cgroups in
 // the kernel, with the eBPF program in bpf/cgroup_count.bpf.c: on every switch
 // between tasks of different cgroups a CPU credits what its events counted
-// since its previous switch to the outgoing cgroup and its ancestors. File
+// since its previous switch to the outgoing task's own cgroup, and records a
+// cgroup's ancestors when it first credits it (Ancestors): whoever reads sums
+// the ancestors, which the kernel does not do at every switch. File
 // descriptors stay CPUs x events, whatever the number of cgroups: the program
 // reads the counting core's own fds. This package only talks to the kernel
 // (load, attach, fill and read maps); what the counts mean is decided elsewhere.
@@ -29,7 +31,7 @@ import (
 // a hybrid host each core type has this many.
 const MaxEvents = 32
 
-// MaxDepth is the deepest ancestor level the program credits (MAX_DEPTH - 1).
+// MaxDepth is the deepest ancestor level the program records (MAX_DEPTH - 1).
 const MaxDepth = 15
 
 // swCgroupSwitches is PERF_COUNT_SW_CGROUP_SWITCHES (Linux 5.13), which x/sys
@@ -39,7 +41,7 @@ const swCgroupSwitches = 11
 // Options sizes the program and its maps.
 type Options struct {
 	Events     int // events attributed, 1..MaxEvents
-	Depth      int // ancestor levels 1..Depth are credited besides the task's own cgroup
+	Depth      int // ancestor levels 1..Depth are recorded for each cgroup (Ancestors)
 	MaxCgroups int // cgroups held at once; beyond it credits are dropped and counted
 	// PerfEventV1 says the perf_event controller is on a cgroup v1 hierarchy:
 	// ids are then that hierarchy's (cgroup-switches compares its cgroups).
@@ -107,6 +109,7 @@ func Load(opts Options) (*Counter, error) {
 	spec.Maps["cgroups"].MaxEntries = uint32(opts.MaxCgroups)
 	spec.Maps["cgroups"].ValueSize = uint32(opts.Events) * uint32(unsafe.Sizeof(Reading{}))
 	spec.Maps["cgroups"].Value = nil // the BTF type is MAX_EVENTS readings; the map holds Events
+	spec.Maps["ancestors"].MaxEntries = uint32(opts.MaxCgroups)
 	spec.Maps["seen"].MaxEntries = uint32(cpus)
 	spec.Maps["previous"].MaxEntries = uint32(cpus) * MaxEvents
 	c := &Counter{events: opts.Events, cpus: cpus, switches: map[int]int{}, values: make([]cgroupValue, cpus)}
@@ -117,18 +120,19 @@ func Load(opts Options) (*Counter, error) {
 		}
 		return nil, fmt.Errorf("load the cgroup program: %w", err)
 	}
-	c.switch_, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_switch", Program: c.objs.OnSwitch})
+	// BTF tracepoints (tp_btf): the tracepoint each is on is in its spec.
+	c.switch_, err = link.AttachTracing(link.TracingOptions{Program: c.objs.OnSwitch})
 	if err != nil {
 		c.objs.Close()
 		return nil, fmt.Errorf("attach the cgroup switch credit to the sched_switch tracepoint: %w", err)
 	}
-	c.idleExit, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "cpu_idle", Program: c.objs.OnIdleExit})
+	c.idleExit, err = link.AttachTracing(link.TracingOptions{Program: c.objs.OnIdleExit})
 	if err != nil {
 		c.switch_.Close()
 		c.objs.Close()
 		return nil, fmt.Errorf("attach the idle-exit credit to the cpu_idle tracepoint: %w", err)
 	}
-	c.moves, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "cgroup_attach_task", Program: c.objs.OnCgroupAttach})
+	c.moves, err = link.AttachTracing(link.TracingOptions{Program: c.objs.OnCgroupAttach})
 	if err != nil {
 		c.switch_.Close()
 		c.idleExit.Close()
@@ -202,20 +206,55 @@ func (c *Counter) check(event, cpu int) error {
 	return nil
 }
 
+// How says how the program reads an event at each credit. The zero value
+// reads its count with its own enabled and running times: right for any
+// event, and the only way for the first event of a perf group.
+type How struct {
+	// TimesFrom, when Shared, is the number of an event of the same perf
+	// group, lower than this one's, whose enabled and running times this
+	// event shares: members of a group are scheduled in and out together.
+	// The program reads it first, and then this event's count alone, which
+	// spares the clock reads that times cost (a few tens of ns each in a
+	// guest).
+	TimesFrom int
+	Shared    bool
+	// TaskClock says the event is task-clock, whose count is its running
+	// time (both advance with its context's time while it runs): with
+	// Shared, it is not read at all.
+	TaskClock bool
+}
+
+// slot is the program's struct slot: an event's reading at the CPU's
+// previous credit and how it is read.
+type slot struct {
+	Reading
+	How, From uint32
+}
+
+// The program's read modes (enum in the program).
+const (
+	readValue = iota
+	readCounter
+	readTaskClock
+)
+
 // SetEvent makes fd, a counting event open on cpu, the program's event number
-// event there, in place of any fd placed before. The program's previous reading
-// there is reset while no fd is placed (the program credits nothing for an
-// event it cannot read), so the old fd's counts are not credited again and
-// the first credit takes the new fd's count from its opening: place an fd as
-// soon as it is opened.
-func (c *Counter) SetEvent(event, cpu, fd int) error {
+// event there, read as how says, in place of any fd placed before. The
+// program's previous reading there is reset while no fd is placed (the
+// program credits nothing for an event it cannot read), so the old fd's
+// counts are not credited again and the first credit takes the new fd's
+// count from its opening: place an fd as soon as it is opened.
+func (c *Counter) SetEvent(event, cpu, fd int, how How) error {
 	if err := c.check(event, cpu); err != nil {
 		return err
+	}
+	if how.Shared && (how.TimesFrom < 0 || how.TimesFrom >= event) {
+		return fmt.Errorf("event %d on CPU %d: times shared with event %d, which the program does not read before it", event, cpu, how.TimesFrom)
 	}
 	if err := c.ClearEvent(event, cpu); err != nil {
 		return err
 	}
-	if err := c.resetPrevious(event, cpu); err != nil {
+	if err := c.resetPrevious(event, cpu, how); err != nil {
 		return err
 	}
 	if err := c.arrays[event].Put(uint32(cpu), uint32(fd)); err != nil {
@@ -237,10 +276,18 @@ func (c *Counter) ClearEvent(event, cpu int) error {
 }
 
 // resetPrevious zeroes the program's last reading of event on cpu, so that a new
-// fd's first reading is not compared with the old fd's. It writes that one
-// element: the program may be crediting on other CPUs meanwhile.
-func (c *Counter) resetPrevious(event, cpu int) error {
-	if err := c.objs.Previous.Put(uint32(cpu*MaxEvents+event), Reading{}); err != nil {
+// fd's first reading is not compared with the old fd's, and sets how it is
+// read. It writes that one element: the program may be crediting on other
+// CPUs meanwhile.
+func (c *Counter) resetPrevious(event, cpu int, how How) error {
+	s := slot{How: readValue}
+	if how.Shared {
+		s.How, s.From = readCounter, uint32(how.TimesFrom)
+		if how.TaskClock {
+			s.How = readTaskClock
+		}
+	}
+	if err := c.objs.Previous.Put(uint32(cpu*MaxEvents+event), s); err != nil {
 		return fmt.Errorf("reset previous reading of event %d on CPU %d: %w", event, cpu, err)
 	}
 	return nil
@@ -370,18 +417,44 @@ func Sum(perCPU [][]Reading, cpus []int, out []Reading) {
 	}
 }
 
-// Forget removes a cgroup (one that has been deleted) from the map.
+// Forget removes a cgroup (one that has been deleted) from the maps.
 func (c *Counter) Forget(id uint64) error {
 	if err := c.objs.Cgroups.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("forget cgroup %d: %w", id, err)
 	}
+	if err := c.objs.Ancestors.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("forget the ancestry of cgroup %d: %w", id, err)
+	}
 	return nil
 }
 
-// Stats returns the program's own counters.
+// Ancestors returns the ids of cgroup id's ancestors at levels 1 to the
+// Depth it was loaded with, nearest the root first, as the program
+// recorded them when it first credited id (its own cgroup and the root are
+// not among them); ok is false when it holds no record of id.
+func (c *Counter) Ancestors(id uint64) (ids []uint64, ok bool, err error) {
+	var rec [MaxDepth + 1]uint64
+	if err := c.objs.Ancestors.Lookup(id, &rec); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("ancestry of cgroup %d: %w", id, err)
+	}
+	for _, a := range rec[1:] {
+		if a != 0 {
+			ids = append(ids, a)
+		}
+	}
+	return ids, true, nil
+}
+
+// Stats returns the programs' own counters and, where an operator has turned
+// the kernel's bpf_stats on (kernel.bpf_stats_enabled: node-wide, it slows
+// every BPF program), their run time. The exporter never turns them on.
 func (c *Counter) Stats() (Stats, error) {
 	var s Stats
-	for i, dst := range []*uint64{&s.MapFull, &s.ReadFailed, &s.Credits, &s.SwitchesMissed, &s.Unattributed} {
+	runs := make([]uint64, 4)
+	for i, dst := range []*uint64{&s.MapFull, &s.ReadFailed, &s.Credits, &s.SwitchesMissed, &s.Unattributed, &runs[0], &runs[1], &runs[2], &runs[3]} {
 		per := make([]uint64, c.cpus)
 		if err := c.objs.Stats.Lookup(uint32(i), per); err != nil {
 			return s, fmt.Errorf("read program stats: %w", err)
@@ -390,17 +463,32 @@ func (c *Counter) Stats() (Stats, error) {
 			*dst += v
 		}
 	}
+	s.Timed = bpfStatsEnabled()
+	for i, p := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sched_switch", c.objs.OnSwitch}, {"cpu_idle", c.objs.OnIdleExit}, {"cgroup_attach_task", c.objs.OnCgroupAttach}, {"credit_now", c.objs.CreditNow}} {
+		prog := model.BPFProgram{Name: p.name, Runs: runs[i]}
+		if s.Timed {
+			st, err := p.prog.Stats()
+			if err != nil {
+				return s, fmt.Errorf("read the kernel's stats of %s: %w", p.name, err)
+			}
+			prog.RunSeconds = st.Runtime.Seconds()
+		}
+		s.Programs = append(s.Programs, prog)
+	}
 	return s, nil
 }
 
-// ProgramID is the kernel's id of the switch program (for bpf_stats lookups).
-func (c *Counter) ProgramID() (uint32, error) {
-	info, err := c.objs.OnSwitch.Info()
-	if err != nil {
-		return 0, err
-	}
-	id, _ := info.ID()
-	return uint32(id), nil
+// bpfStatsPath is the sysctl an operator turns the kernel's BPF run-time
+// accounting on with.
+const bpfStatsPath = "/proc/sys/kernel/bpf_stats_enabled"
+
+// bpfStatsEnabled says whether the kernel accounts BPF programs' run time.
+func bpfStatsEnabled() bool {
+	b, err := os.ReadFile(bpfStatsPath)
+	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
 // Close detaches from every CPU and frees the program and maps.

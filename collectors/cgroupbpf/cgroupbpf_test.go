@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -88,23 +87,32 @@ func spinIn(t *testing.T, dir string, d time.Duration) *exec.Cmd {
 }
 
 // attributed loads the program over system-wide cpu-clock and task-clock on
-// every CPU, as the counting core would open them.
+// every CPU, as the counting core would open them, each read with its own
+// times.
 func attributed(t *testing.T, depth int) *Counter {
-	c, _ := attributedGroups(t, depth)
+	c, _ := attributedGroups(t, depth, How{})
 	return c
 }
 
-func attributedGroups(t *testing.T, depth int) (*Counter, []*perf.Group) {
+// The ways the program can read task-clock beside cpu-clock, its group's
+// first member (How).
+var (
+	ownTimes        = How{}
+	cpuClockTimes   = How{TimesFrom: 0, Shared: true}
+	cpuClockRunning = How{TimesFrom: 0, Shared: true, TaskClock: true}
+)
+
+func attributedGroups(t *testing.T, depth int, taskClock How) (*Counter, []*perf.Group) {
 	t.Helper()
 	// Every CPU's group open throughout: no hotplug test meanwhile (a CPU
 	// taken offline and back loses its group, and with it the workload's
 	// time there). The v1 tests hold the machine exclusively already (a
 	// second, shared lock of this process would wait on that one for ever).
 	testenv.LockMachine(t, false)
-	return attributedWith(t, Options{Events: 2, Depth: depth, MaxCgroups: 16384})
+	return attributedWith(t, Options{Events: 2, Depth: depth, MaxCgroups: 16384}, taskClock)
 }
 
-func attributedWith(t *testing.T, opts Options) (*Counter, []*perf.Group) {
+func attributedWith(t *testing.T, opts Options, taskClock How) (*Counter, []*perf.Group) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	c, err := Load(opts)
@@ -123,8 +131,8 @@ func attributedWith(t *testing.T, opts Options) (*Counter, []*perf.Group) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range attrs {
-			if err := c.SetEvent(i, cpu, g.FD(i)); err != nil {
+		for i, how := range []How{{}, taskClock} {
+			if err := c.SetEvent(i, cpu, g.FD(i), how); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -141,34 +149,6 @@ func attributedWith(t *testing.T, opts Options) (*Counter, []*perf.Group) {
 	}
 	return c, groups
 }
-
-// level is a cgroup's depth below the root, found by its id among the
-// directories of the cgroup v2 mount (0 for the root and for Unattributed).
-func level(t *testing.T, id uint64) int {
-	t.Helper()
-	mnt := testenv.Cgroup2Mount()
-	if id == Unattributed || id == cgroupID(t, mnt) {
-		return 0
-	}
-	found := -1
-	filepath.WalkDir(mnt, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() || found >= 0 {
-			return nil
-		}
-		// Other processes' cgroups come and go during the walk.
-		if dirID, err := cgroupid.ID(p); err == nil && dirID == id {
-			found = strings.Count(strings.TrimPrefix(p, mnt), "/")
-		}
-		return nil
-	})
-	if found < 0 {
-		return removedCgroup // the test's own tree is still there
-	}
-	return found
-}
-
-// removedCgroup is the level of a cgroup no longer in the hierarchy.
-const removedCgroup = -1
 
 // unattributed is what the program filed under Unattributed (zero when every
 // switch was seen).
@@ -207,6 +187,38 @@ func readAll(t *testing.T, c *Counter) map[uint64][]Reading {
 	return out
 }
 
+// rolledUp adds each cgroup's own credits (one read of a fresh program)
+// to the ancestors the program recorded for it: what each cgroup and its
+// descendants were given.
+func rolledUp(t *testing.T, c *Counter, own map[uint64][]Reading) map[uint64][]Reading {
+	t.Helper()
+	out := map[uint64][]Reading{}
+	give := func(id uint64, r []Reading) {
+		if out[id] == nil {
+			out[id] = make([]Reading, len(r))
+		}
+		for i := range r {
+			out[id][i].Counter += r[i].Counter
+			out[id][i].Enabled += r[i].Enabled
+			out[id][i].Running += r[i].Running
+		}
+	}
+	for id, r := range own {
+		give(id, r)
+		if id == Unattributed {
+			continue
+		}
+		ancestors, ok, err := c.Ancestors(id)
+		if err != nil || !ok {
+			t.Fatalf("cgroup %d was credited but its ancestry is not recorded (%v)", id, err)
+		}
+		for _, a := range ancestors {
+			give(a, r)
+		}
+	}
+	return out
+}
+
 // TestAttributionAgainstCgroupCPUAccounting: two cgroups run CPU-bound,
 // switching workloads. What the program gives each of them in cpu-clock and
 // task-clock is within 3% of the kernel's own accounting (cpu.stat
@@ -218,21 +230,32 @@ func readAll(t *testing.T, c *Counter) map[uint64][]Reading {
 // children; and nothing is lost: all credits add up to the counts the events
 // themselves report.
 func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
+	for _, m := range []struct {
+		name string
+		how  How
+	}{{"own-times", ownTimes}, {"cpu-clock-times", cpuClockTimes}, {"running-as-task-clock", cpuClockRunning}} {
+		t.Run(m.name, func(t *testing.T) { attributionAgainstCgroupCPUAccounting(t, m.how) })
+	}
+}
+
+// attributionAgainstCgroupCPUAccounting runs the test with task-clock read
+// as taskClock says: every way must give the same, exactly.
+func attributionAgainstCgroupCPUAccounting(t *testing.T, taskClock How) {
 	parent, a, b := cgroupTree(t)
 	// One run, measured again where another process hotplugged a CPU
 	// meanwhile: the kernel then closed what was open there. The program
 	// and its groups are new each run; the cgroups stay, so their usage is
 	// taken as the difference over the run.
 	var (
-		got         map[uint64][]Reading
-		counted     [2]uint64 // what the events counted, stopped before the last credit
+		own, got    map[uint64][]Reading // the kernel's credits, and with each cgroup's descendants'
+		counted     [2]uint64            // what the events counted, stopped before the last credit
 		readErr     error
 		st          Stats
 		steal0      time.Duration
 		usage, wall map[string]time.Duration
 	)
 	hotplugtest.Measure(t, func(int) {
-		c, groups := attributedGroups(t, 3) // top (1), kubepods.slice (2), *.scope (3)
+		c, groups := attributedGroups(t, 3, taskClock) // top (1), kubepods.slice (2), *.scope (3)
 		usage, wall = map[string]time.Duration{}, map[string]time.Duration{}
 		for _, dir := range []string{a, b} {
 			usage[dir] = -testenv.CgroupUsage(t, dir)
@@ -247,7 +270,8 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 			wall[dir] = time.Since(start)
 		}
 		stopCounting(t, groups) // what they counted is then all credited
-		got = readAll(t, c)
+		own = readAll(t, c)
+		got = rolledUp(t, c, own)
 		counted, readErr = [2]uint64{}, nil
 		for _, g := range groups {
 			v := make([]uint64, 2)
@@ -303,24 +327,16 @@ func TestAttributionAgainstCgroupCPUAccounting(t *testing.T) {
 		if covered := time.Duration(ra[i].Counter + rb[i].Counter + un[i].Counter); covered < used*97/100 {
 			t.Errorf("event %d: a + b + unattributed = %v, below the cgroups' usage %v", i, covered, used)
 		}
-		// Own-cgroup credits of every task: everything at level <= 1 (the
-		// root, the unattributed bucket, and level-1 cgroups that hold their
-		// descendants' credits) adds up to what was counted, exactly: the
-		// events were stopped before the last credit. Cgroups other
-		// processes removed since cannot be placed: they may be level 1 (then
-		// their credits belong in the total) or deeper (then they are already
-		// in an ancestor's), so they widen the bound upwards only.
-		var total, removed uint64
-		for id, r := range got {
-			switch l := level(t, id); {
-			case l == removedCgroup:
-				removed += r[i].Counter
-			case l <= 1:
-				total += r[i].Counter
-			}
+		// The kernel credits each span to one cgroup (or Unattributed):
+		// all its credits add up to what was counted, exactly, whatever
+		// other processes' cgroups came and went. The events were stopped
+		// before the last credit.
+		var total uint64
+		for _, r := range own {
+			total += r[i].Counter
 		}
-		if total > counted[i] || counted[i]-total > removed {
-			t.Errorf("event %d: %d credited in all (and %d to cgroups removed since), the events counted %d", i, total, removed, counted[i])
+		if total != counted[i] {
+			t.Errorf("event %d: %d credited in all, the events counted %d", i, total, counted[i])
 		}
 	}
 }
@@ -343,7 +359,7 @@ func TestSetEventLeavesOtherCPUsAlone(t *testing.T) {
 		readErr  error
 	)
 	hotplugtest.Measure(t, func(int) {
-		c, groups := attributedGroups(t, 0) // each credit goes to one cgroup only
+		c, groups := attributedGroups(t, 0, ownTimes) // each credit goes to one cgroup only
 		cpus = c.Attached()
 		if len(cpus) < 2 || len(groups) != len(cpus) {
 			readErr = fmt.Errorf("CPUs %v attached, %d groups open", cpus, len(groups))
@@ -363,8 +379,8 @@ func TestSetEventLeavesOtherCPUsAlone(t *testing.T) {
 				}
 				running--
 			default:
-				for i := range 2 {
-					if err := c.SetEvent(i, churn, g.FD(i)); err != nil {
+				for i, how := range []How{{}, ownTimes} {
+					if err := c.SetEvent(i, churn, g.FD(i), how); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -410,24 +426,45 @@ func TestSetEventLeavesOtherCPUsAlone(t *testing.T) {
 	}
 }
 
-// With depth 1 only the top level is credited besides the task's own cgroup:
-// kubepods.slice (level 2) gets nothing.
+// The kernel credits a task's own cgroup only, and records its ancestors
+// to the depth asked when it first credits it: at depth 1 the top level
+// alone, at depth 3 every level down to kubepods.slice (level 2 here),
+// nearest the root first. A cgroup without tasks of its own is never in the
+// kernel's map.
 func TestAttributionDepth(t *testing.T) {
 	parent, a, _ := cgroupTree(t)
-	c := attributed(t, 1)
-	if err := spinIn(t, a, 100*time.Millisecond).Wait(); err != nil {
-		t.Fatal(err)
-	}
-	got := readAll(t, c)
 	top := filepath.Dir(parent)
-	if got[cgroupID(t, a)] == nil || got[cgroupID(t, top)] == nil {
-		t.Errorf("a or its level-1 ancestor not credited")
-	}
-	if r, ok := got[cgroupID(t, parent)]; ok {
-		t.Errorf("level 2 credited at depth 1: %v", r)
-	}
-	if got[cgroupID(t, top)][0].Counter < got[cgroupID(t, a)][0].Counter {
-		t.Errorf("ancestor got less than its descendant")
+	for depth, want := range map[int][]string{1: {top}, 3: {top, parent}} {
+		c := attributed(t, depth)
+		if err := spinIn(t, a, 50*time.Millisecond).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		own := readAll(t, c)
+		if own[cgroupID(t, a)] == nil {
+			t.Fatalf("depth %d: a not credited", depth)
+		}
+		for _, dir := range []string{top, parent} {
+			if r, ok := own[cgroupID(t, dir)]; ok {
+				t.Errorf("depth %d: %s, which has no tasks, credited in the kernel: %v", depth, dir, r)
+			}
+		}
+		got, ok, err := c.Ancestors(cgroupID(t, a))
+		if err != nil || !ok {
+			t.Fatalf("depth %d: a's ancestry: recorded %v, %v", depth, ok, err)
+		}
+		var wantIDs []uint64
+		for _, dir := range want {
+			wantIDs = append(wantIDs, cgroupID(t, dir))
+		}
+		if !slices.Equal(got, wantIDs) {
+			t.Errorf("depth %d: a's ancestors %v, want %v (%v)", depth, got, wantIDs, want)
+		}
+		if err := c.Forget(cgroupID(t, a)); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := c.Ancestors(cgroupID(t, a)); ok {
+			t.Errorf("depth %d: a's ancestry kept after Forget", depth)
+		}
 	}
 }
 
@@ -471,7 +508,7 @@ func attributionCgroupV1(t *testing.T, busy bool) {
 	var got map[uint64][]Reading
 	hotplugtest.Measure(t, func(int) {
 		// The cgroups' ids stay; the counts start afresh with the program.
-		c, _ := attributedWith(t, Options{Events: 2, Depth: 2, MaxCgroups: 16384, PerfEventV1: true})
+		c, _ := attributedWith(t, Options{Events: 2, Depth: 2, MaxCgroups: 16384, PerfEventV1: true}, cpuClockRunning)
 		wa, wb := run(a, 300*time.Millisecond), run(b, 200*time.Millisecond)
 		used = map[string]time.Duration{}
 		for dir, w := range map[string]*exec.Cmd{a: wa, b: wb} {
@@ -481,7 +518,7 @@ func attributionCgroupV1(t *testing.T, busy bool) {
 			ru := w.ProcessState.SysUsage().(*syscall.Rusage)
 			used[dir] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		}
-		got = readAll(t, c)
+		got = rolledUp(t, c, readAll(t, c))
 		st, _ := c.Stats()
 		t.Logf("program stats %+v", st)
 	})
@@ -552,5 +589,55 @@ func TestReadBatches(t *testing.T) {
 		if batched && c.noBatch {
 			t.Error("this kernel (>= 5.6) reads hash maps in batches, yet Read fell back to walking")
 		}
+	}
+}
+
+// Each program counts its own runs, early returns included: over a
+// switching workload the switch program's count grows as the kernel's own
+// run count does (bpf_stats, turned on for the test and restored), within
+// what runs between the two reads; with the kernel's stats on, Stats says
+// so and gives the run time.
+func TestProgramRunsCounted(t *testing.T) {
+	_, a, b := cgroupTree(t)
+	c := attributed(t, 0)
+	old, err := os.ReadFile(bpfStatsPath)
+	if err != nil {
+		t.Skipf("no bpf_stats to compare with: %v", err)
+	}
+	if err := os.WriteFile(bpfStatsPath, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.WriteFile(bpfStatsPath, old, 0)
+	read := func() (ours, kernel uint64, st Stats) {
+		st, err := c.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks, err := c.objs.OnSwitch.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Programs[0].Runs, ks.RunCount, st
+	}
+	ours0, kernel0, _ := read()
+	for _, w := range []*exec.Cmd{spinIn(t, a, 100*time.Millisecond), spinIn(t, b, 100*time.Millisecond)} {
+		if err := w.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours1, kernel1, st := read()
+	dOurs, dKernel := ours1-ours0, kernel1-kernel0
+	t.Logf("sched_switch runs: %d by its own count, %d by the kernel's; credits %d", dOurs, dKernel, st.Credits)
+	if st.Programs[0].Name != "sched_switch" || !st.Timed || st.Programs[0].RunSeconds <= 0 {
+		t.Errorf("with bpf_stats on: %+v", st)
+	}
+	if dKernel < 40 || float64(dOurs) < 0.98*float64(dKernel)-20 || float64(dOurs) > 1.02*float64(dKernel)+20 {
+		t.Errorf("the switch program counted %d runs of itself, the kernel %d", dOurs, dKernel)
+	}
+	if err := os.WriteFile(bpfStatsPath, []byte("0"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, st := read(); st.Timed {
+		t.Errorf("bpf_stats off, but Stats says the run time is measured: %+v", st)
 	}
 }

@@ -13,11 +13,9 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type counterReading struct {
-	_       structs.HostLayout
-	Counter uint64
-	Enabled uint64
-	Running uint64
+type counterAncestry struct {
+	_  structs.HostLayout
+	Id [16]uint64
 }
 
 type counterSeenState struct {
@@ -28,10 +26,20 @@ type counterSeenState struct {
 	Pad      [5]uint64
 }
 
+type counterSlot struct {
+	_       structs.HostLayout
+	Counter uint64
+	Enabled uint64
+	Running uint64
+	How     uint32
+	From    uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	counterMapAncestors       = "ancestors"
 	counterMapCgroups         = "cgroups"
 	counterMapEvents0         = "events_0"
 	counterMapEvents1         = "events_1"
@@ -131,44 +139,45 @@ type counterProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type counterMapSpecs struct {
-	Cgroups  *ebpf.MapSpec `ebpf:"cgroups"`
-	Events0  *ebpf.MapSpec `ebpf:"events_0"`
-	Events1  *ebpf.MapSpec `ebpf:"events_1"`
-	Events10 *ebpf.MapSpec `ebpf:"events_10"`
-	Events11 *ebpf.MapSpec `ebpf:"events_11"`
-	Events12 *ebpf.MapSpec `ebpf:"events_12"`
-	Events13 *ebpf.MapSpec `ebpf:"events_13"`
-	Events14 *ebpf.MapSpec `ebpf:"events_14"`
-	Events15 *ebpf.MapSpec `ebpf:"events_15"`
-	Events16 *ebpf.MapSpec `ebpf:"events_16"`
-	Events17 *ebpf.MapSpec `ebpf:"events_17"`
-	Events18 *ebpf.MapSpec `ebpf:"events_18"`
-	Events19 *ebpf.MapSpec `ebpf:"events_19"`
-	Events2  *ebpf.MapSpec `ebpf:"events_2"`
-	Events20 *ebpf.MapSpec `ebpf:"events_20"`
-	Events21 *ebpf.MapSpec `ebpf:"events_21"`
-	Events22 *ebpf.MapSpec `ebpf:"events_22"`
-	Events23 *ebpf.MapSpec `ebpf:"events_23"`
-	Events24 *ebpf.MapSpec `ebpf:"events_24"`
-	Events25 *ebpf.MapSpec `ebpf:"events_25"`
-	Events26 *ebpf.MapSpec `ebpf:"events_26"`
-	Events27 *ebpf.MapSpec `ebpf:"events_27"`
-	Events28 *ebpf.MapSpec `ebpf:"events_28"`
-	Events29 *ebpf.MapSpec `ebpf:"events_29"`
-	Events3  *ebpf.MapSpec `ebpf:"events_3"`
-	Events30 *ebpf.MapSpec `ebpf:"events_30"`
-	Events31 *ebpf.MapSpec `ebpf:"events_31"`
-	Events4  *ebpf.MapSpec `ebpf:"events_4"`
-	Events5  *ebpf.MapSpec `ebpf:"events_5"`
-	Events6  *ebpf.MapSpec `ebpf:"events_6"`
-	Events7  *ebpf.MapSpec `ebpf:"events_7"`
-	Events8  *ebpf.MapSpec `ebpf:"events_8"`
-	Events9  *ebpf.MapSpec `ebpf:"events_9"`
-	Previous *ebpf.MapSpec `ebpf:"previous"`
-	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
-	Seen     *ebpf.MapSpec `ebpf:"seen"`
-	Stats    *ebpf.MapSpec `ebpf:"stats"`
-	Switches *ebpf.MapSpec `ebpf:"switches"`
+	Ancestors *ebpf.MapSpec `ebpf:"ancestors"`
+	Cgroups   *ebpf.MapSpec `ebpf:"cgroups"`
+	Events0   *ebpf.MapSpec `ebpf:"events_0"`
+	Events1   *ebpf.MapSpec `ebpf:"events_1"`
+	Events10  *ebpf.MapSpec `ebpf:"events_10"`
+	Events11  *ebpf.MapSpec `ebpf:"events_11"`
+	Events12  *ebpf.MapSpec `ebpf:"events_12"`
+	Events13  *ebpf.MapSpec `ebpf:"events_13"`
+	Events14  *ebpf.MapSpec `ebpf:"events_14"`
+	Events15  *ebpf.MapSpec `ebpf:"events_15"`
+	Events16  *ebpf.MapSpec `ebpf:"events_16"`
+	Events17  *ebpf.MapSpec `ebpf:"events_17"`
+	Events18  *ebpf.MapSpec `ebpf:"events_18"`
+	Events19  *ebpf.MapSpec `ebpf:"events_19"`
+	Events2   *ebpf.MapSpec `ebpf:"events_2"`
+	Events20  *ebpf.MapSpec `ebpf:"events_20"`
+	Events21  *ebpf.MapSpec `ebpf:"events_21"`
+	Events22  *ebpf.MapSpec `ebpf:"events_22"`
+	Events23  *ebpf.MapSpec `ebpf:"events_23"`
+	Events24  *ebpf.MapSpec `ebpf:"events_24"`
+	Events25  *ebpf.MapSpec `ebpf:"events_25"`
+	Events26  *ebpf.MapSpec `ebpf:"events_26"`
+	Events27  *ebpf.MapSpec `ebpf:"events_27"`
+	Events28  *ebpf.MapSpec `ebpf:"events_28"`
+	Events29  *ebpf.MapSpec `ebpf:"events_29"`
+	Events3   *ebpf.MapSpec `ebpf:"events_3"`
+	Events30  *ebpf.MapSpec `ebpf:"events_30"`
+	Events31  *ebpf.MapSpec `ebpf:"events_31"`
+	Events4   *ebpf.MapSpec `ebpf:"events_4"`
+	Events5   *ebpf.MapSpec `ebpf:"events_5"`
+	Events6   *ebpf.MapSpec `ebpf:"events_6"`
+	Events7   *ebpf.MapSpec `ebpf:"events_7"`
+	Events8   *ebpf.MapSpec `ebpf:"events_8"`
+	Events9   *ebpf.MapSpec `ebpf:"events_9"`
+	Previous  *ebpf.MapSpec `ebpf:"previous"`
+	Scratch   *ebpf.MapSpec `ebpf:"scratch"`
+	Seen      *ebpf.MapSpec `ebpf:"seen"`
+	Stats     *ebpf.MapSpec `ebpf:"stats"`
+	Switches  *ebpf.MapSpec `ebpf:"switches"`
 }
 
 // counterVariableSpecs contains global variables before they are loaded into the kernel.
@@ -200,48 +209,50 @@ func (o *counterObjects) Close() error {
 //
 // It can be passed to loadCounterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type counterMaps struct {
-	Cgroups  *ebpf.Map `ebpf:"cgroups"`
-	Events0  *ebpf.Map `ebpf:"events_0"`
-	Events1  *ebpf.Map `ebpf:"events_1"`
-	Events10 *ebpf.Map `ebpf:"events_10"`
-	Events11 *ebpf.Map `ebpf:"events_11"`
-	Events12 *ebpf.Map `ebpf:"events_12"`
-	Events13 *ebpf.Map `ebpf:"events_13"`
-	Events14 *ebpf.Map `ebpf:"events_14"`
-	Events15 *ebpf.Map `ebpf:"events_15"`
-	Events16 *ebpf.Map `ebpf:"events_16"`
-	Events17 *ebpf.Map `ebpf:"events_17"`
-	Events18 *ebpf.Map `ebpf:"events_18"`
-	Events19 *ebpf.Map `ebpf:"events_19"`
-	Events2  *ebpf.Map `ebpf:"events_2"`
-	Events20 *ebpf.Map `ebpf:"events_20"`
-	Events21 *ebpf.Map `ebpf:"events_21"`
-	Events22 *ebpf.Map `ebpf:"events_22"`
-	Events23 *ebpf.Map `ebpf:"events_23"`
-	Events24 *ebpf.Map `ebpf:"events_24"`
-	Events25 *ebpf.Map `ebpf:"events_25"`
-	Events26 *ebpf.Map `ebpf:"events_26"`
-	Events27 *ebpf.Map `ebpf:"events_27"`
-	Events28 *ebpf.Map `ebpf:"events_28"`
-	Events29 *ebpf.Map `ebpf:"events_29"`
-	Events3  *ebpf.Map `ebpf:"events_3"`
-	Events30 *ebpf.Map `ebpf:"events_30"`
-	Events31 *ebpf.Map `ebpf:"events_31"`
-	Events4  *ebpf.Map `ebpf:"events_4"`
-	Events5  *ebpf.Map `ebpf:"events_5"`
-	Events6  *ebpf.Map `ebpf:"events_6"`
-	Events7  *ebpf.Map `ebpf:"events_7"`
-	Events8  *ebpf.Map `ebpf:"events_8"`
-	Events9  *ebpf.Map `ebpf:"events_9"`
-	Previous *ebpf.Map `ebpf:"previous"`
-	Scratch  *ebpf.Map `ebpf:"scratch"`
-	Seen     *ebpf.Map `ebpf:"seen"`
-	Stats    *ebpf.Map `ebpf:"stats"`
-	Switches *ebpf.Map `ebpf:"switches"`
+	Ancestors *ebpf.Map `ebpf:"ancestors"`
+	Cgroups   *ebpf.Map `ebpf:"cgroups"`
+	Events0   *ebpf.Map `ebpf:"events_0"`
+	Events1   *ebpf.Map `ebpf:"events_1"`
+	Events10  *ebpf.Map `ebpf:"events_10"`
+	Events11  *ebpf.Map `ebpf:"events_11"`
+	Events12  *ebpf.Map `ebpf:"events_12"`
+	Events13  *ebpf.Map `ebpf:"events_13"`
+	Events14  *ebpf.Map `ebpf:"events_14"`
+	Events15  *ebpf.Map `ebpf:"events_15"`
+	Events16  *ebpf.Map `ebpf:"events_16"`
+	Events17  *ebpf.Map `ebpf:"events_17"`
+	Events18  *ebpf.Map `ebpf:"events_18"`
+	Events19  *ebpf.Map `ebpf:"events_19"`
+	Events2   *ebpf.Map `ebpf:"events_2"`
+	Events20  *ebpf.Map `ebpf:"events_20"`
+	Events21  *ebpf.Map `ebpf:"events_21"`
+	Events22  *ebpf.Map `ebpf:"events_22"`
+	Events23  *ebpf.Map `ebpf:"events_23"`
+	Events24  *ebpf.Map `ebpf:"events_24"`
+	Events25  *ebpf.Map `ebpf:"events_25"`
+	Events26  *ebpf.Map `ebpf:"events_26"`
+	Events27  *ebpf.Map `ebpf:"events_27"`
+	Events28  *ebpf.Map `ebpf:"events_28"`
+	Events29  *ebpf.Map `ebpf:"events_29"`
+	Events3   *ebpf.Map `ebpf:"events_3"`
+	Events30  *ebpf.Map `ebpf:"events_30"`
+	Events31  *ebpf.Map `ebpf:"events_31"`
+	Events4   *ebpf.Map `ebpf:"events_4"`
+	Events5   *ebpf.Map `ebpf:"events_5"`
+	Events6   *ebpf.Map `ebpf:"events_6"`
+	Events7   *ebpf.Map `ebpf:"events_7"`
+	Events8   *ebpf.Map `ebpf:"events_8"`
+	Events9   *ebpf.Map `ebpf:"events_9"`
+	Previous  *ebpf.Map `ebpf:"previous"`
+	Scratch   *ebpf.Map `ebpf:"scratch"`
+	Seen      *ebpf.Map `ebpf:"seen"`
+	Stats     *ebpf.Map `ebpf:"stats"`
+	Switches  *ebpf.Map `ebpf:"switches"`
 }
 
 func (m *counterMaps) Close() error {
 	return _CounterClose(
+		m.Ancestors,
 		m.Cgroups,
 		m.Events0,
 		m.Events1,

@@ -56,6 +56,8 @@ type Attributor struct {
 	offsets   []int // each class's first index in the flattened counts
 	width     int   // flattened counts per cgroup
 	keyed     []*topdown.Keyed
+	rollup    *cgroupattr.Rollup   // each cgroup's own credits summed into its ancestors
+	ancestry  map[uint64][]uint64  // the kernel's record of each cgroup's ancestors, read once
 	prev      map[uint64][]float64 // series counts at the previous Top-Down step
 	lastCheck time.Time            // of the hierarchy, by a walk or a check
 	errors    map[string]uint64
@@ -77,7 +79,7 @@ func New(opts Options) (*Attributor, error) {
 	if opts.Rescan <= 0 {
 		opts.Rescan = 10 * time.Second
 	}
-	a := &Attributor{opts: opts, resolver: cgroupid.New(opts.Root), prev: map[uint64][]float64{}, errors: map[string]uint64{}}
+	a := &Attributor{opts: opts, resolver: cgroupid.New(opts.Root), prev: map[uint64][]float64{}, errors: map[string]uint64{}, ancestry: map[uint64][]uint64{}}
 	slots := 0
 	var rank []int
 	for _, c := range opts.Classes {
@@ -128,6 +130,7 @@ func New(opts Options) (*Attributor, error) {
 		}
 	}
 	a.lastCheck = opts.Now()
+	a.rollup = cgroupattr.NewRollup(a.width)
 	a.table = cgroupattr.New(a.width, cgroupattr.Options{MaxSeries: opts.MaxSeries, Grace: opts.Grace, Rank: rank})
 	a.unattr = cgroupattr.New(a.width, cgroupattr.Options{MaxSeries: 1, Grace: time.Duration(1<<63 - 1)})
 	return a, nil
@@ -168,14 +171,23 @@ func (a *Attributor) slotsOf(group string, events []string, cpu int, fn func(slo
 	}
 }
 
-// OnOpen is the engine's hook: the group's fds become the program's events.
+// OnOpen is the engine's hook: the group's fds become the program's events,
+// read as sharedTimes says (one perf group's members share their times).
 func (a *Attributor) OnOpen(group string, events []string, cpu int, g *perf.Group) {
+	var slots, index []int
 	a.slotsOf(group, events, cpu, func(slot, i int) {
-		if err := a.counter.SetEvent(slot, cpu, g.FD(i)); err != nil {
-			a.errors[model.CgroupErrPlace]++
-			a.opts.Logger.Warn("cannot attribute an event to cgroups", "event", events[i], "cpu", cpu, "err", err)
-		}
+		slots, index = append(slots, slot), append(index, i)
 	})
+	names := make([]string, len(index))
+	for k, i := range index {
+		names[k] = events[i]
+	}
+	for k, how := range sharedTimes(slots, names) {
+		if err := a.counter.SetEvent(slots[k], cpu, g.FD(index[k]), how); err != nil {
+			a.errors[model.CgroupErrPlace]++
+			a.opts.Logger.Warn("cannot attribute an event to cgroups", "event", names[k], "cpu", cpu, "err", err)
+		}
+	}
 }
 
 // OnClose is the engine's hook: the program lets go of the fds before they close.
@@ -236,6 +248,11 @@ func (a *Attributor) Cycle(online []int) {
 	tracked := len(readings)
 	unattributed := readings[cgroupbpf.Unattributed]
 	delete(readings, cgroupbpf.Unattributed)
+	// The kernel credited each task's own cgroup; the ancestors get their
+	// descendants' counts here, by the ancestry the kernel recorded when
+	// it first credited each cgroup (one lookup per cgroup, ever).
+	own := readings
+	readings = a.rollup.Update(own, a.ancestorsOf)
 	// The table is known to be current once a walk or a check succeeded:
 	// then an id it cannot resolve is a cgroup removed.
 	walked, current := false, false
@@ -272,22 +289,51 @@ func (a *Attributor) Cycle(online []int) {
 		a.unattr.Update(now, map[uint64][]cgroupattr.Reading{0: unattributed}, func(uint64) (string, bool) { return "", true })
 	}
 	// Cgroups missing from a walk made after the read have been removed:
-	// their last counts are in the table; the kernel map lets go of them.
+	// their last counts are in the table and in their ancestors' totals;
+	// the kernel map and the rollup let go of them.
 	forgotten := 0
 	if current {
+		var gone []uint64
 		for id := range readings {
 			if _, ok := a.resolver.Path(id); !ok {
-				if err := a.counter.Forget(id); err != nil {
-					a.errors[model.CgroupErrForget]++
-				} else {
-					forgotten++
-				}
+				gone = append(gone, id)
+			}
+		}
+		for _, id := range gone {
+			a.rollup.Forget(id)
+			delete(a.ancestry, id)
+			if _, held := own[id]; !held {
+				continue // an ancestor the kernel never credited itself
+			}
+			if err := a.counter.Forget(id); err != nil {
+				a.errors[model.CgroupErrForget]++
+			} else {
+				forgotten++
 			}
 		}
 	}
 	series := a.table.Series()
 	a.topdownStep(series)
 	a.publish(series, tracked-forgotten)
+}
+
+// ancestorsOf is cgroup id's ancestors as the kernel recorded them, read
+// from its map the first time and kept until the cgroup is forgotten. A
+// cgroup without a record (or whose record cannot be read) gives its counts
+// to itself alone, counted as an "ancestry" error each time it is asked.
+func (a *Attributor) ancestorsOf(id uint64) []uint64 {
+	if ids, ok := a.ancestry[id]; ok {
+		return ids
+	}
+	ids, ok, err := a.counter.Ancestors(id)
+	if err != nil || !ok {
+		if a.errors[model.CgroupErrAncestry]++; a.errors[model.CgroupErrAncestry] == 1 {
+			a.opts.Logger.Warn("a cgroup's ancestors are not known: its counts reach it alone; counted in pmu_cgroup_attribution_errors_total", "id", id, "err", err)
+		}
+		return nil
+	}
+	a.ancestry[id] = ids
+	return ids
 }
 
 // topdownStep evaluates each class's tree on every series' counts since the

@@ -79,9 +79,10 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 	groups := append([]perfcount.GroupSpec{{Name: "software", Events: []eventspec.Event{
 		sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK),
 		sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES)}}}, tdGroups...)
-	classes, notes := Plan([]Class{{Tree: tree}}, groups, func(string) bool { return true })
-	// The tree's input first, from its hidden group; then the visible events.
-	want := []Source{{"CLOCK", tdGroups[0].Name, true}, {"cpu-clock", "software", false}, {"task-clock", "software", false}, {"context-switches", "software", false}}
+	classes, notes := Plan([]Class{{Tree: tree}}, groups, func(string) bool { return true }, func(string) bool { return true })
+	// The tree's input first, from its hidden group; then the visible
+	// events, the clocks last (clocksLast).
+	want := []Source{{"CLOCK", tdGroups[0].Name, true}, {"context-switches", "software", false}, {"cpu-clock", "software", false}, {"task-clock", "software", false}}
 	if len(notes) != 0 || !slices.Equal(classes[0].Events, want) {
 		t.Fatalf("plan %+v, notes %v", classes[0].Events, notes)
 	}

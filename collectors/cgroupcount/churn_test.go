@@ -35,7 +35,7 @@ func newRig(t testing.TB, opts Options) *rig {
 	t.Helper()
 	groups := []perfcount.GroupSpec{{Name: "software", Events: []eventspec.Event{
 		sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK)}}}
-	opts.Classes, _ = Plan([]Class{{}}, groups, func(string) bool { return true })
+	opts.Classes, _ = Plan([]Class{{}}, groups, func(string) bool { return true }, func(string) bool { return true })
 	r := &rig{now: time.Unix(1000, 0), cpus: testenv.OnlineCPUs(t)}
 	opts.Root, opts.Now = testenv.Cgroup2Mount(), func() time.Time { return r.now }
 	a, err := New(opts)

@@ -32,11 +32,14 @@ type Source struct {
 
 // Plan picks each class's events from the engine's groups: the class's
 // Top-Down inputs first (per-cgroup Top-Down needs all of them), then every
-// other event in group order, up to cgroupbpf.MaxEvents. Each is read from the
-// first group that counts it on the class's CPUs. Events of PMUs that do not
-// count per task (uncore: perTask false) are left out: a cgroup cannot own
-// them. The notes say what could not be attributed.
-func Plan(classes []Class, groups []perfcount.GroupSpec, perTask func(pmu string) bool) (out []Class, notes []string) {
+// other event in group order that keep accepts, up to cgroupbpf.MaxEvents,
+// then the clock events moved after the others (clocksLast). Each is read
+// from the first group that counts it on the class's CPUs. Events of PMUs
+// that do not count per task (uncore: perTask false) are left out: a cgroup
+// cannot own them. Every event attributed costs a read at every credit, at
+// every context switch between cgroups. The notes say what could not be
+// attributed.
+func Plan(classes []Class, groups []perfcount.GroupSpec, perTask func(pmu string) bool, keep func(event string) bool) (out []Class, notes []string) {
 	for _, c := range classes {
 		type found struct {
 			group  string
@@ -71,7 +74,7 @@ func Plan(classes []Class, groups []perfcount.GroupSpec, perTask func(pmu string
 			}
 		}
 		for _, name := range order {
-			if !slices.Contains(picked, name) {
+			if !slices.Contains(picked, name) && keep(name) {
 				picked = append(picked, name)
 			}
 		}
@@ -81,7 +84,7 @@ func Plan(classes []Class, groups []perfcount.GroupSpec, perTask func(pmu string
 			picked = picked[:cgroupbpf.MaxEvents]
 		}
 		c.Events = nil
-		for _, name := range picked {
+		for _, name := range clocksLast(picked) {
 			c.Events = append(c.Events, Source{Event: name, Group: first[name].group, Hidden: first[name].hidden})
 		}
 		out = append(out, c)
@@ -108,4 +111,52 @@ func overlaps(groupCPUs, classCPUs []int) bool {
 		}
 	}
 	return false
+}
+
+// The clock events: reading one's count takes the kernel's clock, and
+// task-clock's count is its running time (sharedTimes).
+const (
+	cpuClock  = "cpu-clock"
+	taskClock = "task-clock"
+)
+
+// clocksLast moves the clock events after the others, keeping each side's
+// order: a perf group's first slot is read with its times (a clock read),
+// and a clock event there would read the clock twice (its count and its
+// times) where another event reads it once.
+func clocksLast(names []string) []string {
+	isClock := func(n string) bool { return n == cpuClock || n == taskClock }
+	out := slices.DeleteFunc(slices.Clone(names), isClock)
+	for _, n := range names {
+		if isClock(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// sharedTimes says how the program reads the events of one perf group
+// placed in slots (names: their events, in the same order). The group's
+// lowest slot that is not task-clock is read with its enabled and running
+// times, and every higher slot shares them (members of a group are
+// scheduled together), reading its count alone; task-clock, whose count is
+// its running time, is not read at all. Slots below the first one read
+// their own times.
+func sharedTimes(slots []int, names []string) []cgroupbpf.How {
+	hows := make([]cgroupbpf.How, len(slots))
+	source := -1
+	for k, n := range names {
+		if n != taskClock && (source < 0 || slots[k] < slots[source]) {
+			source = k
+		}
+	}
+	if source < 0 {
+		return hows // task-clock alone: its own times
+	}
+	for k := range slots {
+		if slots[k] > slots[source] {
+			hows[k] = cgroupbpf.How{TimesFrom: slots[source], Shared: true, TaskClock: names[k] == taskClock}
+		}
+	}
+	return hows
 }

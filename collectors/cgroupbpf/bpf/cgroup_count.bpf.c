@@ -4,25 +4,39 @@
  * cgroup mode does it: at every switch between tasks of different cgroups a
  * program reads each counted event on this CPU (counter, enabled, running)
  * from PERF_EVENT_ARRAYs and credits the change since the CPU's previous
- * credit to the outgoing task's cgroup and to its ancestors down from level
- * 1, in a per-CPU hash keyed by cgroup id. A raw_tp program doing the same is
- * run by user space on each CPU before it reads (BPF_F_TEST_RUN_ON_CPU), so a
- * task that never switches out is credited too.
+ * credit to the outgoing task's own cgroup, in a per-CPU hash keyed by cgroup
+ * id. A raw_tp program doing the same is run by user space on each CPU before
+ * it reads (BPF_F_TEST_RUN_ON_CPU), so a task that never switches out is
+ * credited too.
  *
- * The switch credit runs on the sched_switch raw tracepoint, which returns at
+ * The least possible is done per switch, because it runs at every one:
+ *  - Ancestors are summed in user space, which knows the hierarchy. The
+ *    program records a cgroup's ancestry once, when it first credits the
+ *    cgroup (map "ancestors"), so that a cgroup that dies between two reads
+ *    still reaches its ancestors. Crediting each ancestor here cost a hash
+ *    lookup and an update of every event per level, at every switch.
+ *  - The switch programs are BTF tracepoints (tp_btf): the tasks' cgroups
+ *    and the run queue's clock are plain loads, where a raw tracepoint took
+ *    a bpf_probe_read_kernel call for each, five of them before the early
+ *    return at a switch within one cgroup.
+ *
+ * The switch credit runs on the sched_switch tracepoint, which returns at
  * once when both tasks are in the same cgroup. It used to be a perf_event
  * program on each CPU's cgroup-switches software event, but the kernel runs
  * such a program for none of the switches it counts while bpf_prog_active is
  * raised on that CPU, which a process preempted inside a BPF map syscall (this
  * exporter reading its own map, every interval) leaves raised for as long as
- * it waits. Raw tracepoint programs have a recursion guard of their own.
+ * it waits. Tracepoint programs have a recursion guard of their own.
  *
  * Neither kind of program runs for a switch out of the idle task of a
  * secondary CPU (Linux 6.18: sched_switch was seen 19,064 times into idle on
  * CPU 1 and never out of it; CPU 0 is fine). So the switch into idle allows
  * the switch out of it to go by unseen, and the exit from an idle state (the
  * cpu_idle tracepoint) credits the idle span to the root: the task that runs
- * next is credited from there. A CPU that gets work before it enters an idle
+ * next is credited from there. Where the switch out of idle is seen, it is
+ * passed over all the same: a credit there would give the root the few
+ * microseconds since the idle exit, at the cost of a full credit per idle
+ * cycle. A CPU that gets work before it enters an idle
  * state leaves idle without a cpu_idle exit, and its few microseconds of idle
  * go to that task. Before the switch into idle was seen, a whole interval of
  * the next task's run went unattributed then: up to a third of a 1.5 s busy
@@ -49,7 +63,7 @@
 #include <bpf/bpf_core_read.h>
 
 #define MAX_EVENTS 32 /* events attributed; the map value holds num_events of them */
-#define MAX_DEPTH 16  /* ancestor levels credited at most */
+#define MAX_DEPTH 16  /* ancestor levels recorded at most, plus the root's slot */
 
 struct reading {
 	__u64 counter;
@@ -60,7 +74,7 @@ struct reading {
 /* Set by the loader before load; read-only to the program, so the verifier
  * treats them as constants. */
 volatile const __u32 num_events = 1;
-volatile const __u32 max_depth = 0; /* ancestor levels 1..max_depth are credited */
+volatile const __u32 max_depth = 0; /* ancestor levels 1..max_depth are recorded */
 volatile const __u32 perf_event_v1 = 0; /* perf_event is on a cgroup v1 hierarchy */
 
 /* The kernel's structs, as far as the v1 lookup reads them; CO-RE relocates
@@ -153,6 +167,16 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } switches SEC(".maps");
 
+/* read_switches reads this CPU's cgroup-switches count (no times: no clock). */
+static __always_inline long read_switches(__u64 *counter)
+{
+	__u64 v = bpf_perf_event_read(&switches, BPF_F_CURRENT_CPU);
+	if ((__s64)v < 0 && (__s64)v >= -4095)
+		return -1;
+	*counter = v;
+	return 0;
+}
+
 /* The state of each CPU's credits that user space resets when it places a
  * CPU's events (previous, seen) is kept in plain arrays indexed by CPU, not in
  * per-CPU maps: user space can write a per-CPU map's value only for all CPUs
@@ -178,7 +202,10 @@ struct {
 	__type(value, struct seen_state);
 } seen SEC(".maps");
 
-static __always_inline long read_event(__u32 i, struct bpf_perf_event_value *v)
+/* read_value reads event i with its enabled and running times. Each of those
+ * takes the kernel's clock (perf_clock), as does the event's own read for the
+ * clock events: a few tens of ns each in a guest. */
+static __always_inline long read_value(__u32 i, struct bpf_perf_event_value *v)
 {
 	switch (i) {
 #define READ(n) case n: return bpf_perf_event_read_value(&events_##n, BPF_F_CURRENT_CPU, v, sizeof(*v))
@@ -191,18 +218,59 @@ static __always_inline long read_event(__u32 i, struct bpf_perf_event_value *v)
 	return -1;
 }
 
-/* The readings at each CPU's previous credit: event i of CPU c at
- * c * MAX_EVENTS + i, so that a CPU's readings share no cache line with
- * another's. */
+/* read_counter reads event i's count alone: no clock, but for the clock
+ * events' own. bpf_perf_event_read returns an error as a negative errno in
+ * the count. */
+static __always_inline long read_counter(__u32 i, __u64 *counter)
+{
+	__u64 v;
+	switch (i) {
+#define READ(n) case n: v = bpf_perf_event_read(&events_##n, BPF_F_CURRENT_CPU); break
+	READ(0); READ(1); READ(2); READ(3); READ(4); READ(5); READ(6); READ(7);
+	READ(8); READ(9); READ(10); READ(11); READ(12); READ(13); READ(14); READ(15);
+	READ(16); READ(17); READ(18); READ(19); READ(20); READ(21); READ(22); READ(23);
+	READ(24); READ(25); READ(26); READ(27); READ(28); READ(29); READ(30); READ(31);
+#undef READ
+	default:
+		return -1;
+	}
+	if ((__s64)v < 0 && (__s64)v >= -4095)
+		return -1;
+	*counter = v;
+	return 0;
+}
+
+/* How an event is read at a credit (set by user space with the slot):
+ *  - READ_VALUE: count, enabled and running of its own;
+ *  - READ_COUNTER: its count; the enabled and running times of the slot
+ *    "from", a member of the same perf group read before it in this credit
+ *    (members of a group are scheduled in and out together, so their times
+ *    are the same);
+ *  - READ_TASK_CLOCK: task-clock, whose count is its running time (both
+ *    advance by the context's time while it runs), taken from "from" with
+ *    no read at all. */
+enum { READ_VALUE, READ_COUNTER, READ_TASK_CLOCK };
+
+/* One event of one CPU: its reading at the CPU's previous credit, and how it
+ * is read. Event i of CPU c is at c * MAX_EVENTS + i, so that a CPU's
+ * slots share no cache line with another's. */
+struct slot {
+	__u64 counter;
+	__u64 enabled;
+	__u64 running;
+	__u32 how;
+	__u32 from;
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_EVENTS); /* the loader sets it to MAX_EVENTS * possible CPUs */
 	__type(key, __u32);
-	__type(value, struct reading);
+	__type(value, struct slot);
 } previous SEC(".maps");
 
-/* cgroup id -> num_events readings accumulated on this CPU. The loader sets
- * value_size to num_events * sizeof(struct reading) and max_entries. */
+/* cgroup id -> num_events readings accumulated on this CPU: the cgroup's own
+ * tasks only. The loader sets value_size to num_events * sizeof(struct
+ * reading) and max_entries. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 1024);
@@ -210,10 +278,29 @@ struct {
 	__type(value, struct reading[MAX_EVENTS]);
 } cgroups SEC(".maps");
 
+/* A cgroup's ancestors, recorded when the program first credits it: id[l] is
+ * its ancestor at level l for l in 1..max_depth above its own level, 0
+ * elsewhere. User space sums each cgroup's credits into these. */
+struct ancestry {
+	__u64 id[MAX_DEPTH];
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024); /* the loader sets it to the cgroup map's */
+	__type(key, __u64);
+	__type(value, struct ancestry);
+} ancestors SEC(".maps");
+
 /* Per CPU: 0 credits lost because the cgroup map was full, 1 event reads that
  * failed, 2 credits made, 3 switches the program did not run for, 4 credits
- * that went to "unattributed" because of them. */
-enum { STAT_MAP_FULL, STAT_READ_FAILED, STAT_CREDITS, STAT_SWITCHES_MISSED, STAT_UNATTRIBUTED, STAT_MAX };
+ * that went to "unattributed" because of them; then each program's runs,
+ * early returns included (the kernel counts them only while bpf_stats are
+ * on, which slows every BPF program on the node): 5 sched_switch, 6
+ * cpu_idle, 7 cgroup_attach_task, 8 credit_now. */
+enum {
+	STAT_MAP_FULL, STAT_READ_FAILED, STAT_CREDITS, STAT_SWITCHES_MISSED, STAT_UNATTRIBUTED,
+	STAT_RUNS_SWITCH, STAT_RUNS_IDLE, STAT_RUNS_ATTACH, STAT_RUNS_CREDIT_NOW, STAT_MAX
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, STAT_MAX);
@@ -238,7 +325,42 @@ static __always_inline void count(__u32 stat, __u64 n)
 		*v += n;
 }
 
-static __always_inline void add(__u64 id, struct reading *delta)
+/* record_ancestry stores the ancestors of the current task's cgroup cgrp
+ * (id id) the first time it is credited. */
+static __always_inline int record_ancestry(__u64 id, struct cgroup *cgrp)
+{
+	__u32 k = 0;
+	struct ancestry *a = bpf_map_lookup_elem(&scratch, &k); /* zeroed, large enough */
+	if (!a)
+		return -1;
+	if (perf_event_v1) {
+		int own = BPF_CORE_READ(cgrp, level);
+		for (int level = 1; level < MAX_DEPTH; level++) {
+			if (level > max_depth || level >= own)
+				break;
+			a->id[level] = BPF_CORE_READ(cgrp, ancestors[level], kn, id);
+		}
+	} else {
+		for (int level = 1; level < MAX_DEPTH; level++) {
+			if (level > max_depth)
+				break;
+			__u64 ancestor = bpf_get_current_ancestor_cgroup_id(level);
+			if (!ancestor || ancestor == id)
+				break; /* at or below the task's own level */
+			a->id[level] = ancestor;
+		}
+	}
+	/* EEXIST when another CPU recorded it first: fine either way. */
+	long err = bpf_map_update_elem(&ancestors, &id, a, BPF_NOEXIST);
+	/* The zeroed scratch is the new cgroup's first value too: clear again. */
+	for (int level = 1; level < MAX_DEPTH; level++)
+		a->id[level] = 0;
+	return err && err != -17 /* EEXIST */ ? -1 : 0;
+}
+
+/* add gives delta to cgroup id, whose tasks are the current one's (cgrp: its
+ * cgroup; none for Unattributed, which has no ancestry). */
+static __always_inline void add(__u64 id, struct cgroup *cgrp, struct reading *delta)
 {
 	struct reading *acc = bpf_map_lookup_elem(&cgroups, &id);
 	if (!acc) {
@@ -246,6 +368,10 @@ static __always_inline void add(__u64 id, struct reading *delta)
 		struct reading *z = bpf_map_lookup_elem(&scratch, &k);
 		if (!z)
 			return;
+		if (cgrp && record_ancestry(id, cgrp)) {
+			count(STAT_MAP_FULL, 1);
+			return;
+		}
 		/* EEXIST when another CPU inserted it first: fine either way. */
 		bpf_map_update_elem(&cgroups, &id, z, BPF_NOEXIST);
 		acc = bpf_map_lookup_elem(&cgroups, &id);
@@ -286,86 +412,120 @@ static __always_inline int attributable(struct bpf_perf_event_value *sw, int pen
 	return 1;
 }
 
-/* rq_clock is this CPU's run queue clock (sched_clock, ns) as the scheduler
- * last updated it, through the current task's CFS run queue; 0 where the
- * kernel lacks the fields. */
-static __always_inline __u64 rq_clock(struct task_struct *task)
-{
-	if (!bpf_core_field_exists(task->se.cfs_rq))
-		return 0;
-	return BPF_CORE_READ(task, se.cfs_rq, rq, clock);
-}
-
 /* share is v * f / 65536 without overflowing 64 bits (f <= 65536). */
 static __always_inline __u64 share(__u64 v, __u64 f)
 {
 	return (v >> 16) * f + (((v & 0xffff) * f) >> 16);
 }
 
-/* credit_v2 gives delta to the current task's cgroup v2 and its ancestors. */
-static __always_inline void credit_v2(struct reading *delta)
+/* The current task as the program sees it: its cgroup in the hierarchy of
+ * perf_event and that cgroup's id, the run queue's clock (sched_clock, ns, as
+ * the scheduler last updated it; 0 where the kernel lacks the fields), and
+ * when the task last arrived on this CPU (in that clock). */
+struct current {
+	struct cgroup *cgrp;
+	__u64 id;
+	__u64 now;
+	struct task_struct *task;
+};
+
+/* perf_cgroup is the cgroup whose change makes a cgroup switch: the task's
+ * cgroup v2, or its cgroup in v1's perf_event hierarchy. task is a BTF
+ * pointer (a tp_btf argument): plain loads. */
+static __always_inline struct cgroup *perf_cgroup(struct task_struct *task)
 {
-	__u64 id = bpf_get_current_cgroup_id();
-	add(id, delta);
-	for (int level = 1; level < MAX_DEPTH; level++) {
-		if (level > max_depth)
-			break;
-		__u64 ancestor = bpf_get_current_ancestor_cgroup_id(level);
-		if (!ancestor || ancestor == id)
-			break; /* above the task's own level */
-		add(ancestor, delta);
+	if (perf_event_v1) {
+		int subsys = bpf_core_enum_value(enum cgroup_subsys_id, perf_event_cgrp_id);
+		if (subsys < 0 || subsys >= 64)
+			return 0;
+		return task->cgroups->subsys[subsys]->cgroup;
 	}
+	return task->cgroups->dfl_cgrp;
 }
 
-/* credit_v1 does the same in v1's perf_event hierarchy. */
-static __always_inline void credit_v1(struct reading *delta)
+/* current_btf describes task, a BTF pointer to the current task. */
+static __always_inline struct current current_btf(struct task_struct *task, struct cgroup *cgrp)
+{
+	struct current c = {.cgrp = cgrp, .task = task};
+	if (cgrp)
+		c.id = cgrp->kn->id;
+	if (bpf_core_field_exists(task->se.cfs_rq))
+		c.now = task->se.cfs_rq->rq->clock;
+	return c;
+}
+
+/* current_probed describes the current task where its pointer is not a BTF
+ * one (the raw_tp credit run by user space): through probe reads. */
+static __always_inline struct current current_probed(void)
 {
 	struct task_struct *task = (void *)bpf_get_current_task();
-	int subsys = bpf_core_enum_value(enum cgroup_subsys_id, perf_event_cgrp_id);
-	if (subsys < 0 || subsys >= 64)
-		return;
-	struct cgroup *cgrp = BPF_CORE_READ(task, cgroups, subsys[subsys], cgroup);
-	if (!cgrp)
-		return;
-	add(BPF_CORE_READ(cgrp, kn, id), delta);
-	int own = BPF_CORE_READ(cgrp, level);
-	for (int level = 1; level < MAX_DEPTH; level++) {
-		if (level > max_depth || level >= own)
-			break; /* own is the task's cgroup, credited above */
-		__u64 ancestor = BPF_CORE_READ(cgrp, ancestors[level], kn, id);
-		if (ancestor)
-			add(ancestor, delta);
+	struct current c = {.task = task};
+	if (perf_event_v1) {
+		int subsys = bpf_core_enum_value(enum cgroup_subsys_id, perf_event_cgrp_id);
+		if (subsys >= 0 && subsys < 64)
+			c.cgrp = BPF_CORE_READ(task, cgroups, subsys[subsys], cgroup);
+	} else {
+		c.cgrp = BPF_CORE_READ(task, cgroups, dfl_cgrp);
 	}
+	/* A local, not c.cgrp: inside BPF_CORE_READ the access to c's field
+	 * would become a relocation against a kernel type "current". */
+	struct cgroup *cgrp = c.cgrp;
+	if (cgrp)
+		c.id = BPF_CORE_READ(cgrp, kn, id);
+	if (bpf_core_field_exists(task->se.cfs_rq))
+		c.now = BPF_CORE_READ(task, se.cfs_rq, rq, clock);
+	return c;
 }
 
 /* credit gives this CPU's counts since its previous credit to the current
- * task's cgroup and its ancestors, or to "unattributed" when a switch went by
- * unseen or moved says the current task changed cgroups during the span. */
-static __always_inline int credit(int pending, int moved)
+ * task's cgroup, or to "unattributed" when a switch went by unseen or moved
+ * says the current task changed cgroups during the span. */
+static __always_inline int credit(int pending, int moved, struct current *cur)
 {
-	struct bpf_perf_event_value sw;
+	struct bpf_perf_event_value sw = {};
 	/* A CPU without the program attached has nothing placed to credit. */
-	if (bpf_perf_event_read_value(&switches, BPF_F_CURRENT_CPU, &sw, sizeof(sw)))
+	if (read_switches(&sw.counter))
 		return 0;
 	__u32 one = 1, cpu = bpf_get_smp_processor_id();
 	struct reading *delta = bpf_map_lookup_elem(&scratch, &one);
 	if (!delta)
 		return 0;
+	__u32 fresh = 0; /* the slots read in this credit, as sources of times */
 	for (__u32 i = 0; i < MAX_EVENTS; i++) {
 		if (i >= num_events)
 			break;
 		delta[i].counter = delta[i].enabled = delta[i].running = 0;
+		__u32 k = cpu * MAX_EVENTS + i;
+		struct slot *prev = bpf_map_lookup_elem(&previous, &k);
+		if (!prev)
+			continue;
 		struct bpf_perf_event_value v;
-		/* An event not open on this CPU (another core type, a group that
-		 * failed) reads as an error: nothing to credit. */
-		if (read_event(i, &v)) {
+		long err = -1;
+		__u32 from = prev->from;
+		if (prev->how != READ_VALUE && from < i && (fresh & (1u << from))) {
+			__u32 fk = cpu * MAX_EVENTS + from;
+			struct slot *src = bpf_map_lookup_elem(&previous, &fk);
+			if (src) {
+				v.enabled = src->enabled;
+				v.running = src->running;
+				if (prev->how == READ_TASK_CLOCK) {
+					v.counter = src->running;
+					err = 0;
+				} else {
+					err = read_counter(i, &v.counter);
+				}
+			}
+		} else {
+			/* An event not open on this CPU (another core type, a
+			 * group that failed) reads as an error: nothing to
+			 * credit. So does one whose source could not be read. */
+			err = read_value(i, &v);
+		}
+		if (err) {
 			count(STAT_READ_FAILED, 1);
 			continue;
 		}
-		__u32 k = cpu * MAX_EVENTS + i;
-		struct reading *prev = bpf_map_lookup_elem(&previous, &k);
-		if (!prev)
-			continue;
+		fresh |= 1u << i;
 		/* The first reading after an fd was (re)placed starts from zero. */
 		if (v.counter >= prev->counter && v.enabled >= prev->enabled && v.running >= prev->running) {
 			delta[i].counter = v.counter - prev->counter;
@@ -376,8 +536,7 @@ static __always_inline int credit(int pending, int moved)
 		prev->enabled = v.enabled;
 		prev->running = v.running;
 	}
-	struct task_struct *task = (void *)bpf_get_current_task();
-	__u64 now = rq_clock(task), last_clock = 0;
+	__u64 now = cur->now, last_clock = 0;
 	if (moved || !attributable(&sw, pending, now, &last_clock)) {
 		/* A switch went by unseen. When the current task arrived on this
 		 * CPU after the previous credit (the unseen switch brought it in:
@@ -385,11 +544,12 @@ static __always_inline int credit(int pending, int moved)
 		 * from its arrival is its own; the part before it is nobody's in
 		 * particular. Time events split exactly; other counts in
 		 * proportion to time. */
+		struct task_struct *task = cur->task;
 		__u64 arrival = bpf_core_field_exists(task->sched_info.last_arrival) ? BPF_CORE_READ(task, sched_info.last_arrival) : 0;
 		__u32 two = 2;
 		struct reading *rest = bpf_map_lookup_elem(&scratch, &two);
 		if (moved || !rest || !now || !last_clock || arrival <= last_clock || now <= arrival) {
-			add(0, delta);
+			add(0, 0, delta);
 			count(STAT_UNATTRIBUTED, 1);
 			return 0;
 		}
@@ -405,13 +565,11 @@ static __always_inline int credit(int pending, int moved)
 			delta[i].enabled = e;
 			delta[i].running = r;
 		}
-		add(0, rest);
+		add(0, 0, rest);
 		count(STAT_UNATTRIBUTED, 1);
 	}
-	if (perf_event_v1)
-		credit_v1(delta);
-	else
-		credit_v2(delta);
+	if (cur->cgrp)
+		add(cur->id, cur->cgrp, delta);
 	count(STAT_CREDITS, 1);
 	return 0;
 }
@@ -419,7 +577,9 @@ static __always_inline int credit(int pending, int moved)
 SEC("raw_tp")
 int credit_now(void *ctx)
 {
-	return credit(0, 0);
+	count(STAT_RUNS_CREDIT_NOW, 1);
+	struct current cur = current_probed();
+	return credit(0, 0, &cur);
 }
 
 /* A task that moves itself to another cgroup while it runs (a shell's
@@ -434,54 +594,56 @@ int credit_now(void *ctx)
  * another process from another CPU is not covered.
  * cgroup_attach_task(struct cgroup *dst, const char *path,
  *                    struct task_struct *task, bool threadgroup) */
-SEC("raw_tp/cgroup_attach_task")
-int on_cgroup_attach(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/cgroup_attach_task")
+int on_cgroup_attach(unsigned long long *ctx)
 {
-	struct task_struct *task = (void *)ctx->args[2];
-	int self = (__u64)task == bpf_get_current_task();
-	if (!self && ctx->args[3]) /* a whole thread group: is it ours? */
-		self = BPF_CORE_READ(task, tgid) == (__u32)(bpf_get_current_pid_tgid() >> 32);
-	return credit(0, self);
-}
-
-/* perf_cgroup is the cgroup whose change makes a cgroup switch: the task's
- * cgroup v2, or its cgroup in v1's perf_event hierarchy. */
-static __always_inline void *perf_cgroup(struct task_struct *task)
-{
-	if (perf_event_v1) {
-		int subsys = bpf_core_enum_value(enum cgroup_subsys_id, perf_event_cgrp_id);
-		if (subsys < 0 || subsys >= 64)
-			return 0;
-		return BPF_CORE_READ(task, cgroups, subsys[subsys], cgroup);
-	}
-	return BPF_CORE_READ(task, cgroups, dfl_cgrp);
+	count(STAT_RUNS_ATTACH, 1);
+	struct task_struct *task = (void *)ctx[2], *self = bpf_get_current_task_btf();
+	int moved = task == self;
+	if (!moved && ctx[3]) /* a whole thread group: is it ours? */
+		moved = task->tgid == self->tgid;
+	struct current cur = current_btf(self, perf_cgroup(self));
+	return credit(0, moved, &cur);
 }
 
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct
  * *next, unsigned int prev_state) fires before the switch, with prev current:
  * the cgroup-switches counter does not include this switch yet. A switch into
  * idle is credited even within the root: it allows for the unseen switch out. */
-SEC("raw_tp/sched_switch")
-int on_switch(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sched_switch")
+int on_switch(unsigned long long *ctx)
 {
-	struct task_struct *prev = (void *)ctx->args[1], *next = (void *)ctx->args[2];
-	int differ = perf_cgroup(prev) != perf_cgroup(next);
-	int into_idle = BPF_CORE_READ(next, pid) == 0;
+	count(STAT_RUNS_SWITCH, 1);
+	struct task_struct *prev = (void *)ctx[1], *next = (void *)ctx[2];
+	/* A switch out of idle is never credited: the exit from the idle state
+	 * credited the idle span already, or, where the CPU got work before it
+	 * entered one, its few microseconds go to the next task, as on every
+	 * CPU whose switches out of idle the kernel does not show. The switch
+	 * into idle and the idle exit allowed for it. */
+	if (prev->pid == 0)
+		return 0;
+	struct cgroup *from = perf_cgroup(prev);
+	int differ = from != perf_cgroup(next);
+	int into_idle = next->pid == 0;
 	if (!differ && !into_idle)
 		return 0;
-	return credit(differ + into_idle, 0);
+	struct current cur = current_btf(prev, from);
+	return credit(differ + into_idle, 0, &cur);
 }
 
 #define PWR_EVENT_EXIT ((__u32)-1) /* cpu_idle's state when the CPU leaves idle */
 
 /* cpu_idle(unsigned int state, unsigned int cpu_id): the idle task is current.
  * The idle span goes to the root; the switch out may still go by unseen. */
-SEC("raw_tp/cpu_idle")
-int on_idle_exit(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/cpu_idle")
+int on_idle_exit(unsigned long long *ctx)
 {
-	if ((__u32)ctx->args[0] != PWR_EVENT_EXIT)
+	count(STAT_RUNS_IDLE, 1);
+	if ((__u32)ctx[0] != PWR_EVENT_EXIT)
 		return 0;
-	return credit(1, 0);
+	struct task_struct *idle = bpf_get_current_task_btf();
+	struct current cur = current_btf(idle, perf_cgroup(idle));
+	return credit(1, 0, &cur);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/collectors/cgroupid"
@@ -35,7 +36,8 @@ func setupCgroups(o cgroupOptions, s setup, td *liveTopdown, groups []perfcount.
 		return fail(fmt.Errorf("eBPF: %s", bpf.Reason), bpf.Fix)
 	}
 	classes := cgroupClasses(s.pmus, td)
-	classes, notes := cgroupcount.Plan(classes, groups, perTaskPMU(s.pmus))
+	classes, notes := cgroupcount.Plan(classes, groups, perTaskPMU(s.pmus), attributedEvents(o.events))
+	notes = append(notes, unattributable(o.events, classes)...)
 	a, err := cgroupcount.New(cgroupcount.Options{
 		Classes: classes, Root: root, PerfEventV1: v1, Depth: o.depth, MaxCgroups: o.maxTracked,
 		MaxSeries: o.maxSeries, Grace: o.grace,
@@ -50,6 +52,51 @@ func setupCgroups(o cgroupOptions, s setup, td *liveTopdown, groups []perfcount.
 	}
 	feat.Detail = fmt.Sprintf("eBPF on cgroup switches, cgroup %s hierarchy at %s, depth %d", kind, root, o.depth)
 	return a, feat, notes
+}
+
+// DefaultCgroupEvents are the events attributed to cgroups by default,
+// besides Top-Down's inputs: CPU time, faults, context switches, and the
+// core's cycles and instructions where it counts them. Each attributed
+// event is one more counter read at every context switch between cgroups.
+var DefaultCgroupEvents = []string{"cpu-clock", "task-clock", "page-faults", "context-switches", "cycles", "instructions"}
+
+// attributedEvents says which counted events --collector.cgroup.events
+// keeps (comma-separated or repeated; "all": every one).
+func attributedEvents(flag []string) func(event string) bool {
+	var names []string
+	for _, f := range flag {
+		for n := range strings.SplitSeq(f, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+	}
+	if slices.Contains(names, "all") {
+		return func(string) bool { return true }
+	}
+	return func(event string) bool { return slices.Contains(names, event) }
+}
+
+// unattributable names the events --collector.cgroup.events asks for that
+// no class attributes (no group counts them, or not per task).
+func unattributable(flag []string, classes []cgroupcount.Class) []string {
+	var notes []string
+	for _, f := range flag {
+		for n := range strings.SplitSeq(f, ",") {
+			n = strings.TrimSpace(n)
+			if n == "" || n == "all" || slices.Contains(DefaultCgroupEvents, n) {
+				continue // the defaults name core events a host may lack
+			}
+			found := false
+			for _, c := range classes {
+				found = found || slices.ContainsFunc(c.Events, func(s cgroupcount.Source) bool { return s.Event == n })
+			}
+			if !found {
+				notes = append(notes, fmt.Sprintf("--collector.cgroup.events names %s, which no group counts per task: it is not attributed", n))
+			}
+		}
+	}
+	return notes
 }
 
 // cgroupRoot is the mount of the hierarchy whose cgroups are attributed (the

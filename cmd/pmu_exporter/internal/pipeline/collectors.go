@@ -41,6 +41,9 @@ func collectorList(f *Options) *registry.Registry[*build] {
 			Help: "Attribute the counted events and Top-Down to cgroups (pods, containers) with an eBPF program on cgroup switches",
 			Options: func(o registry.Options) {
 				o.Flag("depth", "cgroup.depth", "Ancestor levels below the root that also get the counts of their descendants (kubelet pods sit at level 3, containers at 4).", func(fc *kingpin.FlagClause) { fc.Default("5").IntVar(&f.cgroups.depth) })
+				o.Flag("events", "cgroup.events", "Counted events to attribute to cgroups besides Top-Down's inputs (comma-separated or repeated; all: every counted event). Each one is a counter read at every context switch between cgroups.", func(fc *kingpin.FlagClause) {
+					fc.Default(strings.Join(DefaultCgroupEvents, ",")).StringsVar(&f.cgroups.events)
+				})
 				o.Flag("max-series", "cgroup.max-series", "Cgroups exported with series of their own; the smallest consumers beyond it are summed into cgroup=\"other\".", func(fc *kingpin.FlagClause) { fc.Default("500").IntVar(&f.cgroups.maxSeries) })
 				o.Flag("max-tracked", "cgroup.max-tracked", "Cgroups the kernel's attribution map holds at once; credits beyond it are dropped and counted in pmu_cgroup_attribution_errors_total{reason=\"map_full\"}.", func(fc *kingpin.FlagClause) { fc.Default("16384").IntVar(&f.cgroups.maxTracked) })
 				o.Flag("grace-period", "cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.", func(fc *kingpin.FlagClause) { fc.Default("5m").DurationVar(&f.cgroups.grace) })

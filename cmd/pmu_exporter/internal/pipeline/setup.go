@@ -49,6 +49,7 @@ type cgroupOptions struct {
 	depth, maxSeries, maxTracked int
 	grace                        time.Duration
 	perfMode                     []string
+	events                       []string // attributed besides Top-Down's inputs; "all": every counted one
 }
 
 // setup is what both commands need: the host, its PMUs, the capability verdict and
