@@ -110,6 +110,8 @@ func Load(opts Options) (*Counter, error) {
 	spec.Maps["cgroups"].ValueSize = uint32(opts.Events) * uint32(unsafe.Sizeof(Reading{}))
 	spec.Maps["cgroups"].Value = nil // the BTF type is MAX_EVENTS readings; the map holds Events
 	spec.Maps["ancestors"].MaxEntries = uint32(opts.MaxCgroups)
+	spec.Maps["ancestors"].ValueSize = uint32(opts.Depth+1) * 8 // levels 0 (unused) to Depth
+	spec.Maps["ancestors"].Value = nil
 	spec.Maps["seen"].MaxEntries = uint32(cpus)
 	spec.Maps["previous"].MaxEntries = uint32(cpus) * MaxEvents
 	c := &Counter{events: opts.Events, cpus: cpus, switches: map[int]int{}, values: make([]cgroupValue, cpus)}
@@ -433,8 +435,8 @@ func (c *Counter) Forget(id uint64) error {
 // recorded them when it first credited id (its own cgroup and the root are
 // not among them); ok is false when it holds no record of id.
 func (c *Counter) Ancestors(id uint64) (ids []uint64, ok bool, err error) {
-	var rec [MaxDepth + 1]uint64
-	if err := c.objs.Ancestors.Lookup(id, &rec); err != nil {
+	rec := make([]uint64, c.objs.Ancestors.ValueSize()/8)
+	if err := c.objs.Ancestors.Lookup(id, rec); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil, false, nil
 		}
@@ -502,17 +504,31 @@ func (c *Counter) Close() error {
 	return c.objs.Close()
 }
 
-// MapBytes is the kernel's estimate of the memory the cgroup map uses
-// (memlock in its fdinfo).
+// MapBytes is the kernel's estimate of the memory the cgroup map and the
+// ancestry map use (memlock in their fdinfo): both are preallocated, sized by
+// Options.MaxCgroups.
 func (c *Counter) MapBytes() (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", c.objs.Cgroups.FD()))
+	var sum uint64
+	for _, m := range []*ebpf.Map{c.objs.Cgroups, c.objs.Ancestors} {
+		n, err := memlock(m)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
+// memlock reads a map's memlock from its fdinfo.
+func memlock(m *ebpf.Map) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
 	if err != nil {
-		return 0, fmt.Errorf("cgroup map fdinfo: %w", err)
+		return 0, fmt.Errorf("map fdinfo: %w", err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
 			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, errors.New("cgroup map fdinfo has no memlock")
+	return 0, errors.New("map fdinfo has no memlock")
 }

@@ -459,5 +459,5 @@ func (a *Attributor) Close() error {
 	return a.counter.Close()
 }
 
-// MapBytes is the kernel's estimate of the cgroup map's memory.
+// MapBytes is the kernel's estimate of the memory of its maps (cgroups and ancestry).
 func (a *Attributor) MapBytes() (uint64, error) { return a.counter.MapBytes() }

@@ -280,7 +280,9 @@ struct {
 
 /* A cgroup's ancestors, recorded when the program first credits it: id[l] is
  * its ancestor at level l for l in 1..max_depth above its own level, 0
- * elsewhere. User space sums each cgroup's credits into these. */
+ * elsewhere. User space sums each cgroup's credits into these. The loader
+ * sets value_size to (max_depth + 1) ids and max_entries to the cgroup
+ * map's. */
 struct ancestry {
 	__u64 id[MAX_DEPTH];
 };
