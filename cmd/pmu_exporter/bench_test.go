@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -276,4 +278,163 @@ func BenchmarkScrapeCost(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(added.Microseconds())/float64(b.N*scrapes), "cpu-µs/scrape")
 	b.ReportMetric(float64(series), "series")
+}
+
+// The switch-heavy workload's processes (BenchmarkSwitchHeavyWorkload): the
+// test binary run again with one of these set.
+const (
+	pingRoundsEnv = "PMU_BENCH_PING_ROUNDS" // make this many round trips, print ns per round trip
+	pongCgroupEnv = "PMU_BENCH_PONG_CGROUP" // the ping's partner goes into this cgroup v2 directory
+	pongEnv       = "PMU_BENCH_PONG"        // echo stdin to stdout byte by byte until EOF
+)
+
+// pingPongHelper runs this process as a ping or a pong when the benchmark
+// started it as one, and says so.
+func pingPongHelper() (code int, ok bool) {
+	if os.Getenv(pongEnv) != "" {
+		var b [1]byte
+		for {
+			if n, err := syscall.Read(0, b[:]); n != 1 || err != nil {
+				return 0, true
+			}
+			syscall.Write(1, b[:])
+		}
+	}
+	rounds, err := strconv.Atoi(os.Getenv(pingRoundsEnv))
+	if err != nil {
+		return 0, false
+	}
+	if err := ping(rounds, os.Getenv(pongCgroupEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, "ping:", err)
+		return 1, true
+	}
+	return 0, true
+}
+
+// ping starts a pong in the cgroup v2 directory dir and makes rounds pipe
+// round trips with it, each a context switch between the two cgroups on
+// both sides (blocking reads, one OS thread), and prints the mean ns of one.
+func ping(rounds int, dir string) error {
+	cg, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer cg.Close()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), pongEnv+"=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer cmd.Wait()
+	defer in.Close()
+	// The raw descriptors, blocking: no Go scheduler between the switches.
+	w, r := int(in.(*os.File).Fd()), int(out.(*os.File).Fd())
+	syscall.SetNonblock(w, false)
+	syscall.SetNonblock(r, false)
+	var b [1]byte
+	start := time.Now()
+	for range rounds {
+		syscall.Write(w, b[:])
+		if n, err := syscall.Read(r, b[:]); n != 1 || err != nil {
+			return fmt.Errorf("pong answered %d bytes: %v", n, err)
+		}
+	}
+	fmt.Println(time.Since(start).Nanoseconds() / int64(rounds))
+	return nil
+}
+
+// BenchmarkSwitchHeavyWorkload is what the exporter at its defaults costs
+// a workload whose every context switch crosses cgroups: two processes in
+// two cgroups making 100,000 pipe round trips. Each op is a pair of runs,
+// one without the exporter and one with it started afresh (ready, then
+// settled for 2 s), in alternating order, so that the machine's drift and
+// other tenants fall on both sides alike; slowdown-% is the median of the
+// pairs' ratios, with the medians' ns per round trip beside it and every
+// pair on stderr. Run with -benchtime=Nx (N pairs, about 10 s each);
+// PMU_BENCH_EXPORTER_ARGS adds flags to the exporter's command line (to
+// see what each collector costs).
+func BenchmarkSwitchHeavyWorkload(b *testing.B) {
+	testenv.RequireRoot(b)
+	mnt := testenv.Cgroup2Mount()
+	testenv.Require(b, mnt != "", "needs cgroup v2")
+	_, dirs := testenv.Cgroups(b, "ping", "pong")
+	const rounds = 100000
+	run := func() float64 {
+		cg, err := os.Open(dirs[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cg.Close()
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), pingRoundsEnv+"="+strconv.Itoa(rounds), pongCgroupEnv+"="+dirs[1])
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("ping: %v", err)
+		}
+		ns, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+		if err != nil {
+			b.Fatalf("ping printed %q", out)
+		}
+		return ns
+	}
+	withExporter := func() float64 {
+		addr := testenv.FreeAddr(b)
+		args := append([]string{"--web.listen-address=" + addr, "--log.level=warn"}, strings.Fields(os.Getenv("PMU_BENCH_EXPORTER_ARGS"))...)
+		p := exec.Command(binary, args...)
+		if err := p.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { p.Process.Signal(syscall.SIGTERM); p.Wait() }()
+		for i := 0; ; i++ {
+			resp, err := http.Get("http://" + addr + "/-/ready")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			if i > 300 {
+				b.Fatalf("the exporter was not ready in 30 s: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second)
+		return run()
+	}
+	run() // warm the page cache and both binaries
+	var without, with, ratios []float64
+	b.ResetTimer()
+	for i := range b.N {
+		var w0, w1 float64
+		if i%2 == 0 {
+			w0 = run()
+			w1 = withExporter()
+		} else {
+			w1 = withExporter()
+			w0 = run()
+		}
+		without, with = append(without, w0), append(with, w1)
+		ratios = append(ratios, w1/w0)
+	}
+	b.StopTimer()
+	fmt.Fprintf(os.Stderr, "ns per round trip without / with the exporter, pair by pair: %v / %v\n", without, with)
+	median := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	b.ReportMetric(100*(median(ratios)-1), "slowdown-%")
+	b.ReportMetric(median(without), "ns/trip-without")
+	b.ReportMetric(median(with), "ns/trip-with")
+	b.ReportMetric(0, "ns/op")
 }

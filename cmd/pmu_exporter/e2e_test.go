@@ -42,6 +42,9 @@ var binary string
 const prebuiltEnv = "PMU_EXPORTER_PREBUILT"
 
 func TestMain(m *testing.M) {
+	if code, ok := pingPongHelper(); ok {
+		os.Exit(code) // a process of BenchmarkSwitchHeavyWorkload's workload
+	}
 	if dir := os.Getenv(prebuiltEnv); dir != "" {
 		binary = filepath.Join(dir, "pmu_exporter")
 		os.Exit(m.Run())
