@@ -248,6 +248,10 @@ func TestQueriesReturnData(t *testing.T) {
 	// Reuse distances and the trap panels come from watchpoints: on a
 	// guest the debug registers do not reach, those queries have no data.
 	traps := testenv.HasFeature(t, hostgate.Watchpoints)
+	// The cgroup programs' run time is exported only while the kernel's
+	// bpf_stats are on, an operator's node-wide choice: on for this test,
+	// then as they were.
+	enableBPFStats(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "pmu_exporter")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pmu_exporter").CombinedOutput(); err != nil {
@@ -418,4 +422,17 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// enableBPFStats turns kernel.bpf_stats_enabled on until the test ends.
+func enableBPFStats(t *testing.T) {
+	const knob = "/proc/sys/kernel/bpf_stats_enabled"
+	old, err := os.ReadFile(knob)
+	if err != nil {
+		t.Fatalf("the kernel's bpf_stats: %v", err)
+	}
+	if err := os.WriteFile(knob, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(knob, old, 0) })
 }
