@@ -251,7 +251,7 @@ func TestQueriesReturnData(t *testing.T) {
 	// The cgroup programs' run time is exported only while the kernel's
 	// bpf_stats are on, an operator's node-wide choice: on for this test,
 	// then as they were.
-	enableBPFStats(t)
+	testenv.EnableBPFStats(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "pmu_exporter")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pmu_exporter").CombinedOutput(); err != nil {
@@ -422,17 +422,4 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-// enableBPFStats turns kernel.bpf_stats_enabled on until the test ends.
-func enableBPFStats(t *testing.T) {
-	const knob = "/proc/sys/kernel/bpf_stats_enabled"
-	old, err := os.ReadFile(knob)
-	if err != nil {
-		t.Fatalf("the kernel's bpf_stats: %v", err)
-	}
-	if err := os.WriteFile(knob, []byte("1"), 0); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.WriteFile(knob, old, 0) })
 }

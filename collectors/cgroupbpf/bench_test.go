@@ -3,11 +3,9 @@ package cgroupbpf
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,22 +100,6 @@ func (p *pingPonger) roundTrips(tb testing.TB, n int) {
 			tb.Fatalf("pong answered %d bytes: %v", k, err)
 		}
 	}
-}
-
-// ownCgroup is the cgroup v2 directory of this process.
-func ownCgroup(tb testing.TB) string {
-	tb.Helper()
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return filepath.Join(testenv.Cgroup2Mount(), rest)
-		}
-	}
-	tb.Fatal("no cgroup v2 line in /proc/self/cgroup")
-	return ""
 }
 
 // switchProgram is what runs at sched_switch in a benchmark: its program
@@ -215,21 +197,6 @@ func attachCredit(tb testing.TB, n int) switchProgram {
 	}}
 }
 
-// enableBPFStats turns the kernel's run-time accounting of BPF programs on
-// for the benchmark (node-wide: never in the product unless an operator
-// has) and restores what it was.
-func enableBPFStats(tb testing.TB) {
-	const knob = "/proc/sys/kernel/bpf_stats_enabled"
-	old, err := os.ReadFile(knob)
-	if err != nil {
-		tb.Skipf("no bpf_stats: %v", err)
-	}
-	if err := os.WriteFile(knob, []byte("1"), 0); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.WriteFile(knob, old, 0) })
-}
-
 // BenchmarkSwitch is the cost of the program at context switches: pipe
 // round trips (ns/op) between this thread and a pong process, with no
 // program at sched_switch, an empty one (the floor of this design), and
@@ -246,9 +213,9 @@ func BenchmarkSwitch(b *testing.B) {
 	testenv.RequireRoot(b)
 	mnt := testenv.Cgroup2Mount()
 	testenv.Require(b, mnt != "", "needs a cgroup v2 hierarchy")
-	enableBPFStats(b)
+	testenv.EnableBPFStats(b)
 	_, dirs := testenv.Cgroups(b, "pong")
-	own := ownCgroup(b)
+	own := testenv.OwnCgroup(b)
 	last := slices.Max(testenv.OnlineCPUs(b))
 	for _, setting := range []struct {
 		name string

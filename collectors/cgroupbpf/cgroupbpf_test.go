@@ -600,14 +600,7 @@ func TestReadBatches(t *testing.T) {
 func TestProgramRunsCounted(t *testing.T) {
 	_, a, b := cgroupTree(t)
 	c := attributed(t, 0)
-	old, err := os.ReadFile(bpfStatsPath)
-	if err != nil {
-		t.Skipf("no bpf_stats to compare with: %v", err)
-	}
-	if err := os.WriteFile(bpfStatsPath, []byte("1"), 0); err != nil {
-		t.Fatal(err)
-	}
-	defer os.WriteFile(bpfStatsPath, old, 0)
+	testenv.EnableBPFStats(t)
 	read := func() (ours, kernel uint64, st Stats) {
 		st, err := c.Stats()
 		if err != nil {

@@ -239,7 +239,7 @@ func TestLostCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	origin := ownCgroup(t)
+	origin := testenv.OwnCgroup(t)
 	move(dirs[0])
 	faults(t, 3000)
 	// This process's runtime faults too (a garbage collection after
@@ -255,21 +255,6 @@ func TestLostCounted(t *testing.T) {
 	if want := kernelCount(t, s, 0); e.Samples+e.Lost != want || want < 3000 {
 		t.Errorf("%d samples + %d lost, the kernel counted %d (%d flush rounds)", e.Samples, e.Lost, want, rounds)
 	}
-}
-
-// ownCgroup is the cgroup v2 directory this process is in.
-func ownCgroup(t *testing.T) string {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return filepath.Join(testenv.Cgroup2Mount(), rest)
-		}
-	}
-	t.Fatal("no cgroup v2 line in /proc/self/cgroup")
-	return ""
 }
 
 // The governor: sampling every page fault while a thread faults as fast

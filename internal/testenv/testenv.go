@@ -51,6 +51,40 @@ func RequireTool(t testing.TB, name string) string {
 	return p
 }
 
+// OwnCgroup is the cgroup v2 directory this process is in.
+func OwnCgroup(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(Cgroup2Mount(), rest)
+		}
+	}
+	tb.Fatal("no cgroup v2 line in /proc/self/cgroup")
+	return ""
+}
+
+// BPFStatsKnob is the sysctl that makes the kernel account BPF programs'
+// run time (node-wide; it slows every BPF program while on).
+const BPFStatsKnob = "/proc/sys/kernel/bpf_stats_enabled"
+
+// EnableBPFStats turns the kernel's BPF run-time accounting on until the
+// test ends, then sets it back to what it was.
+func EnableBPFStats(tb testing.TB) {
+	tb.Helper()
+	old, err := os.ReadFile(BPFStatsKnob)
+	if err != nil {
+		tb.Fatalf("the kernel's bpf_stats: %v", err)
+	}
+	if err := os.WriteFile(BPFStatsKnob, []byte("1"), 0); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.WriteFile(BPFStatsKnob, old, 0) })
+}
+
 // Cgroup2Mount returns where the cgroup v2 hierarchy is mounted, or "".
 func Cgroup2Mount() string {
 	f, err := os.Open("/proc/self/mountinfo")
