@@ -25,13 +25,7 @@ func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer rec.Close()
-	window := cf.window
-	if window == 0 {
-		window = comdetect.DefaultWindow
-		if pipeline.RecordedSampler(rec.file.Events.Attrs, rec.file.Names) != "decode" {
-			window = comdetect.PreciseWindow
-		}
-	}
+	window := comdetect.Window(cf.window, pipeline.RecordedSampler(rec.file.Events.Attrs, rec.file.Names) != "decode")
 	det := comdetect.New(comdetect.Options{Window: window})
 	samples, accesses, bad, readErr := rec.eachAccess(func(a *comdetect.Access) { det.Add(a) })
 	for k, name := range rec.acc.Names {

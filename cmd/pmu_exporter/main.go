@@ -20,6 +20,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
 	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
@@ -152,7 +153,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.commCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream from standard input.").Short('i').Default("perf.data").StringVar(&mf.input)
 	c.commCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&mf.format, "text", "json")
 	c.commCmd.Flag("lines", "How many of the most shared lines to show per process.").Default("10").IntVar(&mf.lines)
-	c.commCmd.Flag("window", "How many of a reader's own samples a published store stays fresh for (0: per sampler, 32 for timer samples, 2 for precise ones).").Default("0").IntVar(&mf.window)
+	c.commCmd.Flag("window", "How many of a reader's own samples a published store stays fresh for ("+comdetect.WindowHelp()+").").Default("0").IntVar(&mf.window)
 	c.commCmd.Flag("pid", "Only this process (0: all).").Default("0").IntVar(&mf.pid)
 	c.commCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&mf.input)
 

@@ -12,6 +12,7 @@ package comdetect
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -52,6 +53,26 @@ const (
 	DefaultMaxLines = 4096
 )
 
+// Window is the window to use: asked, where the user set one (> 0), else
+// the default for the sampler that feeds the detector, DefaultWindow for
+// the decoded address sampler (precise false) and PreciseWindow for counting
+// samples (PEBS, IBS, SPE). The command line, the pipeline and the help
+// text all take it from here.
+func Window(asked int, precise bool) int {
+	switch {
+	case asked > 0:
+		return asked
+	case precise:
+		return PreciseWindow
+	}
+	return DefaultWindow
+}
+
+// WindowHelp says what a window of 0 means, for the flags' help.
+func WindowHelp() string {
+	return fmt.Sprintf("0: per sampler, %d for the address sampler, the thesis' %d for precise (counting) samples", DefaultWindow, PreciseWindow)
+}
+
 // Access is one sampled access: the stream every sampler feeds (the
 // decoded address sampler, PEBS, IBS, SPE). A store or read-modify-write
 // publishes; Size is its width (0: one byte).
@@ -69,9 +90,7 @@ func New(o Options) *Detector {
 	if o.Board <= 0 {
 		o.Board = DefaultBoard
 	}
-	if o.Window <= 0 {
-		o.Window = DefaultWindow
-	}
+	o.Window = Window(o.Window, false)
 	if o.MaxLines <= 0 {
 		o.MaxLines = DefaultMaxLines
 	}

@@ -213,3 +213,17 @@ func TestDetectorFollowsItsSamples(t *testing.T) {
 		}
 	}
 }
+
+// The window rule, by hand: the user's window wins; unset, the address
+// sampler's samples get the longer one and counting samples the thesis'.
+func TestWindow(t *testing.T) {
+	for _, c := range []struct {
+		asked   int
+		precise bool
+		want    int
+	}{{0, false, 32}, {0, true, 2}, {5, false, 5}, {5, true, 5}, {-1, true, 2}} {
+		if got := Window(c.asked, c.precise); got != c.want {
+			t.Errorf("Window(%d, %v) = %d, want %d", c.asked, c.precise, got, c.want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"strconv"
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -67,7 +66,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 			Help: "Sample user-mode code on every CPU with its registers and decode each sampled instruction's memory operand (no precise PMU needed; where PEBS, IBS or SPE exist, their memory samples instead, with the width decoded): ComDetective's communication matrices with true and false sharing (/debug/comm), and the shared-line table where no precise sampler feeds it",
 			Options: func(o registry.Options) {
 				o.Flag("period", "", "Nanoseconds of CPU time between the address sampler's samples on each CPU (1000000: 1 kHz); the governor raises it beyond --collector.comm.cpu-budget. Where PEBS, IBS or SPE sample instead, --collector.sampling.period sets theirs.", func(fc *kingpin.FlagClause) { fc.Default("1000000").Uint64Var(&f.comm.period) })
-				o.Flag("window", "", "How many of a reader's own samples a published store stays fresh for (ComDetective's expiry); 0: per sampler, "+strconv.Itoa(comdetect.DefaultWindow)+" for the address sampler, the thesis' "+strconv.Itoa(comdetect.PreciseWindow)+" for precise (counting) samples (docs/sampling.md).", func(fc *kingpin.FlagClause) { fc.Default("0").IntVar(&f.comm.window) })
+				o.Flag("window", "", "How many of a reader's own samples a published store stays fresh for (ComDetective's expiry); "+comdetect.WindowHelp()+" (docs/sampling.md).", func(fc *kingpin.FlagClause) { fc.Default("0").IntVar(&f.comm.window) })
 				o.Flag("cpu-budget", "", "CPU the exporter may spend, in CPUs (0.01: 1% of one CPU), all of its CPU time counted; beyond it the address sampler's period rises, so what the other collectors and the watchpoints cost comes out of its samples.", func(fc *kingpin.FlagClause) { fc.Default("0.01").Float64Var(&f.comm.budget) })
 				o.Flag("per-cgroup", "", "Record each sample's cgroup and export pmu_cgroup_comm_volume_total per namespace, pod and container, bounded by --collector.cgroup.max-series.", func(fc *kingpin.FlagClause) { fc.Default("true").BoolVar(&f.comm.perCgroup) })
 				o.Flag("pods", "", "Which pods' tasks to sample: all (every task, as without Kubernetes), or annotated: only pods annotated pmu-exporter.io/comm=\"true\" on this node, each with perf's cgroup mode (needs --kubernetes.node-name); others are not sampled at all.", func(fc *kingpin.FlagClause) { fc.Default("all").EnumVar(&f.comm.pods, "all", "annotated") })

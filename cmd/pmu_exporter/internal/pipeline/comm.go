@@ -86,14 +86,7 @@ func setupComm(b *build) error {
 	if err != nil {
 		return err
 	}
-	window := o.window
-	if window == 0 {
-		window = comdetect.DefaultWindow
-		if source != "decode" {
-			window = comdetect.PreciseWindow
-		}
-	}
-	det := comdetect.New(comdetect.Options{Window: window})
+	det := comdetect.New(comdetect.Options{Window: comdetect.Window(o.window, source != "decode")})
 	dec, err := perfsample.NewDecoder(b.f.procfs, det)
 	if err != nil {
 		return err
@@ -1219,14 +1212,7 @@ func replayComm(b *build) error {
 		return fmt.Errorf("--replay.samples: %w", err)
 	}
 	source := RecordedSampler(file.Events.Attrs, file.Names)
-	window := b.f.comm.window
-	if window == 0 {
-		window = comdetect.DefaultWindow
-		if source != "decode" {
-			window = comdetect.PreciseWindow
-		}
-	}
-	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: window}), acc: acc}
+	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: comdetect.Window(b.f.comm.window, source != "decode")}), acc: acc}
 	_, _, err = EachSample(file, path, io.Discard, PerfDataVisitor{
 		Record: acc.Record,
 		Sample: func(i int, s *perfrecord.Sample) error {
