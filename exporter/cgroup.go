@@ -90,24 +90,21 @@ const (
 
 // NewCgroup builds the collector; names may be nil.
 func NewCgroup(src CgroupSource, names PodNames, how Attribution) *CgroupCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
-	}
 	return &CgroupCollector{src: src, names: names, attribution: how, labels: map[string]*cgroupLabels{},
-		perfModeFDs: d("cgroup_perf_mode_fds", "File descriptors held by perf's cgroup mode (one per event per CPU per allow-listed cgroup), the fallback when eBPF is not permitted."),
-		events: d("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --collector.cgroup.max-series.",
+		perfModeFDs: desc("cgroup_perf_mode_fds", "File descriptors held by perf's cgroup mode (one per event per CPU per allow-listed cgroup), the fallback when eBPF is not permitted."),
+		events: desc("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --collector.cgroup.max-series.",
 			append(identityLabels[:], "event")...),
-		slots: d("cgroup_slots_total", "Pipeline slots of the cgroup over which Top-Down was computed, summed over CPUs.", identityLabels[:]...),
-		nodeSlots: d("cgroup_topdown_slots_total", "Slots of the cgroup attributed to a Top-Down node: its fraction of each interval's slots, accumulated.",
+		slots: desc("cgroup_slots_total", "Pipeline slots of the cgroup over which Top-Down was computed, summed over CPUs.", identityLabels[:]...),
+		nodeSlots: desc("cgroup_topdown_slots_total", "Slots of the cgroup attributed to a Top-Down node: its fraction of each interval's slots, accumulated.",
 			append(identityLabels[:], "level", "category", "parent")...),
-		unattributed: d("cgroup_unattributed_events_total", "Event counts of spans the kernel did not run the attribution program for at a cgroup switch, so that no one cgroup owns them.", "event"),
-		missed:       d("cgroup_switches_missed_total", "Cgroup switches the kernel counted but did not run the attribution program for; their spans are in pmu_cgroup_unattributed_events_total."),
-		errors:       d("cgroup_attribution_errors_total", "Failures in the per-cgroup attribution, by reason (map_full: credits lost because --collector.cgroup.max-tracked was reached).", "reason"),
-		tracked:      d("cgroup_tracked", "Cgroups held in the kernel's attribution map."),
-		runs:         d("self_bpf_runs_total", "Runs of each of the attribution's eBPF programs (program: the tracepoint it runs at, or credit_now, run before each read), early returns included, by the programs' own count.", "program"),
-		runTime:      d("self_bpf_run_seconds_total", "Run time of each of the attribution's eBPF programs, spent in the tasks that switch, by the kernel's bpf_stats: exported only while an operator has kernel.bpf_stats_enabled on (pmu_self_bpf_stats_enabled), which the exporter never turns on.", "program"),
-		credits:      d("self_bpf_credits_total", "Program runs that read every attributed event and credited a cgroup: the costly ones among pmu_self_bpf_runs_total."),
-		timed:        d("self_bpf_stats_enabled", "1 while the kernel measures BPF programs' run time (kernel.bpf_stats_enabled) and pmu_self_bpf_run_seconds_total is exported; 0: the programs' time is not measured."),
+		unattributed: desc("cgroup_unattributed_events_total", "Event counts of spans the kernel did not run the attribution program for at a cgroup switch, so that no one cgroup owns them.", "event"),
+		missed:       desc("cgroup_switches_missed_total", "Cgroup switches the kernel counted but did not run the attribution program for; their spans are in pmu_cgroup_unattributed_events_total."),
+		errors:       desc("cgroup_attribution_errors_total", "Failures in the per-cgroup attribution, by reason (map_full: credits lost because --collector.cgroup.max-tracked was reached).", "reason"),
+		tracked:      desc("cgroup_tracked", "Cgroups held in the kernel's attribution map."),
+		runs:         desc("self_bpf_runs_total", "Runs of each of the attribution's eBPF programs (program: the tracepoint it runs at, or credit_now, run before each read), early returns included, by the programs' own count.", "program"),
+		runTime:      desc("self_bpf_run_seconds_total", "Run time of each of the attribution's eBPF programs, spent in the tasks that switch, by the kernel's bpf_stats: exported only while an operator has kernel.bpf_stats_enabled on (pmu_self_bpf_stats_enabled), which the exporter never turns on.", "program"),
+		credits:      desc("self_bpf_credits_total", "Program runs that read every attributed event and credited a cgroup: the costly ones among pmu_self_bpf_runs_total."),
+		timed:        desc("self_bpf_stats_enabled", "1 while the kernel measures BPF programs' run time (kernel.bpf_stats_enabled) and pmu_self_bpf_run_seconds_total is exported; 0: the programs' time is not measured."),
 	}
 }
 
@@ -310,13 +307,10 @@ type PodMetaCollector struct {
 
 // NewPodMeta builds the collector.
 func NewPodMeta(src PodMetaSource) *PodMetaCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, nil, nil)
-	}
 	return &PodMetaCollector{src: src,
-		synced: d("kubernetes_pods_synced", "Whether this node's pods have been listed from the Kubernetes API (1) or not yet (0: cgroup series carry pod UIDs and container IDs)."),
-		errors: d("kubernetes_api_errors_total", "Failed lists and watches of this node's pods."),
-		count:  d("kubernetes_pods", "Pods of this node known from the Kubernetes API."),
+		synced: desc("kubernetes_pods_synced", "Whether this node's pods have been listed from the Kubernetes API (1) or not yet (0: cgroup series carry pod UIDs and container IDs)."),
+		errors: desc("kubernetes_api_errors_total", "Failed lists and watches of this node's pods."),
+		count:  desc("kubernetes_pods", "Pods of this node known from the Kubernetes API."),
 	}
 }
 

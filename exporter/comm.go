@@ -43,30 +43,24 @@ type CommCollector struct {
 // NewComm exports src.
 func NewComm(src CommSource) *CommCollector {
 	return &CommCollector{src: src, source: "decode",
-		outcomes: prometheus.NewDesc("pmu_address_samples_total",
-			"Timer samples of the address sampler by outcome: resolved from the instruction at the sampled IP (at_ip) or the one before it (before_ip), or why no address (no_memory_operand, segment_relative, gather, string_instruction, undecodable, unreadable_code, kernel, jit, no_registers, ambiguous: a jump or an indirect branch lands at the IP, so the code before it may not have run).",
-			[]string{"outcome"}, nil),
-		widths: prometheus.NewDesc("pmu_comm_access_widths_total",
-			"Precise memory samples the detector took (source pebs, ibs or spe) by whether their access width, which the records lack, came from the instruction at their IP (decoded) or not (unknown: one byte, so an overlap can be missed and true sharing seen as false).",
-			[]string{"outcome"}, nil),
-		detections: prometheus.NewDesc("pmu_comm_detections_total",
-			"ComDetective detections: a sampled access of one thread to a cache line another thread's sampled store published, by kind (true_sharing: overlapping bytes; false_sharing: not), and the sampler whose accesses found it (source=decode: timer samples resolved from their registers; pebs, ibs, spe: precise memory samples). Raw counts behind pmu_comm_volume_total.",
-			[]string{"kind", "source"}, nil),
-		volume: prometheus.NewDesc("pmu_comm_volume_total",
-			"Communication between threads estimated from the detections, by kind: the sum of the detecting samples' periods (source=decode: nanoseconds of sampled CPU time, so a share of time, not of accesses; pebs, ibs, spe: accesses).",
-			[]string{"kind", "source"}, nil),
-		cacheBytes: prometheus.NewDesc("pmu_address_decode_cache_bytes",
-			"Memory the address decoder keeps of the sampled instructions it decoded and their functions' decoding passes, as it estimates it; bounded by --collector.comm.decode-cache (per decoder: the address sampler's, and ReuseTracker's where it runs).", nil, nil),
-		cacheEvicted: prometheus.NewDesc("pmu_address_decode_cache_evicted_total",
-			"Decoded instructions the address decoder dropped for its memory bound, those not sampled since the cache last turned over; one sampled again is decoded again. A fast rise means the bound is below the node's working set of sampled code.", nil, nil),
-		window: prometheus.NewDesc("pmu_comm_window_samples",
-			"How many of a reader's own samples a published store stays fresh for.", nil, nil),
-		period: prometheus.NewDesc("pmu_comm_sample_period_seconds",
-			"CPU time between two of the address sampler's samples on a CPU, as its governor set it (cpu-clock's period), per sampler (one, or one per --collector.comm.cgroup).",
-			[]string{"sampler"}, nil),
-		domains: prometheus.NewDesc("pmu_comm_domain_volume_total",
-			"Communication between threads on CPUs of two last-level cache domains (named by the cache's level and sysfs id, e.g. L3#0, or by its CPU list where sysfs gives no id; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².",
-			[]string{"domain_a", "domain_b", "kind"}, nil),
+		outcomes: desc("address_samples_total",
+			"Timer samples of the address sampler by outcome: resolved from the instruction at the sampled IP (at_ip) or the one before it (before_ip), or why no address (no_memory_operand, segment_relative, gather, string_instruction, undecodable, unreadable_code, kernel, jit, no_registers, ambiguous: a jump or an indirect branch lands at the IP, so the code before it may not have run).", "outcome"),
+		widths: desc("comm_access_widths_total",
+			"Precise memory samples the detector took (source pebs, ibs or spe) by whether their access width, which the records lack, came from the instruction at their IP (decoded) or not (unknown: one byte, so an overlap can be missed and true sharing seen as false).", "outcome"),
+		detections: desc("comm_detections_total",
+			"ComDetective detections: a sampled access of one thread to a cache line another thread's sampled store published, by kind (true_sharing: overlapping bytes; false_sharing: not), and the sampler whose accesses found it (source=decode: timer samples resolved from their registers; pebs, ibs, spe: precise memory samples). Raw counts behind pmu_comm_volume_total.", "kind", "source"),
+		volume: desc("comm_volume_total",
+			"Communication between threads estimated from the detections, by kind: the sum of the detecting samples' periods (source=decode: nanoseconds of sampled CPU time, so a share of time, not of accesses; pebs, ibs, spe: accesses).", "kind", "source"),
+		cacheBytes: desc("address_decode_cache_bytes",
+			"Memory the address decoder keeps of the sampled instructions it decoded and their functions' decoding passes, as it estimates it; bounded by --collector.comm.decode-cache (per decoder: the address sampler's, and ReuseTracker's where it runs)."),
+		cacheEvicted: desc("address_decode_cache_evicted_total",
+			"Decoded instructions the address decoder dropped for its memory bound, those not sampled since the cache last turned over; one sampled again is decoded again. A fast rise means the bound is below the node's working set of sampled code."),
+		window: desc("comm_window_samples",
+			"How many of a reader's own samples a published store stays fresh for."),
+		period: desc("comm_sample_period_seconds",
+			"CPU time between two of the address sampler's samples on a CPU, as its governor set it (cpu-clock's period), per sampler (one, or one per --collector.comm.cgroup).", "sampler"),
+		domains: desc("comm_domain_volume_total",
+			"Communication between threads on CPUs of two last-level cache domains (named by the cache's level and sysfs id, e.g. L3#0, or by its CPU list where sysfs gives no id; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².", "domain_a", "domain_b", "kind"),
 	}
 }
 
@@ -90,17 +84,16 @@ type WatchStats struct {
 // WithWatch exports the trap path's totals.
 func (c *CommCollector) WithWatch(f func() WatchStats) *CommCollector {
 	c.watch = f
-	c.traps = prometheus.NewDesc("pmu_comm_watchpoint_traps_total",
-		"Watchpoint traps read, by outcome: on ComDetective's trap path recorded (its access, decoded from the trapping instruction, counted as communication with the line's publisher), ignored (it came after its thread was armed elsewhere), undecodable; reuse (handed to ReuseTracker: a reuse, an invalidation or stale, pmu_reuse_*); lost (the kernel's ring was full).",
-		[]string{"outcome"}, nil)
-	c.arms = prometheus.NewDesc("pmu_comm_watchpoint_arms_total", "Watchpoints armed by sampled accesses (both algorithms); each traps once at most, at the first matching access (the kernel then disables it).", nil, nil)
-	c.watchedThreads = prometheus.NewDesc("pmu_comm_watched_threads", "Threads with watchpoint events open, by what their registers serve (use: watchpoints, ComDetective's trap path; reuse, ReuseTracker).", []string{"use"}, nil)
-	c.joined = prometheus.NewDesc("pmu_comm_watched_threads_joined_total", "Threads of watched processes given watchpoint events at their first sample, before the second's reading of their cgroup's threads found them (short-lived threads).", nil, nil)
-	c.budget = prometheus.NewDesc("pmu_comm_watchpoint_budget_ratio", "The share of a watched process's CPU time its watchpoint traps may cost it (--collector.comm.watch-budget).", nil, nil)
-	c.trapCost = prometheus.NewDesc("pmu_comm_watchpoint_trap_cost_seconds", "What one trap costs the trapping thread, measured at start on the exporter's own thread (CPU time of stores watched minus unwatched, per store).", nil, nil)
-	c.targetCPU = prometheus.NewDesc("pmu_comm_watchpoint_target_cpu_seconds_total", "CPU time the watched processes ran while watched.", nil, nil)
-	c.trapCPU = prometheus.NewDesc("pmu_comm_watchpoint_trap_cpu_seconds_total", "CPU time the watched processes' traps cost them (traps × the measured cost); divided by pmu_comm_watchpoint_target_cpu_seconds_total it stays within the budget.", nil, nil)
-	c.denied = prometheus.NewDesc("pmu_comm_watchpoint_arms_denied_total", "Sampled accesses used without watchpoints because their process's traps had spent its budget.", nil, nil)
+	c.traps = desc("comm_watchpoint_traps_total",
+		"Watchpoint traps read, by outcome: on ComDetective's trap path recorded (its access, decoded from the trapping instruction, counted as communication with the line's publisher), ignored (it came after its thread was armed elsewhere), undecodable; reuse (handed to ReuseTracker: a reuse, an invalidation or stale, pmu_reuse_*); lost (the kernel's ring was full).", "outcome")
+	c.arms = desc("comm_watchpoint_arms_total", "Watchpoints armed by sampled accesses (both algorithms); each traps once at most, at the first matching access (the kernel then disables it).")
+	c.watchedThreads = desc("comm_watched_threads", "Threads with watchpoint events open, by what their registers serve (use: watchpoints, ComDetective's trap path; reuse, ReuseTracker).", "use")
+	c.joined = desc("comm_watched_threads_joined_total", "Threads of watched processes given watchpoint events at their first sample, before the second's reading of their cgroup's threads found them (short-lived threads).")
+	c.budget = desc("comm_watchpoint_budget_ratio", "The share of a watched process's CPU time its watchpoint traps may cost it (--collector.comm.watch-budget).")
+	c.trapCost = desc("comm_watchpoint_trap_cost_seconds", "What one trap costs the trapping thread, measured at start on the exporter's own thread (CPU time of stores watched minus unwatched, per store).")
+	c.targetCPU = desc("comm_watchpoint_target_cpu_seconds_total", "CPU time the watched processes ran while watched.")
+	c.trapCPU = desc("comm_watchpoint_trap_cpu_seconds_total", "CPU time the watched processes' traps cost them (traps × the measured cost); divided by pmu_comm_watchpoint_target_cpu_seconds_total it stays within the budget.")
+	c.denied = desc("comm_watchpoint_arms_denied_total", "Sampled accesses used without watchpoints because their process's traps had spent its budget.")
 	return c
 }
 
@@ -121,9 +114,8 @@ func (c *CommCollector) WithPeriods(f func() []uint64) *CommCollector {
 // from stats' per-cgroup totals, the ids named by ids and pods by names.
 func (c *CommCollector) PerCgroup(stats *samplestat.Stats, ids CgroupIDs, names PodNames) *CommCollector {
 	c.stats, c.cgroups, c.names = stats, ids, names
-	c.cgVolume = prometheus.NewDesc("pmu_cgroup_comm_volume_total",
-		"Communication of the cgroup's threads with other threads of their process (ComDetective detections of the address sampler, summed sampling periods: nanoseconds of sampled CPU time, or accesses where a precise PMU samples), by kind. cgroup=\"other\" holds the cgroups beyond the bound.",
-		append(append([]string(nil), identityLabels[:]...), "kind"), nil)
+	c.cgVolume = desc("cgroup_comm_volume_total",
+		"Communication of the cgroup's threads with other threads of their process (ComDetective detections of the address sampler, summed sampling periods: nanoseconds of sampled CPU time, or accesses where a precise PMU samples), by kind. cgroup=\"other\" holds the cgroups beyond the bound.", append(append([]string(nil), identityLabels[:]...), "kind")...)
 	return c
 }
 

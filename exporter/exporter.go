@@ -60,27 +60,24 @@ func New(src Source, report capability.Report, opts Options) *Collector {
 		}
 		return labels
 	}
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
-	}
 	return &Collector{
 		src: src, report: report, opts: opts,
-		events: d("events_total", "Event counts from perf_event_open, scaled for multiplexing (raw delta × Δtime_enabled/Δtime_running per interval) and summed over CPUs.",
+		events: desc("events_total", "Event counts from perf_event_open, scaled for multiplexing (raw delta × Δtime_enabled/Δtime_running per interval) and summed over CPUs.",
 			perCPU("event", "pmu")...),
-		enabled: d("group_enabled_seconds_total", "Time the event group was enabled, summed over CPUs; rate(running)/rate(enabled) is the share of time it held the counters.",
+		enabled: desc("group_enabled_seconds_total", "Time the event group was enabled, summed over CPUs; rate(running)/rate(enabled) is the share of time it held the counters.",
 			perCPU("group")...),
-		running: d("group_running_seconds_total", "Time the event group was counting on the PMU, summed over CPUs.",
+		running: desc("group_running_seconds_total", "Time the event group was counting on the PMU, summed over CPUs.",
 			perCPU("group")...),
-		notRunning: d("group_not_running_intervals_total", "Read intervals, summed over CPUs, in which the group never got the counters and so produced no value.",
+		notRunning: desc("group_not_running_intervals_total", "Read intervals, summed over CPUs, in which the group never got the counters and so produced no value.",
 			"group"),
-		groupCPUs:    d("group_cpus", "Number of CPUs on which the event group is open.", "group"),
-		openFailures: d("group_open_failures", "Number of CPUs on which the event group could not be opened, by reason.", "group", "reason"),
-		capability:   d("capability", "Whether this host offers a measurement feature (1) or not (0); `pmu_exporter check` says why and how to fix it.", "feature"),
-		info: d("info", "Processor identity and core PMU, and where the counts come from (source: perf_event, or replay of a recording), always 1.",
+		groupCPUs:    desc("group_cpus", "Number of CPUs on which the event group is open.", "group"),
+		openFailures: desc("group_open_failures", "Number of CPUs on which the event group could not be opened, by reason.", "group", "reason"),
+		capability:   desc("capability", "Whether this host offers a measurement feature (1) or not (0); `pmu_exporter check` says why and how to fix it.", "feature"),
+		info: desc("info", "Processor identity and core PMU, and where the counts come from (source: perf_event, or replay of a recording), always 1.",
 			"vendor", "family", "model", "stepping", "pmu_name", "hypervisor", "source"),
-		readErrors:   d("read_errors_total", "Failed reads in the counting loop, by reason.", "reason"),
-		configErrors: d("config_errors", "Number of problems in the event configuration at start; the affected groups are not counted.", nil...),
-		reopened: d("cpu_reopened_total", "Times the events of a CPU were found detached by the kernel (the CPU went offline and back between two reads) and reopened; counts of the lost span are not made up.",
+		readErrors:   desc("read_errors_total", "Failed reads in the counting loop, by reason.", "reason"),
+		configErrors: desc("config_errors", "Number of problems in the event configuration at start; the affected groups are not counted.", nil...),
+		reopened: desc("cpu_reopened_total", "Times the events of a CPU were found detached by the kernel (the CPU went offline and back between two reads) and reopened; counts of the lost span are not made up.",
 			"cpu"),
 	}
 }
@@ -162,4 +159,10 @@ func NewReadDurationHistogram() prometheus.Histogram {
 		Help:      "Duration of one read cycle of every event group on every CPU.",
 		Buckets:   prometheus.ExponentialBuckets(10e-6, 2, 15),
 	})
+}
+
+// desc builds every metric descriptor of the exporter, pmu_<name> as
+// BuildFQName writes it: the one place a metric's name is made.
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 }

@@ -58,21 +58,20 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 	ev := []string{"event", "pmu"}
 	class := []string{"op", "source", "snoop"}
 	s := &Sampling{src: src, stats: stats, started: time.Now(),
-		samples:   prometheus.NewDesc(namespace+"_sampling_samples_total", "Samples the kernel delivered for the event, on every CPU.", ev, nil),
-		lost:      prometheus.NewDesc(namespace+"_sampling_lost_total", "Samples lost because a CPU's ring buffer was full when the kernel wrote (PERF_RECORD_LOST); event=\"\" when a lost record named no event.", ev, nil),
-		throttled: prometheus.NewDesc(namespace+"_sampling_throttled_total", "Times the kernel throttled the event for exceeding perf_event_max_sample_rate (PERF_RECORD_THROTTLE).", ev, nil),
-		filtered:  prometheus.NewDesc(namespace+"_sampling_filtered_total", "Samples dropped because they had no data address (IBS op samples every op, Arm SPE records branches and other ops; only loads and stores have one).", ev, nil),
-		auxLost: prometheus.NewDesc(namespace+"_sampling_aux_lost_total",
-			"AUX records of an AUX event (Arm SPE) that say its records were lost (PERF_AUX_FLAG_*): reason=truncated (the AUX area was full; the event stopped until the exporter enabled it again), collision (the unit's records collided), partial (the data has gaps).",
-			append(ev, "reason"), nil),
-		errors:     prometheus.NewDesc(namespace+"_sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped), aux (an AUX event, Arm SPE, that could not be stopped and started again to flush its records or after its area filled).", []string{"reason"}, nil),
-		period:     prometheus.NewDesc(namespace+"_sampling_period", "The event's sampling period now in force, as the governor set it (events, or ns for cpu-clock).", ev, nil),
-		memSamples: prometheus.NewDesc(namespace+"_mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class, nil),
-		memAccesses: prometheus.NewDesc(namespace+"_mem_accesses_estimated_total",
-			"Memory accesses estimated from the samples: each sample stands for its sampling period.", class, nil),
-		latency: prometheus.NewDesc(namespace+"_mem_load_latency_cycles", "Latency of the sampled loads in core cycles (PEBS load latency above --collector.sampling.ldlat, IBS DC miss latency), as a native histogram, with classic buckets at the powers of two.", nil, nil),
-		sharing: prometheus.NewDesc(namespace+"_cacheline_sharing_events_estimated_total",
-			"Sampled accesses to cache lines another thread wrote, estimated: kind=true_sharing when the bytes overlap, false_sharing when they do not.", []string{"kind"}, nil),
+		samples:   desc("sampling_samples_total", "Samples the kernel delivered for the event, on every CPU.", ev...),
+		lost:      desc("sampling_lost_total", "Samples lost because a CPU's ring buffer was full when the kernel wrote (PERF_RECORD_LOST); event=\"\" when a lost record named no event.", ev...),
+		throttled: desc("sampling_throttled_total", "Times the kernel throttled the event for exceeding perf_event_max_sample_rate (PERF_RECORD_THROTTLE).", ev...),
+		filtered:  desc("sampling_filtered_total", "Samples dropped because they had no data address (IBS op samples every op, Arm SPE records branches and other ops; only loads and stores have one).", ev...),
+		auxLost: desc("sampling_aux_lost_total",
+			"AUX records of an AUX event (Arm SPE) that say its records were lost (PERF_AUX_FLAG_*): reason=truncated (the AUX area was full; the event stopped until the exporter enabled it again), collision (the unit's records collided), partial (the data has gaps).", append(ev, "reason")...),
+		errors:     desc("sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped), aux (an AUX event, Arm SPE, that could not be stopped and started again to flush its records or after its area filled).", "reason"),
+		period:     desc("sampling_period", "The event's sampling period now in force, as the governor set it (events, or ns for cpu-clock).", ev...),
+		memSamples: desc("mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class...),
+		memAccesses: desc("mem_accesses_estimated_total",
+			"Memory accesses estimated from the samples: each sample stands for its sampling period.", class...),
+		latency: desc("mem_load_latency_cycles", "Latency of the sampled loads in core cycles (PEBS load latency above --collector.sampling.ldlat, IBS DC miss latency), as a native histogram, with classic buckets at the powers of two."),
+		sharing: desc("cacheline_sharing_events_estimated_total",
+			"Sampled accesses to cache lines another thread wrote, estimated: kind=true_sharing when the bytes overlap, false_sharing when they do not.", "kind"),
 	}
 	for _, c := range src.Configs() {
 		s.memory = s.memory || c.Memory
@@ -86,10 +85,10 @@ func (s *Sampling) PerCgroup(ids CgroupIDs, names PodNames) *Sampling {
 	id := identityLabels[:]
 	with := func(l ...string) []string { return append(append([]string(nil), id...), l...) }
 	s.cgroups, s.names = ids, names
-	s.cgSamples = prometheus.NewDesc(namespace+"_cgroup_sampling_samples_total", "Samples of the event taken while a task of the cgroup ran (PERF_SAMPLE_CGROUP: the perf_event hierarchy's cgroup). cgroup=\"other\" holds the cgroups beyond the bound.", with("event", "pmu"), nil)
-	s.cgMem = prometheus.NewDesc(namespace+"_cgroup_mem_samples_total", "Memory access samples of the cgroup's tasks by operation and the level that served them.", with("op", "source"), nil)
-	s.cgAccesses = prometheus.NewDesc(namespace+"_cgroup_mem_accesses_estimated_total", "Memory accesses of the cgroup's tasks estimated from the samples (samples × period).", with("op", "source"), nil)
-	s.cgSharing = prometheus.NewDesc(namespace+"_cgroup_cacheline_sharing_events_estimated_total", "The cgroup's sampled accesses to cache lines another thread wrote, estimated, by kind.", with("kind"), nil)
+	s.cgSamples = desc("cgroup_sampling_samples_total", "Samples of the event taken while a task of the cgroup ran (PERF_SAMPLE_CGROUP: the perf_event hierarchy's cgroup). cgroup=\"other\" holds the cgroups beyond the bound.", with("event", "pmu")...)
+	s.cgMem = desc("cgroup_mem_samples_total", "Memory access samples of the cgroup's tasks by operation and the level that served them.", with("op", "source")...)
+	s.cgAccesses = desc("cgroup_mem_accesses_estimated_total", "Memory accesses of the cgroup's tasks estimated from the samples (samples × period).", with("op", "source")...)
+	s.cgSharing = desc("cgroup_cacheline_sharing_events_estimated_total", "The cgroup's sampled accesses to cache lines another thread wrote, estimated, by kind.", with("kind")...)
 	return s
 }
 

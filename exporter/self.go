@@ -28,12 +28,12 @@ type SelfCost struct {
 // NewSelfCost starts with nothing measured.
 func NewSelfCost() *SelfCost {
 	return &SelfCost{perturbation: map[string]float64{},
-		cpu:      prometheus.NewDesc("pmu_self_cpu_seconds_total", "The exporter's own CPU time by activity: read (its read cycles, counted with task-clock on the reading thread: the reads, Top-Down and per-cgroup steps) and scrape (the process's CPU time while a scrape was served, other work at the same time included).", []string{"activity"}, nil),
-		count:    prometheus.NewDesc("pmu_self_activities_total", "Read cycles and scrapes done: the denominators of pmu_self_cpu_seconds_total per activity.", []string{"activity"}, nil),
-		instr:    prometheus.NewDesc("pmu_self_instructions_total", "Instructions the exporter's reading thread retired in its read cycles (where the PMU counts them).", []string{"activity"}, nil),
-		cyc:      prometheus.NewDesc("pmu_self_cycles_total", "Cycles the exporter's reading thread ran in its read cycles (where the PMU counts them).", []string{"activity"}, nil),
-		nullRead: prometheus.NewDesc("pmu_self_null_read_seconds", "What one read(2) of a counter group costs: back-to-back reads of a group like the exporter's on one CPU, at start (statistic: median, min, iqr).", []string{"statistic"}, nil),
-		perRead:  prometheus.NewDesc("pmu_self_read_perturbation", "What one more read adds to the event's count on the CPU the reader runs on: counts over the same window with reads at the counting interval and at ten times it, the difference per extra read (serve --validate.on-start).", []string{"event"}, nil),
+		cpu:      desc("self_cpu_seconds_total", "The exporter's own CPU time by activity: read (its read cycles, counted with task-clock on the reading thread: the reads, Top-Down and per-cgroup steps) and scrape (the process's CPU time while a scrape was served, other work at the same time included).", "activity"),
+		count:    desc("self_activities_total", "Read cycles and scrapes done: the denominators of pmu_self_cpu_seconds_total per activity.", "activity"),
+		instr:    desc("self_instructions_total", "Instructions the exporter's reading thread retired in its read cycles (where the PMU counts them).", "activity"),
+		cyc:      desc("self_cycles_total", "Cycles the exporter's reading thread ran in its read cycles (where the PMU counts them).", "activity"),
+		nullRead: desc("self_null_read_seconds", "What one read(2) of a counter group costs: back-to-back reads of a group like the exporter's on one CPU, at start (statistic: median, min, iqr).", "statistic"),
+		perRead:  desc("self_read_perturbation", "What one more read adds to the event's count on the CPU the reader runs on: counts over the same window with reads at the counting interval and at ten times it, the difference per extra read (serve --validate.on-start).", "event"),
 	}
 }
 

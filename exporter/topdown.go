@@ -47,9 +47,6 @@ type notComputedSource interface {
 
 // NewTopdown builds the collector; perCPU adds a cpu label to the slot counters.
 func NewTopdown(trees []TopdownTree, perCPU bool) *TopdownCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
-	}
 	cpu := func(labels ...string) []string {
 		if perCPU {
 			return append(labels, "cpu")
@@ -57,11 +54,11 @@ func NewTopdown(trees []TopdownTree, perCPU bool) *TopdownCollector {
 		return labels
 	}
 	return &TopdownCollector{trees: trees, perCPU: perCPU,
-		slots:     d("slots_total", "Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.", cpu()...),
-		nodeSlots: d("topdown_slots_total", "Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.", cpu("level", "category", "parent")...),
-		infoD:     d("topdown_info", "The Top-Down tree in use (one per core type on hybrid hosts), always 1.", "uarch", "source", "smt"),
-		violation: d("topdown_containment_violations_total", "Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.", "parent"),
-		notComputed: d("topdown_not_computed_intervals_total", "Intervals, summed over CPUs, whose value of a node was left out of its counter: negative (a counter never goes down) or a division by zero with every input counted.",
+		slots:     desc("slots_total", "Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.", cpu()...),
+		nodeSlots: desc("topdown_slots_total", "Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.", cpu("level", "category", "parent")...),
+		infoD:     desc("topdown_info", "The Top-Down tree in use (one per core type on hybrid hosts), always 1.", "uarch", "source", "smt"),
+		violation: desc("topdown_containment_violations_total", "Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.", "parent"),
+		notComputed: desc("topdown_not_computed_intervals_total", "Intervals, summed over CPUs, whose value of a node was left out of its counter: negative (a counter never goes down) or a division by zero with every input counted.",
 			"category", "reason"),
 	}
 }

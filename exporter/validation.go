@@ -22,15 +22,12 @@ type ValidationCollector struct {
 // NewValidation exports results as they become available.
 func NewValidation(results func() []validate.Result) *ValidationCollector {
 	return &ValidationCollector{results: results, mux: map[string]float64{},
-		muxError: prometheus.NewDesc("pmu_event_multiplex_error_ratio",
-			"The relative error multiplexing gave the event: multiplexed copies scaled by enabled/running against a pinned copy over the same window, mean over the copies (needs a PMU; software events never multiplex).",
-			[]string{"event"}, nil),
-		goodness: prometheus.NewDesc("pmu_event_validation_goodness",
-			"CAT's goodness exp(−2(β·r² − β_e)²) of the event's count over a validation kernel's sizes against the count expected (1: exact; pass ≥ 0.9); kernel branch-signature: the seven branch kernels together.",
-			[]string{"event", "kernel"}, nil),
-		passed: prometheus.NewDesc("pmu_event_validation_passed",
-			"1 if the event counted what its validation kernels expect, 0 if it did not (a mislabelled event, a broken virtual PMU); absent where it could not be measured.",
-			[]string{"event"}, nil),
+		muxError: desc("event_multiplex_error_ratio",
+			"The relative error multiplexing gave the event: multiplexed copies scaled by enabled/running against a pinned copy over the same window, mean over the copies (needs a PMU; software events never multiplex).", "event"),
+		goodness: desc("event_validation_goodness",
+			"CAT's goodness exp(−2(β·r² − β_e)²) of the event's count over a validation kernel's sizes against the count expected (1: exact; pass ≥ 0.9); kernel branch-signature: the seven branch kernels together.", "event", "kernel"),
+		passed: desc("event_validation_passed",
+			"1 if the event counted what its validation kernels expect, 0 if it did not (a mislabelled event, a broken virtual PMU); absent where it could not be measured.", "event"),
 	}
 }
 

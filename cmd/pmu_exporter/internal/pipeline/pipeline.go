@@ -16,7 +16,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
 	"github.com/pmu-exporter/pmu_exporter/model"
-	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
@@ -93,7 +92,7 @@ func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 		logger.Debug("collector not running; pmu_collector_success is 0", "collector", name, "reason", err)
 		running = append(running, name)
 	}
-	b.p.health = registry.NewHealth(running...)
+	b.p.health = exporter.NewHealth(running...)
 	b.p.collectors = append(b.p.collectors, b.p.health)
 	b.p.self = exporter.NewSelfCost()
 	b.p.collectors = append(b.p.collectors, b.p.self)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
-	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/replay"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
@@ -150,7 +149,7 @@ func (b *build) startReplay(running []string) {
 	}
 	b.log.Warn("serving a recording, not this host's counters", "file", f.replay.file, "intervals", len(r.rec.Intervals), "per_cpu", r.rec.PerCPU, "cgroups", r.rec.Cgroups)
 	readDuration := exporter.NewReadDurationHistogram()
-	p.health = registry.NewHealth(running...)
+	p.health = exporter.NewHealth(running...)
 	p.collectors = append(p.collectors, readDuration, p.health)
 	if slices.Contains(running, "sampling") {
 		p.health.Observe("sampling", b.sampled, nil) // read once, at start

@@ -30,7 +30,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/profile"
-	"github.com/pmu-exporter/pmu_exporter/registry"
 	"github.com/pmu-exporter/pmu_exporter/topdown"
 	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
@@ -351,7 +350,7 @@ type Pipeline struct {
 	// clock: the golden exposition test plays a fixed number.
 	step func()
 	// health hears of every collector's cycles (pmu_collector_*).
-	health *registry.Health
+	health *exporter.Health
 	// beside run with run until ctx ends (the sampler's reader); run
 	// returns once they have, so that closers never pull a ring from under
 	// its reader.

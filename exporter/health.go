@@ -1,4 +1,4 @@
-package registry
+package exporter
 
 import (
 	"sync"
@@ -27,8 +27,8 @@ type result struct {
 // is 0 (failed, or not run yet) until its first cycle succeeds.
 func NewHealth(names ...string) *Health {
 	h := &Health{last: map[string]result{}, names: names,
-		success:  prometheus.NewDesc("pmu_collector_success", "Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).", []string{"collector"}, nil),
-		duration: prometheus.NewDesc("pmu_collector_duration_seconds", "How long the collector's latest cycle took.", []string{"collector"}, nil),
+		success:  desc("collector_success", "Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).", "collector"),
+		duration: desc("collector_duration_seconds", "How long the collector's latest cycle took.", "collector"),
 	}
 	for _, n := range names {
 		h.last[n] = result{}
