@@ -823,7 +823,11 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 		}
 	}()
 	watched := map[uint32]perfsample.Use{}
-	procs := newThreadProcs(c.b.f.procfs)
+	procs, err := cgroupid.NewThreadProcs(c.b.f.procfs)
+	if err != nil {
+		c.b.log.Warn("the watched pods' threads cannot be followed", "err", err)
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -856,18 +860,18 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 				if cs == nil || cs.regs == regsNone {
 					continue
 				}
-				for _, tid := range cgroupThreads(filepath.Join(c.root, target)) {
+				for _, tid := range cgroupid.Threads(filepath.Join(c.root, target)) {
 					if n >= max {
 						break
 					}
-					if pid, ok := procs.of(tid); ok {
+					if pid, ok := procs.Of(tid); ok {
 						byPID[pid] = append(byPID[pid], tid)
 						useOf[pid] = cs.regs.use()
 						n++
 					}
 				}
 			}
-			procs.forgetUnlisted()
+			procs.ForgetUnlisted()
 			for pid, use := range watched {
 				if byPID[pid] == nil {
 					c.dec.SetWatched(pid, nil, use)
@@ -887,85 +891,6 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 			}
 		}
 	}
-}
-
-// cgroupThreads lists the threads of a cgroup and its descendants
-// (cgroup.threads on v2, tasks on v1).
-func cgroupThreads(dir string) []uint32 {
-	var out []uint32
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		for _, name := range []string{"cgroup.threads", "tasks"} {
-			b, err := os.ReadFile(filepath.Join(path, name))
-			if err != nil {
-				continue
-			}
-			for _, f := range strings.Fields(string(b)) {
-				if tid, err := strconv.ParseUint(f, 10, 32); err == nil {
-					out = append(out, uint32(tid))
-				}
-			}
-			break
-		}
-		return nil
-	})
-	return out
-}
-
-// tgid is the process of a thread (/proc/TID/status).
-func tgid(proc string, tid uint32) (uint32, bool) {
-	b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(int(tid)), "status"))
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-			return uint32(n), err == nil
-		}
-	}
-	return 0, false
-}
-
-// threadProcs remembers the process of each thread the listing found,
-// which cannot change while the thread lives, so that /proc/TID/status is
-// read once a thread, not once a second (a selected pod's hundreds of
-// threads, every second, all read before).
-type threadProcs struct {
-	proc   string
-	pids   map[uint32]uint32
-	listed map[uint32]bool // since the last forgetUnlisted
-}
-
-func newThreadProcs(proc string) *threadProcs {
-	return &threadProcs{proc: proc, pids: map[uint32]uint32{}, listed: map[uint32]bool{}}
-}
-
-// of is tid's process (false: the thread is gone).
-func (t *threadProcs) of(tid uint32) (uint32, bool) {
-	pid, ok := t.pids[tid]
-	if !ok {
-		if pid, ok = tgid(t.proc, tid); !ok {
-			return 0, false
-		}
-		t.pids[tid] = pid
-	}
-	t.listed[tid] = true
-	return pid, true
-}
-
-// forgetUnlisted forgets the threads not looked up since its last call:
-// they left the listing (exited, or moved out), and their ids may be
-// given to other threads.
-func (t *threadProcs) forgetUnlisted() {
-	for tid := range t.pids {
-		if !t.listed[tid] {
-			delete(t.pids, tid)
-		}
-	}
-	clear(t.listed)
 }
 
 // podsEvery is how often the annotated pods are looked for.

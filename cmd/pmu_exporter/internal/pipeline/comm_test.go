@@ -3,10 +3,7 @@ package pipeline
 import (
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -240,55 +237,6 @@ func TestAnnotatedPodsChooseRegisters(t *testing.T) {
 	c.annotatedPods(values)
 	if _, ok := c.said["e"]; ok {
 		t.Errorf("a pod gone is still remembered: %v", c.said)
-	}
-}
-
-// The listing's thread → process map: this process's threads are this
-// process's, as /proc/self/task says; a thread's status is read once while
-// it stays listed (its file gone, the process is still known), and read
-// again once a listing left it out.
-func TestThreadProcs(t *testing.T) {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	procs := newThreadProcs("/proc")
-	found := 0
-	for _, task := range tasks {
-		tid, _ := strconv.ParseUint(task.Name(), 10, 32)
-		pid, ok := procs.of(uint32(tid))
-		if ok && pid != uint32(os.Getpid()) {
-			t.Errorf("thread %d is process %d's, the cache says %d", tid, os.Getpid(), pid)
-		}
-		if ok {
-			found++
-		}
-	}
-	if found == 0 {
-		t.Errorf("none of this process's %d threads found", len(tasks))
-	}
-
-	proc := t.TempDir()
-	status := filepath.Join(proc, "123", "status")
-	if err := os.MkdirAll(filepath.Dir(status), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(status, []byte("Name:\tw\nTgid:\t77\nPid:\t123\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	procs = newThreadProcs(proc)
-	if pid, ok := procs.of(123); !ok || pid != 77 {
-		t.Fatalf("thread 123: process %d, %v; want 77", pid, ok)
-	}
-	os.Remove(status)
-	procs.forgetUnlisted() // 123 was listed: kept
-	if pid, ok := procs.of(123); !ok || pid != 77 {
-		t.Errorf("thread 123, listed again: process %d, %v; want 77 without reading its status", pid, ok)
-	}
-	procs.forgetUnlisted()
-	procs.forgetUnlisted() // a listing without 123
-	if pid, ok := procs.of(123); ok {
-		t.Errorf("thread 123, left out of a listing and gone: still process %d", pid)
 	}
 }
 
