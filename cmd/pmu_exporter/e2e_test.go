@@ -188,7 +188,7 @@ func (p *exporterProc) scrape(t *testing.T) (string, map[string]*dto.MetricFamil
 
 // awaitEveryCPU waits (2 s at most) until the exporter has every group open
 // on every online CPU: a CPU that came online is attached at the next
-// read, and what runs there before is counted nowhere (README,
+// read, and what runs there before is counted nowhere (docs/metrics.md,
 // pmu_group_cpus). A test that has just seen another process bring a CPU
 // back measures only after that.
 func (p *exporterProc) awaitEveryCPU(t *testing.T) {

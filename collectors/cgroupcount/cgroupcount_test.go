@@ -123,7 +123,7 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 	}
 	// One run, measured again where another process hotplugged a CPU
 	// meanwhile: what ran on a CPU between its return and the engine's next
-	// cycle is counted nowhere (README, pmu_group_cpus). The series are
+	// cycle is counted nowhere (docs/metrics.md, pmu_group_cpus). The series are
 	// counters, so a run is judged by their growth over it, as the cgroups'
 	// cpu.stat is.
 	var (
