@@ -31,7 +31,7 @@ build:
 
 # Benchmarks behind docs/benchmarks.md.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./collectors/... ./counting/
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./kernel/... ./analysis/counting/
 
 # A short fuzzing pass over every fuzz target (go test -list '^Fuzz'); new
 # crashers land in testdata/fuzz. FUZZTIME=30s per target.

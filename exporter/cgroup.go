@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/model"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 // CgroupSource is what the cgroup collector reads: the attributor.

@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/model"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 // cpuTime is this process's CPU time so far, in ns.

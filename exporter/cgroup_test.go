@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/model"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 type fixedCgroups struct{}

@@ -5,10 +5,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/comm/memop"
-	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 )
 
 // CommSource is the address sampler's state: ComDetective's detector and

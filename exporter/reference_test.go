@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
-	"github.com/pmu-exporter/pmu_exporter/sampling"
+	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
 
 // updateDocsEnv, set to 1, makes the reference tests write the generated

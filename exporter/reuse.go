@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
-	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 )
 
 // ReuseSource is the live ReuseTracker of each watched process.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 )
 
 // stackBounds are the stack-distance histogram's buckets: the powers of

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/perfsample"
-	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 )
 
 type oneTracker struct {

@@ -6,11 +6,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
-	"github.com/pmu-exporter/pmu_exporter/sampling"
+	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
 
 // SamplingSource is the running sampler.

@@ -7,15 +7,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
-	"github.com/pmu-exporter/pmu_exporter/sampling"
+	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
 
 // plan is a fixed sampling plan: what the collector would read from a
-// sampler (the sampler's syscalls are tested in collectors/perfsample).
+// sampler (the sampler's syscalls are tested in kernel/perfsample).
 type plan []sampling.Config
 
 func (p plan) Configs() []sampling.Config { return p }

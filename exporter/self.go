@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pmu-exporter/pmu_exporter/validate"
+	"github.com/pmu-exporter/pmu_exporter/analysis/validate"
 )
 
 // SelfCost exports what the exporter costs the node and adds to what it

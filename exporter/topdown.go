@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pmu-exporter/pmu_exporter/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 )
 
 // TopdownSource is what the Top-Down collector reads: topdown.Live.

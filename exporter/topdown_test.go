@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/pmu-exporter/pmu_exporter/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 )
 
 type fixedTopdown struct{}

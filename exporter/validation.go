@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pmu-exporter/pmu_exporter/validate"
+	"github.com/pmu-exporter/pmu_exporter/analysis/validate"
 )
 
 // ValidationCollector exports the validation kernels' verdicts (serve

@@ -111,7 +111,7 @@ func ReadCPUIDCaches(vendor string) (CacheFacts, error) {
 }
 
 // ReadCacheFacts is cpu's caches from sysfs, or where sysfs describes none,
-// from cpuid (which must run on cpu: collectors/cpubind), labelled with their
+// from cpuid (which must run on cpu: kernel/cpubind), labelled with their
 // source; an error says why neither knows them.
 func ReadCacheFacts(sysfs string, cpu int, vendor string, cpuid func(vendor string) (CacheFacts, error)) (CacheFacts, error) {
 	c, err := CacheSizes(sysfs, cpu)

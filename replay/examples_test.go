@@ -32,9 +32,9 @@ func TestExampleRecordings(t *testing.T) {
 
 // The synthetic examples are what their generators write.
 func TestSyntheticExamplesAreGenerated(t *testing.T) {
-	for gen, file := range map[string]string{"gen_skx.go": "skx-synthetic.csv", "gen_c2c.go": "skx-c2c.data", "gen_spe.go": "n1-spe.data"} {
-		cmd := exec.Command("go", "run", gen)
-		cmd.Dir = "../examples/replay"
+	for gen, file := range map[string]string{"skx": "skx-synthetic.csv", "c2c": "skx-c2c.data", "spe": "n1-spe.data"} {
+		cmd := exec.Command("go", "run", "./internal/examplegen/"+gen)
+		cmd.Dir = ".."
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("go run %s: %v", gen, err)
@@ -44,7 +44,7 @@ func TestSyntheticExamplesAreGenerated(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(out, have) {
-			t.Errorf("examples/replay/%s differs from %s's output: regenerate it (go run %s > %s)", file, gen, gen, file)
+			t.Errorf("examples/replay/%s differs from %s's output: regenerate it (go run ./internal/examplegen/%s > examples/replay/%s)", file, gen, gen, file)
 		}
 	}
 }
@@ -56,7 +56,7 @@ func TestPerfReadsC2CExample(t *testing.T) {
 	perf := testenv.RequireTool(t, "perf")
 	const file = "../examples/replay/skx-c2c.data"
 	c := perffile.C2C{F: 0.7, Threads: 4, Iters: 20000, Period: 50, PID: 4242, Heap: 0x5555_0000_0000, Seed: 1}
-	c.File() // counts the samples gen_c2c writes
+	c.File() // counts the samples internal/examplegen/c2c writes
 	out, err := exec.Command(perf, "script", "-i", file).CombinedOutput()
 	if err != nil {
 		t.Fatalf("perf script: %v\n%s", err, out)
@@ -84,7 +84,7 @@ func TestPerfReadsSPEExample(t *testing.T) {
 	perf := testenv.RequireTool(t, "perf")
 	const file = "../examples/replay/n1-spe.data"
 	c := perffile.SPEC2C{F: 0.7, Threads: 4, Iters: 20000, Period: 50, PID: 4242, Seed: 1}
-	c.File() // counts the samples gen_spe writes
+	c.File() // counts the samples internal/examplegen/spe writes
 	out, err := exec.Command(perf, "script", "-i", file, "--itrace=M").CombinedOutput()
 	if err != nil {
 		t.Fatalf("perf script: %v\n%s", err, out)

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/model"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
-	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // noCPU keys a recording made without -A: the whole system as one series.

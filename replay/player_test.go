@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 )
 
 func load(t *testing.T, path string) *Recording {

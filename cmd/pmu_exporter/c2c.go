@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 )
 
 // c2cFlags are the options of `pmu_exporter c2c`.

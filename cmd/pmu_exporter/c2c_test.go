@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 )

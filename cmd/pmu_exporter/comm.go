@@ -5,9 +5,9 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
-	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/collector"
 )
 
 // commFlags are the options of `pmu_exporter comm`.
@@ -25,7 +25,7 @@ func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer rec.Close()
-	window := comdetect.Window(cf.window, pipeline.RecordedSampler(rec.file.Events.Attrs, rec.file.Names) != "decode")
+	window := comdetect.Window(cf.window, collector.RecordedSampler(rec.file.Events.Attrs, rec.file.Names) != "decode")
 	det := comdetect.New(comdetect.Options{Window: window})
 	samples, accesses, bad, readErr := rec.eachAccess(func(a *comdetect.Access) { det.Add(a) })
 	for k, name := range rec.acc.Names {

@@ -28,14 +28,14 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
-	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 )
 
 // The address sampler live, with no precise PMU: the exporter samples the

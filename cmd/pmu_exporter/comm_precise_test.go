@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )

@@ -522,7 +522,7 @@ func TestCheck(t *testing.T) {
 // TestCheckInUserNamespace runs check as a pod with a user namespace of
 // its own runs (hostUsers: false): root mapped to root, a network
 // namespace of its own. The kernel sends it no CPU uevents
-// (collectors/cpuhotplug's TestListenInNamespaces shows it), and check
+// (kernel/cpuhotplug's TestListenInNamespaces shows it), and check
 // says so, with the fix.
 func TestCheckInUserNamespace(t *testing.T) {
 	testenv.RequireRoot(t)

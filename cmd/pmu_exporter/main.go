@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
-	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
+	"github.com/pmu-exporter/pmu_exporter/collector"
 )
 
 const defaultAddress = ":9893"
@@ -46,7 +46,7 @@ func stampVersion() {
 }
 
 type flags struct {
-	opts          *pipeline.Options // what is counted and by which collectors
+	opts          *collector.Options // what is counted and by which collectors
 	telemetryPath string
 	web           *web.FlagConfig
 	maxRequests   int
@@ -76,7 +76,7 @@ type cli struct {
 	reuseCmd                     *kingpin.CmdClause
 	check, tdCmd, smpCmd, c2cCmd *kingpin.CmdClause
 	valCmd                       *kingpin.CmdClause
-	vf                           pipeline.ValidateFlags
+	vf                           collector.ValidateFlags
 	commCmd                      *kingpin.CmdClause
 	terminated                   int // exit code --help or --version asked for; -1: none
 }
@@ -85,7 +85,7 @@ type cli struct {
 func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	f, td, sf, cf := &c.f, &c.td, &c.sf, &c.cf
 	c.terminated = -1
-	f.opts = pipeline.NewOptions()
+	f.opts = collector.NewOptions()
 	app := kingpin.New("pmu_exporter", "Counts CPU performance events on every CPU and exports them to Prometheus.")
 	app.UsageWriter(stderr)
 	app.ErrorWriter(stderr)
@@ -198,9 +198,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case c.check.FullCommand():
-		return pipeline.RunCheck(*f.opts, f.checkFormat, stdout, stderr)
+		return collector.RunCheck(*f.opts, f.checkFormat, stdout, stderr)
 	case c.valCmd.FullCommand():
-		return pipeline.RunValidate(*f.opts, c.vf, stdout, stderr)
+		return collector.RunValidate(*f.opts, c.vf, stdout, stderr)
 	case c.tdCmd.FullCommand():
 		return runTopdown(f, td, os.Stdin, stdout, stderr)
 	case c.smpCmd.FullCommand():

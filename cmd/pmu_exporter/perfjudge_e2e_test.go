@@ -19,7 +19,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	"github.com/pmu-exporter/pmu_exporter/profile"
+	"github.com/pmu-exporter/pmu_exporter/plan/profile"
 )
 
 // perfJudgedEvents are what perf judges the exporter's counting on: the

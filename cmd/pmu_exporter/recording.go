@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/collector"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
@@ -19,7 +19,7 @@ type recording struct {
 	cmd, input string // for messages: "c2c", the file's name
 	stderr     io.Writer
 	file       *perfdata.File
-	acc        *pipeline.Accesses
+	acc        *collector.Accesses
 	closeFile  func()
 }
 
@@ -27,12 +27,12 @@ type recording struct {
 // has been said on stderr already.
 func openRecording(cmd, input string, stdin io.Reader, stderr io.Writer) (*recording, bool) {
 	r := &recording{cmd: cmd, input: input, stderr: stderr}
-	file, closeFile, err := pipeline.OpenPerfData(input, stdin)
+	file, closeFile, err := collector.OpenPerfData(input, stdin)
 	if err != nil {
 		r.fail(err)
 		return nil, false
 	}
-	acc, err := pipeline.NewAccesses(pipeline.GoArch(file.Arch))
+	acc, err := collector.NewAccesses(collector.GoArch(file.Arch))
 	if err != nil {
 		closeFile()
 		r.fail(err)
@@ -57,7 +57,7 @@ func (r *recording) fail(err error) int {
 // time order; it returns how many samples it read, how many resolved, how
 // many were malformed, and why reading stopped early.
 func (r *recording) eachAccess(add func(*cacheline.Access)) (samples, accesses, bad uint64, err error) {
-	samples, bad, err = pipeline.EachSample(r.file, r.input, r.stderr, pipeline.PerfDataVisitor{
+	samples, bad, err = collector.EachSample(r.file, r.input, r.stderr, collector.PerfDataVisitor{
 		Record: r.acc.Record,
 		Sample: func(i int, s *perfrecord.Sample) error {
 			if a, ok := r.acc.Access(r.file.Events.Attrs[i], s); ok {

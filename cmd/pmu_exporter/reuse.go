@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 )
 
 // reuseFlags are the options of `pmu_exporter reuse`.

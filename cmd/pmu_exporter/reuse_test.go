@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/reuse"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 )
 
 // `reuse --trace` on a RIBench trace written to a file: the JSON shape,

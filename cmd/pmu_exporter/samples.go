@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
-	"github.com/pmu-exporter/pmu_exporter/comm/memop"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/collector"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
@@ -74,7 +74,7 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 	w := bufio.NewWriterSize(stdout, 1<<16)
 	lw := lineWriter{srcs: map[uint64][]byte{}}
 	var lost uint64
-	samples, bad, err := pipeline.EachSample(file, sf.input, stderr, pipeline.PerfDataVisitor{
+	samples, bad, err := collector.EachSample(file, sf.input, stderr, collector.PerfDataVisitor{
 		Record: func(raw []byte, h perfrecord.Header) {
 			acc.Record(raw, h)
 			if h.Type == perfrecord.TypeLost || h.Type == perfrecord.TypeLostSamples {
@@ -110,7 +110,7 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 // store or rmw), "access_addr", "access_width" and "access_ip" (the
 // instruction: the sampled one or the one before it), or "unresolved" and
 // why.
-func appendDecoded(b []byte, acc *pipeline.Accesses, s *perfrecord.Sample) []byte {
+func appendDecoded(b []byte, acc *collector.Accesses, s *perfrecord.Sample) []byte {
 	a, r := acc.Resolver.Sample(s, 0)
 	if r != memop.Resolved {
 		b = append(b, `,"unresolved":"`...)

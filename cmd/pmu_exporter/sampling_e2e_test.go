@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.opentelemetry.io/otel"
 
-	"github.com/pmu-exporter/pmu_exporter/cmd/pmu_exporter/internal/pipeline"
+	"github.com/pmu-exporter/pmu_exporter/collector"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/exporter/otlp"
 )
@@ -37,7 +37,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 	if f.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(f.gomaxprocs)
 	}
-	p, err := pipeline.Build(*f.opts, logger)
+	p, err := collector.Build(*f.opts, logger)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 		defer close(done)
 		p.Run(ctx)
 	}()
-	reg := pipeline.NewRegistry(p)
+	reg := collector.NewRegistry(p)
 	if f.otlp.endpoint != "" {
 		hostname, _ := os.Hostname()
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("OTLP push failed", "err", err) }))
@@ -76,7 +76,7 @@ func serveMetrics(f flags, logger *slog.Logger) error {
 // serveHTTP serves the registry with the exporter-toolkit's web
 // configuration (TLS, basic auth) until ctx ends or the listener fails; done
 // closes once the pipeline's loop has returned.
-func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, reg *prometheus.Registry, p *pipeline.Pipeline, logger *slog.Logger) error {
+func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, reg *prometheus.Registry, p *collector.Pipeline, logger *slog.Logger) error {
 	metrics, err := exporter.Handler(reg, f.maxRequests, slog.NewLogLogger(logger.Handler(), slog.LevelError))
 	if err != nil {
 		return err
@@ -150,7 +150,7 @@ func serveHTTP(ctx context.Context, stop func(), done <-chan struct{}, f flags, 
 	}
 }
 
-func handlerPaths(hs []pipeline.Handler) []string {
+func handlerPaths(hs []collector.Handler) []string {
 	var out []string
 	for _, h := range hs {
 		out = append(out, h.Path)

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/comm/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"

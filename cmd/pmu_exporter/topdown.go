@@ -8,11 +8,11 @@ import (
 	"os"
 	"strings"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
-	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // topdownFlags are the options of `pmu_exporter topdown`.

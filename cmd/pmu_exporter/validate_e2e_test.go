@@ -233,7 +233,7 @@ func TestCheckValidation(t *testing.T) {
 // scrapes', the null-read calibration, and with --validate.on-start what
 // each read adds to a CPU's context switches (present; its value is the
 // difference of two windows of a shared CPU, which this test's own
-// scrapes disturb: collectors/selftest checks it against the reader's own
+// scrapes disturb: kernel/selftest checks it against the reader's own
 // switches).
 func TestServeSelfCost(t *testing.T) {
 	testenv.RequireRoot(t)

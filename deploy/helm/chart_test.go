@@ -26,8 +26,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/pmu-exporter/pmu_exporter/config"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/plan/config"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/default.golden.yaml from the chart")

@@ -21,13 +21,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pmu-exporter/pmu_exporter/comm/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/replay"
-	"github.com/pmu-exporter/pmu_exporter/topdown"
 )
 
 // registry serves the hand-written skx recording after one interval, through

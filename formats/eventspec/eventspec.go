@@ -3,7 +3,7 @@
 // "cpu/topdown-retiring/", "ibs_op//", "r01c2", "cycles:u") into perf_event_attr
 // field values, resolving pmu/term/ specs through the PMU's sysfs format files and
 // aliases. It is pure: the PMU descriptions come from package pmu, and the kernel
-// is only asked later, by collectors/perf.
+// is only asked later, by kernel/perf.
 package eventspec
 
 import (

@@ -115,6 +115,47 @@ type Probes struct {
 
 // Build judges every feature.
 func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Report {
+	r := newReport(f, counters)
+	cores, byName := r.summarize(pmus)
+	privilege := privilegeFix(f)
+	sw := p.SystemWide()
+	r.Runnable = sw == nil
+	r.add(feature(SystemWide, sw, "software events on every CPU", privilege))
+	hw := hardwareFeature(f, cores, counters, p.Hardware(), privilege)
+	r.add(hw)
+	pre, ibs, spe := preciseFeatures(f, cores, pmus, byName, hw)
+	r.add(pre)
+	r.add(perfMetricsFeature(f, cores))
+	r.add(ibs)
+	r.add(spe)
+	r.add(breakpointFeature(p.Breakpoint(), byName, privilege))
+	if p.AddressSampling != nil {
+		r.add(feature(AddressSampling, p.AddressSampling(), "user-mode timer samples carry the registers: data addresses from the sampled instructions, no precise PMU needed",
+			"needs perf_event_paranoid <= 2 or CAP_PERFMON, PERF_SAMPLE_REGS_USER (Linux 3.7, x86-64 or arm64), and CAP_SYS_PTRACE to read other processes' code"))
+	}
+	bpfFix := "eBPF needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) and a kernel with CONFIG_BPF_SYSCALL"
+	r.add(feature(EBPF, p.EBPF(), "perf_event BPF programs load", bpfFix))
+	r.add(feature(CgroupEvents, p.Cgroup(), "events scoped to a cgroup ("+r.Cgroup+")",
+		"mount cgroup v2 (or v1's perf_event controller) and run with CAP_PERFMON or CAP_SYS_ADMIN"))
+	if p.HotplugUevents != nil {
+		r.add(feature(HotplugUevents, p.HotplugUevents(), "the kernel's CPU hotplug uevents reach the exporter: a CPU that comes online is counted from then",
+			"run the pod without a user namespace of its own (hostUsers: true, the default); without the uevents a CPU that comes online is counted from the next read"))
+	}
+	if f.NMIWatchdog && hw.Available && strings.HasPrefix(f.CPU.Arch, "amd64") {
+		r.Notes = append(r.Notes, "the NMI watchdog holds one hardware counter: sysctl kernel.nmi_watchdog=0 frees it")
+	}
+	if !f.CanCountSystemWide() && f.ParanoidKnown {
+		r.Notes = append(r.Notes, privilege)
+	}
+	for _, err := range f.Errors {
+		r.Notes = append(r.Notes, "could not read "+err.Error())
+	}
+	return r
+}
+
+// newReport starts a report with the host's identity, privileges and
+// cgroup hierarchies.
+func newReport(f host.Facts, counters host.Counters) Report {
 	r := Report{
 		Vendor: f.CPU.Vendor, Family: f.CPU.Family, Model: f.CPU.Model, Stepping: f.CPU.Stepping,
 		ModelName: f.CPU.ModelName, Hypervisor: f.CPU.Hypervisor, OnlineCPUs: cpuset.Format(f.OnlineCPUs),
@@ -141,8 +182,13 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 	default:
 		r.Cgroup = "none"
 	}
-	var cores []*pmu.PMU
-	byName := map[string]*pmu.PMU{}
+	return r
+}
+
+// summarize lists the PMUs in the report and returns the core ones and
+// every one by name.
+func (r *Report) summarize(pmus []*pmu.PMU) (cores []*pmu.PMU, byName map[string]*pmu.PMU) {
+	byName = map[string]*pmu.PMU{}
 	for _, p := range pmus {
 		byName[p.Name] = p
 		s := PMUSummary{Name: p.Name, Type: p.Type, Core: p.IsCore(), Events: len(p.Aliases),
@@ -161,14 +207,13 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 			r.CorePMU = n
 		}
 	}
+	return cores, byName
+}
 
-	privilege := privilegeFix(f)
-	sw := p.SystemWide()
-	r.Runnable = sw == nil
-	r.add(feature(SystemWide, sw, "software events on every CPU", privilege))
-
+// hardwareFeature is the core PMU's verdict: err is the hardware probe's.
+func hardwareFeature(f host.Facts, cores []*pmu.PMU, counters host.Counters, err error, privilege string) Feature {
 	hw := Feature{Name: HardwareCounters}
-	switch err := p.Hardware(); {
+	switch {
 	case len(cores) == 0:
 		hw.Reason = "no core PMU in /sys/bus/event_source/devices"
 		if f.CPU.Hypervisor {
@@ -187,17 +232,19 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 			hw.Detail += fmt.Sprintf("; %d general-purpose and %d fixed counters per CPU (%s)", counters.GeneralPurpose, counters.Fixed, counters.Source)
 		}
 	}
-	r.add(hw)
+	return hw
+}
 
-	// Precise sampling: PEBS (caps/max_precise > 0), IBS, or SPE.
-	pre := Feature{Name: PreciseSampling}
+// preciseFeatures are precise sampling (PEBS, caps/max_precise > 0 on
+// Intel; IBS; or SPE) and IBS's and SPE's own verdicts.
+func preciseFeatures(f host.Facts, cores, pmus []*pmu.PMU, byName map[string]*pmu.PMU, hw Feature) (pre, ibs, spe Feature) {
+	pre, ibs, spe = Feature{Name: PreciseSampling}, Feature{Name: IBS}, Feature{Name: SPE}
 	var kinds []string
 	for _, c := range cores {
 		if n, _ := strconv.Atoi(c.Caps["max_precise"]); n > 0 && strings.HasPrefix(f.CPU.Vendor, "GenuineIntel") {
 			kinds = append(kinds, fmt.Sprintf("PEBS on %s (max_precise=%d)", c.Name, n))
 		}
 	}
-	ibs := Feature{Name: IBS}
 	if byName["ibs_op"] != nil || byName["ibs_fetch"] != nil {
 		ibs.Available, ibs.Detail = true, "ibs_op/ibs_fetch PMUs"
 		kinds = append(kinds, "IBS")
@@ -205,7 +252,6 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 		ibs.Reason = "no ibs_op or ibs_fetch PMU"
 		ibs.Fix = notOurs(f, "IBS is an AMD feature (family 10h and later); the kernel exposes it as the ibs_op PMU")
 	}
-	spe := Feature{Name: SPE}
 	for _, p := range pmus {
 		if strings.HasPrefix(p.Name, "arm_spe") {
 			spe.Available, spe.Detail = true, p.Name
@@ -225,8 +271,12 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 			pre.Fix = "this CPU or its virtualisation offers no precise sampling to the kernel"
 		}
 	}
-	r.add(pre)
+	return pre, ibs, spe
+}
 
+// perfMetricsFeature says whether a core PMU has Intel's PERF_METRICS
+// (the slots and topdown-* events).
+func perfMetricsFeature(f host.Facts, cores []*pmu.PMU) Feature {
 	pm := Feature{Name: PerfMetrics}
 	for _, c := range cores {
 		if _, ok := c.Aliases["slots"]; ok {
@@ -240,45 +290,20 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 		pm.Reason = "no core PMU has the slots and topdown-* events"
 		pm.Fix = notOurs(f, "PERF_METRICS exists on Intel Icelake and later P-cores (kernel 5.9+); Top-Down falls back to counting events")
 	}
-	r.add(pm)
-	r.add(ibs)
-	r.add(spe)
+	return pm
+}
 
-	bpErr := p.Breakpoint()
+// breakpointFeature is the watchpoints' verdict: bpErr is the breakpoint
+// probe's.
+func breakpointFeature(bpErr error, byName map[string]*pmu.PMU, privilege string) Feature {
+	if byName["breakpoint"] == nil {
+		return Feature{Name: Breakpoints, Reason: "no breakpoint PMU", Fix: "the kernel lacks CONFIG_HAVE_HW_BREAKPOINT"}
+	}
 	bp := feature(Breakpoints, bpErr, "hardware watchpoints fire (a write watchpoint counted at least 990 of 1000 writes)", privilege)
 	if errors.Is(bpErr, ErrNotSupported) {
 		bp.Fix = "watchpoints need the CPU's debug registers: KVM passes them to guests; where a hypervisor does not, run on bare metal or another instance type"
 	}
-	if byName["breakpoint"] == nil {
-		bp = Feature{Name: Breakpoints, Reason: "no breakpoint PMU", Fix: "the kernel lacks CONFIG_HAVE_HW_BREAKPOINT"}
-	}
-	r.add(bp)
-
-	if p.AddressSampling != nil {
-		r.add(feature(AddressSampling, p.AddressSampling(), "user-mode timer samples carry the registers: data addresses from the sampled instructions, no precise PMU needed",
-			"needs perf_event_paranoid <= 2 or CAP_PERFMON, PERF_SAMPLE_REGS_USER (Linux 3.7, x86-64 or arm64), and CAP_SYS_PTRACE to read other processes' code"))
-	}
-
-	bpfFix := "eBPF needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) and a kernel with CONFIG_BPF_SYSCALL"
-	r.add(feature(EBPF, p.EBPF(), "perf_event BPF programs load", bpfFix))
-	r.add(feature(CgroupEvents, p.Cgroup(), "events scoped to a cgroup ("+r.Cgroup+")",
-		"mount cgroup v2 (or v1's perf_event controller) and run with CAP_PERFMON or CAP_SYS_ADMIN"))
-
-	if p.HotplugUevents != nil {
-		r.add(feature(HotplugUevents, p.HotplugUevents(), "the kernel's CPU hotplug uevents reach the exporter: a CPU that comes online is counted from then",
-			"run the pod without a user namespace of its own (hostUsers: true, the default); without the uevents a CPU that comes online is counted from the next read"))
-	}
-
-	if f.NMIWatchdog && hw.Available && strings.HasPrefix(f.CPU.Arch, "amd64") {
-		r.Notes = append(r.Notes, "the NMI watchdog holds one hardware counter: sysctl kernel.nmi_watchdog=0 frees it")
-	}
-	if !f.CanCountSystemWide() && f.ParanoidKnown {
-		r.Notes = append(r.Notes, privilege)
-	}
-	for _, err := range f.Errors {
-		r.Notes = append(r.Notes, "could not read "+err.Error())
-	}
-	return r
+	return bp
 }
 
 func (r *Report) add(f Feature) { r.Features = append(r.Features, f) }
@@ -291,7 +316,7 @@ func feature(name string, err error, detail, fix string) Feature {
 }
 
 // ErrNotSupported marks a probe's error as the kernel lacking the feature
-// (collectors/probe wraps cilium/ebpf's with it).
+// (kernel/probe wraps cilium/ebpf's with it).
 var ErrNotSupported = errors.New("not supported by this kernel")
 
 func fixFor(err error, privilege string) string {

@@ -2,7 +2,7 @@
 // <sysfs>/bus/event_source/devices: each PMU's perf type number, the bit layout of
 // its config words (format/*), its named event aliases (events/*), its capabilities
 // (caps/*) and the CPUs it covers. It only reads files, so it is tested on fixture
-// trees; opening events is collectors/perf's job.
+// trees; opening events is kernel/perf's job.
 package pmu
 
 import (

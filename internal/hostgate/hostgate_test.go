@@ -74,10 +74,10 @@ func TestReadWrite(t *testing.T) {
 func TestTable(t *testing.T) {
 	var log string
 	for _, u := range []Use{
-		{Watchpoints, "collectors/watch.TestA", Ran},
-		{Watchpoints, "collectors/watch.TestA", Ran},
+		{Watchpoints, "kernel/watch.TestA", Ran},
+		{Watchpoints, "kernel/watch.TestA", Ran},
 		{Watchpoints, "cmd/pmu_exporter.TestB", Ran},
-		{Watchpoints, "collectors/probe.TestD", Followed},
+		{Watchpoints, "kernel/probe.TestD", Followed},
 		{CacheTopology, "host.TestC", Skipped},
 	} {
 		log += FormatUse(u)

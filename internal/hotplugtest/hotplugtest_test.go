@@ -13,9 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/perf"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 )
 
 // A CPU taken offline and back, or brought online, during the watch is the

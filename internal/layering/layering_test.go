@@ -1,10 +1,11 @@
 // Package layering holds the test that keeps the tree's data flow one-way:
-// only collectors/ (and the binary, and test support) talk to the kernel.
+// only kernel/ (and the binary, and test support) talk to the kernel.
 package layering
 
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -46,26 +47,36 @@ func list(t *testing.T, args ...string) []pkg {
 	return pkgs
 }
 
-// kernelSide are the packages allowed to reach the kernel: the collectors,
-// the binary that wires them, and test support (vminit is the init of the
-// emulated arm64 machine the tests run in, scripts/arm64-vm; noise is the
-// load scripts/noisy runs tests under; hotplugtest notices a CPU going
-// offline under a test; hostgate/measure runs the capability probes, as
-// check does, beside the oracles that judge them).
+// kernelSide are the packages allowed to make syscalls: kernel/, and test
+// support (vminit is the init of the emulated arm64 machine the tests run
+// in, scripts/arm64-vm; noise is the load scripts/noisy runs tests under;
+// hotplugtest notices a CPU going offline under a test; hostgate/measure
+// runs the capability probes, as check does, beside the oracles that judge
+// them).
 func kernelSide(path string) bool {
 	rel := strings.TrimPrefix(path, module+"/")
-	return strings.HasPrefix(rel, "collectors/") || strings.HasPrefix(rel, "cmd/") ||
+	return strings.HasPrefix(rel, "kernel/") ||
 		rel == "internal/testenv" || rel == "internal/layering" || rel == "internal/vminit" || rel == "internal/noise" || rel == "internal/hotplugtest" ||
 		rel == "internal/hostgate/measure"
 }
 
-// TestOnlyCollectorsReachTheKernel: no package outside collectors/ depends on
-// cilium/ebpf or on a collector (directly or through another package), or
-// calls a function of golang.org/x/sys/unix or syscall (their constants and
-// types are data, and allowed). The math and export layers (topdown,
-// exporter, replay, the formats of other tools, Kubernetes naming) take the
-// collectors' values from package model.
-func TestOnlyCollectorsReachTheKernel(t *testing.T) {
+// wiring are the packages that may depend on kernel/ without being part of
+// it: the collectors, which put its pieces together, and the command line
+// that runs them. They make no syscall themselves.
+func wiring(path string) bool {
+	rel := strings.TrimPrefix(path, module+"/")
+	return rel == "collector" || strings.HasPrefix(rel, "collector/") || strings.HasPrefix(rel, "cmd/")
+}
+
+// TestOnlyKernelReachesTheKernel: no package outside kernel/ (and test
+// support) calls a function of golang.org/x/sys/unix or syscall (their
+// constants and types are data, and allowed), the command line and the
+// collectors included; and none but the collectors and the command line
+// depends on cilium/ebpf or on kernel/ (directly or through another
+// package). The math and export layers (analysis, exporter, replay, the
+// formats of other tools, Kubernetes naming) take the kernel side's values
+// from package model.
+func TestOnlyKernelReachesTheKernel(t *testing.T) {
 	syscalls := map[string]map[string]bool{}
 	for _, p := range list(t, "golang.org/x/sys/unix", "syscall") {
 		syscalls[p.ImportPath] = funcs(t, p)
@@ -76,13 +87,16 @@ func TestOnlyCollectorsReachTheKernel(t *testing.T) {
 			continue
 		}
 		checked++
-		for _, d := range p.Deps {
-			if strings.HasPrefix(d, "github.com/cilium/ebpf") || strings.HasPrefix(d, module+"/collectors/") {
-				t.Errorf("%s depends on %s: only collectors/ may reach the kernel; take the values from package model", p.ImportPath, d)
-			}
-		}
 		for _, call := range kernelCalls(t, p, syscalls) {
-			t.Errorf("%s calls %s: only collectors/ may make syscalls", p.ImportPath, call)
+			t.Errorf("%s calls %s: only kernel/ may make syscalls", p.ImportPath, call)
+		}
+		if wiring(p.ImportPath) {
+			continue
+		}
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, "github.com/cilium/ebpf") || strings.HasPrefix(d, module+"/kernel/") {
+				t.Errorf("%s depends on %s: only kernel/ may reach the kernel; take the values from package model", p.ImportPath, d)
+			}
 		}
 	}
 	if checked < 20 {
@@ -151,11 +165,11 @@ func kernelCalls(t *testing.T, p pkg, syscalls map[string]map[string]bool) []str
 	return calls
 }
 
-// TestOnePerfEventOwner: collectors/perf is the only caller of
+// TestOnePerfEventOwner: kernel/perf is the only caller of
 // perf_event_open and of the perf ioctls; the sampler and the cgroup program
 // go through it (one place to get flags, close-on-exec and errors right).
 func TestOnePerfEventOwner(t *testing.T) {
-	owner := module + "/collectors/perf"
+	owner := module + "/kernel/perf"
 	found := 0
 	for _, p := range list(t, module+"/...") {
 		fset := token.NewFileSet()
@@ -176,7 +190,7 @@ func TestOnePerfEventOwner(t *testing.T) {
 					if p.ImportPath == owner {
 						found++
 					} else {
-						t.Errorf("%s uses unix.%s at %s: open and steer events through collectors/perf", p.ImportPath, name, fset.Position(sel.Pos()))
+						t.Errorf("%s uses unix.%s at %s: open and steer events through kernel/perf", p.ImportPath, name, fset.Position(sel.Pos()))
 					}
 				}
 				return true
@@ -184,6 +198,70 @@ func TestOnePerfEventOwner(t *testing.T) {
 		}
 	}
 	if found == 0 {
-		t.Error("collectors/perf itself calls no perf_event_open: is the test looking at the right files?")
+		t.Error("kernel/perf itself calls no perf_event_open: is the test looking at the right files?")
+	}
+}
+
+// The tree's shape, as the layout promises it: at most 12 top-level
+// folders hold non-test Go code; no non-generated, non-test file outside
+// formats/ and internal/ is over 800 lines; no such function outside
+// internal/ is over 150 lines, and at most three are over 100 (each a
+// table, not a sequence of steps).
+func TestTreeShape(t *testing.T) {
+	top := map[string]bool{}
+	type long struct {
+		where string
+		lines int
+	}
+	var over100 []long
+	for _, p := range list(t, module+"/...") {
+		rel := strings.TrimPrefix(p.ImportPath, module)
+		rel = strings.TrimPrefix(rel, "/")
+		if len(p.GoFiles) > 0 {
+			top[strings.SplitN(rel, "/", 2)[0]] = true
+		}
+		inFormats := rel == "formats" || strings.HasPrefix(rel, "formats/")
+		inInternal := rel == "internal" || strings.HasPrefix(rel, "internal/")
+		fset := token.NewFileSet()
+		for _, f := range p.GoFiles {
+			path := filepath.Join(p.Dir, f)
+			file, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ast.IsGenerated(file) {
+				continue
+			}
+			if n := fset.File(file.Pos()).LineCount(); n > 800 && !inFormats && !inInternal {
+				t.Errorf("%s/%s has %d lines: split it (at most 800 outside formats/ and internal/)", rel, f, n)
+			}
+			if inInternal {
+				continue
+			}
+			for _, d := range file.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
+				where := fmt.Sprintf("%s/%s: %s", rel, f, fd.Name.Name)
+				if n > 150 {
+					t.Errorf("%s has %d lines: at most 150", where, n)
+				}
+				if n > 100 {
+					over100 = append(over100, long{where, n})
+				}
+			}
+		}
+	}
+	if len(top) > 12 {
+		names := make([]string, 0, len(top))
+		for n := range top {
+			names = append(names, n)
+		}
+		t.Errorf("%d top-level folders hold non-test Go code, at most 12: %v", len(top), names)
+	}
+	if len(over100) > 3 {
+		t.Errorf("%d functions over 100 lines, at most 3: %v", len(over100), over100)
 	}
 }

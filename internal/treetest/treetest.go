@@ -6,8 +6,8 @@ package treetest
 import (
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
-	"github.com/pmu-exporter/pmu_exporter/topdown/metric"
 )
 
 // Compile parses the YAML definition src (named name in errors) and

@@ -6,11 +6,11 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/collectors/probe"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
+	"github.com/pmu-exporter/pmu_exporter/kernel/probe"
 )
 
 // judge runs the exporter's probes (as check does) and the oracles.

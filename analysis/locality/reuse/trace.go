@@ -1,0 +1,169 @@
+package reuse
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/wpsim"
+)
+
+// Access is one access of a trace.
+type Access struct {
+	TID   uint32
+	Write bool
+	Addr  uint64
+	Size  uint8
+}
+
+// ParseAccess reads a trace line: "TID R|W 0xADDR SIZE".
+func ParseAccess(line string) (Access, error) {
+	f := strings.Fields(line)
+	if len(f) != 4 {
+		return Access{}, fmt.Errorf("want TID R|W 0xADDR SIZE, got %d fields", len(f))
+	}
+	tid, err := strconv.ParseUint(f[0], 10, 32)
+	if err != nil {
+		return Access{}, fmt.Errorf("TID %q: not a thread id", f[0])
+	}
+	var a Access
+	a.TID = uint32(tid)
+	switch f[1] {
+	case "R":
+	case "W":
+		a.Write = true
+	default:
+		return Access{}, fmt.Errorf("access %q: want R or W", f[1])
+	}
+	if !strings.HasPrefix(f[2], "0x") {
+		return Access{}, fmt.Errorf("ADDR %q: want hex with 0x", f[2])
+	}
+	if a.Addr, err = strconv.ParseUint(f[2][2:], 16, 64); err != nil {
+		return Access{}, fmt.Errorf("ADDR %q: %v", f[2], err)
+	}
+	size, err := strconv.ParseUint(f[3], 10, 8)
+	if err != nil || size == 0 || size > 64 {
+		return Access{}, fmt.Errorf("SIZE %q: want 1 to 64 bytes", f[3])
+	}
+	a.Size = uint8(size)
+	return a, nil
+}
+
+// Replay runs a tracker over a trace on simulated debug registers
+// (wpsim): Slots registers per thread, the first matching access after an
+// arm (ArmDelay accesses later) traps; each thread's accesses are sampled
+// every Period accesses on average (uniform in [Period/2, 3·Period/2],
+// seeded). The clock is the thread's own access count (Private) or its
+// domain's (Shared).
+type Replay struct {
+	Tracker *Tracker
+	regs    *wpsim.Registers
+	period  uint64
+	rng     *rand.Rand
+	mode    Mode
+	domain  func(uint32) int
+	threads map[uint32]*thread
+	clocks  map[int]uint64
+	skip    func(uint32) bool
+}
+
+type thread struct{ n, next uint64 }
+
+// ReplayOptions are the harness's.
+type ReplayOptions struct {
+	Options
+	Period, ArmDelay uint64
+	// Unsampled, when set, says a thread's accesses are not sampled (it
+	// still traps): a writer outside the profiled workload.
+	Unsampled func(tid uint32) bool
+}
+
+// NewReplay makes the harness and its tracker.
+func NewReplay(o ReplayOptions) *Replay {
+	if o.Slots <= 0 {
+		o.Slots = 4
+	}
+	if o.Domain == nil {
+		o.Domain = func(uint32) int { return 0 }
+	}
+	r := &Replay{regs: wpsim.New(o.Slots, o.ArmDelay), period: max(o.Period, 1), mode: o.Mode, domain: o.Domain,
+		rng: rand.New(rand.NewPCG(o.Seed+1, o.Seed^0x5851F42D4C957F2D)), threads: map[uint32]*thread{}, clocks: map[int]uint64{}, skip: o.Unsampled}
+	r.Tracker = New(r, o.Options)
+	return r
+}
+
+// Threads implements Backend: the threads seen so far.
+func (r *Replay) Threads() []uint32 { return r.regs.Threads() }
+
+// Arm implements Backend.
+func (r *Replay) Arm(tid uint32, slot int, addr uint64, size uint8, trap Trap) {
+	r.regs.Arm(tid, slot, addr, size, trap == TrapW)
+}
+
+// Disarm implements Backend.
+func (r *Replay) Disarm(tid uint32, slot int) { r.regs.Disarm(tid, slot) }
+
+func (r *Replay) thread(tid uint32) *thread {
+	t := r.threads[tid]
+	if t == nil {
+		t = &thread{next: r.gap()}
+		r.threads[tid] = t
+		r.regs.Join(tid)
+		r.Tracker.Join(tid)
+	}
+	return t
+}
+
+func (r *Replay) gap() uint64 {
+	return r.period/2 + r.rng.Uint64N(r.period+1)
+}
+
+// Access replays one access: a trap if a register of its thread matches,
+// then a sample if its thread's sampling period elapsed.
+func (r *Replay) Access(a Access) {
+	t := r.thread(a.TID)
+	t.n++
+	dom := r.domain(a.TID)
+	r.clocks[dom]++
+	clock := t.n
+	if r.mode == Shared {
+		clock = r.clocks[dom]
+	}
+	kind := Read
+	if a.Write {
+		kind = Write
+	}
+	if slot := r.regs.Access(a.TID, a.Write, a.Addr, a.Size); slot >= 0 {
+		r.Tracker.Trapped(Hit{TID: a.TID, Slot: slot, Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
+	}
+	if t.n >= t.next && (r.skip == nil || !r.skip(a.TID)) {
+		t.next = t.n + r.gap()
+		r.Tracker.Sample(Use{TID: a.TID, Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
+	}
+}
+
+// Run replays a trace read from in, one access per line; blank lines and
+// lines starting with # are skipped.
+func (r *Replay) Run(in io.Reader) error {
+	sc := bufio.NewScanner(in)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		a, err := ParseAccess(text)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
+		}
+		r.Access(a)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("line %d: %w", line+1, err)
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package topdown
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/model"
+)
+
+// LiveGroups resolves a tree's groups into hidden counting-engine groups named
+// analysis/topdown/<tree>/<n>, on the core PMU corePMU ("" where the host has one).
+func LiveGroups(d *metric.Definition, pmus []*pmu.PMU, corePMU string) ([]eventspec.Group, error) {
+	spec := map[string]string{}
+	for _, e := range d.Events {
+		spec[e.Name] = e.Spec
+	}
+	var out []eventspec.Group
+	for i, g := range d.Groups {
+		gs := eventspec.Group{Name: fmt.Sprintf("topdown/%s/%d", d.Name, i), Hidden: true}
+		for _, name := range g {
+			ev, err := resolveOn(spec[name], pmus, corePMU)
+			if err != nil {
+				return nil, fmt.Errorf("%s: event %s: %w", d.Name, name, err)
+			}
+			ev.Name = name // the tree's input name, whatever name= said
+			gs.Events = append(gs.Events, ev)
+		}
+		out = append(out, gs)
+	}
+	return out, nil
+}
+
+// resolveOn resolves one event of a tree on the core PMU corePMU. Trees write
+// raw core events as cpu/.../; a hybrid host has no PMU named cpu, and there
+// they count on corePMU. Generic and alias events that exist on several core
+// PMUs take corePMU's variant.
+func resolveOn(text string, pmus []*pmu.PMU, corePMU string) (eventspec.Event, error) {
+	s, err := eventspec.Parse(text)
+	if err != nil {
+		return eventspec.Event{}, err
+	}
+	if s.PMU == "cpu" && corePMU != "" && !slices.ContainsFunc(pmus, func(p *pmu.PMU) bool { return p.Name == "cpu" }) {
+		s.PMU = corePMU
+	}
+	evs, err := s.Resolve(pmus)
+	if err != nil {
+		return eventspec.Event{}, err
+	}
+	if len(evs) == 1 {
+		return evs[0], nil
+	}
+	for _, e := range evs {
+		if e.PMU == corePMU {
+			return e, nil
+		}
+	}
+	return eventspec.Event{}, errors.New("it exists on several core PMUs; pick one")
+}
+
+// Live turns successive counting-engine snapshots into Top-Down slot counters:
+// per CPU and interval it evaluates the tree on the interval's counts and adds
+// each node's fraction times the interval's slots, so sums over CPUs and time
+// stay exact and every ratio is left to PromQL.
+type Live struct {
+	tree   *metric.Tree
+	params map[string]float64
+	// where each tree input is read: the first group that counts it
+	source map[string][2]string // input -> {group, event}
+	evals  map[int]*metric.Evaluator
+	prev   map[string]uint64 // group|event|cpu -> total at the last update
+	prevOn map[string]uint64 // group|cpu -> running ns at the last update
+
+	mu    sync.Mutex
+	slots map[int]float64            // per CPU
+	nodes map[int]map[string]float64 // per CPU, per metric
+	// skipped counts the CPU intervals whose value of a node (or of slots)
+	// was left out, by reason: see NotComputed.
+	skipped map[NotComputed]uint64
+}
+
+// NotComputed names a node ("slots" for the slots themselves) and why an
+// interval's value of it was left out: ReasonNegative (a slot counter must
+// never go down) or ReasonDivisionByZero (every input was counted, yet the
+// formula divided by zero).
+type NotComputed struct{ Node, Reason string }
+
+// The reasons of NotComputed.
+const (
+	ReasonNegative       = "negative"
+	ReasonDivisionByZero = "division_by_zero"
+)
+
+// NewLive follows groups (from LiveGroups) for tree t; params holds smt_on,
+// #slots and the like.
+func NewLive(t *metric.Tree, groups []eventspec.Group, params map[string]float64) *Live {
+	l := &Live{tree: t, params: params, source: map[string][2]string{}, evals: map[int]*metric.Evaluator{},
+		prev: map[string]uint64{}, prevOn: map[string]uint64{}, slots: map[int]float64{}, nodes: map[int]map[string]float64{},
+		skipped: map[NotComputed]uint64{}}
+	for _, g := range groups {
+		for _, ev := range g.Events {
+			if _, ok := l.source[ev.Name]; !ok {
+				l.source[ev.Name] = [2]string{g.Name, ev.Name}
+			}
+		}
+	}
+	return l
+}
+
+// Update folds in the interval since the previous snapshot.
+func (l *Live) Update(s model.Snapshot) {
+	totals := map[[2]string]model.EventTotals{}
+	for _, e := range s.Events {
+		totals[[2]string{e.Group, e.Event}] = e
+	}
+	running := map[string]map[int]uint64{}
+	cpus := map[int]bool{}
+	for _, g := range s.Groups {
+		running[g.Name] = g.RunningNS
+	}
+	// A group the PMU could not schedule together is counted one event per
+	// group, named <group>/<event> (perfcount splits it): read those instead.
+	for input, src := range l.source {
+		if _, ok := totals[src]; !ok {
+			if split := [2]string{src[0] + "/" + src[1], src[1]}; totals[split].PerCPU != nil {
+				l.source[input] = split
+				src = split
+			}
+		}
+		for cpu := range totals[src].PerCPU {
+			cpus[cpu] = true
+		}
+	}
+	order := make([]int, 0, len(cpus))
+	for c := range cpus {
+		order = append(order, c)
+	}
+	sort.Ints(order)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, cpu := range order {
+		ev := l.evals[cpu]
+		if ev == nil {
+			ev = l.tree.NewEvaluator()
+			for name, v := range l.params {
+				if i := l.tree.Input(name); i >= 0 {
+					ev.Set(i, v)
+				}
+			}
+			l.evals[cpu] = ev
+		}
+		ev.Reset()
+		complete := true // every input of the tree was counted this interval
+		for input, src := range l.source {
+			key := src[0] + "|" + src[1] + "|" + strconv.Itoa(cpu)
+			runKey := src[0] + "|" + strconv.Itoa(cpu)
+			cur, ok := totals[src].PerCPU[cpu]
+			run := running[src[0]][cpu]
+			if !ok || run == l.prevOn[runKey] {
+				complete = false
+				continue // the group did not run this interval: the input is missing
+			}
+			ev.Set(l.tree.Input(input), float64(cur-l.prev[key]))
+			l.prev[key] = cur
+		}
+		for _, src := range l.source {
+			runKey := src[0] + "|" + strconv.Itoa(cpu)
+			if r, ok := running[src[0]][cpu]; ok {
+				l.prevOn[runKey] = r
+			}
+		}
+		ev.Eval()
+		slots := ev.Value("slots")
+		if r := l.invalid(slots, complete); r != "" {
+			l.skipped[NotComputed{"slots", r}]++
+		}
+		if math.IsNaN(slots) || slots <= 0 {
+			continue
+		}
+		l.slots[cpu] += slots
+		if l.nodes[cpu] == nil {
+			l.nodes[cpu] = map[string]float64{}
+		}
+		for _, m := range l.tree.Metrics() {
+			if m.Level < 1 {
+				continue
+			}
+			v := ev.Value(m.Name)
+			if r := l.invalid(v, complete); r != "" {
+				l.skipped[NotComputed{m.Name, r}]++
+				continue
+			}
+			if !math.IsNaN(v) {
+				l.nodes[cpu][m.Name] += v * slots
+			}
+		}
+	}
+}
+
+// invalid says why v cannot be added to a counter: negative, or NaN although
+// every input was there (only a division by zero makes one then). A NaN
+// from a missing input is not counted: that group simply did not run.
+func (l *Live) invalid(v float64, complete bool) string {
+	switch {
+	case v < 0:
+		return ReasonNegative
+	case math.IsNaN(v) && complete:
+		return ReasonDivisionByZero
+	}
+	return ""
+}
+
+// NotComputed returns, per node and reason, the CPU intervals whose value
+// was left out of the counters.
+func (l *Live) NotComputed() map[NotComputed]uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.skipped)
+}
+
+// Node is one Top-Down node's accumulated slots (model.Node).
+type Node = model.Node
+
+// Totals returns the slots accumulated so far, per node and in all, summed over
+// CPUs, and the containment violations per parent.
+func (l *Live) Totals() (slots float64, nodes []Node, violations map[string]uint64) {
+	perCPU, byCPU, violations := l.TotalsPerCPU()
+	slots, nodes = SumCPUs(perCPU, byCPU)
+	if nodes == nil { // no CPU yet: every node at zero
+		for _, m := range l.tree.Metrics() {
+			if m.Level >= 1 {
+				nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level})
+			}
+		}
+	}
+	return slots, nodes, violations
+}
+
+// SumCPUs adds per-CPU slot counters up; every CPU's nodes are in the same
+// (tree) order.
+func SumCPUs(perCPU map[int]float64, byCPU map[int][]Node) (slots float64, nodes []Node) {
+	for cpu, s := range perCPU {
+		slots += s
+		if nodes == nil {
+			nodes = slices.Clone(byCPU[cpu])
+			continue
+		}
+		for i, n := range byCPU[cpu] {
+			nodes[i].Slots += n.Slots
+		}
+	}
+	return slots, nodes
+}
+
+// TotalsPerCPU is Totals for each CPU.
+func (l *Live) TotalsPerCPU() (slots map[int]float64, nodes map[int][]Node, violations map[string]uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slots, nodes, violations = map[int]float64{}, map[int][]Node{}, map[string]uint64{}
+	for cpu, s := range l.slots {
+		slots[cpu] = s
+		for _, m := range l.tree.Metrics() {
+			if m.Level >= 1 {
+				nodes[cpu] = append(nodes[cpu], Node{Name: m.Name, Parent: m.Parent, Level: m.Level, Slots: l.nodes[cpu][m.Name]})
+			}
+		}
+	}
+	for _, ev := range l.evals {
+		for p, n := range ev.Violations {
+			violations[p] += n
+		}
+	}
+	return slots, nodes, violations
+}

@@ -1,0 +1,62 @@
+// Package topdown holds the built-in Top-Down (TMA) trees, levels 1 and 2, one
+// metric.Definition per micro-architecture family, written by us from the
+// formulas Intel, AMD and Arm publish, and picks the tree for a CPU. Node names
+// are the same for every vendor: frontend_bound, bad_speculation, backend_bound,
+// retiring (and smt_contention on AMD) at level 1; fetch_latency,
+// fetch_bandwidth, branch_mispredicts, machine_clears, memory_bound, core_bound,
+// light_operations and heavy_operations at level 2.
+package topdown
+
+import (
+	"embed"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+)
+
+//go:embed defs/*.yaml
+var defs embed.FS
+
+// sameTree maps micro-architectures to the family whose formulas they share
+// (identical level 1 and 2 formulas in Intel's published metrics).
+var sameTree = map[string]string{
+	"skl": "skx", "clx": "skx",
+	"icl": "icx",
+	"emr": "spr", "gnr": "spr",
+	"adl":         "spr", // Alder/Raptor Lake P-cores (cpu_core): Golden Cove, as Sapphire Rapids; E-cores: grt
+	"neoverse-v2": "neoverse-n2",
+}
+
+// Names lists every micro-architecture with a built-in tree.
+func Names() []string {
+	entries, _ := defs.ReadDir("defs")
+	var names []string
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	for alias := range sameTree {
+		names = append(names, alias)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Builtin returns the definition for a micro-architecture name.
+func Builtin(uarch string) (*metric.Definition, error) {
+	file := uarch
+	if f, ok := sameTree[uarch]; ok {
+		file = f
+	}
+	b, err := defs.ReadFile("defs/" + file + ".yaml")
+	if err != nil {
+		return nil, fmt.Errorf("no built-in Top-Down tree for %q (have: %s)", uarch, strings.Join(Names(), ", "))
+	}
+	d, err := metric.Parse("topdown/defs/"+file+".yaml", b)
+	if err != nil {
+		return nil, err
+	}
+	d.Name = uarch // adl, not spr: the name says which part's tree is in use
+	return d, nil
+}

@@ -1,0 +1,379 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alecthomas/units"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
+	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
+)
+
+// commFlags are the comm collector's options.
+type commFlags struct {
+	period    uint64 // ns of CPU time between samples, per CPU
+	window    int
+	budget    float64
+	perCgroup bool
+	cgroups   []string // sample only these cgroups' tasks (perf's cgroup mode)
+	pods      string   // all, or annotated: only pods annotated pmu-exporter.io/comm=true
+	// watchpoints adds ComDetective's trap path in the selected workloads'
+	// threads, at most maxWatched of them.
+	watchpoints bool
+	maxWatched  int
+	watchBudget float64 // share of a watched process's CPU time its traps may cost
+	// reuse runs ReuseTracker on the watchpoints instead, in reuseMode
+	// (private or shared).
+	reuse     bool
+	reuseMode string
+	// reuseClock: events whose counts are the private distance clock
+	// (perf syntax joined by +; "": the thread's CPU time).
+	reuseClock string
+	// decodeCache bounds the decoder's cache of decoded instructions.
+	decodeCache units.Base2Bytes
+}
+
+// liveComm runs the address sampler: cpu-clock in user mode on every CPU
+// with the user registers, each sample resolved to the access its
+// instruction makes, feeding ComDetective's detector (/debug/comm and
+// pmu_comm_*) and, where no precise PMU feeds one, the shared-line table
+// (/debug/cachelines and pmu_sampling_*). Where it cannot, it says why
+// (a factory logs its own failure).
+func liveComm(b *build) error {
+	err := setupComm(b)
+	if err != nil {
+		b.log.Error("comm collector not running; pmu_collector_success{collector=\"comm\"} is 0", "err", err)
+	}
+	return err
+}
+
+func setupComm(b *build) error {
+	p, o := b.p, b.f.comm
+	root, _ := cgroupRoot(b.f.cgroups, *b.s)
+	perCgroup := o.perCgroup && root != ""
+	cfgs, source, err := commConfigs(b.s.pmus, o.period, b.f.sampling, perCgroup)
+	if err != nil {
+		return err
+	}
+	det := comdetect.New(comdetect.Options{Window: comdetect.Window(o.window, source != "decode")})
+	dec, err := perfsample.NewDecoder(b.f.procfs, det)
+	if err != nil {
+		return err
+	}
+	dec.SetDecodeCache(int(o.decodeCache))
+	dec.SetDomains(llcDomains(b).Of)
+	stats := samplestat.New(len(cfgs), b.f.sampling.maxLines)
+	stats.SetSharingWindow(b.f.sampling.sharingWindow)
+	if perCgroup {
+		stats.TrackCgroups(b.f.cgroups.maxSeries)
+	}
+	if o.watchpoints && o.reuse {
+		return errors.New("--collector.comm.watchpoints and --collector.comm.reuse both want the debug registers: choose one (or let each pod choose: --collector.comm.pods=annotated)")
+	}
+	set := &commSamplers{b: b, cfgs: cfgs, stats: stats, dec: dec, root: root, running: map[string]*commSampler{},
+		nodeRegs: o.registers(), said: map[string]string{}}
+	annotated, err := openSamplers(b, o, set, root)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, set.closeAll)
+	p.cpuResets = append(p.cpuResets, set.resetCPU)
+	// The watchpoint engine: where the node's flags ask for it, or where
+	// annotated pods may (pmu-exporter.io/comm: watchpoints or reuse); in
+	// the second case a host whose breakpoints do not work still samples
+	// them, and says so.
+	var engine *watch.Engine
+	if set.nodeRegs != regsNone || annotated != nil {
+		var err error
+		engine, err = setupWatchpoints(b, dec, &o, annotated != nil)
+		switch {
+		case err != nil && (set.nodeRegs != regsNone || !errors.Is(err, errNoBreakpoints)):
+			set.closeAll()
+			return err
+		case err != nil:
+			// Said again, as a warning, for each pod that asks.
+			b.log.Info("address sampler: pods annotated pmu-exporter.io/comm: watchpoints or reuse will only be sampled", "err", err)
+		default:
+			p.closers = append(p.closers, engine.Close)
+		}
+	}
+	set.watchpoints = engine != nil
+	reuseOn := engine != nil && (o.reuse || annotated != nil)
+	coll := commCollector(b, o, dec, det, set, source, engine != nil)
+	var cgNames *cgroupNames
+	if perCgroup {
+		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
+		coll.PerCgroup(stats, cgNames, b.names)
+	}
+	if reuseOn {
+		var ids exporter.CgroupIDs
+		if cgNames != nil {
+			ids = cgNames
+		}
+		p.collectors = append(p.collectors, reuseCollector(b, o, dec, ids))
+	}
+	p.collectors = append(p.collectors, coll)
+	if !p.hasHandler("/debug/cachelines") { // no precise sampler: this one feeds the table
+		p.collectors = append(p.collectors, exporter.NewSampling(set, stats))
+		p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return nil })})
+	}
+	p.handlers = append(p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N, ?pod=NAME)", commHandler(dec, podOfPID(b.f.procfs, b.names))})
+	p.beside = append(p.beside, commBackground(b, o, dec, stats, set, cgNames, annotated, engine != nil, reuseOn))
+	return nil
+}
+
+// llcDomains are this host's last-level cache domains, each CPU that sysfs
+// does not place said once.
+func llcDomains(b *build) *host.LLCDomains {
+	doms := host.NewLLCDomains(b.f.sysfs)
+	for _, cpu := range b.s.facts.OnlineCPUs {
+		name, ok := doms.Of(cpu)
+		switch {
+		case !ok:
+			b.log.Warn("a CPU's last-level cache is not in sysfs: its communication is folded as a domain of its own", "cpu", cpu)
+		case strings.HasPrefix(name, host.PackageDomainPrefix):
+			b.log.Info("sysfs describes no caches of this CPU: its communication is folded by package, not by last-level cache", "cpu", cpu, "domain", name)
+		}
+	}
+	return doms
+}
+
+// openSamplers opens one sampler on every CPU, or one per selected cgroup
+// (perf's cgroup mode: only their tasks are sampled, and cost nothing
+// elsewhere); with --collector.comm.pods=annotated it opens none and
+// returns the pods' annotations, whose pods the samplers then follow as
+// they come and go.
+func openSamplers(b *build, o commFlags, set *commSamplers, root string) (podAnnotations, error) {
+	var annotated podAnnotations
+	switch {
+	case o.pods == "annotated":
+		var ok bool
+		if annotated, ok = b.names.(podAnnotations); !ok || root == "" {
+			return nil, errors.New("--collector.comm.pods=annotated needs the pods' annotations (--kubernetes.node-name) and a cgroup hierarchy with the perf_event controller")
+		}
+	case len(o.cgroups) > 0:
+		if root == "" {
+			return nil, errors.New("--collector.comm.cgroup: no cgroup hierarchy holds the perf_event controller")
+		}
+		set.budgetShare = len(o.cgroups)
+		for _, cg := range o.cgroups {
+			if err := set.open(cg, set.nodeRegs); err != nil {
+				set.closeAll()
+				return nil, fmt.Errorf("--collector.comm.cgroup: %w", err)
+			}
+		}
+	default:
+		if set.nodeRegs != regsNone {
+			return nil, errors.New("watchpoints (--collector.comm.watchpoints, --collector.comm.reuse) arm every thread of what is sampled: select the workloads (--collector.comm.cgroup or --collector.comm.pods=annotated)")
+		}
+		if err := set.open("", regsNone); err != nil {
+			return nil, err
+		}
+	}
+	return annotated, nil
+}
+
+// commCollector exports the detections, and the watchpoints' totals where
+// the engine runs (watching).
+func commCollector(b *build, o commFlags, dec *perfsample.Decoder, det *comdetect.Detector, set *commSamplers, source string, watching bool) *exporter.CommCollector {
+	coll := exporter.NewComm(dec).WithSource(source)
+	if source == "decode" {
+		b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
+		coll.WithPeriods(set.periods)
+	} else {
+		for _, c := range set.cfgs {
+			b.log.Info("address sampler: precise memory samples", "source", source, "event", c.Name, "period", c.Period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
+		}
+	}
+	if watching {
+		coll.WithWatch(func() exporter.WatchStats {
+			w := dec.WatchStats()
+			g, budget, cost, ok := dec.Governed()
+			threads, reuseThreads := dec.WatchedThreads()
+			return exporter.WatchStats{Traps: w.Traps, Unresolved: w.Unresolved, Lost: w.Lost, Arms: w.Arms, Recorded: w.Communication, Reuse: w.Reuse,
+				Threads: threads, ReuseThreads: reuseThreads, Joined: w.Joined,
+				Governed: ok, Budget: budget, TrapCost: cost, CPU: g.CPU, Cost: g.Spent, Denied: g.Denied}
+		})
+	}
+	return coll
+}
+
+// reuseCollector exports ReuseTracker's distances, with miss ratios at this
+// host's cache sizes where the distances are counted in accesses.
+func reuseCollector(b *build, o commFlags, dec *perfsample.Decoder, ids exporter.CgroupIDs) *exporter.ReuseCollector {
+	rc := exporter.NewReuse(dec, ids, b.names)
+	if o.reuseClock == reuse.UnitAccesses && len(b.s.facts.OnlineCPUs) > 0 {
+		// Miss ratios at this host's caches (the first online CPU's).
+		cpu := b.s.facts.OnlineCPUs[0]
+		if c, err := host.ReadCacheFacts(b.f.sysfs, cpu, b.s.facts.CPU.Vendor, cpuidOn(cpu)); err != nil {
+			b.log.Warn("reuse: no miss ratios at this host's cache sizes", "err", err)
+		} else {
+			rc.WithCaches(c.L1d, c.L2, c.LLC)
+			if unsized := c.Unsized(); len(unsized) > 0 {
+				why := "the firmware (devicetree or ACPI PPTT) gives the kernel no size for them, or the CPU has no such level"
+				if c.Source != "sysfs" {
+					why = "sysfs describes no caches, and " + c.Source + " does not size them"
+					if c.Untrusted != "" {
+						why += " (" + c.Untrusted + ")"
+					}
+				}
+				b.log.Warn("reuse: no miss ratios at caches of unknown size", "caches", strings.Join(unsized, ","), "source", c.Source, "why", why)
+			}
+		}
+	}
+	return rc
+}
+
+// commBackground is what runs beside the read loop: forgetting exited
+// processes, sweeping removed cgroups' totals, following the samplers (and
+// the annotated pods), and giving the watchpoints the sampled cgroups'
+// threads.
+func commBackground(b *build, o commFlags, dec *perfsample.Decoder, stats *samplestat.Stats, set *commSamplers, cgNames *cgroupNames, annotated podAnnotations, watching, reuseOn bool) func(context.Context) {
+	return func(ctx context.Context) {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			forgetExited(ctx, dec, b.f.procfs)
+		}()
+		if cgNames != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				holders := []cgroupTotals{statsTotals(stats)}
+				if reuseOn {
+					holders = append(holders, cgroupTotals{dec.ReuseCgroupIDs, dec.ForgetReuseCgroups})
+				}
+				cgNames.sweepEvery(ctx, b.f.cgroups.grace, holders...)
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			set.run(ctx, annotated)
+		}()
+		if watching {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				set.watchThreads(ctx, o.maxWatched)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// errNoBreakpoints: this host's breakpoints cannot be opened, or do not
+// trap.
+var errNoBreakpoints = errors.New("no working watchpoints")
+
+// setupWatchpoints opens the watchpoint engine and puts the decoder's
+// algorithms on it, each where the node's flags or any pod (anyPod, the
+// pods choosing by annotation) may ask for it: ComDetective's trap path,
+// and ReuseTracker with its distance clock (o.reuseClock becomes the unit
+// it resolves to); and the governor of the traps' cost. Errors that say
+// the host has no working watchpoints wrap errNoBreakpoints; the others
+// are the flags'.
+func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bool) (*watch.Engine, error) {
+	if o.watchBudget <= 0 || o.watchBudget > 1 {
+		return nil, fmt.Errorf("--collector.comm.watch-budget=%v: want a share of CPU time in (0, 1]", o.watchBudget)
+	}
+	slots, err := watch.Slots(16)
+	if err != nil {
+		return nil, fmt.Errorf("--collector.comm.watchpoints: %w: %w", errNoBreakpoints, err)
+	}
+	engine, err := watch.New(slots, 64)
+	if err != nil {
+		return nil, fmt.Errorf("--collector.comm.watchpoints: %w: %w", errNoBreakpoints, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			engine.Close()
+		}
+	}()
+	reusing, mode := o.reuse || anyPod, reuse.Private
+	if o.reuseMode == "shared" {
+		mode = reuse.Shared
+	}
+	if reusing {
+		if mode == reuse.Private {
+			// Each watched thread sampled on its own CPU time: the
+			// reuse distance is that time, read by the kernel, or
+			// the events counted beside it.
+			if err := engine.SampleEvery(o.period); err != nil {
+				return nil, fmt.Errorf("--collector.comm.reuse: %w", err)
+			}
+			// The clock's unit (the metrics' label) is the events'
+			// spec, or accesses: the host's loads and stores, or
+			// events the user says count them (accesses=EVENTS).
+			spec := o.reuseClock
+			if s, ok := strings.CutPrefix(spec, reuse.UnitAccesses+"="); ok {
+				spec, o.reuseClock = s, reuse.UnitAccesses
+			} else if spec == reuse.UnitAccesses {
+				// A node without them still measures reuse, on the
+				// next best clock, and says so.
+				var unit string
+				var why error
+				spec, unit, why = bestReuseClock(b.s.facts.CPU, b.s.pmus, perf.Probe)
+				switch unit {
+				case "":
+					b.log.Warn("reuse distances on the thread's CPU time, not in accesses: no stack distances or miss ratios", "reason", why)
+				case reuse.UnitAccesses:
+				default:
+					b.log.Warn("reuse distances in retired instructions, not in accesses: no stack distances or miss ratios", "reason", why)
+				}
+				o.reuseClock = unit
+			}
+			attrs, err := reuseClockEvents(spec, b.s.pmus)
+			if err == nil && spec != "" {
+				// A generic event resolves on any host; one that no
+				// PMU here counts would fail each thread's group
+				// later, leaving no reuse and no word why.
+				err = openAll(spec, b.s.pmus, perf.Probe)
+			}
+			if err == nil {
+				err = engine.CountWith(attrs)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("--collector.comm.reuse-clock=%s: %w", b.f.comm.reuseClock, err)
+			}
+		} else if o.reuseClock != "" {
+			return nil, errors.New("--collector.comm.reuse-clock: shared reuse is timed on CLOCK_MONOTONIC (no one thread's counts measure it)")
+		}
+	}
+	// Measured before the decoder takes the engine: a host where it fails
+	// leaves the decoder without one.
+	cost, err := watch.TrapCost(1000)
+	if err != nil {
+		return nil, fmt.Errorf("--collector.comm.watchpoints: measuring a trap's cost: %w: %w", errNoBreakpoints, err)
+	}
+	if reusing {
+		if err := dec.WatchReuse(engine, slots, mode, o.reuseClock); err != nil {
+			return nil, fmt.Errorf("--collector.comm.reuse: %w", err)
+		}
+	}
+	if o.watchpoints || anyPod {
+		if err := dec.Watch(engine, slots); err != nil {
+			return nil, fmt.Errorf("--collector.comm.watchpoints: %w", err)
+		}
+	}
+	dec.Govern(o.watchBudget, cost)
+	dec.WatchNewThreads(o.maxWatched)
+	b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched,
+		"trap_cost", cost, "budget", o.watchBudget, "node", o.registers(), "pods_choose", anyPod)
+	ok = true
+	return engine, nil
+}

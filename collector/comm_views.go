@@ -1,0 +1,234 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
+)
+
+// forgetExited drops, every minute, what the decoder keeps of processes
+// and threads that exited.
+func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sweepExited(dec, proc)
+	}
+}
+
+// sweepExited forgets the processes and threads known to dec that proc
+// no longer lists, then closes the files none of the rest maps. The
+// decoder's lock is held only to list them, not while proc is read.
+func sweepExited(dec *perfsample.Decoder, proc string) {
+	known := map[uint32][]uint32{}
+	dec.View(func(det *comdetect.Detector, _ memop.Outcomes) {
+		for _, pid := range det.PIDs() {
+			known[pid] = det.Threads(pid)
+		}
+	})
+	gone := func(path string) bool {
+		_, err := os.Stat(path)
+		return errors.Is(err, os.ErrNotExist)
+	}
+	for pid, tids := range known {
+		dir := filepath.Join(proc, strconv.Itoa(int(pid)))
+		if gone(dir) {
+			dec.Exited(pid)
+			continue
+		}
+		var exited []uint32
+		for _, tid := range tids {
+			if gone(filepath.Join(dir, "task", strconv.Itoa(int(tid)))) {
+				exited = append(exited, tid)
+			}
+		}
+		if len(exited) > 0 {
+			dec.ThreadsExited(pid, exited)
+		}
+	}
+	dec.CloseIdleCode()
+}
+
+// commView is the detector as /debug/comm reads it, live or replayed.
+type commView interface {
+	View(f func(det *comdetect.Detector, out memop.Outcomes))
+	Symbolize(pid uint32, ip uint64) string
+}
+
+// podOfPID names the pod of a process from its cgroups (/proc/PID/cgroup):
+// "namespace/pod" where the API names it, else the pod's UID; "" outside
+// pods.
+func podOfPID(proc string, names exporter.PodNames) func(pid uint32) []string {
+	fs, err := procfs.NewFS(proc)
+	return func(pid uint32) []string {
+		if err != nil {
+			return nil
+		}
+		p, err := fs.Proc(int(pid))
+		if err != nil {
+			return nil
+		}
+		cgs, err := p.Cgroups()
+		if err != nil {
+			return nil
+		}
+		for _, cg := range cgs {
+			id, ok := podcgroup.Parse(cg.Path)
+			if !ok {
+				continue
+			}
+			out := []string{id.PodUID}
+			if names != nil {
+				if ns, pod, _, ok := names.Names(id); ok {
+					out = append(out, pod, ns+"/"+pod)
+				}
+			}
+			return out
+		}
+		return nil
+	}
+}
+
+// commHandler serves the matrices as `pmu_exporter comm --format json`
+// prints them; ?pid=N keeps one process, ?pod= the processes of a pod
+// (its name, namespace/name or UID).
+func commHandler(dec commView, podOf func(pid uint32) []string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var pid uint64
+		if v := r.URL.Query().Get("pid"); v != "" {
+			var err error
+			if pid, err = strconv.ParseUint(v, 10, 32); err != nil || pid == 0 {
+				http.Error(w, "pid: want a process id, got "+strconv.Quote(v), http.StatusBadRequest)
+				return
+			}
+		}
+		n := 10
+		if v := r.URL.Query().Get("lines"); v != "" {
+			k, err := strconv.Atoi(v)
+			if err != nil || k < 0 || k > 1000 {
+				http.Error(w, "lines: want a number from 0 to 1000, got "+strconv.Quote(v), http.StatusBadRequest)
+				return
+			}
+			n = k
+		}
+		var ms []comdetect.Matrix
+		dec.View(func(det *comdetect.Detector, _ memop.Outcomes) {
+			ms = det.Report(uint32(pid), n)
+		})
+		if pod := r.URL.Query().Get("pod"); pod != "" {
+			kept := ms[:0]
+			for _, m := range ms {
+				if slices.Contains(podOf(m.PID), pod) {
+					kept = append(kept, m)
+				}
+			}
+			ms = kept
+		}
+		rep := comdetect.JSON(ms, dec.Symbolize)
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+	})
+}
+
+// replayComm runs ComDetective over the samples of --replay.samples (a
+// perf c2c or perf mem recording, or a timer recording with user
+// registers) and serves /debug/comm and pmu_comm_* from them, labelled
+// with the sampler that recorded them.
+func replayComm(b *build) error {
+	path := b.f.replay.samples
+	if path == "" {
+		return fmt.Errorf("%w: no --replay.samples (the address sampler itself runs live)", errNotRecorded)
+	}
+	file, closeFile, err := OpenPerfData(path, nil)
+	if err != nil {
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	defer closeFile()
+	acc, err := NewAccesses(GoArch(file.Arch))
+	if err != nil {
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	source := RecordedSampler(file.Events.Attrs, file.Names)
+	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: comdetect.Window(b.f.comm.window, source != "decode")}), acc: acc}
+	_, _, err = EachSample(file, path, io.Discard, PerfDataVisitor{
+		Record: acc.Record,
+		Sample: func(i int, s *perfrecord.Sample) error {
+			if a, ok := acc.Access(file.Events.Attrs[i], s); ok {
+				r.det.Add(&a)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		acc.Close()
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	for k, name := range acc.Names {
+		r.det.SetName(k[0], k[1], name)
+	}
+	b.p.closers = append(b.p.closers, acc.Close)
+	b.p.collectors = append(b.p.collectors, exporter.NewComm(r).WithSource(source))
+	b.p.handlers = append(b.p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N)", commHandler(r, func(uint32) []string { return nil })})
+	return nil
+}
+
+// RecordedSampler names the sampler of a recording's events: decode for
+// timer samples with user registers, else ibs, spe or pebs by the events.
+func RecordedSampler(attrs []perfrecord.Attr, names []string) string {
+	for _, a := range attrs {
+		if a.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 {
+			return "decode"
+		}
+	}
+	for _, n := range names {
+		switch {
+		case strings.Contains(n, "ibs"):
+			return "ibs"
+		case strings.Contains(n, "arm_spe"):
+			return "spe"
+		}
+	}
+	return "pebs"
+}
+
+// replayedComm is a recording's detector, fixed once read.
+type replayedComm struct {
+	det *comdetect.Detector
+	acc *Accesses
+}
+
+func (r *replayedComm) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
+	f(r.det, r.acc.Resolver.Outcomes())
+}
+
+func (r *replayedComm) Domains(func(a, b string, c comdetect.Cell)) {} // the recording host's caches are unknown
+
+func (r *replayedComm) Symbolize(pid uint32, ip uint64) string {
+	return r.acc.Code.Symbolize(pid, ip).String()
+}

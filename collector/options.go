@@ -1,0 +1,101 @@
+// Package pipeline puts the exporter together: the collectors of the
+// registry, each set up by its live or replay factory over a shared build,
+// the counting engine they hang on, and what they export; and the check
+// report that judges the same collectors and options. The binary keeps the
+// command line and HTTP.
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
+	"github.com/pmu-exporter/pmu_exporter/collector/registry"
+)
+
+// Options are what is counted, where from and by which collectors, bound to
+// their flags by Bind.
+type Options struct {
+	sysfs, procfs       string
+	configFile          string
+	perCPU              bool
+	interval            time.Duration
+	hotplugUevents      bool // follow CPU hotplug by the kernel's uevents (cpuhotplug)
+	tree                treeOptions
+	cgroups             cgroupOptions
+	k8sNode, kubeconfig string
+	source              string
+	collectors          *registry.Registry[*build] // which collectors run
+	replay              replayFlags
+	sampling            samplingFlags
+	comm                commFlags
+	validateOnStart     bool
+}
+
+// NewOptions lists the collectors, their options bound to the result.
+func NewOptions() *Options {
+	o := &Options{}
+	o.collectors = collectorList(o)
+	return o
+}
+
+// Bind declares the host paths and the config file on app, the sources and
+// Kubernetes access on serve, and every collector's flags on serve and on
+// check (so that check judges what serve would run).
+func (o *Options) Bind(app *kingpin.Application, serve *kingpin.CmdClause, judges ...*kingpin.CmdClause) {
+	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&o.sysfs)
+	app.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&o.procfs)
+	app.Flag("path.cgroupfs", "Mount point of the host's cgroup hierarchy that holds the perf_event controller: cgroup v2, or v1's perf_event hierarchy where v1 mounts it (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, or on v1 its perf_event directory, so that every cgroup id on the node resolves).").StringVar(&o.cgroups.fsPath)
+	app.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&o.configFile)
+	serve.Flag("source", "Where counts come from: perf_event (this host's counters) or replay (a perf stat recording, --replay.file; pmu_info says source=\"replay\").").
+		Default("perf_event").EnumVar(&o.source, "perf_event", "replay")
+	serve.Flag("replay.file", "perf stat -I recording to play back with --source=replay (perf stat -x, or -j; -A per-CPU and -G cgroup columns are used when present), looping at the end.").StringVar(&o.replay.file)
+	serve.Flag("replay.uarch", "Top-Down tree of the recording host for --source=replay: "+strings.Join(topdown.Names(), ", ")+" (default: none, counts only).").StringVar(&o.replay.uarch)
+	serve.Flag("replay.smt", "Whether the recording host ran two threads per core (on or off).").Default("off").EnumVar(&o.replay.smt, "on", "off")
+	serve.Flag("replay.slots", "Slots per cycle of the recording host's cores, for trees that need it (Arm: the PMU's caps/slots).").Float64Var(&o.replay.slots)
+	serve.Flag("replay.samples", "perf.data file (perf mem record, perf c2c record) whose samples --source=replay serves as the sampling metrics and /debug/cachelines, read once at start.").StringVar(&o.replay.samples)
+	serve.Flag("kubernetes.node-name", "This node's name: with it, pod and container names come from the Kubernetes API (pods of this node only; in a DaemonSet from the downward API, spec.nodeName). Without it, cgroup series carry pod UIDs and container IDs.").
+		Envar("NODE_NAME").StringVar(&o.k8sNode)
+	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&o.kubeconfig)
+	o.collectors.Bind(serve)
+	for _, c := range judges { // check and validate judge what serve would run
+		o.collectors.Bind(c)
+	}
+	serve.Flag("validate.on-start", "Run the quick subset of `pmu_exporter validate` once at start (a few seconds, on one CPU) and export pmu_event_validation_goodness and pmu_event_validation_passed.").BoolVar(&o.validateOnStart)
+}
+
+// Resolve settles the collectors' choices after parsing and returns a note
+// for each flag given by its deprecated name.
+func (o *Options) Resolve() []string {
+	o.tree.enabled, o.cgroups.enabled, o.sampling.enabled = o.collectors.Enabled("topdown"), o.collectors.Enabled("cgroup"), o.collectors.Enabled("sampling")
+	return o.collectors.Deprecated()
+}
+
+// Validate refuses option values serve cannot run with.
+func (o *Options) Validate() error {
+	if o.interval <= 0 {
+		return fmt.Errorf("--collector.counting.interval must be positive, got %v", o.interval)
+	}
+	if p := o.sampling.pages; p <= 0 || p&(p-1) != 0 {
+		return fmt.Errorf("--collector.sampling.ring-pages must be a power of two, got %d", p)
+	}
+	if o.sampling.budget < 0 || o.sampling.period == 0 {
+		return errors.New("--collector.sampling.cpu-budget must not be negative and --collector.sampling.period must be positive, got " +
+			fmt.Sprint(o.sampling.budget) + " and " + fmt.Sprint(o.sampling.period))
+	}
+	return nil
+}
+
+// Sysfs and Procfs are the host paths (--path.sysfs, --path.procfs).
+func (o *Options) Sysfs() string  { return o.sysfs }
+func (o *Options) Procfs() string { return o.procfs }
+
+// Source is where counts come from: perf_event or replay.
+func (o *Options) Source() string { return o.source }
+
+// NodeName is this node's Kubernetes name, if given.
+func (o *Options) NodeName() string { return o.k8sNode }

@@ -1,0 +1,427 @@
+package collector
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/kernel/rlimit"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/kernel/cpubind"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/kernel/probe"
+	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
+	"github.com/pmu-exporter/pmu_exporter/plan/config"
+	"github.com/pmu-exporter/pmu_exporter/plan/profile"
+)
+
+// treeOptions are the topdown collector's.
+type treeOptions struct {
+	enabled            bool
+	uarch, definitions string
+}
+
+// cgroupOptions are the cgroup collector's (and the bounds per-cgroup
+// sampling shares).
+type cgroupOptions struct {
+	enabled                      bool
+	fsPath                       string // --path.cgroupfs
+	depth, maxSeries, maxTracked int
+	grace                        time.Duration
+	perfMode                     []string
+	events                       []string // attributed besides Top-Down's inputs; "all": every counted one
+}
+
+// setup is what both commands need: the host, its PMUs, the capability verdict and
+// the groups to count.
+type setup struct {
+	pmus         []*pmu.PMU
+	facts        host.Facts
+	report       capability.Report
+	groups       []perfcount.GroupSpec
+	configErrors []error
+	// midrs are the CPUs' MIDR_EL1 (arm64): how their Arm SPE data
+	// sources are encoded.
+	midrs map[int]uint64
+}
+
+// midr is cpu's MIDR_EL1, 0 where unknown.
+func (s setup) midr(cpu int) uint64 { return s.midrs[cpu] }
+
+func discover(f Options) setup {
+	var s setup
+	s.facts = host.Read(f.procfs, f.sysfs)
+	pmus, err := pmu.Discover(f.sysfs)
+	if err != nil {
+		s.facts.Errors = append(s.facts.Errors, err)
+	}
+	s.pmus = pmus
+	if s.midrs, err = host.MIDRs(f.sysfs); err != nil {
+		s.facts.Errors = append(s.facts.Errors, err)
+	}
+	s.report = capability.Build(s.facts, pmus, host.ReadCounters(s.facts.CPU.Vendor), probe.Live(s.facts))
+	s.report.Features = append(s.report.Features,
+		accessCounting(s.facts.CPU, pmus, s.report.Feature(capability.HardwareCounters), perf.Probe))
+
+	cfg := &config.Config{DefaultProfile: true}
+	if f.configFile != "" {
+		var err error
+		if cfg, err = config.Load(f.configFile); err != nil {
+			s.configErrors = append(s.configErrors, unjoin(err)...)
+			if cfg == nil {
+				cfg = &config.Config{DefaultProfile: true}
+			}
+		}
+	}
+	var groups []config.Group
+	if cfg.DefaultProfile {
+		groups = profile.Default(s.report.Feature(capability.HardwareCounters).Available)
+	}
+	groups = append(groups, cfg.Groups...)
+	specs, err := profile.Build(groups, pmus)
+	s.configErrors = append(s.configErrors, unjoin(err)...)
+	s.groups = specs
+	if note := fdNote(specs, s.facts.OnlineCPUs); note != "" {
+		s.report.Notes = append(s.report.Notes, note)
+	}
+	return s
+}
+
+// fdNote warns when the groups need more file descriptors (one per event per CPU)
+// than the open-file limit allows, before the kernel refuses them one by one.
+func fdNote(groups []perfcount.GroupSpec, online []int) string {
+	need := 0
+	for _, g := range groups {
+		cpus := len(online)
+		if c := g.CPUs(); c != nil {
+			cpus = 0
+			for _, cpu := range c {
+				if slices.Contains(online, cpu) {
+					cpus++
+				}
+			}
+		}
+		need += len(g.Events) * cpus
+	}
+	limit, err := rlimit.OpenFiles()
+	if err != nil {
+		return ""
+	}
+	const reserve = 64 // listeners, scrapes, /proc and /sys reads
+	if uint64(need+reserve) <= limit {
+		return ""
+	}
+	return fmt.Sprintf("the event groups need %d file descriptors (one per event per CPU) but the open-file limit is %d: raise it (ulimit -n, LimitNOFILE=, or the container's nofile rlimit) or count fewer events",
+		need, limit)
+}
+
+// raiseMemlock lifts the locked-memory limit as far as the process may,
+// before any ring, AUX area or BPF map is made (rlimit.RaiseMemlock), and
+// says what it did.
+func raiseMemlock(logger *slog.Logger) {
+	from, to, err := rlimit.RaiseMemlock()
+	switch {
+	case err != nil:
+		logger.Info("locked-memory limit unchanged: perf rings beyond kernel.perf_event_mlock_kb need CAP_IPC_LOCK, or CAP_SYS_RESOURCE to raise it", "limit", rlimit.KiB(from), "err", err)
+	case from != to:
+		logger.Info("locked-memory limit raised, for perf rings beyond kernel.perf_event_mlock_kb", "from", rlimit.KiB(from), "to", rlimit.KiB(to))
+	}
+}
+
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// liveTopdown is what serve needs to compute Top-Down: one tree per core type.
+type liveTopdown struct {
+	trees   []exporter.TopdownTree
+	targets []placedTree // per core type, for per-cgroup Top-Down
+	lives   []*topdown.Live
+	groups  []perfcount.GroupSpec
+	// warnings say which groups will not fit their CPUs' counters: the engine
+	// will count their events one by one and ratios become estimates.
+	warnings []string
+}
+
+// setupTopdown picks the trees (flag, else detected: one per core type on
+// hybrids; a definitions file extends the first or, where none applies, is the
+// tree), resolves their groups and parameters. The error says why Top-Down is
+// not computed.
+func setupTopdown(o treeOptions, sysfs string, s setup) (*liveTopdown, error) {
+	if !o.enabled {
+		return nil, errors.New("--no-collector.topdown")
+	}
+	var targets []topdown.Target
+	switch {
+	case o.uarch == "none":
+		if o.definitions == "" {
+			return nil, errors.New("--collector.topdown.uarch=none needs --collector.topdown.definitions")
+		}
+		targets = topdown.Place([]string{""}, s.pmus)
+	case o.uarch != "":
+		targets = topdown.Place(strings.Split(o.uarch, ","), s.pmus)
+	default:
+		t, err := topdown.ForHost(s.facts.CPU, s.pmus)
+		if err != nil && o.definitions == "" {
+			return nil, err
+		}
+		targets = t
+		if err != nil { // the definitions file is the whole tree
+			targets = topdown.Place([]string{""}, s.pmus)
+		}
+	}
+	on := map[string]string{}
+	for _, t := range targets {
+		if other, ok := on[t.PMU]; ok {
+			return nil, fmt.Errorf("trees %s and %s would both count on the same CPUs (core PMU %q); give one tree per core type", other, t.Uarch, cmp.Or(t.PMU, "cpu"))
+		}
+		on[t.PMU] = t.Uarch
+	}
+	td := &liveTopdown{}
+	for i, t := range targets {
+		var user string
+		if i == 0 {
+			user = o.definitions // extends the first tree: the P-core tree on hybrids
+		}
+		tree, err := setupTree(sysfs, s, t, user)
+		if err != nil {
+			if t.Uarch == "" { // the definitions file alone: its errors say where
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %w", t.Uarch, err)
+		}
+		td.trees = append(td.trees, exporter.TopdownTree{Src: tree.live, Info: tree.info})
+		td.lives = append(td.lives, tree.live)
+		td.targets = append(td.targets, tree.placedTree)
+		td.groups = append(td.groups, tree.groups...)
+		if tree.warning != "" {
+			td.warnings = append(td.warnings, tree.warning)
+		}
+	}
+	return td, nil
+}
+
+// placedTree is a compiled tree on its core PMU ("" on a host with one).
+type placedTree struct {
+	pmu    string
+	tree   *metric.Tree
+	params map[string]float64
+}
+
+// oneTree is one tree set up on its core PMU.
+type oneTree struct {
+	placedTree
+	live    *topdown.Live
+	info    exporter.TopdownInfo
+	groups  []perfcount.GroupSpec
+	warning string
+}
+
+// setupTree builds the tree of target t, extended or replaced by the user's
+// definitions file when one is given.
+func setupTree(sysfs string, s setup, t topdown.Target, userFile string) (*oneTree, error) {
+	var def *metric.Definition
+	if t.Uarch != "" {
+		if !s.report.Feature(capability.HardwareCounters).Available {
+			return nil, fmt.Errorf("the %s tree needs hardware counters: %s", t.Uarch, s.report.Feature(capability.HardwareCounters).Reason)
+		}
+		d, err := topdown.Builtin(t.Uarch)
+		if err != nil {
+			return nil, err
+		}
+		def = d
+	}
+	var tree *metric.Tree
+	var err error
+	if userFile != "" {
+		b, rerr := os.ReadFile(userFile)
+		if rerr != nil {
+			return nil, &metric.UserError{File: userFile, Err: rerr}
+		}
+		if def, tree, err = metric.Extend(def, userFile, b); err != nil {
+			return nil, err
+		}
+	} else if tree, err = def.Compile(); err != nil {
+		return nil, err
+	}
+	groups, err := topdown.LiveGroups(def, s.pmus, t.PMU)
+	if err != nil {
+		return nil, err
+	}
+	params := map[string]float64{}
+	info := exporter.TopdownInfo{Uarch: def.Name, Source: "events", SMT: "n/a"}
+	if tree.Input("smt_on") >= 0 {
+		on, err := host.SMTActive(sysfs)
+		if err != nil {
+			return nil, err
+		}
+		params["smt_on"], info.SMT = 0, "off"
+		if on {
+			params["smt_on"], info.SMT = 1, "on"
+		}
+	}
+	if tree.Input("#slots") >= 0 {
+		if params["#slots"] = topdown.CoreSlots(s.pmus); params["#slots"] == 0 {
+			return nil, errors.New("the core PMU reports no caps/slots")
+		}
+	}
+	for _, e := range def.Events {
+		if strings.HasPrefix(e.Name, "PERF_METRICS.") {
+			info.Source = "perf_metrics"
+		}
+	}
+	out := &oneTree{placedTree: placedTree{pmu: t.PMU, tree: tree, params: params}, live: topdown.NewLive(tree, groups, params), info: info, groups: groups}
+	counters := s.report.Counters
+	if t.PMU != "" { // hybrid: ask a CPU of this core type
+		for _, p := range s.pmus {
+			if p.Name == t.PMU && len(p.CPUs) > 0 {
+				if c, err := cpubind.CountersOn(s.facts.CPU.Vendor, p.CPUs[0]); err == nil {
+					counters = c
+				}
+			}
+		}
+	}
+	if counters.Known {
+		if err := topdown.CheckFit(def, s.pmus, t.PMU, s.facts.CPU.Vendor == "GenuineIntel", counters.GeneralPurpose); err != nil {
+			out.warning = err.Error()
+		}
+	}
+	return out, nil
+}
+
+// Pipeline is what serve exports: its collectors, the loop that feeds them,
+// whether its first values are in, and what to release at the end.
+type Pipeline struct {
+	collectors []prometheus.Collector
+	run        func(ctx context.Context)
+	ready      func() (bool, string)
+	closers    []func()
+	// startPods starts the pod-name informer (nil without the API).
+	startPods func(ctx context.Context)
+	// handlers are extra endpoints (/debug/cachelines).
+	handlers []Handler
+	// cpuResets hear of CPUs whose events the counting engine reopened.
+	cpuResets []func(cpu int)
+	// step plays one recorded interval (replay only), as run does on its
+	// clock: the golden exposition test plays a fixed number.
+	step func()
+	// health hears of every collector's cycles (pmu_collector_*).
+	health *exporter.Health
+	// beside run with run until ctx ends (the sampler's reader); run
+	// returns once they have, so that closers never pull a ring from under
+	// its reader.
+	beside []func(ctx context.Context)
+	// self is what the exporter costs (live only; nil in replay).
+	self *exporter.SelfCost
+}
+
+// WrapMetrics counts what each scrape of h costs the exporter (its
+// process CPU time while serving it) into pmu_self_*.
+func (p *Pipeline) WrapMetrics(h http.Handler) http.Handler {
+	if p.self == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := selftest.ProcessCPU()
+		h.ServeHTTP(w, r)
+		p.self.AddScrape(uint64(max(selftest.ProcessCPU()-t0, 0)))
+	})
+}
+
+// Close releases what the collectors hold, in the reverse order.
+func (p *Pipeline) Close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// NewRegistry holds the pipeline's collectors and the exporter's own: build
+// information, the Go runtime and the process.
+func NewRegistry(p *Pipeline) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.collectors...)
+	reg.MustRegister(
+		versioncollector.NewCollector("pmu"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// measuring says whether any group is open on any CPU, or why none is: a
+// pod that measures nothing is alive (/-/healthy) but not ready.
+func measuring(s perfcount.Snapshot) (bool, string) {
+	reasons := map[string]int{}
+	for _, g := range s.Groups {
+		if g.OpenCPUs > 0 {
+			return true, ""
+		}
+		for r, n := range g.Failures {
+			reasons[string(r)] += n
+		}
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(reasons)) {
+		parts = append(parts, fmt.Sprintf("%s on %d group CPUs", r, reasons[r]))
+	}
+	return false, "no event group could be opened (" + cmp.Or(strings.Join(parts, ", "), "no group configured") + "); see pmu_group_open_failures and pmu_exporter check"
+}
+
+// Run feeds the collectors until ctx ends.
+func (p *Pipeline) Run(ctx context.Context) { p.run(ctx) }
+
+// Ready says whether the first values are in, or why not.
+func (p *Pipeline) Ready() (bool, string) { return p.ready() }
+
+// StartPods starts the pod-name informer, where there is one.
+func (p *Pipeline) StartPods(ctx context.Context) {
+	if p.startPods != nil {
+		p.startPods(ctx)
+	}
+}
+
+// Handlers are the extra endpoints (served only with --web.enable-debug).
+func (p *Pipeline) Handlers() []Handler { return p.handlers }
+
+// hasHandler says whether a collector already serves path.
+func (p *Pipeline) hasHandler(path string) bool {
+	for _, h := range p.handlers {
+		if h.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// Build puts the pipeline together from this host's counters, or from a
+// recording with --source=replay.
+func Build(o Options, logger *slog.Logger) (*Pipeline, error) {
+	if o.source == "replay" {
+		return replayPipeline(o, logger)
+	}
+	return livePipeline(o, logger), nil
+}

@@ -1,0 +1,68 @@
+package collector
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+)
+
+// fixtureSetup is what discover would find on a fixture host whose hardware
+// counters work.
+func fixtureSetup(t *testing.T, h fixture.Host) (Options, setup) {
+	sysfs, procfs := fixture.Write(t, h)
+	f := Options{sysfs: sysfs, procfs: procfs, tree: treeOptions{enabled: true}}
+	s := setup{pmus: fixture.PMUs(t, h), facts: host.Read(procfs, sysfs)}
+	s.report.Features = []capability.Feature{{Name: capability.HardwareCounters, Available: true}}
+	s.report.Counters = host.Counters{GeneralPurpose: 8, Known: true}
+	return f, s
+}
+
+// On an Alder Lake hybrid, serve runs the P-core tree on CPUs 0-3 and the
+// Gracemont tree on CPUs 4-7, each from its own core PMU.
+func TestSetupTopdownHybrid(t *testing.T) {
+	f, s := fixtureSetup(t, fixture.IntelAlderLake())
+	td, err := setupTopdown(f.tree, f.sysfs, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uarchs []string
+	for _, tr := range td.trees {
+		uarchs = append(uarchs, tr.Info.Uarch+"/"+tr.Info.Source)
+	}
+	if !slices.Equal(uarchs, []string{"adl/perf_metrics", "grt/events"}) {
+		t.Errorf("trees %v", uarchs)
+	}
+	for _, g := range td.groups {
+		want, pmuType := []int{0, 1, 2, 3}, uint32(4)
+		if strings.HasPrefix(g.Name, "topdown/grt/") {
+			want, pmuType = []int{4, 5, 6, 7}, 10
+		}
+		if !slices.Equal(g.CPUs(), want) {
+			t.Errorf("%s counts on CPUs %v, want %v", g.Name, g.CPUs(), want)
+		}
+		for _, e := range g.Events {
+			if e.Attr.Type != pmuType {
+				t.Errorf("%s: %s has PMU type %d, want %d", g.Name, e.Name, e.Attr.Type, pmuType)
+			}
+		}
+	}
+	if len(td.groups) != 3 || len(td.warnings) != 0 {
+		t.Errorf("%d groups, warnings %v; want adl's 1 and grt's 2, fitting", len(td.groups), td.warnings)
+	}
+
+	// Two trees on one core type would count its slots twice.
+	f.tree.uarch = "spr,adl"
+	if _, err := setupTopdown(f.tree, f.sysfs, s); err == nil || !strings.Contains(err.Error(), "both count on the same CPUs") {
+		t.Errorf("spr,adl: %v", err)
+	}
+	// A chosen E-core tree goes on the E-cores.
+	f.tree.uarch = "grt"
+	td, err = setupTopdown(f.tree, f.sysfs, s)
+	if err != nil || len(td.groups) != 2 || !slices.Equal(td.groups[0].CPUs(), []int{4, 5, 6, 7}) {
+		t.Errorf("grt alone: %v %+v", err, td)
+	}
+}
