@@ -145,44 +145,84 @@ func (d DataSrc) Source() Source {
 	return SourceNA
 }
 
-// OpName is the op label: load, store, prefetch, exec or na.
-func (d DataSrc) OpName() string {
+// OpClass is the sample's op, by precedence: load, store, prefetch, exec,
+// or na; an index into OpNames.
+type OpClass uint8
+
+// The op classes, and how many there are.
+const (
+	OpClassLoad OpClass = iota
+	OpClassStore
+	OpClassPrefetch
+	OpClassExec
+	OpClassNA
+	NumOpClasses
+)
+
+// OpNames are the op labels, by OpClass.
+var OpNames = [NumOpClasses]string{"load", "store", "prefetch", "exec", "na"}
+
+// OpClass is the op: load before store (a read-modify-write is a load
+// too), then prefetch and exec.
+func (d DataSrc) OpClass() OpClass {
 	switch {
 	case d.Op&OpLoad != 0:
-		return "load"
+		return OpClassLoad
 	case d.Op&OpStore != 0:
-		return "store"
+		return OpClassStore
 	case d.Op&OpPfetch != 0:
-		return "prefetch"
+		return OpClassPrefetch
 	case d.Op&OpExec != 0:
-		return "exec"
+		return OpClassExec
 	}
-	return "na"
+	return OpClassNA
 }
+
+// OpName is the op label: load, store, prefetch, exec or na.
+func (d DataSrc) OpName() string { return OpNames[d.OpClass()] }
 
 // IsLoad and IsStore say the op.
 func (d DataSrc) IsLoad() bool  { return d.Op&OpLoad != 0 }
 func (d DataSrc) IsStore() bool { return d.Op&OpLoad == 0 && d.Op&OpStore != 0 }
 
-// SnoopName is the snoop label: the most telling snoop result, hitm, peer
-// (mem_snoopx: a peer cache served it, Arm SPE's and AMD's transfers
-// between cores, which Arm's data sources give instead of a HITM), hit,
-// miss, none or na.
-func (d DataSrc) SnoopName() string {
+// SnoopClass is the most telling snoop result, an index into SnoopNames.
+type SnoopClass uint8
+
+// The snoop classes, and how many there are.
+const (
+	SnoopClassHITM SnoopClass = iota
+	SnoopClassPeer
+	SnoopClassHit
+	SnoopClassMiss
+	SnoopClassNone
+	SnoopClassNA
+	NumSnoopClasses
+)
+
+// SnoopNames are the snoop labels, by SnoopClass.
+var SnoopNames = [NumSnoopClasses]string{"hitm", "peer", "hit", "miss", "none", "na"}
+
+// SnoopClass is the most telling snoop result: hitm, peer (mem_snoopx: a
+// peer cache served it, Arm SPE's and AMD's transfers between cores, which
+// Arm's data sources give instead of a HITM), hit, miss, none or na.
+func (d DataSrc) SnoopClass() SnoopClass {
 	switch {
 	case d.Snoop&SnoopHITM != 0:
-		return "hitm"
+		return SnoopClassHITM
 	case d.SnoopX&SnoopXPeer != 0:
-		return "peer"
+		return SnoopClassPeer
 	case d.Snoop&SnoopHit != 0:
-		return "hit"
+		return SnoopClassHit
 	case d.Snoop&SnoopMiss != 0:
-		return "miss"
+		return SnoopClassMiss
 	case d.Snoop&SnoopNone != 0:
-		return "none"
+		return SnoopClassNone
 	}
-	return "na"
+	return SnoopClassNA
 }
+
+// SnoopName is the snoop label (SnoopClass).
+func (d DataSrc) SnoopName() string { return SnoopNames[d.SnoopClass()] }
 
 // HITM is a load that hit a line modified in another core's cache: the
 // cost false sharing causes.

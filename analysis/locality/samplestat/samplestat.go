@@ -23,15 +23,16 @@ import (
 // bucket boundaries 9% apart.
 const Schema = 3
 
+// The classes' op and snoop, as datasrc classifies them.
 const (
-	numOps    = 5 // load, store, prefetch, exec, na
-	numSnoops = 6 // hitm, peer, hit, miss, none, na
+	numOps    = int(datasrc.NumOpClasses)
+	numSnoops = int(datasrc.NumSnoopClasses)
 )
 
-// Ops and Snoops are the label values, by index.
+// Ops and Snoops are the label values, by index: datasrc's.
 var (
-	Ops    = [numOps]string{"load", "store", "prefetch", "exec", "na"}
-	Snoops = [numSnoops]string{"hitm", "peer", "hit", "miss", "none", "na"}
+	Ops    = datasrc.OpNames
+	Snoops = datasrc.SnoopNames
 )
 
 // Class counts one (op, source, snoop).
@@ -263,7 +264,7 @@ func (st *Stats) classOf(v uint64) int {
 	if e.class == 0 || e.src != v {
 		d := datasrc.Decode(v)
 		e.src = v
-		e.class = uint32((opIndex(d)*int(datasrc.NumSources)+int(d.Source()))*numSnoops+snoopIndex(d)) + 1
+		e.class = uint32((int(d.OpClass())*int(datasrc.NumSources)+int(d.Source()))*numSnoops+int(d.SnoopClass())) + 1
 	}
 	return int(e.class - 1)
 }
@@ -323,38 +324,6 @@ func (b Batch) Throttled(ev int) {
 	if ev >= 0 && ev < len(b.s.events) {
 		b.s.events[ev].Throttled++
 	}
-}
-
-// opIndex is OpName's index in Ops.
-func opIndex(d datasrc.DataSrc) int {
-	switch {
-	case d.Op&datasrc.OpLoad != 0:
-		return 0
-	case d.Op&datasrc.OpStore != 0:
-		return 1
-	case d.Op&datasrc.OpPfetch != 0:
-		return 2
-	case d.Op&datasrc.OpExec != 0:
-		return 3
-	}
-	return 4
-}
-
-// snoopIndex is SnoopName's index in Snoops.
-func snoopIndex(d datasrc.DataSrc) int {
-	switch {
-	case d.Snoop&datasrc.SnoopHITM != 0:
-		return 0
-	case d.SnoopX&datasrc.SnoopXPeer != 0:
-		return 1
-	case d.Snoop&datasrc.SnoopHit != 0:
-		return 2
-	case d.Snoop&datasrc.SnoopMiss != 0:
-		return 3
-	case d.Snoop&datasrc.SnoopNone != 0:
-		return 4
-	}
-	return 5
 }
 
 // bucketOf is the native histogram bucket of v under Schema: bucket k

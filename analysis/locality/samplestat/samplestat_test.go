@@ -133,16 +133,6 @@ func TestNoAllocation(t *testing.T) {
 // snoopAt is the index of a snoop label value.
 func snoopAt(name string) int { return slices.Index(Snoops[:], name) }
 
-// The label tables agree with datasrc's names.
-func TestLabelIndexes(t *testing.T) {
-	for v := range uint64(1 << 12) {
-		d := datasrc.DataSrc{Op: uint8(v & 0x1f), Snoop: uint8(v >> 5 & 0x1f), SnoopX: uint8(v >> 10)}
-		if Ops[opIndex(d)] != d.OpName() || Snoops[snoopIndex(d)] != d.SnoopName() {
-			t.Fatalf("%+v: %s/%s, datasrc says %s/%s", d, Ops[opIndex(d)], Snoops[snoopIndex(d)], d.OpName(), d.SnoopName())
-		}
-	}
-}
-
 // Per-cgroup shares: each cgroup's samples by event and class, its sharing
 // events, and the cgroups beyond the bound summed in OtherCgroup.
 func TestCgroups(t *testing.T) {
