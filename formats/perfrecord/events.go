@@ -151,8 +151,7 @@ type SampleID struct {
 
 // TrailerSize is the size of a sample_id trailer for sample_type st.
 func TrailerSize(st uint64) int {
-	return 8 * bits.OnesCount64(st&(unix.PERF_SAMPLE_TID|unix.PERF_SAMPLE_TIME|unix.PERF_SAMPLE_ID|
-		unix.PERF_SAMPLE_STREAM_ID|unix.PERF_SAMPLE_CPU|unix.PERF_SAMPLE_IDENTIFIER))
+	return 8 * bits.OnesCount64(st&trailerFields)
 }
 
 // DecodeSampleID reads the trailer at the end of the non-sample record rec
@@ -174,26 +173,8 @@ func DecodeSampleID(rec []byte, l Layout) (SampleID, error) {
 	if end-HeaderSize < n {
 		return s, fmt.Errorf("record type %d of %d bytes: no room for its %d-byte sample_id trailer", h.Type, end, n)
 	}
-	r := reader{b: rec[end-n : end]}
-	st := l.SampleType
-	if st&unix.PERF_SAMPLE_TID != 0 {
-		s.PID, s.TID = r.u32(), r.u32()
-	}
-	if st&unix.PERF_SAMPLE_TIME != 0 {
-		s.Time = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_ID != 0 {
-		s.ID = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_STREAM_ID != 0 {
-		s.StreamID = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_CPU != 0 {
-		s.CPU = r.u32()
-		r.u32()
-	}
-	if st&unix.PERF_SAMPLE_IDENTIFIER != 0 {
-		s.ID = r.u64()
-	}
-	return s, r.err
+	var smp Sample
+	err = decodeTrailer(rec[end-n:end], l.SampleType, &smp)
+	s = SampleID{PID: smp.PID, TID: smp.TID, Time: smp.Time, ID: smp.ID, StreamID: smp.StreamID, CPU: smp.CPU}
+	return s, err
 }

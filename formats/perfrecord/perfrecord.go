@@ -58,12 +58,8 @@ var le = binary.LittleEndian
 // dumps are laid out by the attr's sample_regs_user (Layout.RegsUser);
 // interrupt registers, user stacks, branch stacks and AUX need more of the
 // attr and are refused up front rather than misread.
-const supported = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID |
-	unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_ID | unix.PERF_SAMPLE_STREAM_ID |
-	unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_PERIOD | unix.PERF_SAMPLE_READ | unix.PERF_SAMPLE_CALLCHAIN |
-	unix.PERF_SAMPLE_RAW | unix.PERF_SAMPLE_WEIGHT | unix.PERF_SAMPLE_DATA_SRC | unix.PERF_SAMPLE_TRANSACTION |
-	unix.PERF_SAMPLE_PHYS_ADDR | unix.PERF_SAMPLE_CGROUP | unix.PERF_SAMPLE_DATA_PAGE_SIZE |
-	unix.PERF_SAMPLE_CODE_PAGE_SIZE | unix.PERF_SAMPLE_WEIGHT_STRUCT | unix.PERF_SAMPLE_REGS_USER
+// supported are the fields sampleFields decodes.
+var supported = fixedWords | unix.PERF_SAMPLE_READ | variable
 
 // Layout is what decides a sample's layout: the event's sample_type and
 // read_format, and whether other records carry a sample_id trailer.
@@ -153,102 +149,16 @@ func DecodeSample(rec []byte, l Layout, s *Sample) error {
 			*s = Sample{Has: l.SampleType, last: l, fixed: true}
 		}
 		s.Misc = h.Misc
-		decodeFixed(body, l, s, read)
+		s.Read = read
+		decodeFixedFields(body, l, s)
 		return nil
 	}
-	*s = Sample{Has: l.SampleType, Misc: h.Misc, last: l}
-	if err := decodeChecked(body, l, s, read); err != nil {
+	*s = Sample{Has: l.SampleType, Misc: h.Misc, last: l, Read: read}
+	if err := decodeFields(body, l, s); err != nil {
 		return fmt.Errorf("sample (sample_type %#x, %d bytes): %w", l.SampleType, h.Size, err)
 	}
 	return nil
 }
-
-// decodeChecked decodes any layout, checking every field against the
-// bytes left.
-func decodeChecked(body []byte, l Layout, s *Sample, read []ReadValue) error {
-	st := l.SampleType
-	r := reader{b: body}
-	if st&unix.PERF_SAMPLE_IDENTIFIER != 0 {
-		s.ID = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_IP != 0 {
-		s.IP = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_TID != 0 {
-		s.PID, s.TID = r.u32(), r.u32()
-	}
-	if st&unix.PERF_SAMPLE_TIME != 0 {
-		s.Time = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_ADDR != 0 {
-		s.Addr = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_ID != 0 {
-		s.ID = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_STREAM_ID != 0 {
-		s.StreamID = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_CPU != 0 {
-		s.CPU = r.u32()
-		r.u32() // reserved
-	}
-	if st&unix.PERF_SAMPLE_PERIOD != 0 {
-		s.Period = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_READ != 0 {
-		read = r.readFormat(l.ReadFormat, read, &s.Enabled, &s.Running)
-	}
-	s.Read = read
-	if st&unix.PERF_SAMPLE_CALLCHAIN != 0 {
-		n := r.u64()
-		if n > uint64(len(r.b))/8 {
-			r.fail("callchain of %d entries", n)
-		} else {
-			s.CallchainLen = int(n)
-			s.Callchain = r.bytes(int(n) * 8)
-		}
-	}
-	if st&unix.PERF_SAMPLE_RAW != 0 {
-		n := r.u32()
-		s.RawLen = int(n)
-		s.Raw = r.bytes(int(n))
-		r.align8(4 + int(n))
-	}
-	if st&unix.PERF_SAMPLE_REGS_USER != 0 {
-		r.regs(l.RegsUser, s)
-	}
-	if st&unix.PERF_SAMPLE_WEIGHT != 0 {
-		s.Weight = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
-		s.Weight = uint64(r.u32())
-		s.InsnLatency, s.Var3Weight = r.u16(), r.u16()
-	}
-	if st&unix.PERF_SAMPLE_DATA_SRC != 0 {
-		s.DataSrc = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_TRANSACTION != 0 {
-		s.Transaction = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_PHYS_ADDR != 0 {
-		s.PhysAddr = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_CGROUP != 0 {
-		s.Cgroup = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_DATA_PAGE_SIZE != 0 {
-		s.DataPageSize = r.u64()
-	}
-	if st&unix.PERF_SAMPLE_CODE_PAGE_SIZE != 0 {
-		s.CodePageSize = r.u64()
-	}
-	return r.err
-}
-
-// variable are the fields whose size a record gives: a group read, the
-// callchain, raw data, and user registers (none when the abi is 0).
-const variable = unix.PERF_SAMPLE_CALLCHAIN | unix.PERF_SAMPLE_RAW | unix.PERF_SAMPLE_REGS_USER
 
 // fixedSize is the body size of a layout without variable fields.
 func fixedSize(l Layout) (int, bool) {
@@ -256,97 +166,12 @@ func fixedSize(l Layout) (int, bool) {
 	if st&variable != 0 || (st&unix.PERF_SAMPLE_READ != 0 && l.ReadFormat&unix.PERF_FORMAT_GROUP != 0) {
 		return 0, false
 	}
-	n := 8 * bits.OnesCount64(st&(unix.PERF_SAMPLE_IDENTIFIER|unix.PERF_SAMPLE_IP|unix.PERF_SAMPLE_TID|
-		unix.PERF_SAMPLE_TIME|unix.PERF_SAMPLE_ADDR|unix.PERF_SAMPLE_ID|unix.PERF_SAMPLE_STREAM_ID|
-		unix.PERF_SAMPLE_CPU|unix.PERF_SAMPLE_PERIOD|unix.PERF_SAMPLE_WEIGHT|unix.PERF_SAMPLE_WEIGHT_STRUCT|
-		unix.PERF_SAMPLE_DATA_SRC|unix.PERF_SAMPLE_TRANSACTION|unix.PERF_SAMPLE_PHYS_ADDR|unix.PERF_SAMPLE_CGROUP|
-		unix.PERF_SAMPLE_DATA_PAGE_SIZE|unix.PERF_SAMPLE_CODE_PAGE_SIZE))
+	n := 8 * bits.OnesCount64(st&fixedWords)
 	if st&unix.PERF_SAMPLE_READ != 0 {
 		n += 8 * (1 + bits.OnesCount64(l.ReadFormat&(unix.PERF_FORMAT_TOTAL_TIME_ENABLED|
 			unix.PERF_FORMAT_TOTAL_TIME_RUNNING|unix.PERF_FORMAT_ID|formatLost)))
 	}
 	return n, true
-}
-
-// decodeFixed decodes a body whose size was checked against fixedSize:
-// the common PEBS/IBS layouts, read without a check per field.
-func decodeFixed(b []byte, l Layout, s *Sample, read []ReadValue) {
-	st := l.SampleType
-	o := 0
-	u64 := func() uint64 { v := le.Uint64(b[o:]); o += 8; return v }
-	if st&unix.PERF_SAMPLE_IDENTIFIER != 0 {
-		s.ID = u64()
-	}
-	if st&unix.PERF_SAMPLE_IP != 0 {
-		s.IP = u64()
-	}
-	if st&unix.PERF_SAMPLE_TID != 0 {
-		s.PID, s.TID = le.Uint32(b[o:]), le.Uint32(b[o+4:])
-		o += 8
-	}
-	if st&unix.PERF_SAMPLE_TIME != 0 {
-		s.Time = u64()
-	}
-	if st&unix.PERF_SAMPLE_ADDR != 0 {
-		s.Addr = u64()
-	}
-	if st&unix.PERF_SAMPLE_ID != 0 {
-		s.ID = u64()
-	}
-	if st&unix.PERF_SAMPLE_STREAM_ID != 0 {
-		s.StreamID = u64()
-	}
-	if st&unix.PERF_SAMPLE_CPU != 0 {
-		s.CPU = le.Uint32(b[o:])
-		o += 8
-	}
-	if st&unix.PERF_SAMPLE_PERIOD != 0 {
-		s.Period = u64()
-	}
-	if st&unix.PERF_SAMPLE_READ != 0 {
-		rf := l.ReadFormat
-		v := ReadValue{Value: u64()}
-		if rf&unix.PERF_FORMAT_TOTAL_TIME_ENABLED != 0 {
-			s.Enabled = u64()
-		}
-		if rf&unix.PERF_FORMAT_TOTAL_TIME_RUNNING != 0 {
-			s.Running = u64()
-		}
-		if rf&unix.PERF_FORMAT_ID != 0 {
-			v.ID = u64()
-		}
-		if rf&formatLost != 0 {
-			v.Lost = u64()
-		}
-		read = append(read, v)
-	}
-	s.Read = read
-	if st&unix.PERF_SAMPLE_WEIGHT != 0 {
-		s.Weight = u64()
-	}
-	if st&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
-		s.Weight = uint64(le.Uint32(b[o:]))
-		s.InsnLatency, s.Var3Weight = le.Uint16(b[o+4:]), le.Uint16(b[o+6:])
-		o += 8
-	}
-	if st&unix.PERF_SAMPLE_DATA_SRC != 0 {
-		s.DataSrc = u64()
-	}
-	if st&unix.PERF_SAMPLE_TRANSACTION != 0 {
-		s.Transaction = u64()
-	}
-	if st&unix.PERF_SAMPLE_PHYS_ADDR != 0 {
-		s.PhysAddr = u64()
-	}
-	if st&unix.PERF_SAMPLE_CGROUP != 0 {
-		s.Cgroup = u64()
-	}
-	if st&unix.PERF_SAMPLE_DATA_PAGE_SIZE != 0 {
-		s.DataPageSize = u64()
-	}
-	if st&unix.PERF_SAMPLE_CODE_PAGE_SIZE != 0 {
-		s.CodePageSize = u64()
-	}
 }
 
 // Lost is PERF_RECORD_LOST (records the kernel dropped for a full buffer)
@@ -675,34 +500,7 @@ func AppendSample(b []byte, l Layout, s *Sample) ([]byte, error) {
 	b = le.AppendUint16(b, s.Misc)
 	b = le.AppendUint16(b, uint16(HeaderSize+n))
 	st := l.SampleType
-	u64 := func(bit uint64, v uint64) {
-		if st&bit != 0 {
-			b = le.AppendUint64(b, v)
-		}
-	}
-	u64(unix.PERF_SAMPLE_IDENTIFIER, s.ID)
-	u64(unix.PERF_SAMPLE_IP, s.IP)
-	if st&unix.PERF_SAMPLE_TID != 0 {
-		b = le.AppendUint32(le.AppendUint32(b, s.PID), s.TID)
-	}
-	u64(unix.PERF_SAMPLE_TIME, s.Time)
-	u64(unix.PERF_SAMPLE_ADDR, s.Addr)
-	u64(unix.PERF_SAMPLE_ID, s.ID)
-	u64(unix.PERF_SAMPLE_STREAM_ID, s.StreamID)
-	if st&unix.PERF_SAMPLE_CPU != 0 {
-		b = le.AppendUint32(le.AppendUint32(b, s.CPU), 0)
-	}
-	u64(unix.PERF_SAMPLE_PERIOD, s.Period)
-	u64(unix.PERF_SAMPLE_WEIGHT, s.Weight)
-	if st&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
-		b = le.AppendUint16(le.AppendUint16(le.AppendUint32(b, uint32(s.Weight)), s.InsnLatency), s.Var3Weight)
-	}
-	u64(unix.PERF_SAMPLE_DATA_SRC, s.DataSrc)
-	u64(unix.PERF_SAMPLE_TRANSACTION, s.Transaction)
-	u64(unix.PERF_SAMPLE_PHYS_ADDR, s.PhysAddr)
-	u64(unix.PERF_SAMPLE_CGROUP, s.Cgroup)
-	u64(unix.PERF_SAMPLE_DATA_PAGE_SIZE, s.DataPageSize)
-	u64(unix.PERF_SAMPLE_CODE_PAGE_SIZE, s.CodePageSize)
+	b = appendFields(b, st, s)
 	if got := len(b) - start; got != HeaderSize+n {
 		return b[:start], fmt.Errorf("synthesize a sample of sample_type %#x: wrote %d bytes, the layout has %d", st, got, HeaderSize+n)
 	}
