@@ -137,9 +137,10 @@ func appendDecoded(b []byte, acc *collector.Accesses, s *perfrecord.Sample) []by
 // (BenchmarkSamplesVsPerfScript). Event names and data_src objects are
 // encoded once each.
 type lineWriter struct {
-	buf   []byte
-	names [][]byte
-	srcs  map[uint64][]byte
+	buf    []byte
+	names  [][]byte
+	srcs   map[uint64][]byte
+	fields []perfrecord.PrintedField // a sample's, reused
 }
 
 // line is the JSON line of sample s of event i; an event with a fixed
@@ -165,43 +166,28 @@ func (w *lineWriter) line(i int, names []string, a perfrecord.Attr, s *perfrecor
 		b = strconv.AppendUint(b, v, 16)
 		b = append(b, '"')
 	}
-	if has(unix.PERF_SAMPLE_TID) {
-		num("pid", uint64(s.PID))
-		num("tid", uint64(s.TID))
-	}
-	if has(unix.PERF_SAMPLE_CPU) {
-		num("cpu", uint64(s.CPU))
-	}
-	if has(unix.PERF_SAMPLE_TIME) {
-		num("time", s.Time)
-	}
-	if has(unix.PERF_SAMPLE_IP) {
-		hexField("ip", s.IP)
-	}
-	if has(unix.PERF_SAMPLE_ADDR) {
-		hexField("addr", s.Addr)
-	}
-	switch {
-	case has(unix.PERF_SAMPLE_PERIOD):
-		num("period", s.Period)
-	case !a.Freq:
-		num("period", a.Period)
-	}
-	if has(unix.PERF_SAMPLE_WEIGHT | unix.PERF_SAMPLE_WEIGHT_STRUCT) {
-		num("weight", s.Weight)
-	}
-	if has(unix.PERF_SAMPLE_PHYS_ADDR) {
-		hexField("phys_addr", s.PhysAddr)
-	}
-	if has(unix.PERF_SAMPLE_DATA_SRC) {
-		src, ok := w.srcs[s.DataSrc]
-		if !ok {
-			d := datasrc.Decode(s.DataSrc)
-			src, _ = json.Marshal(dataSrcJSON{Raw: hex(s.DataSrc), Names: d.Names(), Source: d.Source().String(), Snoop: d.SnoopName(), HITM: d.HITM().String(), Peer: peerName(d.Contention())})
-			w.srcs[s.DataSrc] = src
+	// The sample's own fields, as perfrecord's table prints them; an
+	// event with a fixed period that does not sample it has that period.
+	w.fields = s.Printed(w.fields[:0])
+	for _, f := range w.fields {
+		switch {
+		case f.Name == "data_src":
+			src, ok := w.srcs[f.Value]
+			if !ok {
+				d := datasrc.Decode(f.Value)
+				src, _ = json.Marshal(dataSrcJSON{Raw: hex(f.Value), Names: d.Names(), Source: d.Source().String(), Snoop: d.SnoopName(), HITM: d.HITM().String(), Peer: peerName(d.Contention())})
+				w.srcs[f.Value] = src
+			}
+			b = append(b, `,"data_src":`...)
+			b = append(b, src...)
+		case f.Hex:
+			hexField(f.Name, f.Value)
+		default:
+			num(f.Name, f.Value)
 		}
-		b = append(b, `,"data_src":`...)
-		b = append(b, src...)
+	}
+	if !has(unix.PERF_SAMPLE_PERIOD) && !a.Freq {
+		num("period", a.Period)
 	}
 	b = append(b, "}\n"...)
 	w.buf = b

@@ -20,6 +20,11 @@ type sampleField struct {
 	// field is that field's name and bitName the bit's, for the fixed
 	// decoder generated from this table (fixed_gen.go).
 	field, bitName string
+	// printed is what `pmu_exporter samples` prints of it (Printed): its
+	// JSON names, comma-separated (kindTID: pid,tid), "" for none; hex
+	// writes them as perf script writes addresses.
+	printed string
+	hex     bool
 }
 
 // fieldKind is a field's shape in the record.
@@ -44,28 +49,28 @@ func (k fieldKind) fixed() bool { return k <= kindWeightStruct }
 const numSampleFields = 21
 
 var sampleFields = [numSampleFields]sampleField{
-	{unix.PERF_SAMPLE_IDENTIFIER, kindU64, unsafe.Offsetof(Sample{}.ID), "ID", "PERF_SAMPLE_IDENTIFIER"},
-	{unix.PERF_SAMPLE_IP, kindU64, unsafe.Offsetof(Sample{}.IP), "IP", "PERF_SAMPLE_IP"},
-	{unix.PERF_SAMPLE_TID, kindTID, unsafe.Offsetof(Sample{}.PID), "PID", "PERF_SAMPLE_TID"},
-	{unix.PERF_SAMPLE_TIME, kindU64, unsafe.Offsetof(Sample{}.Time), "Time", "PERF_SAMPLE_TIME"},
-	{unix.PERF_SAMPLE_ADDR, kindU64, unsafe.Offsetof(Sample{}.Addr), "Addr", "PERF_SAMPLE_ADDR"},
-	{unix.PERF_SAMPLE_ID, kindU64, unsafe.Offsetof(Sample{}.ID), "ID", "PERF_SAMPLE_ID"},
-	{unix.PERF_SAMPLE_STREAM_ID, kindU64, unsafe.Offsetof(Sample{}.StreamID), "StreamID", "PERF_SAMPLE_STREAM_ID"},
-	{unix.PERF_SAMPLE_CPU, kindCPU, unsafe.Offsetof(Sample{}.CPU), "CPU", "PERF_SAMPLE_CPU"},
-	{unix.PERF_SAMPLE_PERIOD, kindU64, unsafe.Offsetof(Sample{}.Period), "Period", "PERF_SAMPLE_PERIOD"},
-	{unix.PERF_SAMPLE_READ, kindRead, 0, "", "PERF_SAMPLE_READ"},
-	{unix.PERF_SAMPLE_CALLCHAIN, kindCallchain, 0, "", "PERF_SAMPLE_CALLCHAIN"},
-	{unix.PERF_SAMPLE_RAW, kindRaw, 0, "", "PERF_SAMPLE_RAW"},
-	{unix.PERF_SAMPLE_REGS_USER, kindRegs, 0, "", "PERF_SAMPLE_REGS_USER"},
-	{unix.PERF_SAMPLE_WEIGHT, kindU64, unsafe.Offsetof(Sample{}.Weight), "Weight", "PERF_SAMPLE_WEIGHT"},
+	{unix.PERF_SAMPLE_IDENTIFIER, kindU64, unsafe.Offsetof(Sample{}.ID), "ID", "PERF_SAMPLE_IDENTIFIER", "", false},
+	{unix.PERF_SAMPLE_IP, kindU64, unsafe.Offsetof(Sample{}.IP), "IP", "PERF_SAMPLE_IP", "ip", true},
+	{unix.PERF_SAMPLE_TID, kindTID, unsafe.Offsetof(Sample{}.PID), "PID", "PERF_SAMPLE_TID", "pid,tid", false},
+	{unix.PERF_SAMPLE_TIME, kindU64, unsafe.Offsetof(Sample{}.Time), "Time", "PERF_SAMPLE_TIME", "time", false},
+	{unix.PERF_SAMPLE_ADDR, kindU64, unsafe.Offsetof(Sample{}.Addr), "Addr", "PERF_SAMPLE_ADDR", "addr", true},
+	{unix.PERF_SAMPLE_ID, kindU64, unsafe.Offsetof(Sample{}.ID), "ID", "PERF_SAMPLE_ID", "", false},
+	{unix.PERF_SAMPLE_STREAM_ID, kindU64, unsafe.Offsetof(Sample{}.StreamID), "StreamID", "PERF_SAMPLE_STREAM_ID", "", false},
+	{unix.PERF_SAMPLE_CPU, kindCPU, unsafe.Offsetof(Sample{}.CPU), "CPU", "PERF_SAMPLE_CPU", "cpu", false},
+	{unix.PERF_SAMPLE_PERIOD, kindU64, unsafe.Offsetof(Sample{}.Period), "Period", "PERF_SAMPLE_PERIOD", "period", false},
+	{unix.PERF_SAMPLE_READ, kindRead, 0, "", "PERF_SAMPLE_READ", "", false},
+	{unix.PERF_SAMPLE_CALLCHAIN, kindCallchain, 0, "", "PERF_SAMPLE_CALLCHAIN", "", false},
+	{unix.PERF_SAMPLE_RAW, kindRaw, 0, "", "PERF_SAMPLE_RAW", "", false},
+	{unix.PERF_SAMPLE_REGS_USER, kindRegs, 0, "", "PERF_SAMPLE_REGS_USER", "", false},
+	{unix.PERF_SAMPLE_WEIGHT, kindU64, unsafe.Offsetof(Sample{}.Weight), "Weight", "PERF_SAMPLE_WEIGHT", "weight", false},
 	// WEIGHT_STRUCT takes WEIGHT's place (a layout has one or the other).
-	{unix.PERF_SAMPLE_WEIGHT_STRUCT, kindWeightStruct, 0, "", "PERF_SAMPLE_WEIGHT_STRUCT"},
-	{unix.PERF_SAMPLE_DATA_SRC, kindU64, unsafe.Offsetof(Sample{}.DataSrc), "DataSrc", "PERF_SAMPLE_DATA_SRC"},
-	{unix.PERF_SAMPLE_TRANSACTION, kindU64, unsafe.Offsetof(Sample{}.Transaction), "Transaction", "PERF_SAMPLE_TRANSACTION"},
-	{unix.PERF_SAMPLE_PHYS_ADDR, kindU64, unsafe.Offsetof(Sample{}.PhysAddr), "PhysAddr", "PERF_SAMPLE_PHYS_ADDR"},
-	{unix.PERF_SAMPLE_CGROUP, kindU64, unsafe.Offsetof(Sample{}.Cgroup), "Cgroup", "PERF_SAMPLE_CGROUP"},
-	{unix.PERF_SAMPLE_DATA_PAGE_SIZE, kindU64, unsafe.Offsetof(Sample{}.DataPageSize), "DataPageSize", "PERF_SAMPLE_DATA_PAGE_SIZE"},
-	{unix.PERF_SAMPLE_CODE_PAGE_SIZE, kindU64, unsafe.Offsetof(Sample{}.CodePageSize), "CodePageSize", "PERF_SAMPLE_CODE_PAGE_SIZE"},
+	{unix.PERF_SAMPLE_WEIGHT_STRUCT, kindWeightStruct, 0, "", "PERF_SAMPLE_WEIGHT_STRUCT", "weight", false},
+	{unix.PERF_SAMPLE_DATA_SRC, kindU64, unsafe.Offsetof(Sample{}.DataSrc), "DataSrc", "PERF_SAMPLE_DATA_SRC", "data_src", true},
+	{unix.PERF_SAMPLE_TRANSACTION, kindU64, unsafe.Offsetof(Sample{}.Transaction), "Transaction", "PERF_SAMPLE_TRANSACTION", "", false},
+	{unix.PERF_SAMPLE_PHYS_ADDR, kindU64, unsafe.Offsetof(Sample{}.PhysAddr), "PhysAddr", "PERF_SAMPLE_PHYS_ADDR", "phys_addr", true},
+	{unix.PERF_SAMPLE_CGROUP, kindU64, unsafe.Offsetof(Sample{}.Cgroup), "Cgroup", "PERF_SAMPLE_CGROUP", "", false},
+	{unix.PERF_SAMPLE_DATA_PAGE_SIZE, kindU64, unsafe.Offsetof(Sample{}.DataPageSize), "DataPageSize", "PERF_SAMPLE_DATA_PAGE_SIZE", "", false},
+	{unix.PERF_SAMPLE_CODE_PAGE_SIZE, kindU64, unsafe.Offsetof(Sample{}.CodePageSize), "CodePageSize", "PERF_SAMPLE_CODE_PAGE_SIZE", "", false},
 }
 
 // u64At and u32At are the Sample fields at an offset sampleFields names.
@@ -201,4 +206,35 @@ func (s *Sample) readOne(b []byte, o int, rf uint64) int {
 	}
 	s.Read = append(s.Read[:0], v)
 	return o
+}
+
+// PrintedField is a sample field as `pmu_exporter samples` prints it: its
+// JSON name and value, in hex where perf script writes an address.
+type PrintedField struct {
+	Name  string
+	Value uint64
+	Hex   bool
+}
+
+// Printed appends to out the fields of s that samples prints, in the
+// table's order: the table says which and how, so that a field added to
+// it is printed by adding its name there.
+func (s *Sample) Printed(out []PrintedField) []PrintedField {
+	for i := range sampleFields {
+		f := &sampleFields[i]
+		if s.Has&f.bit == 0 || f.printed == "" {
+			continue
+		}
+		switch f.kind {
+		case kindU64:
+			out = append(out, PrintedField{f.printed, *u64At(s, f.at), f.hex})
+		case kindTID:
+			out = append(out, PrintedField{"pid", uint64(s.PID), false}, PrintedField{"tid", uint64(s.TID), false})
+		case kindCPU:
+			out = append(out, PrintedField{f.printed, uint64(s.CPU), f.hex})
+		case kindWeightStruct:
+			out = append(out, PrintedField{f.printed, s.Weight, f.hex})
+		}
+	}
+	return out
 }
