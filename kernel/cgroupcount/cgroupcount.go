@@ -48,13 +48,18 @@ type Options struct {
 // Attributor owns the eBPF counter and the per-cgroup state. The engine's
 // hooks and Cycle run on the engine's goroutine; Snapshot may run concurrently.
 type Attributor struct {
-	opts      Options
-	counter   *cgroupbpf.Counter
-	resolver  *cgroupid.Resolver
-	table     *cgroupattr.Table
-	unattr    *cgroupattr.Table
-	offsets   []int // each class's first index in the flattened counts
-	width     int   // flattened counts per cgroup
+	opts     Options
+	counter  *cgroupbpf.Counter
+	resolver *cgroupid.Resolver
+	table    *cgroupattr.Table
+	unattr   *cgroupattr.Table
+	offsets  []int // each class's first index in the flattened counts
+	width    int   // flattened counts per cgroup
+	// placed says, by flattened index, which events had an fd in the
+	// program on some CPU at some time: an event whose group never opened
+	// (no PMU for it here) gets no series, rather than a zero that reads
+	// as "counted nothing".
+	placed    []bool
 	keyed     []*topdown.Keyed
 	rollup    *cgroupattr.Rollup   // each cgroup's own credits summed into its ancestors
 	ancestry  map[uint64][]uint64  // the kernel's record of each cgroup's ancestors, read once
@@ -106,6 +111,7 @@ func New(opts Options) (*Attributor, error) {
 	if slots == 0 {
 		return nil, fmt.Errorf("no event can be attributed to cgroups")
 	}
+	a.placed = make([]bool, a.width)
 	if err := a.resolver.Walk(); err != nil {
 		return nil, err
 	}
@@ -186,6 +192,10 @@ func (a *Attributor) OnOpen(group string, events []string, cpu int, g *perf.Grou
 		if err := a.counter.SetEvent(slots[k], cpu, g.FD(index[k]), how); err != nil {
 			a.errors[model.CgroupErrPlace]++
 			a.opts.Logger.Warn("cannot attribute an event to cgroups", "event", names[k], "cpu", cpu, "err", err)
+			continue
+		}
+		if ci := a.class(cpu); ci >= 0 {
+			a.placed[a.offsets[ci]+slots[k]] = true
 		}
 	}
 }
@@ -441,13 +451,14 @@ func (a *Attributor) publish(series []cgroupattr.Series, tracked int) {
 	a.mu.Unlock()
 }
 
-// events sums flattened counts by event name over classes, visible ones only.
+// events sums flattened counts by event name over classes: the visible
+// ones that were ever placed.
 func (a *Attributor) events(counts []float64) []Count {
 	sums := map[string]float64{}
 	for ci, c := range a.opts.Classes {
 		for i, src := range c.Events {
-			if !src.Hidden {
-				sums[src.Event] += counts[a.offsets[ci]+i]
+			if j := a.offsets[ci] + i; !src.Hidden && a.placed[j] {
+				sums[src.Event] += counts[j]
 			}
 		}
 	}

@@ -274,3 +274,43 @@ func TestFailedWalkForgetsNothing(t *testing.T) {
 	}
 	t.Errorf("the cgroup has no series once the hierarchy reads again: %+v", r.a.Snapshot().Cgroups)
 }
+
+// An attributed event whose group never opens (a software event id the
+// kernel does not have) gets no per-cgroup series, where a zero would read
+// as "counted nothing"; the events that count keep theirs.
+func TestUnopenedEventHasNoSeries(t *testing.T) {
+	testenv.RequireRoot(t)
+	groups := []perfcount.GroupSpec{
+		{Name: "software", Events: []eventspec.Event{sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK)}},
+		{Name: "missing", Events: []eventspec.Event{sw("no-such-event", 0xdead)}},
+	}
+	classes, _ := Plan([]Class{{}}, groups, func(string) bool { return true }, func(string) bool { return true })
+	now := time.Unix(1000, 0)
+	a, err := New(Options{Classes: classes, Root: testenv.Cgroup2Mount(), MaxCgroups: 4096, MaxSeries: 1000, Grace: time.Minute,
+		Now: func() time.Time { return now }})
+	testenv.Require(t, err == nil, fmt.Sprintf("loading the BPF program: %v", err))
+	online := host.NewOnlineCPUsReader("/sys")
+	defer online.Close()
+	e := perfcount.New(perfcount.Options{Groups: groups, OnlineCPUs: online.Read, OnOpen: a.OnOpen, OnClose: a.OnClose})
+	defer func() { e.Close(); a.Close() }()
+	cpus := testenv.OnlineCPUs(t)
+	for range 3 {
+		e.Cycle()
+		a.Cycle(cpus)
+		now = now.Add(time.Second)
+		time.Sleep(20 * time.Millisecond)
+	}
+	s := a.Snapshot()
+	if len(s.Cgroups) == 0 {
+		t.Fatal("no cgroup series at all")
+	}
+	for _, c := range s.Cgroups {
+		names := map[string]bool{}
+		for _, ev := range c.Events {
+			names[ev.Event] = true
+		}
+		if names["no-such-event"] || !names["cpu-clock"] {
+			t.Errorf("%s: series for %v, want cpu-clock and not no-such-event", c.Path, c.Events)
+		}
+	}
+}
