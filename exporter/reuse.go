@@ -34,6 +34,7 @@ type ReuseCollector struct {
 	stale, armLatency                         *prometheus.Desc
 	pairs, locality                           *prometheus.Desc
 	eventDistance                             *prometheus.Desc
+	observed, observedEvents                  *prometheus.Desc // the raw observations behind each bin
 	stack                                     *stackDistances
 }
 
@@ -41,21 +42,25 @@ type ReuseCollector struct {
 func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 	l := append(append([]string(nil), identityLabels[:]...), "mode", "unit")
 	return &ReuseCollector{src: src, cgroups: ids, names: names, started: time.Now(), stack: newStackDistances(l),
-		distance:      desc("reuse_time_distance_seconds", "Time from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker), estimated for all sampled accesses; unit thread_cpu_seconds: the thread's CPU time between them, wall_seconds: CLOCK_MONOTONIC's; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l...),
-		invalidations: desc("reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused.", l...),
-		samples:       desc("reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l...),
-		stale:         desc("reuse_stale_traps_total", "Traps read after their slot was armed again (another address, a time before the slot's sample, or the sampling thread's own in shared mode): no outcome.", l...),
-		eventDistance: desc("reuse_event_distance", "As pmu_reuse_time_distance_seconds (mode private), counted in the events of --collector.comm.reuse-clock (the unit label), which each watched thread's group counts and its samples and traps read: ReuseTracker's clock is retired loads and stores. Buckets at the powers of two: the bucket up to 2^(k+1) holds the distances d with 2^k <= d < 2^(k+1) (log2 bins).", l...),
-		pairs:         desc("reuse_pairs_total", "Reuses (estimated, as the histogram) by the kinds of the use and the reuse: RAR, RAW (a load reusing a store), WAR, WAW; a read-modify-write is a write as a use and a read as a reuse; unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "pair")...),
-		locality:      desc("reuse_locality_total", "Reuses (estimated, as the histogram) by where the reuse began: at the sampled access's address (temporal) or at another address overlapping the watched bytes (spatial: a watchpoint sees no other part of the line); unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "locality")...),
-		dropped:       desc("reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l...),
-		armLatency:    desc("reuse_arm_latency_seconds", "Time from a sampled access to its watchpoints taking effect (the sample read, the registers armed in every thread of its process), on CLOCK_MONOTONIC, node-wide; a reuse sooner than this is missed and a later one seen: distances below it are not measured. Buckets at the powers of two of seconds."),
+		distance:       desc("reuse_time_distance_seconds", "Time from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker), estimated for all sampled accesses; unit thread_cpu_seconds: the thread's CPU time between them, wall_seconds: CLOCK_MONOTONIC's; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l...),
+		invalidations:  desc("reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused.", l...),
+		samples:        desc("reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l...),
+		stale:          desc("reuse_stale_traps_total", "Traps read after their slot was armed again (another address, a time before the slot's sample, or the sampling thread's own in shared mode): no outcome.", l...),
+		eventDistance:  desc("reuse_event_distance", "As pmu_reuse_time_distance_seconds (mode private), counted in the events of --collector.comm.reuse-clock (the unit label), which each watched thread's group counts and its samples and traps read: ReuseTracker's clock is retired loads and stores. Buckets at the powers of two: the bucket up to 2^(k+1) holds the distances d with 2^k <= d < 2^(k+1) (log2 bins).", l...),
+		observed:       desc("reuse_observed_time_distance_seconds", "The reuses ReuseTracker observed (traps), unweighted, by the bins of pmu_reuse_time_distance_seconds: how many observations each of its estimated bins rests on. A bin estimated from a handful is uncertain however large its estimate.", l...),
+		observedEvents: desc("reuse_observed_event_distance", "The reuses observed, unweighted, by the bins of pmu_reuse_event_distance: how many observations each of its estimated bins rests on.", l...),
+		pairs:          desc("reuse_pairs_total", "Reuses (estimated, as the histogram) by the kinds of the use and the reuse: RAR, RAW (a load reusing a store), WAR, WAW; a read-modify-write is a write as a use and a read as a reuse; unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "pair")...),
+		locality:       desc("reuse_locality_total", "Reuses (estimated, as the histogram) by where the reuse began: at the sampled access's address (temporal) or at another address overlapping the watched bytes (spatial: a watchpoint sees no other part of the line); unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "locality")...),
+		dropped:        desc("reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l...),
+		armLatency:     desc("reuse_arm_latency_seconds", "Time from a sampled access to its watchpoints taking effect (the sample read, the registers armed in every thread of its process), on CLOCK_MONOTONIC, node-wide; a reuse sooner than this is missed and a later one seen: distances below it are not measured. Buckets at the powers of two of seconds."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.distance
+	ch <- c.observed
+	ch <- c.observedEvents
 	ch <- c.invalidations
 	ch <- c.samples
 	ch <- c.dropped
@@ -88,6 +93,7 @@ type reuseKey struct {
 
 type reuseTotals struct {
 	bins             [reuse.Bins]float64
+	observed         [reuse.Bins]uint64 // raw reuses, unweighted
 	invalidations    float64
 	samples, dropped uint64
 	stale            uint64
@@ -108,6 +114,9 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for k, v := range t.Estimated {
 			r.bins[k] += v
+		}
+		for k, v := range t.Distance {
+			r.observed[k] += v
 		}
 		// Rounded once per cgroup, after the sum: rounded per process, a
 		// process that exits and leaves its totals to its cgroup's could
@@ -151,8 +160,10 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if strings.HasSuffix(key.unit, "_seconds") {
 			ch <- binnedHistogram(c.distance, bins, timeBins, c.started, l...)
+			ch <- binnedHistogram(c.observed, r.observed, timeBins, c.started, l...)
 		} else {
 			ch <- binnedHistogram(c.eventDistance, bins, 0, c.started, l...)
+			ch <- binnedHistogram(c.observedEvents, r.observed, 0, c.started, l...)
 		}
 		if key.unit == reuse.UnitAccesses && key.mode == reuse.Private {
 			c.stack.collect(ch, key, &r.fine, r.samples, l)

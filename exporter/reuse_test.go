@@ -63,6 +63,14 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 				t.Errorf("labels %v, want mode private, unit thread_cpu_seconds (the tracker's clock)", labels)
 			}
 		}
+		if m.Desc() == c.observed {
+			// The two reuses as they were observed, unweighted: one in
+			// (2^-19, 2^-18] s, one in (2^-11, 2^-10] s.
+			obs := out.GetHistogram()
+			if obs.GetSampleCount() != 2 || len(obs.GetPositiveSpan()) != 2 || obs.GetPositiveSpan()[0].GetOffset() != -18 {
+				t.Errorf("observed %v, want 2: the native buckets -18 and -10", obs)
+			}
+		}
 		if m.Desc() == c.armLatency {
 			lat := out.GetHistogram()
 			if lat.GetSampleCount() != 3 || len(lat.GetPositiveSpan()) != 1 || lat.GetPositiveSpan()[0].GetOffset() != -7 {
