@@ -20,37 +20,47 @@ type ReuseSource interface {
 	ArmLatency() [reuse.Bins]uint64
 }
 
-// ReuseCollector exports ReuseTracker's outcomes per cgroup: the reuse
-// time distance as a native histogram (schema 0: buckets at the powers of
-// two of seconds) with the same buckets as classic ones, each observed reuse
-// weighted by the inverse of its chance to be observed; invalidations,
-// samples and the samples no slot took.
+// ReuseCollector exports ReuseTracker's outcomes per cgroup: the
+// estimated distribution of the reuse distances (gauges: an estimate from
+// every watch so far, which later watches may lower as well as raise) with
+// 95% intervals, the share not resolved, and the raw observations behind
+// them (counters): reuses by distance bin, watches by outcome, samples.
 type ReuseCollector struct {
-	src                                       ReuseSource
-	started                                   time.Time
-	cgroups                                   CgroupIDs
-	names                                     PodNames
-	distance, invalidations, samples, dropped *prometheus.Desc
-	stale, armLatency                         *prometheus.Desc
-	pairs, locality                           *prometheus.Desc
-	eventDistance                             *prometheus.Desc
-	observed, observedEvents                  *prometheus.Desc // the raw observations behind each bin
-	stack                                     *stackDistances
+	src                    ReuseSource
+	started                time.Time
+	cgroups                CgroupIDs
+	names                  PodNames
+	invalidations, samples *prometheus.Desc
+	dropped, stale         *prometheus.Desc
+	armLatency             *prometheus.Desc
+	pairs, locality        *prometheus.Desc
+	timeShare, eventShare  *prometheus.Desc // the estimated bins
+	outcomeShare, watches  *prometheus.Desc
+	timeHorizon            *prometheus.Desc
+	eventHorizon           *prometheus.Desc
+	observed               *prometheus.Desc // the raw observations behind each bin
+	observedEvents         *prometheus.Desc
+	stack                  *stackDistances
 }
 
 // NewReuse exports src; ids and names label the cgroups (ids nil: by id).
 func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 	l := append(append([]string(nil), identityLabels[:]...), "mode", "unit")
+	with := func(extra ...string) []string { return append(l[:len(l):len(l)], extra...) }
 	return &ReuseCollector{src: src, cgroups: ids, names: names, started: time.Now(), stack: newStackDistances(l),
-		distance:       desc("reuse_time_distance_seconds", "Time from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker), estimated for all sampled accesses; unit thread_cpu_seconds: the thread's CPU time between them, wall_seconds: CLOCK_MONOTONIC's; buckets at the powers of two of seconds (native, and classic for a Prometheus without native histograms). Distances shorter than the arm latency (a sample is read, then its watchpoint armed) are seen as longer.", l...),
-		invalidations:  desc("reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused.", l...),
+		timeShare:      desc("reuse_time_distance_share", "Estimated share of the sampled accesses reused at a time distance in (bucket/2, bucket] seconds (bound estimate; lower and upper: its 95% interval, absent where the bin has no observation), from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker); unit thread_cpu_seconds: the thread's CPU time between them, wall_seconds: CLOCK_MONOTONIC's. Estimated from every watch since the process was first watched, the ones a later sample replaced included (weighted Aalen-Johansen, docs/sampling.md): a gauge, which later watches may lower. Distances shorter than the arm latency are seen as longer.", with("bucket", "bound")...),
+		eventShare:     desc("reuse_event_distance_share", "As pmu_reuse_time_distance_share (mode private), the distance counted in the events of --collector.comm.reuse-clock (the unit label): the share reused at a distance in [bucket/2, bucket) events.", with("bucket", "bound")...),
+		outcomeShare:   desc("reuse_outcome_share", "Estimated share of the sampled accesses by outcome: reused (at any distance resolved), invalidated (another thread's or domain's store first), unreused (no outcome by the oldest watch, though watches lasted past twice the last outcome's age: taken as not reused) and not_resolved (no outcome by the oldest watch, pmu_reuse_horizon_*, where they did not: a reuse further away than any watch lasted, or none). They sum to 1; bound lower and upper are the 95% interval where there is one.", with("outcome", "bound")...),
+		watches:        desc("reuse_watches_total", "Watches (a slot armed on a sampled access) by how they ended: reused, invalidated, or censored (a later sample took the slot first: all that is known is how long it lasted). The estimate's raw observations.", with("outcome")...),
+		timeHorizon:    desc("reuse_horizon_seconds", "The oldest age any watch reached, on the distance clock (unit): no distance beyond it is resolved.", l...),
+		eventHorizon:   desc("reuse_horizon_events", "As pmu_reuse_horizon_seconds, for the distance clocks that count events (the unit label).", l...),
+		invalidations:  desc("reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused: observed (traps), unweighted; pmu_reuse_outcome_share{outcome=\"invalidated\"} estimates their share of all sampled accesses.", l...),
 		samples:        desc("reuse_samples_total", "Sampled accesses offered to ReuseTracker.", l...),
 		stale:          desc("reuse_stale_traps_total", "Traps read after their slot was armed again (another address, a time before the slot's sample, or the sampling thread's own in shared mode): no outcome.", l...),
-		eventDistance:  desc("reuse_event_distance", "As pmu_reuse_time_distance_seconds (mode private), counted in the events of --collector.comm.reuse-clock (the unit label), which each watched thread's group counts and its samples and traps read: ReuseTracker's clock is retired loads and stores. Buckets at the powers of two: the bucket up to 2^(k+1) holds the distances d with 2^k <= d < 2^(k+1) (log2 bins).", l...),
-		observed:       desc("reuse_observed_time_distance_seconds", "The reuses ReuseTracker observed (traps), unweighted, by the bins of pmu_reuse_time_distance_seconds: how many observations each of its estimated bins rests on. A bin estimated from a handful is uncertain however large its estimate.", l...),
-		observedEvents: desc("reuse_observed_event_distance", "The reuses observed, unweighted, by the bins of pmu_reuse_event_distance: how many observations each of its estimated bins rests on.", l...),
-		pairs:          desc("reuse_pairs_total", "Reuses (estimated, as the histogram) by the kinds of the use and the reuse: RAR, RAW (a load reusing a store), WAR, WAW; a read-modify-write is a write as a use and a read as a reuse; unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "pair")...),
-		locality:       desc("reuse_locality_total", "Reuses (estimated, as the histogram) by where the reuse began: at the sampled access's address (temporal) or at another address overlapping the watched bytes (spatial: a watchpoint sees no other part of the line); unknown where the trapping instruction could not be decoded.", append(l[:len(l):len(l)], "locality")...),
+		observed:       desc("reuse_observed_time_distance_seconds", "The reuses ReuseTracker observed (traps), unweighted, by the buckets of pmu_reuse_time_distance_share: how many observations each estimated bin rests on. A bin estimated from a handful is uncertain however large its estimate.", l...),
+		observedEvents: desc("reuse_observed_event_distance", "The reuses observed, unweighted, by the buckets of pmu_reuse_event_distance_share (the bucket up to 2^(k+1) holds the distances d with 2^k <= d < 2^(k+1)).", l...),
+		pairs:          desc("reuse_pairs_total", "Reuses observed (traps, unweighted) by the kinds of the use and the reuse: RAR, RAW (a load reusing a store), WAR, WAW; a read-modify-write is a write as a use and a read as a reuse; unknown where the trapping instruction could not be decoded.", with("pair")...),
+		locality:       desc("reuse_locality_total", "Reuses observed (traps, unweighted) by where the reuse began: at the sampled access's address (temporal) or at another address overlapping the watched bytes (spatial: a watchpoint sees no other part of the line); unknown where the trapping instruction could not be decoded.", with("locality")...),
 		dropped:        desc("reuse_samples_dropped_total", "Sampled accesses no watchpoint slot took (the reservoir kept the ones armed).", l...),
 		armLatency:     desc("reuse_arm_latency_seconds", "Time from a sampled access to its watchpoints taking effect (the sample read, the registers armed in every thread of its process), on CLOCK_MONOTONIC, node-wide; a reuse sooner than this is missed and a later one seen: distances below it are not measured. Buckets at the powers of two of seconds."),
 	}
@@ -58,19 +68,11 @@ func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 
 // Describe implements prometheus.Collector.
 func (c *ReuseCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.distance
-	ch <- c.observed
-	ch <- c.observedEvents
-	ch <- c.invalidations
-	ch <- c.samples
-	ch <- c.dropped
-	ch <- c.stale
-	ch <- c.armLatency
-	ch <- c.pairs
-	ch <- c.locality
-	ch <- c.eventDistance
-	ch <- c.stack.histogram
-	ch <- c.stack.missRatio
+	for _, d := range []*prometheus.Desc{c.timeShare, c.eventShare, c.outcomeShare, c.watches, c.timeHorizon, c.eventHorizon,
+		c.observed, c.observedEvents, c.invalidations, c.samples, c.dropped, c.stale, c.armLatency, c.pairs, c.locality,
+		c.stack.histogram, c.stack.missRatio} {
+		ch <- d
+	}
 }
 
 // WithCaches gives the host's cache sizes in bytes (0: not known) for the
@@ -91,58 +93,21 @@ type reuseKey struct {
 	unit   string
 }
 
-type reuseTotals struct {
-	bins             [reuse.Bins]float64
-	observed         [reuse.Bins]uint64 // raw reuses, unweighted
-	invalidations    float64
-	samples, dropped uint64
-	stale            uint64
-	pairs            [3][3]float64
-	locality         [3]float64
-	fine             [reuse.Bins * reuse.SubBins]float64 // unit accesses: for the stack distances
-}
-
-// Collect implements prometheus.Collector: processes summed per cgroup.
+// Collect implements prometheus.Collector: processes summed per cgroup
+// (their trackers merged: the life tables add up), then estimated.
 func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
-	per := map[reuseKey]*reuseTotals{}
+	per := map[reuseKey]*reuse.Tracker{}
 	c.src.ReuseView(func(_ uint32, cgroup uint64, t *reuse.Tracker) {
 		k := reuseKey{cgroup, t.Mode(), t.Unit()}
-		r := per[k]
-		if r == nil {
-			r = &reuseTotals{}
-			per[k] = r
+		if per[k] == nil {
+			per[k] = &reuse.Tracker{}
 		}
-		for k, v := range t.Estimated {
-			r.bins[k] += v
-		}
-		for k, v := range t.Distance {
-			r.observed[k] += v
-		}
-		// Rounded once per cgroup, after the sum: rounded per process, a
-		// process that exits and leaves its totals to its cgroup's could
-		// make the counter go down.
-		r.invalidations += t.EstimatedInvalidations
-		r.samples += t.Samples
-		r.dropped += t.Dropped
-		r.stale += t.Stale
-		for u := range t.Pairs {
-			for k := range t.Pairs[u] {
-				r.pairs[u][k] += t.Pairs[u][k]
-			}
-		}
-		for k := range t.Locality {
-			r.locality[k] += t.Locality[k]
-		}
-		if t.Unit() == reuse.UnitAccesses {
-			for j, v := range t.Fine {
-				r.fine[j] += v
-			}
-		}
+		per[k].Merge(t)
 	})
 	c.stack.keepOnly(per)
 	ch <- binnedHistogram(c.armLatency, c.src.ArmLatency(), timeBins, c.started)
 	s := Sampling{cgroups: c.cgroups, names: c.names}
-	for key, r := range per {
+	for key, t := range per {
 		id := key.cgroup
 		var l []string
 		if c.cgroups != nil {
@@ -154,38 +119,91 @@ func (c *ReuseCollector) Collect(ch chan<- prometheus.Metric) {
 			l = []string{"other", "", "", ""}
 		}
 		l = append(l, key.mode.String(), key.unit)
-		var bins [reuse.Bins]uint64
-		for k, v := range r.bins {
-			bins[k] = uint64(math.Round(v))
-		}
+		e := t.Estimate()
 		if strings.HasSuffix(key.unit, "_seconds") {
-			ch <- binnedHistogram(c.distance, bins, timeBins, c.started, l...)
-			ch <- binnedHistogram(c.observed, r.observed, timeBins, c.started, l...)
+			c.shares(ch, c.timeShare, &e, timeBins, l)
+			ch <- binnedHistogram(c.observed, t.Distance, timeBins, c.started, l...)
+			ch <- prometheus.MustNewConstMetric(c.timeHorizon, prometheus.GaugeValue, math.Ldexp(float64(e.Horizon), timeBins), l...)
 		} else {
-			ch <- binnedHistogram(c.eventDistance, bins, 0, c.started, l...)
-			ch <- binnedHistogram(c.observedEvents, r.observed, 0, c.started, l...)
+			c.shares(ch, c.eventShare, &e, 0, l)
+			ch <- binnedHistogram(c.observedEvents, t.Distance, 0, c.started, l...)
+			ch <- prometheus.MustNewConstMetric(c.eventHorizon, prometheus.GaugeValue, float64(e.Horizon), l...)
 		}
 		if key.unit == reuse.UnitAccesses && key.mode == reuse.Private {
-			c.stack.collect(ch, key, &r.fine, r.samples, l)
+			fine := e.Fine
+			for j := range fine {
+				fine[j] *= float64(t.Samples)
+			}
+			c.stack.collect(ch, key, &fine, t.Samples, l)
 		}
-		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, math.Round(r.invalidations), l...)
-		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(r.samples), l...)
-		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(r.dropped), l...)
-		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(r.stale), l...)
-		unknown := 0.0
-		for u := range r.pairs {
-			for k, v := range r.pairs[u] {
-				if name := reuse.PairName(reuse.Kind(u), reuse.Kind(k)); name != "" {
-					ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.CounterValue, math.Round(v), append(l[:len(l):len(l)], name)...)
-				} else {
-					unknown += v
-				}
+		c.outcomes(ch, t, &e, l)
+		ch <- prometheus.MustNewConstMetric(c.invalidations, prometheus.CounterValue, float64(t.Invalidations), l...)
+		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(t.Samples), l...)
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(t.Dropped), l...)
+		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(t.Stale), l...)
+		c.kinds(ch, t, l)
+	}
+}
+
+// shares exports the estimated bins: bin k is [2^(k+exp), 2^(k+exp+1)),
+// the bucket labelled by its upper edge; lower and upper bounds where the
+// bin has observations.
+func (c *ReuseCollector) shares(ch chan<- prometheus.Metric, d *prometheus.Desc, e *reuse.Estimate, exp int, l []string) {
+	for k, b := range e.Bins {
+		if b.Share == 0 && b.Observed == 0 {
+			continue
+		}
+		bucket := strconv.FormatFloat(math.Ldexp(1, k+exp+1), 'g', -1, 64)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, b.Share, append(l[:len(l):len(l)], bucket, "estimate")...)
+		if b.Observed > 0 {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, b.Low, append(l[:len(l):len(l)], bucket, "lower")...)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, b.High, append(l[:len(l):len(l)], bucket, "upper")...)
+		}
+	}
+}
+
+// outcomes exports the outcomes' estimated shares and the watches.
+func (c *ReuseCollector) outcomes(ch chan<- prometheus.Metric, t *reuse.Tracker, e *reuse.Estimate, l []string) {
+	share := func(outcome, bound string, v float64) {
+		ch <- prometheus.MustNewConstMetric(c.outcomeShare, prometheus.GaugeValue, v, append(l[:len(l):len(l)], outcome, bound)...)
+	}
+	share("reused", "estimate", e.Reused())
+	share("invalidated", "estimate", e.Invalidated.Share)
+	if e.Invalidated.Observed > 0 {
+		share("invalidated", "lower", e.Invalidated.Low)
+		share("invalidated", "upper", e.Invalidated.High)
+	}
+	share("unreused", "estimate", e.Unreused)
+	share("not_resolved", "estimate", e.NotResolved)
+	for o, name := range []string{reuse.Reused: "reused", reuse.Invalidated: "invalidated", reuse.Censored: "censored"} {
+		if name != "" {
+			ch <- prometheus.MustNewConstMetric(c.watches, prometheus.CounterValue, float64(t.Life.Watches(reuse.Outcome(o))), append(l[:len(l):len(l)], name)...)
+		}
+	}
+}
+
+// kinds exports the observed reuses by pair of kinds and by locality.
+func (c *ReuseCollector) kinds(ch chan<- prometheus.Metric, t *reuse.Tracker, l []string) {
+	sum := func(bins *[reuse.Bins]uint64) (n uint64) {
+		for _, v := range bins {
+			n += v
+		}
+		return n
+	}
+	var unknown uint64
+	for u := range t.PairsSeen {
+		for k := range t.PairsSeen[u] {
+			n := sum(&t.PairsSeen[u][k])
+			if name := reuse.PairName(reuse.Kind(u), reuse.Kind(k)); name != "" {
+				ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.CounterValue, float64(n), append(l[:len(l):len(l)], name)...)
+			} else {
+				unknown += n
 			}
 		}
-		ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.CounterValue, math.Round(unknown), append(l[:len(l):len(l)], "unknown")...)
-		for k, name := range [...]string{reuse.LocalityUnknown: "unknown", reuse.Temporal: "temporal", reuse.Spatial: "spatial"} {
-			ch <- prometheus.MustNewConstMetric(c.locality, prometheus.CounterValue, math.Round(r.locality[k]), append(l[:len(l):len(l)], name)...)
-		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.CounterValue, float64(unknown), append(l[:len(l):len(l)], "unknown")...)
+	for k, name := range [...]string{reuse.LocalityUnknown: "unknown", reuse.Temporal: "temporal", reuse.Spatial: "spatial"} {
+		ch <- prometheus.MustNewConstMetric(c.locality, prometheus.CounterValue, float64(sum(&t.LocalitySeen[k])), append(l[:len(l):len(l)], name)...)
 	}
 }
 

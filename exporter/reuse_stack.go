@@ -83,7 +83,7 @@ func (s *stackDistances) collect(ch chan<- prometheus.Metric, key reuseKey, fine
 // keepOnly forgets the placed reuses of every key but those the source
 // still reports: its cgroups gone (their series ended) would otherwise be
 // kept for the exporter's lifetime.
-func (s *stackDistances) keepOnly(keys map[reuseKey]*reuseTotals) {
+func (s *stackDistances) keepOnly(keys map[reuseKey]*reuse.Tracker) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.placed {

@@ -24,10 +24,11 @@ func (o oneTracker) ArmLatency() [reuse.Bins]uint64 { return o.lat }
 func (o oneTracker) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker)) { f(1, 42, o.t) }
 
 // Reuses 3 µs and 0.7 ms after their use (on the live clock), and one
-// invalidation: a native histogram at schema 0 with them in the buckets
-// (2^-19, 2^-18] s (3 µs) and (2^-11, 2^-10] s (0.7 ms), and the same as
-// classic buckets: ≤ 2^-18 s: 1 … ≤ 2^-10 s: 2.
-func TestReuseHistogramNativeAndClassic(t *testing.T) {
+// invalidation, no watch censored: the estimate is then the plain shares,
+// a third each, with the binomial interval 1/3 ± 1.96·√(1/3·2/3/3); the
+// reuses' bins are labelled by their upper edges, 2^-18 s (3 µs) and 2^-10
+// s (0.7 ms); the observed histogram holds them, native and classic.
+func TestReuseSharesAndObserved(t *testing.T) {
 	if got := perfsample.ReuseClock(1e9); got != 1<<30 {
 		t.Fatalf("ReuseClock(1 s) = %d, want 2^30", got)
 	}
@@ -46,59 +47,74 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 	ch := make(chan prometheus.Metric, 100)
 	c.Collect(ch)
 	close(ch)
-	var h *dto.Histogram
 	kinds := map[string]float64{}
+	shares, outcomes, watches := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	label := func(out *dto.Metric, name string) string {
+		for _, lp := range out.GetLabel() {
+			if lp.GetName() == name {
+				return lp.GetValue()
+			}
+		}
+		return ""
+	}
+	var observed *dto.Histogram
 	for m := range ch {
 		var out dto.Metric
 		if err := m.Write(&out); err != nil {
 			t.Fatal(err)
 		}
-		if out.Histogram != nil && m.Desc() == c.distance {
-			h = out.Histogram
-			labels := map[string]string{}
-			for _, lp := range out.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
+		switch m.Desc() {
+		case c.timeShare:
+			if label(&out, "mode") != "private" || label(&out, "unit") != "thread_cpu_seconds" {
+				t.Errorf("labels %v, want mode private, unit thread_cpu_seconds (the tracker's clock)", out.GetLabel())
 			}
-			if labels["mode"] != "private" || labels["unit"] != "thread_cpu_seconds" {
-				t.Errorf("labels %v, want mode private, unit thread_cpu_seconds (the tracker's clock)", labels)
-			}
-		}
-		if m.Desc() == c.observed {
-			// The two reuses as they were observed, unweighted: one in
-			// (2^-19, 2^-18] s, one in (2^-11, 2^-10] s.
-			obs := out.GetHistogram()
-			if obs.GetSampleCount() != 2 || len(obs.GetPositiveSpan()) != 2 || obs.GetPositiveSpan()[0].GetOffset() != -18 {
-				t.Errorf("observed %v, want 2: the native buckets -18 and -10", obs)
-			}
-		}
-		if m.Desc() == c.armLatency {
+			shares[label(&out, "bucket")+" "+label(&out, "bound")] = out.GetGauge().GetValue()
+		case c.outcomeShare:
+			outcomes[label(&out, "outcome")+" "+label(&out, "bound")] = out.GetGauge().GetValue()
+		case c.watches:
+			watches[label(&out, "outcome")] = out.GetCounter().GetValue()
+		case c.observed:
+			observed = out.GetHistogram()
+		case c.armLatency:
 			lat := out.GetHistogram()
 			if lat.GetSampleCount() != 3 || len(lat.GetPositiveSpan()) != 1 || lat.GetPositiveSpan()[0].GetOffset() != -7 {
 				t.Errorf("arm latency %v, want 3 in the native bucket -7 (2^-8, 2^-7] s", lat)
 			}
-		}
-		if out.Counter != nil && m.Desc() == c.invalidations && out.Counter.GetValue() != 1 {
-			t.Errorf("invalidations %v, want 1", out.Counter.GetValue())
-		}
-		if m.Desc() == c.pairs || m.Desc() == c.locality {
-			name := map[*prometheus.Desc]string{c.pairs: "pair", c.locality: "locality"}[m.Desc()]
-			for _, lp := range out.GetLabel() {
-				if lp.GetName() == name {
-					kinds[lp.GetValue()] += out.GetCounter().GetValue()
-				}
+		case c.invalidations:
+			if out.GetCounter().GetValue() != 1 {
+				t.Errorf("invalidations %v, want 1", out.GetCounter().GetValue())
 			}
+		case c.pairs:
+			kinds[label(&out, "pair")] += out.GetCounter().GetValue()
+		case c.locality:
+			kinds[label(&out, "locality")] += out.GetCounter().GetValue()
 		}
 	}
-	if h == nil || h.GetSampleCount() != 2 || h.GetSchema() != 0 {
-		t.Fatalf("histogram %v", h)
+	third, half := 1.0/3, 1.96*math.Sqrt(1.0/3*2.0/3/3)
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	for _, b := range []string{"3.814697265625e-06", "0.0009765625"} {
+		if !near(shares[b+" estimate"], third) || !near(shares[b+" lower"], 0) || !near(shares[b+" upper"], third+half) {
+			t.Errorf("bucket %s: %v, want %.4f in [0, %.4f]", b, shares, third, third+half)
+		}
+	}
+	if len(shares) != 6 || !near(outcomes["reused estimate"], 2*third) || !near(outcomes["invalidated estimate"], third) ||
+		!near(outcomes["invalidated upper"], third+half) || outcomes["not_resolved estimate"] != 0 || outcomes["unreused estimate"] != 0 {
+		t.Errorf("shares %v, outcomes %v", shares, outcomes)
+	}
+	if want := map[string]float64{"reused": 2, "invalidated": 1, "censored": 0}; !maps.Equal(watches, want) {
+		t.Errorf("watches %v, want %v", watches, want)
 	}
 	// One reuse decoded (a load of the stored bytes: RAW, temporal), one
 	// not (pair and locality unknown).
 	if want := map[string]float64{"RAR": 0, "RAW": 1, "WAR": 0, "WAW": 0, "unknown": 2, "temporal": 1, "spatial": 0}; !maps.Equal(kinds, want) {
 		t.Errorf("pairs and localities %v, want %v", kinds, want)
 	}
-	// Native: bucket indexes -18 (3 µs ≤ 2^-18 s = 3.8 µs) and -10
-	// (0.7 ms ≤ 2^-10 s = 0.98 ms).
+	// The observations: native bucket indexes -18 (3 µs ≤ 2^-18 s = 3.8
+	// µs) and -10 (0.7 ms ≤ 2^-10 s = 0.98 ms), and the classic buckets.
+	h := observed
+	if h == nil || h.GetSampleCount() != 2 || h.GetSchema() != 0 {
+		t.Fatalf("observed %v", h)
+	}
 	nonzero := map[int32]int64{}
 	i, d, n := int32(0), 0, int64(0)
 	for _, sp := range h.GetPositiveSpan() {
@@ -125,9 +141,6 @@ func TestReuseHistogramNativeAndClassic(t *testing.T) {
 			t.Errorf("classic le=%g: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
 		}
 	}
-	if len(h.GetBucket()) < 2 {
-		t.Errorf("classic buckets %v", h.GetBucket())
-	}
 }
 
 type nopBackend struct{}
@@ -150,12 +163,14 @@ func (ts *trackers) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker
 	}
 }
 
-// Two processes of a cgroup each with 0.6 invalidations estimated: the
-// cgroup's counter is 1 (1.2 rounded), and stays 1 as they exit and their
-// totals join the cgroup's (rounded per process it went from 2 to 1).
+// Two processes of a cgroup, one invalidation each: the cgroup's counter
+// is 2, and stays 2 as they exit and their totals join the cgroup's.
 func TestReuseCountersNeverGoDown(t *testing.T) {
 	a, b := reuse.New(nopBackend{}, reuse.Options{}), reuse.New(nopBackend{}, reuse.Options{})
-	a.EstimatedInvalidations, b.EstimatedInvalidations = 0.6, 0.6
+	for _, tr := range []*reuse.Tracker{a, b} {
+		tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Clock: 1})
+		tr.Trapped(reuse.Hit{TID: 2, Clock: 5})
+	}
 	src := &trackers{live: []*reuse.Tracker{a, b}}
 	c := NewReuse(src, nil, nil)
 	value := func() float64 {
@@ -178,13 +193,14 @@ func TestReuseCountersNeverGoDown(t *testing.T) {
 	gone.Merge(a)
 	src.live = nil
 	seen = append(seen, value())
-	if seen[0] != 1 || seen[1] != 1 || seen[2] != 1 {
-		t.Errorf("invalidations %v as the processes exited; want 1 throughout", seen)
+	if seen[0] != 2 || seen[1] != 2 || seen[2] != 2 {
+		t.Errorf("invalidations %v as the processes exited; want 2 throughout", seen)
 	}
 }
 
 // A tracker whose clock counts events (--collector.comm.reuse-clock): its
-// reuses go to pmu_reuse_event_distance, at the powers of two of counts: a
+// reuses go to pmu_reuse_event_distance_share and the observed histogram, at
+// the powers of two of counts: a
 // reuse 3 events after its use is in (2, 4], native bucket 2.
 func TestReuseEventDistance(t *testing.T) {
 	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 1, Unit: "page-faults"})
@@ -200,10 +216,13 @@ func TestReuseEventDistance(t *testing.T) {
 		if err := m.Write(&out); err != nil {
 			t.Fatal(err)
 		}
-		if m.Desc() == c.distance && out.Histogram != nil {
-			t.Errorf("an event clock's reuses in the seconds histogram: %v", out.Histogram)
+		if m.Desc() == c.timeShare || m.Desc() == c.observed {
+			t.Errorf("an event clock's reuses in the seconds' metrics: %v", &out)
 		}
-		if m.Desc() == c.eventDistance {
+		if m.Desc() == c.eventShare && out.GetGauge().GetValue() != 1 {
+			t.Errorf("event distance share %v, want the one reuse's: 1", &out)
+		}
+		if m.Desc() == c.observedEvents {
 			h = out.Histogram
 			for _, lp := range out.GetLabel() {
 				if lp.GetName() == "unit" && lp.GetValue() != "page-faults" {

@@ -23,10 +23,11 @@ type reuseFlags struct {
 
 // reuseJSON is `reuse --format json`: reuses and invalidations are the
 // traps observed; time_distance_log2[k] estimates the sampled accesses
-// reused at a time distance d with floor(log2 d) = k, each observed reuse
-// weighted by the inverse of its chance to be observed (its sample taking
-// a slot and the slot surviving replacement), observed_time_distance_log2
-// the raw counts.
+// reused at a time distance d with floor(log2 d) = k (share × samples),
+// observed_time_distance_log2 the raw counts; distances has each bin's
+// share of the sampled accesses with its 95% interval and the reuses it
+// rests on. The estimate uses every watch, censored ones included
+// (analysis/locality/reuse.LifeTable; docs/sampling.md).
 type reuseJSON struct {
 	Mode                   string   `json:"mode"`
 	Unit                   string   `json:"unit"`
@@ -37,6 +38,23 @@ type reuseJSON struct {
 	EstimatedInvalidations uint64   `json:"estimated_invalidations"`
 	TimeDistanceLog2       []uint64 `json:"time_distance_log2"`
 	Observed               []uint64 `json:"observed_time_distance_log2"`
+	// Watches are the slots' watches by how they ended: reused,
+	// invalidated, ended (armed when the trace ended) and censored (a
+	// later sample took the slot first).
+	Watches map[string]uint64 `json:"watches"`
+	// Distances are the estimated bins; Invalidated, Ended the other
+	// outcomes' shares; Unreused the share with no outcome by the horizon
+	// though watches were followed well past the last one (taken as not
+	// reused), NotResolved the share with none where they were not (a
+	// reuse further than any watch lasted, or none). Horizon is the oldest
+	// age a watch reached. All shares are of the sampled accesses and sum
+	// to 1.
+	Distances   []reuseBinJSON `json:"distances"`
+	Invalidated reuseShareJSON `json:"invalidated"`
+	Ended       reuseShareJSON `json:"ended"`
+	Unreused    float64        `json:"unreused"`
+	NotResolved float64        `json:"not_resolved"`
+	Horizon     uint64         `json:"horizon"`
 	// StackDistanceLog2[k] estimates the reuses whose LRU stack distance s
 	// (distinct data from use to reuse, the datum included, by the
 	// footprint of the whole run) has floor(log2 s) = k.
@@ -51,6 +69,27 @@ type reuseJSON struct {
 	// overlapping the watched bytes (spatial).
 	Pairs    map[string]uint64 `json:"pairs"`
 	Locality map[string]uint64 `json:"locality"`
+}
+
+// reuseShareJSON is an estimated share with its 95% interval (none where
+// nothing was observed) and the watches behind it.
+type reuseShareJSON struct {
+	Share    float64 `json:"share"`
+	Low      float64 `json:"low"`
+	High     float64 `json:"high"`
+	Observed uint64  `json:"observed"`
+}
+
+// reuseBinJSON is one log2 bin of distances, [from, to).
+type reuseBinJSON struct {
+	From uint64 `json:"from"`
+	To   uint64 `json:"to"`
+	reuseShareJSON
+}
+
+func shareJSON(s reuse.Share) reuseShareJSON {
+	r := func(v float64) float64 { return math.Round(v*1e6) / 1e6 }
+	return reuseShareJSON{Share: r(s.Share), Low: r(s.Low), High: r(s.High), Observed: s.Observed}
 }
 
 // runReuse runs ReuseTracker over an access trace with the watchpoint
@@ -88,23 +127,40 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	t := r.Tracker
+	e := t.Estimate()
 	out := reuseJSON{Mode: o.Mode.String(), Unit: "accesses", Samples: t.Samples, Dropped: t.Dropped, Reuses: t.Reuses,
-		Invalidations: t.Invalidations, EstimatedInvalidations: uint64(math.Round(t.EstimatedInvalidations)),
-		TimeDistanceLog2: t.Histogram(), Observed: t.Raw()}
+		Invalidations: t.Invalidations, EstimatedInvalidations: uint64(math.Round(e.Invalidated.Share * float64(t.Samples))),
+		TimeDistanceLog2: t.Histogram(), Observed: t.Raw(), Watches: map[string]uint64{},
+		Invalidated: shareJSON(e.Invalidated), Ended: shareJSON(e.Ended), Horizon: e.Horizon,
+		Unreused: math.Round(e.Unreused*1e6) / 1e6, NotResolved: math.Round(e.NotResolved*1e6) / 1e6}
+	for o, name := range []string{reuse.Reused: "reused", reuse.Invalidated: "invalidated", reuse.Ended: "ended", reuse.Censored: "censored"} {
+		out.Watches[name] = t.Life.Watches(reuse.Outcome(o))
+	}
+	out.Distances = []reuseBinJSON{}
+	for k, b := range e.Bins {
+		if b.Share > 0 || b.Observed > 0 {
+			out.Distances = append(out.Distances, reuseBinJSON{From: 1 << k, To: 1 << (k + 1), reuseShareJSON: shareJSON(b)})
+		}
+	}
+	pairs, loc := t.Pairs(&e), t.Localities(&e)
 	out.Pairs, out.Locality = map[string]uint64{}, map[string]uint64{}
 	for _, u := range []reuse.Kind{reuse.Read, reuse.Write} {
 		for _, r := range []reuse.Kind{reuse.Read, reuse.Write} {
-			out.Pairs[reuse.PairName(u, r)] = uint64(math.Round(t.Pairs[u][r]))
+			out.Pairs[reuse.PairName(u, r)] = uint64(math.Round(pairs[u][r] * float64(t.Samples)))
 		}
 	}
-	out.Locality["temporal"] = uint64(math.Round(t.Locality[reuse.Temporal]))
-	out.Locality["spatial"] = uint64(math.Round(t.Locality[reuse.Spatial]))
-	fp := reuse.NewFootprint(t.Fine[:], float64(t.Samples))
+	out.Locality["temporal"] = uint64(math.Round(loc[reuse.Temporal] * float64(t.Samples)))
+	out.Locality["spatial"] = uint64(math.Round(loc[reuse.Spatial] * float64(t.Samples)))
+	fine := e.Fine
+	for j := range fine {
+		fine[j] *= float64(t.Samples)
+	}
+	fp := reuse.NewFootprint(fine[:], float64(t.Samples))
 	var bounds []float64
 	for k := range len(out.TimeDistanceLog2) + 2 {
 		bounds = append(bounds, math.Ldexp(1, k+1)-0.5) // below 2^(k+1)
 	}
-	below := fp.StackDistances(t.Fine[:], bounds)
+	below := fp.StackDistances(fine[:], bounds)
 	var prev uint64
 	for _, c := range below {
 		n := uint64(math.Round(c))
@@ -129,13 +185,22 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(w, "Mode %s, distances in accesses: %d samples (%d dropped: no slot took them), %d reuses and %d invalidations observed\n",
 		out.Mode, out.Samples, out.Dropped, out.Reuses, out.Invalidations)
-	fmt.Fprintf(w, "%-24s %12s %10s\n", "time distance", "estimated", "observed")
-	for k, c := range out.TimeDistanceLog2 {
-		if c == 0 && out.Observed[k] == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "[%d, %d)%*s %12d %10d\n", uint64(1)<<k, uint64(1)<<(k+1), 22-len(fmt.Sprintf("[%d, %d)", uint64(1)<<k, uint64(1)<<(k+1))), "", c, out.Observed[k])
+	fmt.Fprintf(w, "%-24s %12s %9s %19s %10s\n", "time distance", "estimated", "share", "95% interval", "observed")
+	for _, b := range out.Distances {
+		fmt.Fprintf(w, "%-24s %12d %9.4f %19s %10d\n", fmt.Sprintf("[%d, %d)", b.From, b.To), uint64(math.Round(b.Share*float64(out.Samples))),
+			b.Share, fmt.Sprintf("[%.4f, %.4f]", b.Low, b.High), b.Observed)
 	}
+	fmt.Fprintf(w, "%-24s %12d %9.4f %19s %10d\n", "invalidated", out.EstimatedInvalidations, out.Invalidated.Share,
+		fmt.Sprintf("[%.4f, %.4f]", out.Invalidated.Low, out.Invalidated.High), out.Invalidations)
+	fmt.Fprintf(w, "%-24s %12s %9.4f %19s %10d\n", "armed at the trace's end", "", out.Ended.Share, "", out.Watches["ended"])
+	if out.NotResolved > 0 {
+		fmt.Fprintf(w, "%-24s %12s %9.4f  (no outcome by the oldest watch, %d: a reuse further away, or none)\n", "not resolved", "", out.NotResolved, out.Horizon)
+	}
+	if out.Unreused > 0 {
+		fmt.Fprintf(w, "%-24s %12s %9.4f  (no outcome by %d, though watches lasted past twice the last one: taken as not reused)\n", "not reused", "", out.Unreused, out.Horizon)
+	}
+	fmt.Fprintf(w, "Watches: %d reused, %d invalidated, %d armed at the end, %d censored (a later sample took the slot)\n",
+		out.Watches["reused"], out.Watches["invalidated"], out.Watches["ended"], out.Watches["censored"])
 	fmt.Fprintf(w, "\n%-24s %12s\n", "LRU stack distance", "estimated")
 	for k, c := range out.StackDistanceLog2 {
 		if c > 0 {

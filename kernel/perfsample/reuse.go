@@ -30,6 +30,23 @@ func (r reuseBackend) Arm(tid uint32, slot int, addr uint64, size uint8, trap re
 
 func (r reuseBackend) Disarm(tid uint32, slot int) { r.d.engine.Disarm(tid, slot) }
 
+// Clock implements reuse.Clocker: thread tid's distance clock when another
+// thread's sample replaces its watch or its store invalidates it. On
+// CLOCK_MONOTONIC that is the event's time; on a thread's own clock (its
+// CPU time, or the events it counts) it is read from its group now, a
+// reader's pass after the event: the watch's age comes out longer by what
+// the thread ran meanwhile (pmu_reuse_arm_latency_seconds bounds it).
+func (r reuseBackend) Clock(tid uint32, at uint64) (uint64, bool) {
+	if !r.d.ownClock {
+		return ReuseClock(at), true
+	}
+	v, err := r.d.engine.Clock(tid)
+	if err != nil {
+		return 0, false
+	}
+	return r.d.reuseClock(v), true
+}
+
 // ReuseClock is the live distance clock, a time in ns (the thread's CPU
 // time, or CLOCK_MONOTONIC), in units of 2⁻³⁰ s (0.93 ns), so that the
 // tracker's log2 bins are powers of two of seconds: bin k is

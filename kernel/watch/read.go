@@ -96,7 +96,9 @@ func (e *Engine) clock(read []perfrecord.ReadValue) uint64 {
 	return sum
 }
 
-// Clock is thread tid's CPU time now (its task-clock), ns.
+// Clock is thread tid's distance clock now: the sum of its CountWith
+// events, or else its CPU time (its task-clock, ns), as the samples carry
+// it (clock).
 func (e *Engine) Clock(tid uint32) (uint64, error) {
 	t := e.threads[tid]
 	if t == nil {
@@ -104,15 +106,20 @@ func (e *Engine) Clock(tid uint32) (uint64, error) {
 	}
 	// PERF_FORMAT_GROUP|ID: nr, then (value, id) per event, the leader's
 	// first.
-	b := make([]byte, 8+16*(1+len(t.bps)))
+	b := make([]byte, 8+16*(1+len(t.bps)+len(e.counters)))
 	n, err := unix.Read(t.leader, b)
 	if err != nil {
-		return 0, fmt.Errorf("thread %d: reading its task-clock: %w", tid, err)
+		return 0, fmt.Errorf("thread %d: reading its group: %w", tid, err)
 	}
-	if n < 16 {
-		return 0, fmt.Errorf("thread %d: reading its task-clock: %d bytes", tid, n)
+	if n < 24 {
+		return 0, fmt.Errorf("thread %d: reading its group: %d bytes", tid, n)
 	}
-	return binary.LittleEndian.Uint64(b[8:]), nil
+	nr := min(binary.LittleEndian.Uint64(b), uint64(n-8)/16)
+	read := make([]perfrecord.ReadValue, nr)
+	for i := range read {
+		read[i] = perfrecord.ReadValue{Value: binary.LittleEndian.Uint64(b[8+16*i:]), ID: binary.LittleEndian.Uint64(b[16+16*i:])}
+	}
+	return e.clock(read), nil
 }
 
 // TrapCost measures what one trap costs the trapping thread, as the

@@ -146,7 +146,7 @@ func TestFootprintMissRatio(t *testing.T) {
 	}
 }
 
-// Through the harness: ReuseTracker's sampled, weighted histogram gives
+// Through the harness: ReuseTracker's sampled, estimated histogram gives
 // the same miss ratios as the exact simulation of the whole trace.
 func TestSampledFootprint(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -157,7 +157,9 @@ func TestSampledFootprint(t *testing.T) {
 		trace[i] = rng.Uint64N(N)
 		r.Access(Access{TID: 1, Addr: 0x1000 + 64*trace[i], Size: 8})
 	}
-	f := NewFootprint(r.Tracker.Fine[:], float64(r.Tracker.Samples))
+	r.Finish()
+	e := r.Tracker.Estimate()
+	f := NewFootprint(e.Fine[:], 1)
 	sizes := []int{128, 512, 1024, 1536}
 	lru := lruMisses(trace, sizes)
 	for i, c := range sizes {

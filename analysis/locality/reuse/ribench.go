@@ -1,6 +1,8 @@
 package reuse
 
 import (
+	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 )
@@ -129,32 +131,64 @@ func (t Truth) Fractions() []float64 {
 	return out
 }
 
-// Accuracy is the thesis' S = 1 − Σ|Bᵢ − B̂ᵢ|/2 of a measured histogram
-// (counts) against expected fractions.
-func Accuracy(expected []float64, measured []uint64) float64 {
-	var total float64
-	for _, c := range measured {
-		total += float64(c)
-	}
-	if total == 0 {
-		return 0
-	}
-	var diff float64
+// Accuracy is the thesis' S = 1 − Σ|Bᵢ − B̂ᵢ|/2 of measured fractions
+// against expected ones. Measured fractions may sum to less than 1 (a
+// share not resolved into bins): the missing mass counts as wrong, so
+// leaving mass unresolved never raises S.
+func Accuracy(expected, measured []float64) float64 {
+	var diff, sum float64
 	for k := range max(len(expected), len(measured)) {
 		var e, m float64
 		if k < len(expected) {
 			e = expected[k]
 		}
 		if k < len(measured) {
-			m = float64(measured[k]) / total
+			m = measured[k]
 		}
-		if e > m {
-			diff += e - m
-		} else {
-			diff += m - e
+		sum += m
+		diff += math.Abs(e - m)
+	}
+	if sum == 0 {
+		return 0
+	}
+	return 1 - (diff+max(1-sum, 0))/2
+}
+
+// Normalized are counts as fractions of their sum.
+func Normalized[T uint64 | float64](counts []T) []float64 {
+	var total float64
+	for _, c := range counts {
+		total += float64(c)
+	}
+	out := make([]float64, len(counts))
+	for k, c := range counts {
+		if total > 0 {
+			out[k] = float64(c) / total
 		}
 	}
-	return 1 - diff/2
+	return out
+}
+
+// Scaled is the case with its distances multiplied by f (its name says
+// so): the long distances of the matrix.
+func (c Case) Scaled(f uint64) Case {
+	c.Distances = append([]uint64(nil), c.Distances...)
+	for i := range c.Distances {
+		c.Distances[i] *= f
+	}
+	c.Name = fmt.Sprintf("%s×%d", c.Name, f)
+	return c
+}
+
+// OuterFor is the number of rounds that makes the case's trace at least n
+// accesses long with threads threads.
+func (c Case) OuterFor(threads int, n uint64) int {
+	var per uint64
+	for i, d := range c.Distances {
+		per += d * uint64(c.Counts[i]+1)
+	}
+	per *= uint64(threads)
+	return int((n + per - 1) / per)
 }
 
 // Remote says whether a thread of a generated trace is one of the remote

@@ -106,6 +106,23 @@ func (r *Replay) Arm(tid uint32, slot int, addr uint64, size uint8, trap Trap) {
 // Disarm implements Backend.
 func (r *Replay) Disarm(tid uint32, slot int) { r.regs.Disarm(tid, slot) }
 
+// Clock implements Clocker: the harness is synchronous, so a thread's
+// clock now is its clock at the event (its own access count, or its
+// domain's in Shared mode).
+func (r *Replay) Clock(tid uint32, _ uint64) (uint64, bool) {
+	if r.mode == Shared {
+		return r.clocks[r.domain(tid)], true
+	}
+	t := r.threads[tid]
+	if t == nil {
+		return 0, false
+	}
+	return t.n, true
+}
+
+// Finish ends the run: the watches still armed were not reused in it.
+func (r *Replay) Finish() { r.Tracker.Finish() }
+
 func (r *Replay) thread(tid uint32) *thread {
 	t := r.threads[tid]
 	if t == nil {
@@ -165,5 +182,6 @@ func (r *Replay) Run(in io.Reader) error {
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("line %d: %w", line+1, err)
 	}
+	r.Finish()
 	return nil
 }
