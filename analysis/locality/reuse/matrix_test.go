@@ -12,8 +12,8 @@ import (
 // RIBench's five shapes at the thesis' distances (SCALES=16: 1 Ki to 16 Ki)
 // or short ones (1: 64 to 1 Ki), with and without invalidations, 1, 2 and
 // 8 threads, ≥ 5 M accesses a run, 5 seeds, at the CLI's default period and
-// 4× the samples (PERIODS overrides; POL=patient or eager: another
-// replacement): a line per setting with each seed's S by this estimator
+// 4× the samples (PERIODS overrides; POL=reservoir, patient or eager:
+// another replacement than Keeper): a line per setting with each seed's S by this estimator
 // (AJ) and by Horvitz–Thompson's weights (HT), the not resolved share
 // (nr) and the invalidated share against the trace's; then the means.
 func TestMatrix(t *testing.T) {
@@ -28,7 +28,7 @@ func TestMatrix(t *testing.T) {
 			periods = append(periods, v)
 		}
 	}
-	pol := map[string]Replacement{"reservoir": Reservoir, "patient": Patient, "eager": Eager}[os.Getenv("POL")]
+	pol := map[string]Replacement{"keeper": Keeper, "reservoir": Reservoir, "patient": Patient, "eager": Eager}[os.Getenv("POL")]
 	n := uint64(5e6)
 	sumA, sumH, cnt := map[uint64]float64{}, map[uint64]float64{}, map[uint64]float64{}
 	defer func() {
