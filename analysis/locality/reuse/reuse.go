@@ -111,7 +111,7 @@ type Options struct {
 type Replacement uint8
 
 const (
-	// Keeper is Reservoir in every slot but the last, which a visit takes
+	// Keeper is Reservoir in every slot but the last (of two or more), which a visit takes
 	// with chance 1/(KeeperPatience·v+1): that slot's watches live about
 	// KeeperPatience times as long, so that the longest distances, and
 	// the accesses never reused, have watches that outlast them.
@@ -135,7 +135,7 @@ const KeeperPatience = 16
 func (r Replacement) take(i, n int, v float64) float64 {
 	switch r {
 	case Keeper:
-		if i == n-1 {
+		if n > 1 && i == n-1 {
 			return 1 / (KeeperPatience*v + 1)
 		}
 	case Patient:
