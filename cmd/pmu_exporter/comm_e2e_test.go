@@ -813,8 +813,11 @@ type reuseRun struct {
 	lag float64
 	h   *dto.Histogram // the cgroup's reuse histogram of the mode
 	mfs map[string]*dto.MetricFamily
-	lbl map[string]string // h's labels
-	log *logBuffer        // the exporter's
+	// early is a scrape a quarter of the way through the benchmark's
+	// -duration, for what must change as the run goes on.
+	early map[string]*dto.MetricFamily
+	lbl   map[string]string // h's labels
+	log   *logBuffer        // the exporter's
 }
 
 // --collector.comm.reuse-clock=accesses where no PMU counts loads and
@@ -1062,6 +1065,13 @@ func reuseBenchIn(t *testing.T, p *exporterProc, top, dir string, flags, wrapper
 		}
 		instructions = countUserInstructions(t, hello.TID)
 	}
+	var early map[string]*dto.MetricFamily
+	if i := slices.Index(args, "-duration"); i >= 0 && i+1 < len(args) {
+		if d, err := time.ParseDuration(args[i+1]); err == nil {
+			time.Sleep(d / 4)
+			_, early = p.scrape(t)
+		}
+	}
 	rest, _ := io.ReadAll(br)
 	out = append(out, rest...)
 	if err := cmd.Wait(); err != nil {
@@ -1104,7 +1114,65 @@ func reuseBenchIn(t *testing.T, p *exporterProc, top, dir string, flags, wrapper
 	if h == nil || h.GetSampleCount() < 10 {
 		t.Fatalf("%s reuse histogram of %s/job: %v\n%s\n%s", mode, top, h, reuseAccounts(mfs), p.log)
 	}
-	return reuseRun{walk: walk, wallWalk: float64(run.WalkNS) * 1e-9, lag: float64(run.LagNS) * 1e-9, h: h, mfs: mfs, lbl: lbl, log: p.log}
+	return reuseRun{walk: walk, wallWalk: float64(run.WalkNS) * 1e-9, lag: float64(run.LagNS) * 1e-9, h: h, mfs: mfs, early: early, lbl: lbl, log: p.log}
+}
+
+// The reported uncertainty shrinks as a run goes on: the 95% interval of
+// the dominant bin of the estimate at the end of a run is narrower than a
+// quarter of the way through, with many times the watches behind it
+// (about 120 then, 1,500 at the end, here). A budget of a fifth of a CPU keeps the sampler's period near 1 ms
+// (at the default 1% the governor lengthens it, and most watches come
+// early); one reuse outside the bin widens its interval at a few hundred
+// watches, not at four times that.
+func TestServeReuseIntervalNarrows(t *testing.T) {
+	requireDecoder(t)
+	testenv.RequireFeature(t, hostgate.Watchpoints)
+	testenv.RequireRoot(t)
+	r := runReuseBench(t, []string{"--collector.comm.cpu-budget=0.2"}, nil, "-slots", "4194304", "-duration", "4s")
+	bins := func(mfs map[string]*dto.MetricFamily) map[string]map[string]float64 {
+		out := map[string]map[string]float64{}
+		for _, m := range mfs["pmu_reuse_time_distance_share"].GetMetric() {
+			if !labelsMatch(m, r.lbl) {
+				continue
+			}
+			var bucket, bound string
+			for _, lp := range m.GetLabel() {
+				switch lp.GetName() {
+				case "bucket":
+					bucket = lp.GetValue()
+				case "bound":
+					bound = lp.GetValue()
+				}
+			}
+			if out[bucket] == nil {
+				out[bucket] = map[string]float64{}
+			}
+			out[bucket][bound] = m.GetGauge().GetValue()
+		}
+		return out
+	}
+	end, early := bins(r.mfs), bins(r.early)
+	var dominant string
+	for b, v := range end {
+		if dominant == "" || v["estimate"] > end[dominant]["estimate"] {
+			dominant = b
+		}
+	}
+	width := func(v map[string]float64) float64 { return v["upper"] - v["lower"] }
+	e, h := end[dominant], early[dominant]
+	watches := func(mfs map[string]*dto.MetricFamily) (n float64) {
+		for _, m := range mfs["pmu_reuse_watches_total"].GetMetric() {
+			if labelsMatch(m, r.lbl) {
+				n += m.GetCounter().GetValue()
+			}
+		}
+		return n
+	}
+	t.Logf("watches: a quarter of the way %v, at the end %v", watches(r.early), watches(r.mfs))
+	t.Logf("dominant bin ≤ %s s: a quarter of the way %.3f [%.3f, %.3f], at the end %.3f [%.3f, %.3f]", dominant, h["estimate"], h["lower"], h["upper"], e["estimate"], e["lower"], e["upper"])
+	if _, ok := h["upper"]; !ok || width(e) >= width(h) {
+		t.Errorf("the dominant bin's interval did not narrow from a quarter of the way (%v) to the end (%v)", h, e)
+	}
 }
 
 // estimatedHistogram is a cgroup's estimated reuse distances

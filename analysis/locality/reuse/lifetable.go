@@ -158,9 +158,10 @@ func (e *Estimate) Fractions() (bins []float64, notResolved float64) {
 // within a bin is at risk for half of it). At each age the hazard of an
 // outcome is the watches that ended with it over those still at risk, so
 // a censored watch counts for as long as it lasted, and no weight depends
-// on one slot's luck. Intervals are the delta method's (Greenwood's, for
-// competing risks) normal 95%, clipped to [0, 1]: a bin with no
-// observation has none.
+// on one slot's luck. Intervals are Wilson's 95% score intervals on the
+// effective number of watches that the delta method's variance
+// (Greenwood's, for competing risks) gives: a bin with no observation has
+// none.
 func (l *LifeTable) Estimate() Estimate {
 	var e Estimate
 	last := -1
@@ -281,8 +282,34 @@ func (t *table) share(l *LifeTable, c Outcome, lo, hi int) Share {
 	}
 	s.Share = after
 	if s.Observed > 0 {
-		half := 1.96 * math.Sqrt(max(variance, 0))
-		s.Low, s.High = max(s.Share-half, 0), min(s.Share+half, 1)
+		s.Low, s.High = wilson(s.Share, t.effective(s.Share, variance, lo))
 	}
 	return s
+}
+
+// effective is the number of unweighted, uncensored watches that would
+// give share p the variance it has, at most the effective number of all
+// watches. At a share of 0 or 1 (to rounding) the delta method gives no
+// variance; the effective number at risk entering the bins stands in for
+// it (all of them ended there).
+func (t *table) effective(p, variance float64, lo int) float64 {
+	const round = 1e-9
+	if variance > 0 && p > round && p < 1-round {
+		return min(p*(1-p)/variance, t.size[0])
+	}
+	return t.size[lo]
+}
+
+// wilson is the 95% Wilson score interval of share p from n watches: the
+// normal one's width where p is well inside (0, 1), but never of zero
+// width at 0 or 1, where a bin of n out of n watches is not certain.
+func wilson(p, n float64) (low, high float64) {
+	if n <= 0 {
+		return 0, 1
+	}
+	const z = 1.96
+	z2n := z * z / n
+	center := (p + z2n/2) / (1 + z2n)
+	half := z / (1 + z2n) * math.Sqrt(p*(1-p)/n+z2n/(4*n))
+	return max(center-half, 0), min(center+half, 1)
 }

@@ -6,8 +6,10 @@ import (
 )
 
 // Without censoring and with equal weights the estimate is the plain
-// shares, and each interval the binomial one, p ± 1.96·√(p(1−p)/n): 10
-// watches, 5 reused at 4, 3 at 100, 2 invalidated at 2.
+// shares, and each interval the binomial one, Wilson's score interval
+// (p + z²/2n ± z·√(p(1−p)/n + z²/4n²)) / (1 + z²/n), z = 1.96: 10
+// watches, 5 reused at 4, 3 at 100, 2 invalidated at 2; and 10 of 10
+// reused in one bin is not certain: its interval is [n/(n+z²), 1].
 func TestEstimateUncensoredIsBinomial(t *testing.T) {
 	var l LifeTable
 	for range 5 {
@@ -25,13 +27,23 @@ func TestEstimateUncensoredIsBinomial(t *testing.T) {
 		got  Share
 		p    float64
 	}{{"bin 2", e.Bins[2], 0.5}, {"bin 6", e.Bins[6], 0.3}, {"invalidated", e.Invalidated, 0.2}} {
-		half := 1.96 * math.Sqrt(c.p*(1-c.p)/10)
-		if math.Abs(c.got.Share-c.p) > 1e-12 || math.Abs(c.got.Low-max(c.p-half, 0)) > 1e-9 || math.Abs(c.got.High-(c.p+half)) > 1e-9 {
-			t.Errorf("%s: %+v, want %.3f ± %.4f", c.name, c.got, c.p, half)
+		const n, z = 10.0, 1.96
+		center := (c.p + z*z/(2*n)) / (1 + z*z/n)
+		half := z * math.Sqrt(c.p*(1-c.p)/n+z*z/(4*n*n)) / (1 + z*z/n)
+		if math.Abs(c.got.Share-c.p) > 1e-12 || math.Abs(c.got.Low-(center-half)) > 1e-9 || math.Abs(c.got.High-(center+half)) > 1e-9 {
+			t.Errorf("%s: %+v, want %.3f in [%.4f, %.4f]", c.name, c.got, c.p, center-half, center+half)
 		}
 	}
 	if e.NotResolved != 0 || e.Watches != 10 || e.Horizon != 100 {
 		t.Errorf("%+v", e)
+	}
+	var all LifeTable
+	for range 10 {
+		all.end(Reused, 4, 0, 1)
+	}
+	b := all.Estimate().Bins[2]
+	if low := 10 / (10 + 1.96*1.96); b.Share != 1 || math.Abs(b.Low-low) > 1e-9 || b.High != 1 {
+		t.Errorf("10 of 10 reused: %+v, want 1 in [%.4f, 1]", b, low)
 	}
 }
 
