@@ -171,6 +171,11 @@ type Accesses struct {
 	Code     *codemap.Map
 	Resolver *memop.Resolver
 	Names    map[[2]uint32]string // (pid, tid) → comm
+	// Undecoded says why the recording's instructions are not decoded
+	// (an architecture the decoder does not know), nil where they are:
+	// its samples are read all the same, without the accesses their
+	// instructions make.
+	Undecoded error
 }
 
 // NewAccesses reads code from the files as this machine has them; arch is
@@ -183,9 +188,9 @@ func NewAccesses(arch string) (*Accesses, error) {
 	}, nil)
 	res, err := memop.NewResolver(code, arch)
 	if err != nil {
-		return nil, err
+		res = memop.NewUndecodingResolver(code)
 	}
-	return &Accesses{Maps: maps, Code: code, Resolver: res, Names: map[[2]uint32]string{}}, nil
+	return &Accesses{Maps: maps, Code: code, Resolver: res, Names: map[[2]uint32]string{}, Undecoded: err}, nil
 }
 
 // Record follows mappings and exec's.

@@ -38,6 +38,9 @@ func openRecording(cmd, input string, stdin io.Reader, stderr io.Writer) (*recor
 		r.fail(err)
 		return nil, false
 	}
+	if acc.Undecoded != nil {
+		fmt.Fprintf(stderr, "pmu_exporter %s: %s: %v: samples are read without the accesses their instructions make\n", cmd, input, acc.Undecoded)
+	}
 	r.file, r.acc, r.closeFile = file, acc, closeFile
 	return r, true
 }

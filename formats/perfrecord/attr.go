@@ -24,14 +24,31 @@ type Attr struct {
 	// PERF_SAMPLE_REGS_USER dumps, by the architecture's perf register
 	// number (attr version 3, 96 bytes, and later).
 	RegsUser uint64
+	// BranchSampleType is branch_sample_type (version 2, 80 bytes): which
+	// branches PERF_SAMPLE_BRANCH_STACK records, and whether its records
+	// carry the hardware index (PERF_SAMPLE_BRANCH_HW_INDEX) and counters
+	// (PERF_SAMPLE_BRANCH_COUNTERS).
+	BranchSampleType uint64
+	// StackUser is sample_stack_user (version 3): how much user stack
+	// PERF_SAMPLE_STACK_USER dumps.
+	StackUser uint32
+	// RegsIntr is sample_regs_intr (version 4, 104 bytes): the registers
+	// PERF_SAMPLE_REGS_INTR dumps at the interrupt.
+	RegsIntr uint64
 }
 
 // attrSizeVer0 is the first published struct perf_event_attr (64 bytes):
 // every field ParseAttr needs except config2 (ver1, 72 bytes).
 const attrSizeVer0 = 64
 
-// attrSizeVer3 is the first attr with sample_regs_user (at byte 80).
-const attrSizeVer3 = 96
+// The attr versions' sizes: version 2 adds branch_sample_type (at byte
+// 72), 3 sample_regs_user and sample_stack_user (80, 88), 4
+// sample_regs_intr (96).
+const (
+	attrSizeVer2 = 80
+	attrSizeVer3 = 96
+	attrSizeVer4 = 104
+)
 
 // Attr bits in the flags word.
 const (
@@ -66,15 +83,24 @@ func ParseAttr(b []byte) (Attr, error) {
 	if (size == 0 || size >= 72) && len(b) >= 72 {
 		a.Config2 = le.Uint64(b[64:])
 	}
-	if (size == 0 || size >= attrSizeVer3) && len(b) >= attrSizeVer3 {
+	has := func(n int) bool { return (size == 0 || size >= n) && len(b) >= n }
+	if has(attrSizeVer2) {
+		a.BranchSampleType = le.Uint64(b[72:])
+	}
+	if has(attrSizeVer3) {
 		a.RegsUser = le.Uint64(b[80:])
+		a.StackUser = le.Uint32(b[88:])
+	}
+	if has(attrSizeVer4) {
+		a.RegsIntr = le.Uint64(b[96:])
 	}
 	return a, nil
 }
 
 // Layout is the attr's record layout.
 func (a Attr) Layout() Layout {
-	return Layout{SampleType: a.SampleType, ReadFormat: a.ReadFormat, SampleIDAll: a.SampleIDAll, RegsUser: a.RegsUser}
+	return Layout{SampleType: a.SampleType, ReadFormat: a.ReadFormat, SampleIDAll: a.SampleIDAll, RegsUser: a.RegsUser,
+		RegsIntr: a.RegsIntr, BranchSampleType: a.BranchSampleType}
 }
 
 // SamplePeriod is what a sample of the event stands for when it does not

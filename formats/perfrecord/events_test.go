@@ -97,8 +97,9 @@ func TestEventsRefused(t *testing.T) {
 		"misplaced":   {[]Attr{withID, shifted}, [][]uint64{{1}, {2}}, "at word 2"},
 		"duplicate":   {[]Attr{withID, withID}, [][]uint64{{1}, {1}}, "belongs to both"},
 		"lists":       {[]Attr{withID}, nil, "id lists"},
-		"unsupported": {[]Attr{{SampleType: unix.PERF_SAMPLE_STACK_USER}}, [][]uint64{nil}, "not supported"},
-		"no regs":     {[]Attr{{SampleType: unix.PERF_SAMPLE_REGS_USER}}, [][]uint64{nil}, "names no register"},
+		"unknown bit": {[]Attr{{SampleType: 1 << 40}}, [][]uint64{nil}, "bits 0x10000000000 are not ones this decoder knows"},
+		"no regs":     {[]Attr{{SampleType: unix.PERF_SAMPLE_REGS_USER}}, [][]uint64{nil}, "sample_regs_user names no register"},
+		"no intr":     {[]Attr{{SampleType: unix.PERF_SAMPLE_REGS_INTR}}, [][]uint64{nil}, "sample_regs_intr names no register"},
 		"none":        {nil, nil, "no event attributes (perf_event_attr)"},
 	} {
 		if _, err := NewEvents(c.attrs, c.ids); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -117,20 +118,29 @@ func TestParseAttr(t *testing.T) {
 	binary.LittleEndian.PutUint64(b[40:], attrFreq|attrSampleIDAll|2<<attrPreciseIP)
 	binary.LittleEndian.PutUint64(b[56:], 30) // config1: ldlat
 	binary.LittleEndian.PutUint64(b[64:], 7)
+	binary.LittleEndian.PutUint64(b[72:], unix.PERF_SAMPLE_BRANCH_ANY|unix.PERF_SAMPLE_BRANCH_HW_INDEX)
 	binary.LittleEndian.PutUint64(b[80:], 0xff0fff) // sample_regs_user
+	binary.LittleEndian.PutUint32(b[88:], 8192)     // sample_stack_user
+	binary.LittleEndian.PutUint64(b[96:], 0x3)      // sample_regs_intr
 	a, err := ParseAttr(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS, Period: 4000, Freq: true,
-		SampleType: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_ADDR, SampleIDAll: true, PreciseIP: 2, Config1: 30, Config2: 7, RegsUser: 0xff0fff}
+		SampleType: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_ADDR, SampleIDAll: true, PreciseIP: 2, Config1: 30, Config2: 7, RegsUser: 0xff0fff,
+		BranchSampleType: unix.PERF_SAMPLE_BRANCH_ANY | unix.PERF_SAMPLE_BRANCH_HW_INDEX, StackUser: 8192, RegsIntr: 3}
 	if a != want || a.Name() != "page-faults" {
 		t.Errorf("%+v %s", a, a.Name())
 	}
-	// An attr of version 2 (80 bytes) has no sample_regs_user.
+	// An attr of version 2 (80 bytes) has no sample_regs_user, and one
+	// of version 1 (72) no branch_sample_type.
 	binary.LittleEndian.PutUint32(b[4:], 80)
-	if a, err := ParseAttr(b); err != nil || a.RegsUser != 0 {
-		t.Errorf("ver2 attr: regs %#x, err %v", a.RegsUser, err)
+	if a, err := ParseAttr(b); err != nil || a.RegsUser != 0 || a.RegsIntr != 0 || a.BranchSampleType == 0 {
+		t.Errorf("ver2 attr: %+v, err %v", a, err)
+	}
+	binary.LittleEndian.PutUint32(b[4:], 72)
+	if a, err := ParseAttr(b); err != nil || a.BranchSampleType != 0 {
+		t.Errorf("ver1 attr: %+v, err %v", a, err)
 	}
 	if _, err := ParseAttr(b[:40]); err == nil {
 		t.Error("40-byte attr accepted")

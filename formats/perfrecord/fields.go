@@ -1,6 +1,7 @@
 package perfrecord
 
 import (
+	"math/bits"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +40,10 @@ const (
 	kindCallchain                     // nr, then nr u64
 	kindRaw                           // size (u32), the data, padded to 8 bytes
 	kindRegs                          // abi, then a u64 per bit of the register mask
+	kindBranchStack                   // nr, the hardware index (HW_INDEX), nr entries, nr counters (COUNTERS)
+	kindStackUser                     // size, the stack, and its dynamic size where size is not 0
+	kindRegsIntr                      // as kindRegs, by sample_regs_intr
+	kindAux                           // size, then the data
 )
 
 // fixed says the kind is one u64 word in every record.
@@ -46,7 +51,7 @@ func (k fieldKind) fixed() bool { return k <= kindWeightStruct }
 
 // numSampleFields is len(sampleFields), a constant: Sample holds a plan of
 // them (a layout's, fixedPlan), and sampleFields names Sample's fields.
-const numSampleFields = 21
+const numSampleFields = 25
 
 var sampleFields = [numSampleFields]sampleField{
 	{unix.PERF_SAMPLE_IDENTIFIER, kindU64, unsafe.Offsetof(Sample{}.ID), "ID", "PERF_SAMPLE_IDENTIFIER", "", false},
@@ -61,16 +66,20 @@ var sampleFields = [numSampleFields]sampleField{
 	{unix.PERF_SAMPLE_READ, kindRead, 0, "", "PERF_SAMPLE_READ", "", false},
 	{unix.PERF_SAMPLE_CALLCHAIN, kindCallchain, 0, "", "PERF_SAMPLE_CALLCHAIN", "", false},
 	{unix.PERF_SAMPLE_RAW, kindRaw, 0, "", "PERF_SAMPLE_RAW", "", false},
+	{unix.PERF_SAMPLE_BRANCH_STACK, kindBranchStack, 0, "", "PERF_SAMPLE_BRANCH_STACK", "", false},
 	{unix.PERF_SAMPLE_REGS_USER, kindRegs, 0, "", "PERF_SAMPLE_REGS_USER", "", false},
+	{unix.PERF_SAMPLE_STACK_USER, kindStackUser, 0, "", "PERF_SAMPLE_STACK_USER", "", false},
 	{unix.PERF_SAMPLE_WEIGHT, kindU64, unsafe.Offsetof(Sample{}.Weight), "Weight", "PERF_SAMPLE_WEIGHT", "weight", false},
 	// WEIGHT_STRUCT takes WEIGHT's place (a layout has one or the other).
 	{unix.PERF_SAMPLE_WEIGHT_STRUCT, kindWeightStruct, 0, "", "PERF_SAMPLE_WEIGHT_STRUCT", "weight", false},
 	{unix.PERF_SAMPLE_DATA_SRC, kindU64, unsafe.Offsetof(Sample{}.DataSrc), "DataSrc", "PERF_SAMPLE_DATA_SRC", "data_src", true},
 	{unix.PERF_SAMPLE_TRANSACTION, kindU64, unsafe.Offsetof(Sample{}.Transaction), "Transaction", "PERF_SAMPLE_TRANSACTION", "", false},
+	{unix.PERF_SAMPLE_REGS_INTR, kindRegsIntr, 0, "", "PERF_SAMPLE_REGS_INTR", "", false},
 	{unix.PERF_SAMPLE_PHYS_ADDR, kindU64, unsafe.Offsetof(Sample{}.PhysAddr), "PhysAddr", "PERF_SAMPLE_PHYS_ADDR", "phys_addr", true},
 	{unix.PERF_SAMPLE_CGROUP, kindU64, unsafe.Offsetof(Sample{}.Cgroup), "Cgroup", "PERF_SAMPLE_CGROUP", "", false},
 	{unix.PERF_SAMPLE_DATA_PAGE_SIZE, kindU64, unsafe.Offsetof(Sample{}.DataPageSize), "DataPageSize", "PERF_SAMPLE_DATA_PAGE_SIZE", "", false},
 	{unix.PERF_SAMPLE_CODE_PAGE_SIZE, kindU64, unsafe.Offsetof(Sample{}.CodePageSize), "CodePageSize", "PERF_SAMPLE_CODE_PAGE_SIZE", "", false},
+	{unix.PERF_SAMPLE_AUX, kindAux, 0, "", "PERF_SAMPLE_AUX", "", false},
 }
 
 // u64At and u32At are the Sample fields at an offset sampleFields names.
@@ -137,6 +146,33 @@ func getField(r *reader, f *sampleField, l Layout, s *Sample) {
 		r.align8(4 + int(n))
 	case kindRegs:
 		r.regs(l.RegsUser, s)
+	case kindBranchStack:
+		r.branchStack(l.BranchSampleType, s)
+	case kindStackUser:
+		if n := r.u64(); n > 0 {
+			if n > uint64(len(r.b)) {
+				r.fail("a user stack of %d bytes", n)
+				return
+			}
+			s.StackUser = r.bytes(int(n))
+			s.StackUserDyn = r.u64()
+		}
+	case kindRegsIntr:
+		if s.IntrABI = r.u64(); s.IntrABI != 0 {
+			n := bits.OnesCount64(l.RegsIntr)
+			if n > len(r.b)/8 {
+				r.fail("%d interrupt registers", n)
+				return
+			}
+			s.IntrMask, s.IntrRegs = l.RegsIntr, r.bytes(8*n)
+		}
+	case kindAux:
+		n := r.u64()
+		if n > uint64(len(r.b)) {
+			r.fail("AUX data of %d bytes", n)
+			return
+		}
+		s.Aux = r.bytes(int(n))
 	}
 }
 

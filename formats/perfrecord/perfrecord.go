@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,11 +55,8 @@ func ParseHeader(b []byte) (Header, error) {
 
 var le = binary.LittleEndian
 
-// supported are the sample_type bits this decoder lays out. User register
-// dumps are laid out by the attr's sample_regs_user (Layout.RegsUser);
-// interrupt registers, user stacks, branch stacks and AUX need more of the
-// attr and are refused up front rather than misread.
-// supported are the fields sampleFields decodes.
+// supported are the sample_type bits the decoder lays out: every field
+// of sampleFields.
 var supported = fixedWords | unix.PERF_SAMPLE_READ | variable
 
 // Layout is what decides a sample's layout: the event's sample_type and
@@ -66,21 +64,27 @@ var supported = fixedWords | unix.PERF_SAMPLE_READ | variable
 type Layout struct {
 	SampleType, ReadFormat uint64
 	SampleIDAll            bool
-	// RegsUser is the attr's sample_regs_user, which lays out
-	// PERF_SAMPLE_REGS_USER.
-	RegsUser uint64
+	// RegsUser and RegsIntr are the attr's sample_regs_user and
+	// sample_regs_intr, which lay out PERF_SAMPLE_REGS_USER and _INTR.
+	RegsUser, RegsIntr uint64
+	// BranchSampleType is the attr's branch_sample_type: whether a
+	// PERF_SAMPLE_BRANCH_STACK has its hardware index and counters.
+	BranchSampleType uint64
 }
 
 // Check refuses layouts the decoder cannot read.
 func (l Layout) Check() error {
 	if extra := l.SampleType &^ supported; extra != 0 {
-		return fmt.Errorf("sample_type bits %#x (register, stack, branch or AUX dumps) are not supported", extra)
+		return fmt.Errorf("sample_type bits %#x are not ones this decoder knows (Linux 6.18 defines up to PERF_SAMPLE_CODE_PAGE_SIZE and AUX)", extra)
 	}
 	if l.SampleType&unix.PERF_SAMPLE_WEIGHT != 0 && l.SampleType&unix.PERF_SAMPLE_WEIGHT_STRUCT != 0 {
 		return errors.New("sample_type has both WEIGHT and WEIGHT_STRUCT, which the kernel refuses")
 	}
 	if l.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 && l.RegsUser == 0 {
 		return errors.New("sample_type has REGS_USER but sample_regs_user names no register")
+	}
+	if l.SampleType&unix.PERF_SAMPLE_REGS_INTR != 0 && l.RegsIntr == 0 {
+		return errors.New("sample_type has REGS_INTR but sample_regs_intr names no register")
 	}
 	return nil
 }
@@ -111,6 +115,24 @@ type Sample struct {
 	RegsABI  uint64
 	RegsMask uint64
 	Regs     [64]uint64
+	// BranchNr is BRANCH_STACK's number of entries, and Branches holds
+	// them (24 bytes each: Branch reads one); BranchHWIndex is the
+	// hardware's index where the layout has PERF_SAMPLE_BRANCH_HW_INDEX,
+	// and BranchCounters a u64 per entry with PERF_SAMPLE_BRANCH_COUNTERS.
+	BranchNr       int
+	BranchHWIndex  uint64
+	Branches       []byte
+	BranchCounters []byte
+	// StackUser is STACK_USER's dump of the user stack, and StackUserDyn
+	// how much of it the kernel filled.
+	StackUser    []byte
+	StackUserDyn uint64
+	// IntrABI is REGS_INTR's abi, and IntrRegs its registers (a u64 per
+	// bit of IntrMask, in register number order: IntrReg reads one).
+	IntrABI, IntrMask uint64
+	IntrRegs          []byte
+	// Aux is AUX's sampled data (an AUX area's snapshot at the sample).
+	Aux []byte
 	// Read holds the READ values (group members in order) with their ids,
 	// and the times; it keeps its capacity between decodes.
 	Read                 []ReadValue
@@ -505,4 +527,127 @@ func AppendSample(b []byte, l Layout, s *Sample) ([]byte, error) {
 		return b[:start], fmt.Errorf("synthesize a sample of sample_type %#x: wrote %d bytes, the layout has %d", st, got, HeaderSize+n)
 	}
 	return b, nil
+}
+
+// branchStack reads BRANCH_STACK: nr, the hardware index where bst (the
+// attr's branch_sample_type) asks for it, nr entries of 24 bytes, and nr
+// counters where bst asks for them. perf reads the index whenever the
+// attr asks for it, and so does this (the kernel leaves it out of a
+// sample with no branch stack at all, which perf does not expect either).
+func (r *reader) branchStack(bst uint64, s *Sample) {
+	n := r.u64()
+	per := uint64(branchEntrySize)
+	if bst&unix.PERF_SAMPLE_BRANCH_COUNTERS != 0 {
+		per += 8
+	}
+	if n > uint64(len(r.b))/per {
+		r.fail("a branch stack of %d entries", n)
+		return
+	}
+	s.BranchNr = int(n)
+	if bst&unix.PERF_SAMPLE_BRANCH_HW_INDEX != 0 {
+		s.BranchHWIndex = r.u64()
+	}
+	s.Branches = r.bytes(int(n) * branchEntrySize)
+	if bst&unix.PERF_SAMPLE_BRANCH_COUNTERS != 0 {
+		s.BranchCounters = r.bytes(int(n) * 8)
+	}
+}
+
+// branchEntrySize is struct perf_branch_entry's: from, to, and the flags.
+const branchEntrySize = 24
+
+// Branch is one entry of a branch stack (struct perf_branch_entry).
+type Branch struct {
+	From, To uint64
+	Flags    BranchFlags
+}
+
+// Branch is entry i of the sample's branch stack (0 is the most recent).
+func (s *Sample) Branch(i int) Branch {
+	b := s.Branches[i*branchEntrySize:]
+	return Branch{From: le.Uint64(b), To: le.Uint64(b[8:]), Flags: BranchFlags(le.Uint64(b[16:]))}
+}
+
+// IntrReg is REGS_INTR's value of register number reg, if it was dumped.
+func (s *Sample) IntrReg(reg int) (uint64, bool) {
+	if reg < 0 || reg > 63 || s.IntrMask&(1<<reg) == 0 || s.IntrRegs == nil {
+		return 0, false
+	}
+	i := bits.OnesCount64(s.IntrMask & (1<<reg - 1))
+	return le.Uint64(s.IntrRegs[8*i:]), true
+}
+
+// BranchFlags is the third word of struct perf_branch_entry, bit fields
+// from the least significant bit as a little-endian kernel lays them out:
+// mispred:1, predicted:1, in_tx:1, abort:1, cycles:16, type:4, spec:2,
+// new_type:4, priv:3.
+type BranchFlags uint64
+
+func (f BranchFlags) field(shift, width uint) uint64 { return uint64(f) >> shift & (1<<width - 1) }
+
+// Mispredicted, Predicted, InTx and Abort are the entry's one-bit flags.
+func (f BranchFlags) Mispredicted() bool { return f.field(0, 1) != 0 }
+func (f BranchFlags) Predicted() bool    { return f.field(1, 1) != 0 }
+func (f BranchFlags) InTx() bool         { return f.field(2, 1) != 0 }
+func (f BranchFlags) Abort() bool        { return f.field(3, 1) != 0 }
+
+// Cycles is the cycles since the previous branch (0: not recorded).
+func (f BranchFlags) Cycles() uint16 { return uint16(f.field(4, 16)) }
+
+// Type is the branch's PERF_BR_* type, NewType its PERF_BR_NEW_* one (Type
+// PERF_BR_EXTEND_ABI), Spec its PERF_BR_SPEC_* speculation outcome, and
+// Priv its PERF_BR_PRIV_* privilege level.
+func (f BranchFlags) Type() uint8    { return uint8(f.field(20, 4)) }
+func (f BranchFlags) Spec() uint8    { return uint8(f.field(24, 2)) }
+func (f BranchFlags) NewType() uint8 { return uint8(f.field(26, 4)) }
+func (f BranchFlags) Priv() uint8    { return uint8(f.field(30, 3)) }
+
+// branchExtendABI is PERF_BR_EXTEND_ABI: the type is in NewType.
+const branchExtendABI = 15
+
+// branchTypeNames and branchNewTypeNames are perf's names of the types
+// (tools/perf/util/branch.c).
+var (
+	branchTypeNames    = [16]string{"N/A", "COND", "UNCOND", "IND", "CALL", "IND_CALL", "RET", "SYSCALL", "SYSRET", "COND_CALL", "COND_RET", "ERET", "IRQ", "SERROR", "NO_TX", ""}
+	branchNewTypeNames = [16]string{"FAULT_ALGN", "FAULT_DATA", "FAULT_INST", "ARCH_1", "ARCH_2", "ARCH_3", "ARCH_4", "ARCH_5"}
+)
+
+// TypeName is the type as perf script prints it: "" for PERF_BR_UNKNOWN.
+func (f BranchFlags) TypeName() string {
+	switch t := f.Type(); t {
+	case 0:
+		return ""
+	case branchExtendABI:
+		return branchNewTypeNames[f.NewType()]
+	default:
+		return branchTypeNames[t]
+	}
+}
+
+// AppendPerf appends the entry as perf script -F brstack prints it (perf
+// 6.1: from/to/M, P or -/X or -/A or -/cycles/type), without the space
+// perf puts after it.
+func (b Branch) AppendPerf(out []byte) []byte {
+	out = append(out, "0x"...)
+	out = strconv.AppendUint(out, b.From, 16)
+	out = append(out, "/0x"...)
+	out = strconv.AppendUint(out, b.To, 16)
+	pred := byte('-')
+	switch {
+	case b.Flags.Predicted():
+		pred = 'P'
+	case b.Flags.Mispredicted():
+		pred = 'M'
+	}
+	flag := func(on bool, c byte) byte {
+		if on {
+			return c
+		}
+		return '-'
+	}
+	out = append(out, '/', pred, '/', flag(b.Flags.InTx(), 'X'), '/', flag(b.Flags.Abort(), 'A'), '/')
+	out = strconv.AppendUint(out, uint64(b.Flags.Cycles()), 10)
+	out = append(out, '/')
+	return append(out, b.Flags.TypeName()...)
 }

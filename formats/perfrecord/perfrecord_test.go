@@ -218,13 +218,24 @@ func FuzzDecodeSample(f *testing.F) {
 	f.Add(pebsRecord(), uint64(pebsType), uint64(groupRead))
 	f.Add([]byte{9, 0, 0, 0, 0, 0, 16, 0, 1, 2, 3, 4, 5, 6, 7, 8}, uint64(unix.PERF_SAMPLE_RAW|unix.PERF_SAMPLE_CALLCHAIN), uint64(0))
 	f.Add(regsRecord(2), uint64(regsType), uint64(0))
+	// A branch stack with index and counters, a user stack, interrupt
+	// registers and AUX (TestDecodeBranchStackAndDumps's layout).
+	branchType := uint64(unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_BRANCH_STACK | unix.PERF_SAMPLE_STACK_USER | unix.PERF_SAMPLE_REGS_INTR | unix.PERF_SAMPLE_AUX)
+	f.Add(words(0, 0x401000, 1, 9, 0x1000, 0x2000, 3, 11, 8, 0x1111, 8, 2, 1, 2, 3, 8, 0xdead), branchType, uint64(0))
+	f.Add(words(0, 0x401000, 1<<40, 9), branchType, uint64(0))
 	f.Fuzz(func(t *testing.T, rec []byte, st, rf uint64) {
-		l := Layout{SampleType: st, ReadFormat: rf, RegsUser: regsMask}
+		l := Layout{SampleType: st, ReadFormat: rf, RegsUser: regsMask, RegsIntr: 0x107,
+			BranchSampleType: unix.PERF_SAMPLE_BRANCH_HW_INDEX | unix.PERF_SAMPLE_BRANCH_COUNTERS}
 		if l.Check() != nil {
 			return
 		}
 		var s Sample
-		DecodeSample(rec, l, &s)
+		if DecodeSample(rec, l, &s) == nil {
+			for i := range s.BranchNr {
+				s.Branch(i).AppendPerf(nil)
+			}
+			s.IntrReg(8)
+		}
 		DecodeLost(rec)
 		DecodeThrottle(rec)
 		DecodeSwitch(rec)

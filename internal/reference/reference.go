@@ -15,12 +15,26 @@ import (
 // a missing copy skips the test; under PMU_EXPORTER_CI=1 it fails.
 func Dir(t testing.TB) string {
 	t.Helper()
+	return shared(t, "reference", "the reference data")
+}
+
+// Recordings finds shared/recordings, the real perf.data files recorded on
+// other machines (its README says what each holds), as Dir finds the
+// reference data.
+func Recordings(t testing.TB) string {
+	t.Helper()
+	return shared(t, "recordings", "the recordings")
+}
+
+// shared finds ../shared/name above the working directory.
+func shared(t testing.TB, name, what string) string {
+	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for d := wd; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, "..", "shared", "reference")
+		p := filepath.Join(d, "..", "shared", name)
 		if st, err := os.Stat(p); err == nil && st.IsDir() {
 			return p
 		}
@@ -29,9 +43,9 @@ func Dir(t testing.TB) string {
 		}
 	}
 	if os.Getenv("PMU_EXPORTER_CI") != "" {
-		t.Fatal("../shared/reference not found: CI must have the reference data beside the checkout")
+		t.Fatalf("../shared/%s not found: CI must have %s beside the checkout", name, what)
 	}
-	t.Skip("../shared/reference not found (PMU_EXPORTER_CI unset)")
+	t.Skipf("../shared/%s not found (PMU_EXPORTER_CI unset)", name)
 	return ""
 }
 

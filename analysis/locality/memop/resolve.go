@@ -161,6 +161,15 @@ func NewResolver(code Code, arch string) (*Resolver, error) {
 	return r, nil
 }
 
+// NewUndecodingResolver is a resolver for an architecture whose
+// instructions it cannot decode (a recording from armv7 or i686): every
+// sample that needs its instruction is undecodable, and precise samples
+// keep their data address without a width. The recording is still read.
+func NewUndecodingResolver(code Code) *Resolver {
+	return &Resolver{code: code, cur: newGeneration(), old: newGeneration(), cacheBytes: DefaultCacheBytes, buf: make([]byte, 0, 4096),
+		decodeInsn: func([]byte) Operand { return Operand{Reason: Undecodable} }}
+}
+
 // SetCacheBytes bounds what the resolver keeps of decoded code to n bytes
 // (as CacheBytes estimates them); an instruction dropped for it is decoded
 // again if sampled again.
