@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -18,6 +19,98 @@ import (
 // samplesFlags are the options of `pmu_exporter samples`.
 type samplesFlags struct {
 	input, format string
+}
+
+// appendDumps adds the sample's variable fields to its line: the branch
+// stack (brstack: each entry's addresses, its flags as perf script -F
+// brstack prints them, and every flag the ABI carries), the registers
+// (user_regs, intr_regs: the abi, the mask and the values in register
+// number order), and the sizes of the user stack and AUX data dumped.
+func appendDumps(b []byte, a perfrecord.Attr, s *perfrecord.Sample) []byte {
+	has := func(bit uint64) bool { return s.Has&bit != 0 }
+	key := func(k string) {
+		b = append(b, `,"`...)
+		b = append(b, k...)
+		b = append(b, `":`...)
+	}
+	bool_ := func(k string, v bool) {
+		b = append(b, `,"`...)
+		b = append(b, k...)
+		b = append(b, `":`...)
+		b = strconv.AppendBool(b, v)
+	}
+	if has(unix.PERF_SAMPLE_BRANCH_STACK) {
+		key("brstack")
+		b = append(b, '[')
+		for i := range s.BranchNr {
+			e := s.Branch(i)
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"from":"0x`...)
+			b = strconv.AppendUint(b, e.From, 16)
+			b = append(b, `","to":"0x`...)
+			b = strconv.AppendUint(b, e.To, 16)
+			b = append(b, `","perf":"`...)
+			b = e.AppendPerf(b)
+			b = append(b, `","cycles":`...)
+			b = strconv.AppendUint(b, uint64(e.Flags.Cycles()), 10)
+			for _, f := range []struct {
+				k string
+				v uint8
+			}{{"type", e.Flags.Type()}, {"new_type", e.Flags.NewType()}, {"spec", e.Flags.Spec()}, {"priv", e.Flags.Priv()}} {
+				b = append(b, `,"`...)
+				b = append(b, f.k...)
+				b = append(b, `":`...)
+				b = strconv.AppendUint(b, uint64(f.v), 10)
+			}
+			bool_("mispred", e.Flags.Mispredicted())
+			bool_("predicted", e.Flags.Predicted())
+			bool_("in_tx", e.Flags.InTx())
+			bool_("abort", e.Flags.Abort())
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+		if a.BranchSampleType&unix.PERF_SAMPLE_BRANCH_HW_INDEX != 0 {
+			key("brstack_hw_index")
+			b = strconv.AppendUint(b, s.BranchHWIndex, 10)
+		}
+	}
+	regs := func(name string, abi, mask uint64, value func(int) uint64) {
+		key(name)
+		b = append(b, `{"abi":`...)
+		b = strconv.AppendUint(b, abi, 10)
+		b = append(b, `,"mask":"0x`...)
+		b = strconv.AppendUint(b, mask, 16)
+		b = append(b, `","values":[`...)
+		for m, first := mask, true; m != 0; m &= m - 1 {
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = append(b, `"0x`...)
+			b = strconv.AppendUint(b, value(bits.TrailingZeros64(m)), 16)
+			b = append(b, '"')
+		}
+		b = append(b, "]}"...)
+	}
+	if has(unix.PERF_SAMPLE_REGS_USER) {
+		regs("user_regs", s.RegsABI, s.RegsMask, func(r int) uint64 { return s.Regs[r] })
+	}
+	if has(unix.PERF_SAMPLE_REGS_INTR) {
+		regs("intr_regs", s.IntrABI, s.IntrMask, func(r int) uint64 { v, _ := s.IntrReg(r); return v })
+	}
+	if has(unix.PERF_SAMPLE_STACK_USER) {
+		key("stack_user_size")
+		b = strconv.AppendUint(b, uint64(len(s.StackUser)), 10)
+		key("stack_user_dyn_size")
+		b = strconv.AppendUint(b, s.StackUserDyn, 10)
+	}
+	if has(unix.PERF_SAMPLE_AUX) {
+		key("aux_size")
+		b = strconv.AppendUint(b, uint64(len(s.Aux)), 10)
+	}
+	return b
 }
 
 // sampleJSON is one line of `samples --format jsonl`, for readers of it
@@ -36,6 +129,39 @@ type sampleJSON struct {
 	Weight   *uint64      `json:"weight,omitempty"`
 	PhysAddr string       `json:"phys_addr,omitempty"`
 	DataSrc  *dataSrcJSON `json:"data_src,omitempty"`
+	// The variable fields (appendDumps).
+	Brstack        []branchJSON `json:"brstack,omitempty"`
+	BrstackHWIndex *uint64      `json:"brstack_hw_index,omitempty"`
+	UserRegs       *regsJSON    `json:"user_regs,omitempty"`
+	IntrRegs       *regsJSON    `json:"intr_regs,omitempty"`
+	StackUserSize  *uint64      `json:"stack_user_size,omitempty"`
+	AuxSize        *uint64      `json:"aux_size,omitempty"`
+}
+
+// branchJSON is a branch stack entry: its addresses, its flags as perf
+// script -F brstack prints them (perf 6.1: M, P or -/X or -/A or
+// -/cycles/type), and each flag.
+type branchJSON struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Perf      string `json:"perf"`
+	Cycles    uint16 `json:"cycles"`
+	Type      uint8  `json:"type"`
+	NewType   uint8  `json:"new_type"`
+	Spec      uint8  `json:"spec"`
+	Priv      uint8  `json:"priv"`
+	Mispred   bool   `json:"mispred"`
+	Predicted bool   `json:"predicted"`
+	InTx      bool   `json:"in_tx"`
+	Abort     bool   `json:"abort"`
+}
+
+// regsJSON is a register dump: the abi (0: none, a kernel thread), the
+// mask, and a value per bit of it in register number order.
+type regsJSON struct {
+	ABI    uint64   `json:"abi"`
+	Mask   string   `json:"mask"`
+	Values []string `json:"values"`
 }
 
 // dataSrcJSON is the decoded data_src: the raw word, every field by the
@@ -189,6 +315,7 @@ func (w *lineWriter) line(i int, names []string, a perfrecord.Attr, s *perfrecor
 	if !has(unix.PERF_SAMPLE_PERIOD) && !a.Freq {
 		num("period", a.Period)
 	}
+	b = appendDumps(b, a, s)
 	b = append(b, "}\n"...)
 	w.buf = b
 	return b

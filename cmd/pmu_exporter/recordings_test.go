@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/reference"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// TestSamplesOfOtherMachines: every real recording in ../shared/recordings
+// (a Skylake-SP's PEBS with WEIGHT_STRUCT, a hybrid i7, an AMD's branch
+// stacks, a 32-bit armv7, a pipe-mode file of perf 6.12) decodes to
+// exactly the samples perf script prints of it, in its order: tid, time
+// and ip, the data address and weight where the events have them, and
+// each branch stack entry as -F brstack prints it. Which fields each file
+// has is perf evlist's word, not ours.
+func TestSamplesOfOtherMachines(t *testing.T) {
+	dir := reference.Recordings(t)
+	testenv.RequireTool(t, "perf")
+	files, err := filepath.Glob(filepath.Join(dir, "perf.data.*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recordings in %s: %v", dir, err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			fields := recordedFields(t, file)
+			want := perfScriptSamples(t, file, fields)
+			got := ourRecordedSamples(t, file, fields)
+			if len(want) == 0 {
+				t.Fatal("perf script printed no samples")
+			}
+			sameSamples(t, got, want)
+			t.Logf("%d samples alike (fields %s)", len(got), strings.Join(fields, ","))
+		})
+	}
+}
+
+// recordedFields are the fields beyond tid, time and ip that every event
+// of the file records, as perf evlist -v says: addr, weight, brstack.
+func recordedFields(t *testing.T, file string) []string {
+	t.Helper()
+	out, err := exec.Command("perf", "evlist", "-v", "-i", file).Output()
+	if err != nil {
+		t.Fatalf("perf evlist -i %s: %v", file, err)
+	}
+	count := map[string]int{}
+	lines := 0
+	for _, m := range regexp.MustCompile(`\bsample_type: ([A-Z_|]+)`).FindAllSubmatch(out, -1) {
+		lines++
+		for _, bit := range strings.Split(string(m[1]), "|") {
+			switch bit {
+			case "ADDR":
+				count["addr"]++
+			case "WEIGHT", "WEIGHT_STRUCT":
+				count["weight"]++
+			case "BRANCH_STACK":
+				count["brstack"]++
+			}
+		}
+	}
+	var fields []string
+	for _, f := range []string{"addr", "weight", "brstack"} {
+		if lines > 0 && count[f] == lines {
+			fields = append(fields, f)
+		}
+	}
+	return fields
+}
+
+// perfScriptSamples is perf script -F tid,time,ip plus fields, each sample
+// as "tid time_ns ip [addr] [weight] [entry …]" (hex without 0x).
+func perfScriptSamples(t *testing.T, file string, fields []string) []string {
+	t.Helper()
+	out, err := exec.Command("perf", "script", "-i", file, "--ns", "-G", "-F", strings.Join(append([]string{"tid", "time", "ip"}, fields...), ",")).Output()
+	if err != nil {
+		t.Fatalf("perf script -i %s: %v", file, err)
+	}
+	has := func(f string) bool { return strings.Contains(strings.Join(fields, ","), f) }
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		// "tid sec.nsec: [addr] [weight] ip [from/to/flags …]"
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			t.Fatalf("perf script line %q", sc.Text())
+		}
+		sec, nsec, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), ".")
+		s, _ := strconv.ParseUint(sec, 10, 64)
+		ns, _ := strconv.ParseUint(nsec, 10, 64)
+		rest := f[2:]
+		var addr, weight string
+		if has("addr") {
+			addr, rest = rest[0], rest[1:]
+		}
+		if has("weight") {
+			weight, rest = rest[0], rest[1:]
+		}
+		line := fmt.Sprintf("%s %d %s", f[0], s*1e9+ns, rest[0])
+		if has("addr") {
+			line += " " + addr
+		}
+		if has("weight") {
+			line += " " + weight
+		}
+		for _, e := range rest[1:] {
+			line += " " + e
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+// ourRecordedSamples is samples' view of the file in perfScriptSamples' form.
+func ourRecordedSamples(t *testing.T, file string, fields []string) []string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"samples", "--input", file}, &stdout, &stderr); code != 0 {
+		t.Fatalf("samples exited %d: %s", code, stderr.String())
+	}
+	if strings.Contains(file, "armv7") && !strings.Contains(stderr.String(), "decoding armv7l instructions is not supported") {
+		t.Errorf("an armv7 recording, and samples did not say it reads it without decoding: %q", stderr.String())
+	}
+	has := func(f string) bool { return strings.Contains(strings.Join(fields, ","), f) }
+	var lines []string
+	dec := json.NewDecoder(&stdout)
+	for dec.More() {
+		var s sampleJSON
+		if err := dec.Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		if s.TID == nil || s.Time == nil {
+			t.Fatalf("a sample without tid or time: %+v", s)
+		}
+		line := fmt.Sprintf("%d %d %s", *s.TID, *s.Time, strings.TrimPrefix(s.IP, "0x"))
+		if has("addr") {
+			line += " " + strings.TrimPrefix(s.Addr, "0x")
+		}
+		if has("weight") && s.Weight != nil {
+			line += " " + strconv.FormatUint(*s.Weight, 10)
+		}
+		for _, e := range s.Brstack {
+			line += " " + e.Perf
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}
