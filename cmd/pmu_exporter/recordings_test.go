@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -154,4 +155,113 @@ func ourRecordedSamples(t *testing.T, file string, fields []string) []string {
 		lines = append(lines, line)
 	}
 	return lines
+}
+
+// TestSamplesOfLayoutsRecordedHere: perf records here, on cpu-clock (what
+// every host counts), the layouts its options make: callchains (-g), user
+// stacks (--call-graph dwarf), user and interrupt registers, compressed
+// (-z) and pipe-mode files, and a group read at each sample ('{…}:S');
+// samples prints what perf script prints of each: the event, tid, time,
+// ip and period of every sample (a group read split by member as perf
+// splits it), and the registers' abi and values in perf's order.
+func TestSamplesOfLayoutsRecordedHere(t *testing.T) {
+	testenv.RequireRoot(t)
+	perf := testenv.RequireTool(t, "perf")
+	for _, c := range []struct {
+		name string
+		args []string
+		regs string // perf script's register fields: what the options dump
+	}{
+		{"callchain", []string{"-e", "cpu-clock", "-g"}, ""},
+		{"dwarf", []string{"-e", "cpu-clock", "--call-graph", "dwarf"}, "uregs"},
+		{"registers", []string{"-e", "cpu-clock", "--intr-regs=ax,bx,ip", "--user-regs=ax,sp,ip"}, "iregs,uregs"},
+		{"compressed", []string{"-e", "cpu-clock", "-z"}, ""},
+		{"pipe", []string{"-e", "cpu-clock"}, ""},
+		{"group read", []string{"-e", "{cpu-clock,task-clock}:S"}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "perf.data")
+			args := append([]string{"record", "-q", "-c", "100000"}, c.args...)
+			out := file
+			if c.name == "pipe" {
+				out = "-"
+			}
+			args = append(args, "-o", out, "--", "sh", "-c", "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done")
+			cmd := exec.Command(perf, args...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if c.name == "pipe" {
+				f, err := os.Create(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				cmd.Stdout = f
+			}
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("perf %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+			}
+			fields := "event,tid,time,ip,period"
+			if c.regs != "" {
+				fields += "," + c.regs
+			}
+			pout, err := exec.Command(perf, "script", "-i", file, "--ns", "-G", "-F", fields).Output()
+			if err != nil {
+				t.Fatalf("perf script: %v", err)
+			}
+			var want []string
+			sc := bufio.NewScanner(bytes.NewReader(pout))
+			for sc.Scan() {
+				// "tid sec.nsec: period event: ip [ABI:n NAME:0xV …]"
+				f := strings.Fields(sc.Text())
+				if len(f) < 5 {
+					t.Fatalf("perf script line %q", sc.Text())
+				}
+				sec, nsec, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), ".")
+				s, _ := strconv.ParseUint(sec, 10, 64)
+				ns, _ := strconv.ParseUint(nsec, 10, 64)
+				line := fmt.Sprintf("%s %s %d %s %s", strings.TrimSuffix(f[3], ":"), f[0], s*1e9+ns, f[4], f[2])
+				for _, r := range f[5:] {
+					name, v, _ := strings.Cut(r, ":")
+					if name == "ABI" {
+						line += " abi" + v
+					} else {
+						line += " " + v
+					}
+				}
+				want = append(want, line)
+			}
+			var stdout, serr bytes.Buffer
+			if code := run([]string{"samples", "--input", file}, &stdout, &serr); code != 0 {
+				t.Fatalf("samples exited %d: %s", code, serr.String())
+			}
+			var got []string
+			stacks := 0
+			dec := json.NewDecoder(&stdout)
+			for dec.More() {
+				var s sampleJSON
+				if err := dec.Decode(&s); err != nil {
+					t.Fatal(err)
+				}
+				line := fmt.Sprintf("%s %d %d %s %d", s.Event, *s.TID, *s.Time, strings.TrimPrefix(s.IP, "0x"), *s.Period)
+				for _, r := range []*regsJSON{s.IntrRegs, s.UserRegs} {
+					if r != nil {
+						line += fmt.Sprintf(" abi%d %s", r.ABI, strings.Join(r.Values, " "))
+					}
+				}
+				if s.StackUserSize != nil && *s.StackUserSize > 0 {
+					stacks++
+				}
+				got = append(got, line)
+			}
+			if len(want) == 0 {
+				t.Fatalf("perf script printed no samples of %s", strings.Join(args, " "))
+			}
+			sameSamples(t, got, want)
+			if c.name == "dwarf" && stacks == 0 {
+				t.Errorf("--call-graph dwarf: no sample with a user stack among %d", len(got))
+			}
+			t.Logf("%d samples alike", len(got))
+		})
+	}
 }

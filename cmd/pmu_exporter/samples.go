@@ -199,6 +199,7 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 	file, acc := rec.file, rec.acc
 	w := bufio.NewWriterSize(stdout, 1<<16)
 	lw := lineWriter{srcs: map[uint64][]byte{}}
+	reads := readSplitter{last: map[uint64]uint64{}}
 	var lost uint64
 	samples, bad, err := collector.EachSample(file, sf.input, stderr, collector.PerfDataVisitor{
 		Record: func(raw []byte, h perfrecord.Header) {
@@ -210,6 +211,12 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 			}
 		},
 		Sample: func(i int, s *perfrecord.Sample) error {
+			if file.Events.Attrs[i].SampleType&unix.PERF_SAMPLE_READ != 0 {
+				return reads.each(file.Events, s, func(j int, m *perfrecord.Sample) error {
+					_, err := w.Write(lw.line(j, file.Names, file.Events.Attrs[j], m))
+					return err
+				})
+			}
 			line := lw.line(i, file.Names, file.Events.Attrs[i], s)
 			if s.Has&unix.PERF_SAMPLE_REGS_USER != 0 {
 				line = appendDecoded(line[:len(line)-2], acc, s)
@@ -229,6 +236,37 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 		return 1
 	}
 	return 0
+}
+
+// readSplitter turns a sample that reads its group (perf record -e
+// '{a,b}:S', PERF_SAMPLE_READ) into a sample of each value it read, as
+// perf script delivers them (deliver_sample_value): the value's event,
+// and the period since that id's last read; a value that did not change,
+// or whose id names no event (read without PERF_FORMAT_ID), is not one.
+type readSplitter struct {
+	last   map[uint64]uint64 // id → its value at its last read
+	member perfrecord.Sample
+}
+
+func (r *readSplitter) each(ev *perfrecord.Events, s *perfrecord.Sample, emit func(int, *perfrecord.Sample) error) error {
+	for _, v := range s.Read {
+		j, ok := ev.ByID(v.ID)
+		if !ok {
+			continue
+		}
+		period := v.Value - r.last[v.ID]
+		r.last[v.ID] = v.Value
+		if period == 0 {
+			continue
+		}
+		r.member = *s
+		r.member.ID, r.member.Period = v.ID, period
+		r.member.Has |= unix.PERF_SAMPLE_PERIOD
+		if err := emit(j, &r.member); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // appendDecoded adds, to a sample line without its closing "}\n", the

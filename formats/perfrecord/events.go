@@ -68,6 +68,10 @@ func NewEvents(attrs []Attr, ids [][]uint64) (*Events, error) {
 	return e, nil
 }
 
+// ByID is the index in Attrs of the event whose records carry id (a
+// PERF_SAMPLE_READ value's, say).
+func (e *Events) ByID(id uint64) (int, bool) { return e.find(id) }
+
 func (e *Events) find(id uint64) (int, bool) {
 	if e.byID != nil {
 		i, ok := e.byID[id]
