@@ -26,7 +26,7 @@ func parse(t *testing.T, args []string) *Options {
 	o := NewOptions()
 	app := kingpin.New("pmu_exporter", "")
 	app.Terminate(nil)
-	o.Bind(app, app.Command("serve", "").Default(), app.Command("check", ""))
+	o.Bind(app.Command("serve", "").Default(), app.Command("check", ""))
 	if _, err := app.Parse(args); err != nil {
 		t.Fatalf("%v: %v", args, err)
 	}

@@ -43,14 +43,16 @@ func NewOptions() *Options {
 	return o
 }
 
-// Bind declares the host paths and the config file on app, the sources and
-// Kubernetes access on serve, and every collector's flags on serve and on
-// check (so that check judges what serve would run).
-func (o *Options) Bind(app *kingpin.Application, serve *kingpin.CmdClause, judges ...*kingpin.CmdClause) {
-	app.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&o.sysfs)
-	app.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&o.procfs)
-	app.Flag("path.cgroupfs", "Mount point of the host's cgroup hierarchy that holds the perf_event controller: cgroup v2, or v1's perf_event hierarchy where v1 mounts it (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, or on v1 its perf_event directory, so that every cgroup id on the node resolves).").StringVar(&o.cgroups.fsPath)
-	app.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&o.configFile)
+// Bind declares the host paths, the config file and every collector's
+// flags on serve and on its judges (check and validate judge what serve
+// would run), and the sources and Kubernetes access on serve: a command
+// lists only the flags it uses.
+func (o *Options) Bind(serve *kingpin.CmdClause, judges ...*kingpin.CmdClause) {
+	for _, c := range append([]*kingpin.CmdClause{serve}, judges...) {
+		o.BindHostPaths(c)
+		c.Flag("path.cgroupfs", "Mount point of the host's cgroup hierarchy that holds the perf_event controller: cgroup v2, or v1's perf_event hierarchy where v1 mounts it (default: found in mountinfo; in a container, the host's /sys/fs/cgroup mounted e.g. at /host/sys/fs/cgroup, or on v1 its perf_event directory, so that every cgroup id on the node resolves).").StringVar(&o.cgroups.fsPath)
+		c.Flag("config.file", "YAML file listing extra events and groups to count.").StringVar(&o.configFile)
+	}
 	serve.Flag("source", "Where counts come from: perf_event (this host's counters) or replay (a perf stat recording, --replay.file; pmu_info says source=\"replay\").").
 		Default("perf_event").EnumVar(&o.source, "perf_event", "replay")
 	serve.Flag("replay.file", "perf stat -I recording to play back with --source=replay (perf stat -x, or -j; -A per-CPU and -G cgroup columns are used when present), looping at the end.").StringVar(&o.replay.file)
@@ -66,6 +68,14 @@ func (o *Options) Bind(app *kingpin.Application, serve *kingpin.CmdClause, judge
 		o.collectors.Bind(c)
 	}
 	serve.Flag("validate.on-start", "Run the quick subset of `pmu_exporter validate` once at start (a few seconds, on one CPU) and export pmu_event_validation_goodness and pmu_event_validation_passed.").BoolVar(&o.validateOnStart)
+}
+
+// BindHostPaths adds --path.sysfs and --path.procfs to cmd: where the
+// host is read (in a container, its mounts of the host's), for a command
+// that reads it (topdown's default tree is this host's).
+func (o *Options) BindHostPaths(cmd *kingpin.CmdClause) {
+	cmd.Flag("path.sysfs", "sysfs mountpoint (in a container, the host's /sys mounted e.g. at /host/sys).").Default("/sys").StringVar(&o.sysfs)
+	cmd.Flag("path.procfs", "procfs mountpoint (in a container, the host's /proc mounted e.g. at /host/proc).").Default("/proc").StringVar(&o.procfs)
 }
 
 // Resolve settles the collectors' choices after parsing and returns a note

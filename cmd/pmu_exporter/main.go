@@ -114,7 +114,6 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
 	f.web = webflag.AddFlags(serve, defaultAddress)
 	f.log = &promslog.Config{}
-	promslogflag.AddFlags(app, f.log)
 
 	c.check = app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
 	c.check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
@@ -124,7 +123,8 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.valCmd.Flag("quick", "Fewer and smaller sizes (what serve --validate.on-start runs).").BoolVar(&c.vf.Quick)
 	c.valCmd.Flag("cpu", "CPU to run the kernels on (default: the last online CPU).").Default("-1").IntVar(&c.vf.CPU)
 	// check and validate judge what serve would run with the same collector flags.
-	f.opts.Bind(app, serve, c.check, c.valCmd)
+	f.opts.Bind(serve, c.check, c.valCmd)
+	logFlags(f.log, serve, c.check, c.valCmd)
 
 	c.tdCmd = app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
 	c.tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
@@ -134,6 +134,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
 	c.tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
 	c.tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
+	f.opts.BindHostPaths(c.tdCmd) // the default tree is this host's
 
 	c.smpCmd = app.Command("samples", "Print the samples of a perf.data file (perf record, perf mem record, perf c2c record; - reads a pipe-mode stream), one JSON object per line, in perf script's order, with data_src decoded.")
 	c.smpCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream (perf record -o -) from standard input.").Short('i').Default("perf.data").StringVar(&sf.input)
@@ -170,6 +171,17 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.reuseCmd.Flag("cache", "Also print the miss ratio of an LRU cache of this many data (distinct watched locations; repeatable), from the footprint of the reuse times.").Uint64ListVar(&rf.caches)
 
 	return app
+}
+
+// logFlags adds --log.level and --log.format to the commands that log
+// (promslogflag adds them to the whole application, where every offline
+// command would list them and ignore them).
+func logFlags(cfg *promslog.Config, cmds ...*kingpin.CmdClause) {
+	cfg.Level, cfg.Format = promslog.NewLevel(), promslog.NewFormat()
+	for _, c := range cmds {
+		c.Flag(promslogflag.LevelFlagName, promslogflag.LevelFlagHelp).Default("info").HintOptions(promslog.LevelFlagOptions...).SetValue(cfg.Level)
+		c.Flag(promslogflag.FormatFlagName, promslogflag.FormatFlagHelp).Default("logfmt").HintOptions(promslog.FormatFlagOptions...).SetValue(cfg.Format)
+	}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

@@ -123,3 +123,38 @@ func checkGeneratedDoc(t *testing.T, path, want string) {
 		t.Errorf("%s is not what the command line generates (%v): run PMU_EXPORTER_UPDATE_DOCS=1 go test -run %s ./cmd/pmu_exporter/", path, err, t.Name())
 	}
 }
+
+// Each command's --help lists the flags it uses and no other: the offline
+// commands (which read a file) none of serve's paths, config, logging,
+// collectors or web flags; serve, check and validate those of the host.
+func TestSubcommandHelpListsItsOwnFlags(t *testing.T) {
+	var c cli
+	m := newApp(&c, io.Discard).Model()
+	hostFlags := []string{"--path.sysfs", "--path.procfs", "--path.cgroupfs", "--config.file", "--log.level", "--log.format"}
+	for _, cmd := range m.Commands {
+		var stderr strings.Builder
+		if code := run([]string{cmd.FullCommand, "--help"}, io.Discard, &stderr); code != 0 {
+			t.Fatalf("%s --help exited %d", cmd.FullCommand, code)
+		}
+		help := stderr.String()
+		for _, f := range cmd.Flags {
+			if !f.Hidden && !strings.Contains(help, "--"+f.Name) && !strings.Contains(help, "--[no-]"+f.Name) {
+				t.Errorf("%s --help does not list its --%s", cmd.FullCommand, f.Name)
+			}
+		}
+		switch cmd.FullCommand {
+		case "serve", "check", "validate":
+			for _, f := range hostFlags {
+				if !strings.Contains(help, f) {
+					t.Errorf("%s --help does not list %s", cmd.FullCommand, f)
+				}
+			}
+		default:
+			for _, f := range append(hostFlags, "--collector.", "--web.") {
+				if strings.Contains(help, f) && !(cmd.FullCommand == "topdown" && (f == "--path.sysfs" || f == "--path.procfs")) {
+					t.Errorf("%s --help lists %s, which it does not use", cmd.FullCommand, f)
+				}
+			}
+		}
+	}
+}
