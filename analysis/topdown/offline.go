@@ -127,20 +127,11 @@ func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float6
 			}
 			ev.Set(slot, s.Value)
 		}
-		ev.Eval()
-		iv := Interval{Time: group[0].Time, CPU: k.cpu, Cgroup: k.cgroup, Metrics: map[string]float64{}, Above: map[string]bool{}}
+		iv := Interval{Time: group[0].Time, CPU: k.cpu, Cgroup: k.cgroup}
 		if iv.CPU == "" {
 			iv.CPU = "all"
 		}
-		for _, m := range t.Metrics() {
-			if m.Level < 1 {
-				continue
-			}
-			if v := ev.Value(m.Name); !math.IsNaN(v) {
-				iv.Metrics[m.Name] = v
-				iv.Above[m.Name] = ev.Above(m.Name)
-			}
-		}
+		iv.Metrics, iv.Above = evalNodes(t, ev)
 		out = append(out, iv)
 	}
 	// Say once, for the whole file, what could not be computed and why.
@@ -170,6 +161,96 @@ func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float6
 		notes = append(notes, "events not used by the "+t.Def.Name+" tree: "+strings.Join(ign, ", "))
 	}
 	return out, notes
+}
+
+// evalNodes evaluates the tree on what ev was given, and returns each
+// node (level 1 and deeper) that could be computed, and whether its
+// threshold holds.
+func evalNodes(t *metric.Tree, ev *metric.Evaluator) (map[string]float64, map[string]bool) {
+	ev.Eval()
+	values, above := map[string]float64{}, map[string]bool{}
+	for _, m := range t.Metrics() {
+		if m.Level < 1 {
+			continue
+		}
+		if v := ev.Value(m.Name); !math.IsNaN(v) {
+			values[m.Name] = v
+			above[m.Name] = ev.Above(m.Name)
+		}
+	}
+	return values, above
+}
+
+// Summary is the tree over a whole recording for one cgroup ("" for the
+// whole CPUs): its inputs summed over every interval and CPU, so that
+// each node is weighed by the slots (or cycles) of each interval, as
+// toplev's summary is. Counts are the sums it rests on; an input that was
+// not counted in some interval is left out of them (and the nodes that
+// need it), rather than summed over part of the run.
+type Summary struct {
+	Cgroup    string
+	Intervals int // the (interval, CPU) pairs summed
+	Metrics   map[string]float64
+	Above     map[string]bool
+	Counts    map[string]float64
+	// Partial names the inputs left out for not being counted throughout.
+	Partial []string
+}
+
+// Summarize is the tree over the whole of samples, one Summary per cgroup
+// in input order.
+func Summarize(t *metric.Tree, samples []perfstat.Sample, params map[string]float64) []Summary {
+	match := NewMatcher(t)
+	ev := t.NewEvaluator()
+	type sums struct {
+		sum           []float64
+		seen, missing []bool
+		intervals     map[string]bool
+	}
+	var order []string
+	by := map[string]*sums{}
+	for _, s := range samples {
+		a := by[s.Cgroup]
+		if a == nil {
+			n := len(t.Inputs)
+			a = &sums{sum: make([]float64, n), seen: make([]bool, n), missing: make([]bool, n), intervals: map[string]bool{}}
+			by[s.Cgroup] = a
+			order = append(order, s.Cgroup)
+		}
+		a.intervals[fmt.Sprint(s.Time)+"\x00"+s.CPU] = true
+		slot := match.Input(s.Event)
+		switch {
+		case slot < 0:
+		case s.Missing():
+			a.missing[slot] = true
+		default:
+			a.seen[slot] = true
+			a.sum[slot] += s.Value
+		}
+	}
+	var out []Summary
+	for _, cg := range order {
+		a := by[cg]
+		ev.Reset()
+		for name, v := range params {
+			if i := t.Input(name); i >= 0 {
+				ev.Set(i, v)
+			}
+		}
+		sm := Summary{Cgroup: cg, Intervals: len(a.intervals), Counts: map[string]float64{}}
+		for slot, in := range t.Inputs {
+			switch {
+			case a.missing[slot]:
+				sm.Partial = append(sm.Partial, in)
+			case a.seen[slot]:
+				ev.Set(slot, a.sum[slot])
+				sm.Counts[in] = a.sum[slot]
+			}
+		}
+		sm.Metrics, sm.Above = evalNodes(t, ev)
+		out = append(out, sm)
+	}
+	return out
 }
 
 // PerfArgs returns the perf stat -e arguments that record what a tree needs, one

@@ -182,3 +182,36 @@ func TestOfflineKeepsCgroupsApart(t *testing.T) {
 		t.Errorf("frontend %v (CPU) and %v (cgroup), want 0.2 and 0.4", ivs[0].Metrics["frontend_bound"], ivs[1].Metrics["frontend_bound"])
 	}
 }
+
+// The summary of sprRecording sums each input over both intervals: slots
+// 1000 + 2000, topdown-fe-bound 200 + 500, UOP_DROPPING 10 + 0, so
+// frontend_bound is (700 − 10)/3000 = 0.23, the slot-weighted mean of
+// CPU0's 0.19 and CPU1's 0.25; bad_speculation (100 + 10)/3000 and
+// retiring 1400/3000. topdown-mem-bound was not counted in the second
+// interval: it is left out, and memory_bound with it, not summed over
+// half the run.
+func TestSummarizeSPR(t *testing.T) {
+	samples, err := perfstat.Parse(strings.NewReader(sprRecording))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := Summarize(tree(t, "spr"), samples, nil)
+	if len(sums) != 1 || sums[0].Cgroup != "" || sums[0].Intervals != 2 {
+		t.Fatalf("summaries: %+v", sums)
+	}
+	s := sums[0]
+	for k, want := range map[string]float64{"frontend_bound": 690.0 / 3000, "bad_speculation": 110.0 / 3000, "retiring": 1400.0 / 3000, "backend_bound": 800.0 / 3000} {
+		if math.Abs(s.Metrics[k]-want) > 1e-12 {
+			t.Errorf("%s = %v, want %v", k, s.Metrics[k], want)
+		}
+	}
+	if _, ok := s.Metrics["memory_bound"]; ok || len(s.Partial) != 1 || !strings.Contains(s.Partial[0], "MEMORY_BOUND") {
+		t.Errorf("memory_bound %v, partial %v: want it left out", s.Metrics["memory_bound"], s.Partial)
+	}
+	if s.Counts["TOPDOWN.SLOTS:perf_metrics"] != 3000 || s.Counts["PERF_METRICS.FRONTEND_BOUND"] != 700 {
+		t.Errorf("counts %v: want slots summed to 3000, the frontend to 700", s.Counts)
+	}
+	if !s.Above["frontend_bound"] || s.Above["retiring"] {
+		t.Errorf("thresholds %v: frontend_bound (23%% > 15%%) flagged, retiring not", s.Above)
+	}
+}

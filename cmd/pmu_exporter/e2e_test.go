@@ -620,12 +620,39 @@ func TestTopdownCommand(t *testing.T) {
 		}
 	}
 
-	// Table from standard input, with threshold flags.
+	// The summary sums the counts of both intervals: frontend_bound
+	// (200 + 500 − 10)/(1000 + 2000) = 23%, the slot-weighted mean of 19%
+	// and 25%; memory_bound's input was not counted in the second, so it
+	// is left out, and its "-" says why.
+	var sum struct {
+		Summary []struct {
+			Intervals int
+			Metrics   map[string]float64
+			Flagged   []string
+			Counts    map[string]float64
+			Partial   []string `json:"not_counted_throughout"`
+		}
+		Thresholds bool
+	}
+	json.Unmarshal(out, &sum)
+	if len(sum.Summary) != 1 || sum.Summary[0].Intervals != 2 || math.Abs(sum.Summary[0].Metrics["frontend_bound"]-0.23) > 1e-12 ||
+		!slices.Contains(sum.Summary[0].Flagged, "frontend_bound") || sum.Summary[0].Counts["TOPDOWN.SLOTS:perf_metrics"] != 3000 ||
+		len(sum.Summary[0].Partial) != 1 || !sum.Thresholds {
+		t.Errorf("json summary: %s", out)
+	}
+
+	// Table from standard input: the summary only, with threshold flags
+	// and the "-" explained; --intervals adds each interval's tree.
 	cmd := exec.Command(binary, "topdown", "--uarch", "spr", "-")
 	cmd.Stdin = strings.NewReader(readFile(t, rec))
 	out, err = cmd.Output()
-	if err != nil || !strings.Contains(string(out), "frontend_bound           19.0%  <==") || !strings.Contains(string(out), "memory_bound               -") {
+	if err != nil || !strings.Contains(string(out), "frontend_bound           23.0%  <==") || !strings.Contains(string(out), "memory_bound               -") ||
+		strings.Contains(string(out), "19.0%") || !strings.Contains(string(out), "PERF_METRICS.MEMORY_BOUND was not counted in every interval") {
 		t.Errorf("table: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "topdown", "--uarch", "spr", "--intervals", rec).Output()
+	if err != nil || !strings.Contains(string(out), "1.001 s  CPU0\n  frontend_bound           19.0%  <==") || !strings.Contains(string(out), "frontend_bound           23.0%  <==") {
+		t.Errorf("table with --intervals: %v\n%s", err, out)
 	}
 
 	// The wrong tree computes nothing: a clear failure.

@@ -133,6 +133,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.tdCmd.Flag("definitions", "YAML file with metrics that extend or override the built-in tree.").StringVar(&td.definitions)
 	c.tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
 	c.tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
+	c.tdCmd.Flag("intervals", "Also print the tree of every interval, CPU and cgroup before the summary of the whole run (--format json has both always).").BoolVar(&td.intervals)
 	c.tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
 	f.opts.BindHostPaths(c.tdCmd) // the default tree is this host's
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
@@ -19,7 +20,7 @@ import (
 type topdownFlags struct {
 	uarch, smt, format, definitions, input string
 	slots                                  float64
-	listEvents                             bool
+	listEvents, intervals                  bool
 }
 
 // runTopdown computes Top-Down levels 1 and 2 from a perf stat recording, or
@@ -94,10 +95,11 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 	for _, n := range notes {
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
+	summaries := topdown.Summarize(tree, samples, params)
 	if td.format == "json" {
-		writeTopdownJSON(stdout, uarch, tree, intervals)
+		writeTopdownJSON(stdout, uarch, tree, intervals, summaries)
 	} else {
-		writeTopdownTable(stdout, tree, intervals)
+		writeTopdownTable(stdout, tree, intervals, summaries, notes, td.intervals)
 	}
 	if readErr != nil {
 		// Everything read before the bad line was computed and printed above.
@@ -148,11 +150,26 @@ type jsonInterval struct {
 	Metrics map[string]float64 `json:"metrics"`
 }
 
-func writeTopdownJSON(w io.Writer, uarch string, tree *metric.Tree, intervals []topdown.Interval) {
+// jsonSummary is the tree over the whole run of one cgroup (topdown.Summary).
+type jsonSummary struct {
+	Cgroup    string             `json:"cgroup,omitempty"`
+	Intervals int                `json:"intervals"`
+	Metrics   map[string]float64 `json:"metrics"`
+	// Flagged are the nodes over their threshold (toplev's bottleneck
+	// marks); absent where the tree's definitions give no thresholds.
+	Flagged []string           `json:"flagged,omitempty"`
+	Counts  map[string]float64 `json:"counts"`
+	Partial []string           `json:"not_counted_throughout,omitempty"`
+}
+
+func writeTopdownJSON(w io.Writer, uarch string, tree *metric.Tree, intervals []topdown.Interval, summaries []topdown.Summary) {
 	out := struct {
 		Uarch     string         `json:"uarch"`
 		Intervals []jsonInterval `json:"intervals"`
-	}{Uarch: uarch, Intervals: []jsonInterval{}}
+		Summary   []jsonSummary  `json:"summary"`
+		// Thresholds says whether the tree's definitions give any.
+		Thresholds bool `json:"thresholds"`
+	}{Uarch: uarch, Intervals: []jsonInterval{}, Summary: []jsonSummary{}, Thresholds: hasThresholds(tree)}
 	for _, iv := range intervals {
 		j := jsonInterval{CPU: iv.CPU, Cgroup: iv.Cgroup, Metrics: iv.Metrics}
 		if !math.IsNaN(iv.Time) {
@@ -161,14 +178,35 @@ func writeTopdownJSON(w io.Writer, uarch string, tree *metric.Tree, intervals []
 		}
 		out.Intervals = append(out.Intervals, j)
 	}
+	for _, s := range summaries {
+		j := jsonSummary{Cgroup: s.Cgroup, Intervals: s.Intervals, Metrics: s.Metrics, Counts: s.Counts, Partial: s.Partial}
+		for _, m := range tree.Def.Metrics {
+			if s.Above[m.Name] {
+				j.Flagged = append(j.Flagged, m.Name)
+			}
+		}
+		out.Summary = append(out.Summary, j)
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(out)
 }
 
-// writeTopdownTable prints each interval's tree, flagging nodes over their
-// threshold as toplev does.
-func writeTopdownTable(w io.Writer, tree *metric.Tree, intervals []topdown.Interval) {
+// hasThresholds says whether any node of the tree has a threshold: Intel's
+// definitions give them, the AMD and Arm trees' none.
+func hasThresholds(tree *metric.Tree) bool {
+	for _, m := range tree.Def.Metrics {
+		if m.Threshold != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// writeTopdownTable prints the tree over the whole run (per cgroup), and
+// with perInterval each interval's first; a node over its threshold is
+// flagged as toplev flags the bottleneck, and a "-" is explained below.
+func writeTopdownTable(w io.Writer, tree *metric.Tree, intervals []topdown.Interval, summaries []topdown.Summary, notes []string, perInterval bool) {
 	children := map[string][]metric.Metric{}
 	var roots []metric.Metric
 	for _, m := range tree.Def.Metrics { // definition order reads best
@@ -179,25 +217,19 @@ func writeTopdownTable(w io.Writer, tree *metric.Tree, intervals []topdown.Inter
 			children[m.Parent] = append(children[m.Parent], m)
 		}
 	}
-	for _, iv := range intervals {
-		where := iv.CPU
-		if iv.Cgroup != "" {
-			where += "  cgroup " + iv.Cgroup
-		}
-		if math.IsNaN(iv.Time) {
-			fmt.Fprintf(w, "%s\n", where)
-		} else {
-			fmt.Fprintf(w, "%.3f s  %s\n", iv.Time, where)
-		}
+	dashes := false
+	printTree := func(values map[string]float64, above map[string]bool) {
 		var print func(m metric.Metric, depth int)
 		print = func(m metric.Metric, depth int) {
-			v, ok := iv.Metrics[m.Name]
+			v, ok := values[m.Name]
 			val := "      -"
 			if ok {
 				val = fmt.Sprintf("%6.1f%%", 100*v)
+			} else {
+				dashes = true
 			}
 			flag := ""
-			if iv.Above[m.Name] {
+			if above[m.Name] {
 				flag = "  <=="
 			}
 			fmt.Fprintf(w, "  %-*s%-*s %s%s\n", 2*depth, "", 22-2*depth, m.Name, val, flag)
@@ -209,6 +241,44 @@ func writeTopdownTable(w io.Writer, tree *metric.Tree, intervals []topdown.Inter
 			print(r, 0)
 		}
 		fmt.Fprintln(w)
+	}
+	if perInterval {
+		for _, iv := range intervals {
+			where := iv.CPU
+			if iv.Cgroup != "" {
+				where += "  cgroup " + iv.Cgroup
+			}
+			if math.IsNaN(iv.Time) {
+				fmt.Fprintf(w, "%s\n", where)
+			} else {
+				fmt.Fprintf(w, "%.3f s  %s\n", iv.Time, where)
+			}
+			printTree(iv.Metrics, iv.Above)
+		}
+	}
+	var partial []string
+	for _, s := range summaries {
+		where := "the whole run"
+		if s.Cgroup != "" {
+			where += ", cgroup " + s.Cgroup
+		}
+		fmt.Fprintf(w, "Summary of %s (%d intervals and CPUs: their counts summed, then the tree)\n", where, s.Intervals)
+		printTree(s.Metrics, s.Above)
+		partial = append(partial, s.Partial...)
+	}
+	if !hasThresholds(tree) {
+		fmt.Fprintf(w, "No node is flagged: the %s tree's definitions give no thresholds (toplev's marks come from Intel's).\n", tree.Def.Name)
+	}
+	if dashes {
+		fmt.Fprintln(w, "-: not computed, for want of an input:")
+		for _, in := range slices.Compact(slices.Sorted(slices.Values(partial))) {
+			fmt.Fprintf(w, "  %s was not counted in every interval: the summary leaves it out rather than sum part of the run\n", in)
+		}
+		for _, n := range notes {
+			if strings.HasPrefix(n, "input ") { // the others are not about what is missing
+				fmt.Fprintf(w, "  %s\n", n)
+			}
+		}
 	}
 }
 
