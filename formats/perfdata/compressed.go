@@ -123,7 +123,7 @@ func (z *zstreamer) next() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("perf.data compressed records, before byte %d: %w", z.f.offset, noEOF(err))
 	}
-	size := int(le.Uint16(hb[6:]))
+	size := int(z.f.bo.Uint16(hb[6:]))
 	if size < perfrecord.HeaderSize {
 		return nil, fmt.Errorf("perf.data compressed records, before byte %d: a record of size %d, smaller than its header", z.f.offset, size)
 	}
@@ -132,7 +132,10 @@ func (z *zstreamer) next() ([]byte, error) {
 	if _, err := io.ReadFull(z.dec, z.rec[perfrecord.HeaderSize:]); err != nil {
 		return nil, fmt.Errorf("perf.data compressed records, before byte %d: a record of %d bytes: %w", z.f.offset, size, noEOF(err))
 	}
-	switch typ := le.Uint32(hb[:]); typ {
+	if z.f.swapped {
+		perfrecord.SwapHeader(z.rec)
+	}
+	switch typ := le.Uint32(z.rec); typ {
 	case TypeCompressed, TypeCompressed2, TypeAuxtrace:
 		return nil, fmt.Errorf("perf.data compressed records, before byte %d: a record of type %d inside them", z.f.offset, typ)
 	}

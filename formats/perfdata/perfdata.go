@@ -114,6 +114,11 @@ type File struct {
 	stale     bool
 	// z decodes perf record -z's compressed records, once one is met.
 	z *zstreamer
+	// bo is the recording host's byte order, which the header and the
+	// records are in; swapped says it is big-endian, and every record is
+	// turned little-endian as it is read (perfrecord.Swap*).
+	bo      binary.ByteOrder
+	swapped bool
 }
 
 // AuxtraceInfo is an AUXTRACE_INFO record: the kind of AUX data (Auxtrace*)
@@ -165,17 +170,17 @@ func Open(r io.Reader) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("perf.data header: %w", err)
 	}
+	f := &File{bo: le}
 	switch m := le.Uint64(h[:]); m {
 	case magic:
 	case magicSwapped:
-		return nil, errors.New("perf.data written on a big-endian host: not supported")
+		f.bo, f.swapped = binary.BigEndian, true
 	case magicV1:
 		return nil, errors.New("perf.data version 1 (perf before 2.6.35): not supported")
 	default:
 		return nil, fmt.Errorf("not a perf.data file (magic %#x)", m)
 	}
-	f := &File{}
-	switch size := le.Uint64(h[8:]); size {
+	switch size := f.bo.Uint64(h[8:]); size {
 	case pipeHeaderSize:
 		f.Pipe = true
 		f.left = -1
@@ -200,8 +205,8 @@ func Open(r io.Reader) (*File, error) {
 
 type section struct{ off, size int64 }
 
-func readSection(b []byte) section {
-	return section{int64(le.Uint64(b)), int64(le.Uint64(b[8:]))}
+func (f *File) section(b []byte) section {
+	return section{int64(f.bo.Uint64(b)), int64(f.bo.Uint64(b[8:]))}
 }
 
 func (f *File) readHeader(ra io.ReaderAt) error {
@@ -209,8 +214,8 @@ func (f *File) readHeader(ra io.ReaderAt) error {
 	if _, err := ra.ReadAt(b, 0); err != nil {
 		return fmt.Errorf("perf.data header: %w", err)
 	}
-	attrSize := int64(le.Uint64(b[16:]))
-	attrs, data := readSection(b[24:]), readSection(b[40:])
+	attrSize := int64(f.bo.Uint64(b[16:]))
+	attrs, data := f.section(b[24:]), f.section(b[40:])
 	if attrSize < 64+16 || attrSize > 4096 {
 		return fmt.Errorf("perf.data header: attr entries of %d bytes", attrSize)
 	}
@@ -228,18 +233,29 @@ func (f *File) readHeader(ra io.ReaderAt) error {
 	}
 	for i := int64(0); i < attrs.size/attrSize; i++ {
 		e := entries[i*attrSize : (i+1)*attrSize]
+		if f.swapped {
+			if err := perfrecord.SwapAttr(e[:attrSize-16], true); err != nil {
+				return fmt.Errorf("perf.data attr %d at %d: %w", i, attrs.off+i*attrSize, err)
+			}
+		}
 		a, err := perfrecord.ParseAttr(e[:attrSize-16])
 		if err != nil {
 			return fmt.Errorf("perf.data attr %d at %d: %w", i, attrs.off+i*attrSize, err)
 		}
-		ids, err := readIDs(ra, readSection(e[attrSize-16:]))
+		ids, err := f.readIDs(ra, f.section(e[attrSize-16:]))
 		if err != nil {
 			return fmt.Errorf("perf.data attr %d: ids: %w", i, err)
 		}
 		f.attrs = append(f.attrs, a)
 		f.ids = append(f.ids, ids)
 	}
-	if err := f.readFeatures(ra, b[72:104], data.off+data.size); err != nil {
+	bitmap := b[72:104]
+	if f.swapped { // perf writes the bitmap as u64 words
+		for w := 0; w < len(bitmap); w += 8 {
+			slices.Reverse(bitmap[w : w+8])
+		}
+	}
+	if err := f.readFeatures(ra, bitmap, data.off+data.size); err != nil {
 		return err
 	}
 	if err := f.index(); err != nil {
@@ -253,7 +269,7 @@ func (f *File) readHeader(ra io.ReaderAt) error {
 	return nil
 }
 
-func readIDs(ra io.ReaderAt, s section) ([]uint64, error) {
+func (f *File) readIDs(ra io.ReaderAt, s section) ([]uint64, error) {
 	if s.size%8 != 0 || s.size < 0 || s.size > 1<<24 || s.off < 0 {
 		return nil, fmt.Errorf("id section of %d bytes", s.size)
 	}
@@ -263,7 +279,7 @@ func readIDs(ra io.ReaderAt, s section) ([]uint64, error) {
 	}
 	ids := make([]uint64, s.size/8)
 	for i := range ids {
-		ids[i] = le.Uint64(b[8*i:])
+		ids[i] = f.bo.Uint64(b[8*i:])
 	}
 	return ids, nil
 }
@@ -284,7 +300,7 @@ func (f *File) readFeatures(ra io.ReaderAt, bitmap []byte, at int64) error {
 			return fmt.Errorf("perf.data feature index entry %d at %d: %w", n, at+int64(16*n), err)
 		}
 		n++
-		s := readSection(e[:])
+		s := f.section(e[:])
 		if bit != featHostname && bit != featOSRelease && bit != featArch && bit != featNRCPUs && bit != featCPUID && bit != featEventDesc {
 			continue
 		}
@@ -308,19 +324,19 @@ func (f *File) feature(bit int, b []byte) error {
 	var err error
 	switch bit {
 	case featHostname:
-		f.Hostname, _, err = headerString(b)
+		f.Hostname, _, err = f.headerString(b)
 	case featOSRelease:
-		f.OSRelease, _, err = headerString(b)
+		f.OSRelease, _, err = f.headerString(b)
 	case featArch:
-		f.Arch, _, err = headerString(b)
+		f.Arch, _, err = f.headerString(b)
 	case featCPUID:
-		f.CPUID, _, err = headerString(b)
+		f.CPUID, _, err = f.headerString(b)
 	case featNRCPUs:
 		// struct { u32 nr_cpus_avail; u32 nr_cpus_online; }
 		if len(b) < 8 {
 			return errors.New("NRCPUS header overruns the section")
 		}
-		f.CPUsOnline = int(le.Uint32(b[4:]))
+		f.CPUsOnline = int(f.bo.Uint32(b[4:]))
 	case featEventDesc:
 		err = f.eventDesc(b)
 	}
@@ -329,11 +345,11 @@ func (f *File) feature(bit int, b []byte) error {
 
 // headerString reads perf's struct perf_header_string: a u32 length (of
 // the padded, NUL-terminated bytes) and the bytes.
-func headerString(b []byte) (string, []byte, error) {
+func (f *File) headerString(b []byte) (string, []byte, error) {
 	if len(b) < 4 {
 		return "", nil, errors.New("string length overruns the section")
 	}
-	n := int(le.Uint32(b))
+	n := int(f.bo.Uint32(b))
 	b = b[4:]
 	if n > len(b) {
 		return "", nil, fmt.Errorf("string of %d bytes overruns the section (%d left)", n, len(b))
@@ -354,15 +370,15 @@ func (f *File) eventDesc(b []byte) error {
 	if len(b) < 8 {
 		return errors.New("EVENT_DESC header overruns the section")
 	}
-	nr, size := int(le.Uint32(b)), int(le.Uint32(b[4:]))
+	nr, size := int(f.bo.Uint32(b)), int(f.bo.Uint32(b[4:]))
 	b = b[8:]
 	names := map[uint64]string{}
 	for i := 0; i < nr; i++ {
 		if len(b) < size+4 {
 			return fmt.Errorf("EVENT_DESC event %d overruns the section", i)
 		}
-		nids := int(le.Uint32(b[size:]))
-		name, rest, err := headerString(b[size+4:])
+		nids := int(f.bo.Uint32(b[size:]))
+		name, rest, err := f.headerString(b[size+4:])
 		if err != nil {
 			return fmt.Errorf("EVENT_DESC event %d name: %w", i, err)
 		}
@@ -370,7 +386,7 @@ func (f *File) eventDesc(b []byte) error {
 			return fmt.Errorf("EVENT_DESC event %d: %d ids overrun the section", i, nids)
 		}
 		for k := 0; k < nids; k++ {
-			names[le.Uint64(rest[8*k:])] = name
+			names[f.bo.Uint64(rest[8*k:])] = name
 		}
 		b = rest[8*nids:]
 	}
@@ -417,6 +433,11 @@ func (f *File) Next() ([]byte, error) {
 			return nil, err
 		}
 		h, _ := perfrecord.ParseHeader(rec)
+		if f.swapped {
+			if err := f.swapBody(rec, h); err != nil {
+				return nil, fmt.Errorf("perf.data record at %d, from a big-endian host: %w", f.offset-int64(len(rec)), err)
+			}
+		}
 		switch h.Type {
 		case TypeHeaderAttr:
 			if err := f.headerAttr(rec); err != nil {
@@ -525,7 +546,7 @@ func (f *File) next() ([]byte, error) {
 		}
 		return nil, fmt.Errorf("perf.data record header at %d: %w (file truncated?)", f.offset, noEOF(err))
 	}
-	size := int(le.Uint16(hb[6:]))
+	size := int(f.bo.Uint16(hb[6:]))
 	if size < perfrecord.HeaderSize {
 		return nil, fmt.Errorf("perf.data record at %d: size %d is smaller than its header", f.offset, size)
 	}
@@ -541,6 +562,10 @@ func (f *File) next() ([]byte, error) {
 		return nil, fmt.Errorf("perf.data record at %d (%d bytes): %w (file truncated?)", f.offset, size, noEOF(err))
 	}
 	f.advance(int64(size))
+	if f.swapped {
+		perfrecord.SwapHeader(rec)
+		swapFraming(rec)
+	}
 	return rec, nil
 }
 

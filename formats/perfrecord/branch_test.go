@@ -107,3 +107,33 @@ func TestDecodeBranchStackAndDumps(t *testing.T) {
 		t.Errorf("an overlong branch stack: %v", err)
 	}
 }
+
+// A big-endian kernel allocates bit fields from the most significant bit:
+// a branch entry's mispred is bit 63 of its flags word, cycles bits 44 to
+// 59, type 40 to 43, spec 38 and 39, new_type 34 to 37, priv 31 to 33;
+// an attr's freq (bit 10 here) is bit 53 there, sample_id_all (18) bit
+// 45, and precise_ip (15, 2 bits) bits 47 and 48. Converted, each field
+// keeps its value in the little-endian place.
+func TestBigEndianBitFields(t *testing.T) {
+	v := uint64(1)<<63 | 300<<44 | 4<<40 | 2<<38 | 1<<34 | 1<<31
+	f := BranchFlags(branchFlagsFromBE(v))
+	if !f.Mispredicted() || f.Predicted() || f.Cycles() != 300 || f.Type() != 4 || f.Spec() != 2 || f.NewType() != 1 || f.Priv() != 1 {
+		t.Errorf("branch flags from %#x: %+v", v, f)
+	}
+	if back := branchFlagsToBE(uint64(f)); back != v {
+		t.Errorf("back to big-endian: %#x, want %#x", back, v)
+	}
+	a := make([]byte, attrSizeVer0)
+	binary.BigEndian.PutUint32(a, unix.PERF_TYPE_SOFTWARE)
+	binary.BigEndian.PutUint32(a[4:], attrSizeVer0)
+	binary.BigEndian.PutUint64(a[16:], 4000)
+	binary.BigEndian.PutUint64(a[24:], unix.PERF_SAMPLE_IP|unix.PERF_SAMPLE_TID)
+	binary.BigEndian.PutUint64(a[40:], 1<<53|1<<45|2<<47)
+	if err := SwapAttr(a, true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseAttr(a)
+	if err != nil || !got.Freq || !got.SampleIDAll || got.PreciseIP != 2 || got.Period != 4000 || got.SampleType != unix.PERF_SAMPLE_IP|unix.PERF_SAMPLE_TID {
+		t.Errorf("attr from big-endian: %+v, %v", got, err)
+	}
+}

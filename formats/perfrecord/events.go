@@ -108,6 +108,15 @@ func trailerPos(st uint64) int {
 	return 1 + bits.OnesCount64(st&(unix.PERF_SAMPLE_STREAM_ID|unix.PERF_SAMPLE_CPU))
 }
 
+// IDOffset is where in a sample record (header included) its event's id
+// is, -1 where the samples carry none.
+func (e *Events) IDOffset() int {
+	if e.samplePos < 0 {
+		return -1
+	}
+	return HeaderSize + 8*e.samplePos
+}
+
 // ForSample is the index in Attrs of the event that wrote sample rec.
 func (e *Events) ForSample(rec []byte) (int, error) {
 	if len(e.Attrs) == 1 {

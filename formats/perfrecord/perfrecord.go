@@ -53,7 +53,7 @@ func ParseHeader(b []byte) (Header, error) {
 	return h, nil
 }
 
-var le = binary.LittleEndian
+var le, be = binary.LittleEndian, binary.BigEndian
 
 // supported are the sample_type bits the decoder lays out: every field
 // of sampleFields.

@@ -230,6 +230,17 @@ func FuzzDecodeSample(f *testing.F) {
 			return
 		}
 		var s Sample
+		// Turned big-endian and back, a record that converts is the
+		// same record.
+		if len(rec) >= HeaderSize {
+			cp := append([]byte(nil), rec...)
+			if SwapSample(cp[HeaderSize:], l, false) == nil {
+				if err := SwapSample(cp[HeaderSize:], l, true); err != nil || string(cp) != string(rec) {
+					t.Errorf("swapped twice: %x, want %x (%v)", cp, rec, err)
+				}
+			}
+			SwapRecord(append([]byte(nil), rec...), st, true)
+		}
 		if DecodeSample(rec, l, &s) == nil {
 			for i := range s.BranchNr {
 				s.Branch(i).AppendPerf(nil)
