@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/collector"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/reference"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
@@ -106,13 +107,28 @@ func bigEndianCopy(t *testing.T, src, dst string) {
 		perfrecord.SwapHeader(rec)
 		out = append(out, rec...)
 	}
+	// One feature section, the arch (HEADER_ARCH, bit 6: struct
+	// perf_header_string, a u32 length and the NUL-padded name), indexed
+	// right after the data.
+	dataEnd := uint64(len(out))
+	if f, closeFile, err := collector.OpenPerfData(src, nil); err == nil && f.Arch != "" {
+		closeFile()
+		name := make([]byte, (len(f.Arch)/64+1)*64)
+		copy(name, f.Arch)
+		section := be.AppendUint32(nil, uint32(len(name)))
+		section = append(section, name...)
+		out = be.AppendUint64(out, dataEnd+16)
+		out = be.AppendUint64(out, uint64(len(section)))
+		out = append(out, section...)
+		be.PutUint64(out[72:], 1<<6)
+	}
 	be.PutUint64(out[0:], 0x32454c4946524550)
 	be.PutUint64(out[8:], 104)
 	be.PutUint64(out[16:], attrSize)
 	be.PutUint64(out[24:], newAttrOff)
 	be.PutUint64(out[32:], uint64(len(entries))*attrSize)
 	be.PutUint64(out[40:], newDataOff)
-	be.PutUint64(out[48:], uint64(len(out))-newDataOff)
+	be.PutUint64(out[48:], dataEnd-newDataOff)
 	if err := os.WriteFile(dst, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +173,11 @@ func TestSamplesOfBigEndianRecordings(t *testing.T) {
 				sameSamples(t, perfSees, want)
 				t.Fatal("perf script reads the big-endian copy otherwise: the copy is wrong")
 			}
-			sameSamples(t, ourRecordedSamples(t, swapped, fields), want)
+			got, said := ourRecordedSamplesSaid(t, swapped, fields)
+			sameSamples(t, got, want)
+			if strings.Contains(file, "armv7") && !strings.Contains(said, "decoding armv7l instructions is not supported") {
+				t.Errorf("the big-endian copy's arch feature was not read: samples said %q", said)
+			}
 			t.Logf("%d samples alike", len(want))
 		})
 	}
