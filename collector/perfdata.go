@@ -87,7 +87,7 @@ func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisi
 		}
 		i, err := file.Events.ForSample(rec)
 		if err == nil {
-			err = perfrecord.DecodeSample(rec, file.Events.Attrs[i].Layout(), &s)
+			err = perfrecord.DecodeSample(rec, &file.Events.Layouts[i], &s)
 		}
 		if err != nil {
 			if bad == 0 {

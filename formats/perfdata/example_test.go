@@ -42,7 +42,7 @@ func ExampleOpen() {
 			fmt.Println(err)
 			return
 		}
-		if err := perfrecord.DecodeSample(rec, f.Events.Attrs[i].Layout(), &s); err != nil {
+		if err := perfrecord.DecodeSample(rec, &f.Events.Layouts[i], &s); err != nil {
 			fmt.Println(err)
 			return
 		}

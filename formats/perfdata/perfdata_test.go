@@ -78,7 +78,7 @@ func TestOrderedFile(t *testing.T) {
 		if err != nil || i != 0 {
 			t.Errorf("event %d, %v", i, err)
 		}
-		if err := perfrecord.DecodeSample(rec, f.Events.Attrs[i].Layout(), &s); err != nil {
+		if err := perfrecord.DecodeSample(rec, &f.Events.Layouts[i], &s); err != nil {
 			t.Fatal(err)
 		}
 		times = append(times, s.Time)
@@ -210,7 +210,7 @@ func FuzzOpen(f *testing.F) {
 		var s perfrecord.Sample
 		file.Ordered(func(rec []byte) error {
 			if i, err := file.Events.ForSample(rec); err == nil {
-				perfrecord.DecodeSample(rec, file.Events.Attrs[i].Layout(), &s)
+				perfrecord.DecodeSample(rec, &file.Events.Layouts[i], &s)
 			}
 			return nil
 		})
@@ -249,7 +249,7 @@ func TestRecordedFile(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := perfrecord.DecodeSample(rec, f.Events.Attrs[i].Layout(), &s); err != nil {
+		if err := perfrecord.DecodeSample(rec, &f.Events.Layouts[i], &s); err != nil {
 			return err
 		}
 		got = append(got, fmt.Sprintf("%5d/%-5d [%03d] %d.%09d: %16x", s.PID, s.TID, s.CPU, s.Time/1e9, s.Time%1e9, s.Addr))
@@ -380,7 +380,7 @@ func TestBigEndianFile(t *testing.T) {
 				return err
 			}
 			var s perfrecord.Sample
-			if err := perfrecord.DecodeSample(rec, f.Events.Attrs[i].Layout(), &s); err != nil {
+			if err := perfrecord.DecodeSample(rec, &f.Events.Layouts[i], &s); err != nil {
 				return err
 			}
 			s.Read, s.Callchain, s.Raw = nil, nil, nil

@@ -34,10 +34,10 @@ func TestAppendSampleLayout(t *testing.T) {
 		t.Fatalf("appended\n% x\nwant\n% x", got, w)
 	}
 	var back Sample
-	if err := DecodeSample(got[1:], l, &back); err != nil {
+	if err := DecodeSample(got[1:], &l, &back); err != nil {
 		t.Fatal(err)
 	}
-	back.last, back.fixed, back.Has, back.Read = Layout{}, false, 0, nil
+	back.lastRF, back.fixed, back.Has, back.Read = 0, false, 0, nil
 	if !reflect.DeepEqual(back, s) {
 		t.Errorf("decoded %+v\nwant    %+v", back, s)
 	}
@@ -47,7 +47,7 @@ func TestAppendSampleLayout(t *testing.T) {
 	if got, err = AppendSample(nil, l, &s); err != nil {
 		t.Fatal(err)
 	}
-	if err := DecodeSample(got, l, &back); err != nil || back.Weight != 312 || back.InsnLatency != 9 || back.Cgroup != 8 || back.DataPageSize != 4096 || back.ID != 7 {
+	if err := DecodeSample(got, &l, &back); err != nil || back.Weight != 312 || back.InsnLatency != 9 || back.Cgroup != 8 || back.DataPageSize != 4096 || back.ID != 7 {
 		t.Errorf("WEIGHT_STRUCT layout: %+v, %v", back, err)
 	}
 }

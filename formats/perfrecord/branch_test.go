@@ -54,7 +54,7 @@ func TestDecodeBranchStackAndDumps(t *testing.T) {
 		8, 0xdeadbeef, // aux: size, data
 	)
 	var s Sample
-	if err := DecodeSample(rec, l, &s); err != nil {
+	if err := DecodeSample(rec, &l, &s); err != nil {
 		t.Fatal(err)
 	}
 	if s.IP != 0x401000 || s.TID != 7 || s.Weight != 42 || s.PhysAddr != 0x5000 || s.Regs[8] != 0x401000 || s.Regs[0] != 0xa {
@@ -95,7 +95,7 @@ func TestDecodeBranchStackAndDumps(t *testing.T) {
 	// stack is its size alone, and a kernel thread's registers their abi.
 	l.BranchSampleType = unix.PERF_SAMPLE_BRANCH_ANY
 	rec = words(0, 0x401000, 7<<32|7, 1, 0x1000, 0x2000, flags0, 0, 0, 42, 0, 0x5000, 0)
-	if err := DecodeSample(rec, l, &s); err != nil {
+	if err := DecodeSample(rec, &l, &s); err != nil {
 		t.Fatal(err)
 	}
 	if s.BranchNr != 1 || s.BranchHWIndex != 0 || s.Branch(0).To != 0x2000 || s.StackUser != nil || s.IntrRegs != nil || s.Weight != 42 || s.PhysAddr != 0x5000 || len(s.Aux) != 0 {
@@ -103,7 +103,7 @@ func TestDecodeBranchStackAndDumps(t *testing.T) {
 	}
 	// A stack of more entries than the record holds is refused, named.
 	rec = words(0, 0x401000, 7<<32|7, 1000, 0x1000, 0x2000, flags0)
-	if err := DecodeSample(rec, l, &s); err == nil || !strings.Contains(err.Error(), "branch stack of 1000 entries") {
+	if err := DecodeSample(rec, &l, &s); err == nil || !strings.Contains(err.Error(), "branch stack of 1000 entries") {
 		t.Errorf("an overlong branch stack: %v", err)
 	}
 }

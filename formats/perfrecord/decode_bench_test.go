@@ -30,7 +30,7 @@ func BenchmarkDecodeSample(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			var s Sample
 			for b.Loop() {
-				if err := DecodeSample(c.rec, c.l, &s); err != nil {
+				if err := DecodeSample(c.rec, &c.l, &s); err != nil {
 					b.Fatal(err)
 				}
 			}

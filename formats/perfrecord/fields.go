@@ -104,7 +104,7 @@ func fieldMasks() (fixed, variable uint64) {
 
 // decodeFields decodes the fields of l's sample type from body, in the
 // kernel's order, checking each against the bytes left.
-func decodeFields(body []byte, l Layout, s *Sample) error {
+func decodeFields(body []byte, l *Layout, s *Sample) error {
 	st := l.SampleType
 	r := reader{b: body}
 	for i := range sampleFields {
@@ -116,7 +116,7 @@ func decodeFields(body []byte, l Layout, s *Sample) error {
 }
 
 // getField reads field f into s.
-func getField(r *reader, f *sampleField, l Layout, s *Sample) {
+func getField(r *reader, f *sampleField, l *Layout, s *Sample) {
 	switch f.kind {
 	case kindU64:
 		*u64At(s, f.at) = r.u64()
@@ -194,11 +194,11 @@ func decodeTrailer(b []byte, st uint64, s *Sample) error {
 		case f.bit == unix.PERF_SAMPLE_IDENTIFIER:
 			identifier = f
 		default:
-			getField(&r, f, Layout{}, s)
+			getField(&r, f, &Layout{}, s)
 		}
 	}
 	if identifier != nil {
-		getField(&r, identifier, Layout{}, s)
+		getField(&r, identifier, &Layout{}, s)
 	}
 	return r.err
 }

@@ -24,8 +24,7 @@ import "golang.org/x/sys/unix"
 // fixedSize (no group read, no variable field): the common PEBS and IBS
 // layouts, one test per field of sampleFields in its order, without a check
 // per field.
-func decodeFixedFields(b []byte, l Layout, s *Sample) {
-	st := l.SampleType
+func decodeFixedFields(b []byte, st, rf uint64, s *Sample) {
 	o := 0
 `)
 	for _, f := range sampleFields {
@@ -40,7 +39,7 @@ func decodeFixedFields(b []byte, l Layout, s *Sample) {
 		case kindWeightStruct:
 			body = "s.Weight = uint64(le.Uint32(b[o:]))\ns.InsnLatency, s.Var3Weight = le.Uint16(b[o+4:]), le.Uint16(b[o+6:])\no += 8"
 		case kindRead:
-			body = "o = s.readOne(b, o, l.ReadFormat)"
+			body = "o = s.readOne(b, o, rf)"
 		default:
 			continue // variable: no fixed layout has it
 		}

@@ -8,8 +8,7 @@ import "golang.org/x/sys/unix"
 // fixedSize (no group read, no variable field): the common PEBS and IBS
 // layouts, one test per field of sampleFields in its order, without a check
 // per field.
-func decodeFixedFields(b []byte, l Layout, s *Sample) {
-	st := l.SampleType
+func decodeFixedFields(b []byte, st, rf uint64, s *Sample) {
 	o := 0
 	if st&unix.PERF_SAMPLE_IDENTIFIER != 0 {
 		s.ID = le.Uint64(b[o:])
@@ -48,7 +47,7 @@ func decodeFixedFields(b []byte, l Layout, s *Sample) {
 		o += 8
 	}
 	if st&unix.PERF_SAMPLE_READ != 0 {
-		o = s.readOne(b, o, l.ReadFormat)
+		o = s.readOne(b, o, rf)
 	}
 	if st&unix.PERF_SAMPLE_WEIGHT != 0 {
 		s.Weight = le.Uint64(b[o:])

@@ -139,10 +139,11 @@ type Sample struct {
 	Enabled, Running     uint64
 	Callchain, Raw       []byte // views into the record, valid until it is reused
 	CallchainLen, RawLen int
-	// last is the layout of the previous decode into this Sample, fixed
-	// whether it took the fixed path.
-	last  Layout
-	fixed bool
+	// lastRF is the read_format of the previous decode into this Sample
+	// (Has its sample_type), fixed whether it took the fixed path: a
+	// fixed layout is those two alone.
+	lastRF uint64
+	fixed  bool
 }
 
 // ReadValue is one value of PERF_SAMPLE_READ.
@@ -151,7 +152,7 @@ type ReadValue struct {
 }
 
 // DecodeSample decodes the record rec (header included) laid out by l into s.
-func DecodeSample(rec []byte, l Layout, s *Sample) error {
+func DecodeSample(rec []byte, l *Layout, s *Sample) error {
 	h, err := ParseHeader(rec)
 	if err != nil {
 		return err
@@ -164,18 +165,18 @@ func DecodeSample(rec []byte, l Layout, s *Sample) error {
 	}
 	body := rec[HeaderSize:h.Size]
 	read := s.Read[:0]
-	if n, ok := fixedSize(l); ok && len(body) >= n {
+	if n, ok := fixedSize(*l); ok && len(body) >= n {
 		// A fixed layout writes every field it has: after a sample of the
 		// same layout, nothing stale is left to clear.
-		if s.Has != l.SampleType || s.last != l || !s.fixed {
-			*s = Sample{Has: l.SampleType, last: l, fixed: true}
+		if s.Has != l.SampleType || s.lastRF != l.ReadFormat || !s.fixed {
+			*s = Sample{Has: l.SampleType, lastRF: l.ReadFormat, fixed: true}
 		}
 		s.Misc = h.Misc
 		s.Read = read
-		decodeFixedFields(body, l, s)
+		decodeFixedFields(body, l.SampleType, l.ReadFormat, s)
 		return nil
 	}
-	*s = Sample{Has: l.SampleType, Misc: h.Misc, last: l, Read: read}
+	*s = Sample{Has: l.SampleType, Misc: h.Misc, lastRF: l.ReadFormat, Read: read}
 	if err := decodeFields(body, l, s); err != nil {
 		return fmt.Errorf("sample (sample_type %#x, %d bytes): %w", l.SampleType, h.Size, err)
 	}

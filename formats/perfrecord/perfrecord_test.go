@@ -57,7 +57,7 @@ func TestDecodePEBSLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var s Sample
-	if err := DecodeSample(pebsRecord(), l, &s); err != nil {
+	if err := DecodeSample(pebsRecord(), &l, &s); err != nil {
 		t.Fatal(err)
 	}
 	if s.ID != 77 || s.IP != 0x401a2b || s.PID != 1234 || s.TID != 1240 || s.Time != 987654321 ||
@@ -73,7 +73,7 @@ func TestDecodePEBSLayout(t *testing.T) {
 	}
 	// Decoding again reuses Read's storage: no allocation per record.
 	rec := pebsRecord()
-	if n := testing.AllocsPerRun(100, func() { DecodeSample(rec, l, &s) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { DecodeSample(rec, &l, &s) }); n != 0 {
 		t.Errorf("%v allocations per decode", n)
 	}
 }
@@ -93,7 +93,7 @@ func TestDecodeRawAndCallchain(t *testing.T) {
 	r.U32(0x090a0b0c)
 	r.U64(0x42)
 	var s Sample
-	if err := DecodeSample(r.Bytes(TypeSample, 0), Layout{SampleType: st}, &s); err != nil {
+	if err := DecodeSample(r.Bytes(TypeSample, 0), &Layout{SampleType: st}, &s); err != nil {
 		t.Fatal(err)
 	}
 	if s.IP != 0xffffffff81000000 || s.CallchainLen != 2 || s.RawLen != 12 || s.Raw[0] != 4 || s.DataSrc != 0x42 {
@@ -108,10 +108,10 @@ func TestTruncatedAndRefused(t *testing.T) {
 	// Shorten the body and the header's size together: fields run out.
 	short := append([]byte(nil), rec[:len(rec)-16]...)
 	binary.LittleEndian.PutUint16(short[6:], uint16(len(short)))
-	if err := DecodeSample(short, l, &s); err == nil || !strings.Contains(err.Error(), "overruns the record") {
+	if err := DecodeSample(short, &l, &s); err == nil || !strings.Contains(err.Error(), "overruns the record") {
 		t.Errorf("truncated: %v", err)
 	}
-	if err := DecodeSample(rec[:40], l, &s); err == nil || !strings.Contains(err.Error(), "header says") {
+	if err := DecodeSample(rec[:40], &l, &s); err == nil || !strings.Contains(err.Error(), "header says") {
 		t.Errorf("cut: %v", err)
 	}
 	if err := (Layout{SampleType: unix.PERF_SAMPLE_REGS_USER}).Check(); err == nil {
@@ -185,7 +185,7 @@ func regsRecord(abi uint64) []byte {
 func TestDecodeUserRegisters(t *testing.T) {
 	l := Layout{SampleType: regsType, RegsUser: regsMask}
 	var s Sample
-	if err := DecodeSample(regsRecord(2), l, &s); err != nil {
+	if err := DecodeSample(regsRecord(2), &l, &s); err != nil {
 		t.Fatal(err)
 	}
 	want := map[int]uint64{0: 0xa0, 3: 0xd3, 7: 0x7ffc0000, 8: 0x401a2b, 16: 0x88}
@@ -199,14 +199,14 @@ func TestDecodeUserRegisters(t *testing.T) {
 	}
 	// A sample of a kernel thread dumps no registers (abi 0): the fields
 	// after it are where they would be without the registers.
-	if err := DecodeSample(regsRecord(0), l, &s); err != nil {
+	if err := DecodeSample(regsRecord(0), &l, &s); err != nil {
 		t.Fatal(err)
 	}
 	if s.RegsABI != 0 || s.RegsMask != 0 || s.Regs[8] != 0 || s.Cgroup != 99 {
 		t.Errorf("abi 0: abi %d mask %#x ip reg %#x cgroup %d", s.RegsABI, s.RegsMask, s.Regs[8], s.Cgroup)
 	}
 	// More registers promised than the record holds is an error.
-	if err := DecodeSample(regsRecord(2), Layout{SampleType: regsType, RegsUser: 1<<24 - 1}, &s); err == nil {
+	if err := DecodeSample(regsRecord(2), &Layout{SampleType: regsType, RegsUser: 1<<24 - 1}, &s); err == nil {
 		t.Error("a record shorter than its register mask decoded")
 	}
 	if err := (Layout{SampleType: regsType}).Check(); err == nil {
@@ -241,7 +241,7 @@ func FuzzDecodeSample(f *testing.F) {
 			}
 			SwapRecord(append([]byte(nil), rec...), st, true)
 		}
-		if DecodeSample(rec, l, &s) == nil {
+		if DecodeSample(rec, &l, &s) == nil {
 			for i := range s.BranchNr {
 				s.Branch(i).AppendPerf(nil)
 			}
@@ -289,7 +289,7 @@ func TestWriterAndDecoderAgree(t *testing.T) {
 			t.Fatalf("layout %#x: %v", l.SampleType, err)
 		}
 		var out Sample
-		if err := DecodeSample(rec, l, &out); err != nil {
+		if err := DecodeSample(rec, &l, &out); err != nil {
 			t.Fatalf("layout %#x: %v", l.SampleType, err)
 		}
 		want := Sample{Has: l.SampleType, Misc: in.Misc}
@@ -312,7 +312,7 @@ func TestWriterAndDecoderAgree(t *testing.T) {
 			}
 		}
 		got := out
-		got.last, got.fixed, got.Read = Layout{}, false, nil
+		got.lastRF, got.fixed, got.Read = 0, false, nil
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("layout %#x:\n got  %+v\n want %+v", l.SampleType, got, want)
 		}
@@ -334,11 +334,11 @@ func TestReusedSampleHasNoStaleFields(t *testing.T) {
 		rec []byte
 		l   Layout
 	}{{rec1, l1}, {rec1, l1}, {rec2, l2}, {rec1, l1}, {rec2, l2}, {rec2, l2}} {
-		if err := DecodeSample(c.rec, c.l, &reused); err != nil {
+		if err := DecodeSample(c.rec, &c.l, &reused); err != nil {
 			t.Fatal(err)
 		}
 		fresh = Sample{}
-		if err := DecodeSample(c.rec, c.l, &fresh); err != nil {
+		if err := DecodeSample(c.rec, &c.l, &fresh); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(reused, fresh) {

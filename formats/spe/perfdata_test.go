@@ -41,7 +41,7 @@ func samplesOf(t testing.TB, b []byte) ([]perfrecord.Sample, *PerfData, error) {
 		if err != nil || p == nil || i != p.Event {
 			return err
 		}
-		if err := perfrecord.DecodeSample(rec, file.Events.Attrs[i].Layout(), &s); err != nil {
+		if err := perfrecord.DecodeSample(rec, &file.Events.Layouts[i], &s); err != nil {
 			return err
 		}
 		p.Fill(&s)

@@ -93,7 +93,7 @@ func drain(t *testing.T, r *Ring, sample func(perfrecord.Sample), lost func(uint
 		h, _ := perfrecord.ParseHeader(rec)
 		switch h.Type {
 		case perfrecord.TypeSample:
-			if err := perfrecord.DecodeSample(rec, perfrecord.Layout{SampleType: sampleType}, &s); err != nil {
+			if err := perfrecord.DecodeSample(rec, &perfrecord.Layout{SampleType: sampleType}, &s); err != nil {
 				t.Fatal(err)
 			}
 			sample(s)

@@ -79,7 +79,7 @@ func TestSharedBuffer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := perfrecord.DecodeSample(rec, ev.Attrs[i].Layout(), &s); err != nil {
+		if err := perfrecord.DecodeSample(rec, &ev.Layouts[i], &s); err != nil {
 			t.Fatal(err)
 		}
 		if s.ID != ids[i] {

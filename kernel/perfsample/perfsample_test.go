@@ -396,7 +396,7 @@ func TestCPUClock(t *testing.T) {
 			if h, _ := perfrecord.ParseHeader(rec); h.Type != perfrecord.TypeSample {
 				return true
 			}
-			if err := perfrecord.DecodeSample(rec, s.events.Attrs[0].Layout(), &smp); err != nil {
+			if err := perfrecord.DecodeSample(rec, &s.events.Layouts[0], &smp); err != nil {
 				t.Fatal(err)
 			}
 			if cpu == ^uint32(0) {
@@ -731,7 +731,7 @@ func TestDecodedSamplesOnMonotonicClock(t *testing.T) {
 			if h, _ := perfrecord.ParseHeader(rec); h.Type != perfrecord.TypeSample {
 				return true
 			}
-			if err := perfrecord.DecodeSample(rec, s.events.Attrs[0].Layout(), &smp); err != nil {
+			if err := perfrecord.DecodeSample(rec, &s.events.Layouts[0], &smp); err != nil {
 				t.Fatal(err)
 			}
 			if smp.TID == tid {

@@ -198,7 +198,7 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 		if err != nil {
 			return err
 		}
-		if err := perfrecord.DecodeSample(rec, s.events.Attrs[i].Layout(), smp); err != nil {
+		if err := perfrecord.DecodeSample(rec, &s.events.Layouts[i], smp); err != nil {
 			return err
 		}
 		if s.cfgs[i].SampleType&unix.PERF_SAMPLE_PERIOD == 0 {

@@ -136,7 +136,7 @@ func addressSampling() error {
 	var samples, withRegs int
 	var codeErr error
 	ring.Read(func(rec []byte) bool {
-		if perfrecord.DecodeSample(rec, l, &s) != nil {
+		if perfrecord.DecodeSample(rec, &l, &s) != nil {
 			return true
 		}
 		samples++

@@ -45,7 +45,7 @@ func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, los
 			if err != nil || h.Type != perfrecord.TypeSample {
 				return true
 			}
-			if err := perfrecord.DecodeSample(rec, e.events.Attrs[0].Layout(), &s); err != nil {
+			if err := perfrecord.DecodeSample(rec, &e.events.Layouts[0], &s); err != nil {
 				bad++
 				return true
 			}

@@ -71,7 +71,7 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if err := perfrecord.DecodeSample(rec, ev.Attrs[i].Layout(), &s); err != nil {
+					if err := perfrecord.DecodeSample(rec, &ev.Layouts[i], &s); err != nil {
 						b.Fatal(err)
 					}
 					if lines {

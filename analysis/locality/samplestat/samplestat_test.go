@@ -181,7 +181,7 @@ func TestIBSOpSamples(t *testing.T) {
 	b := s.Lock()
 	var smp perfrecord.Sample
 	for _, rec := range [][]byte{record(0x7f0000001000, 180, nearCCX), record(0x7f0000002000, 0, store), record(0, 0, notMem)} {
-		if err := perfrecord.DecodeSample(rec, perfrecord.Layout{SampleType: st}, &smp); err != nil {
+		if err := perfrecord.DecodeSample(rec, &perfrecord.Layout{SampleType: st}, &smp); err != nil {
 			t.Fatal(err)
 		}
 		b.Sample(0, &smp, true, true)
