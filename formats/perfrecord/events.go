@@ -20,9 +20,9 @@ type Events struct {
 	// by pointer (a Layout passed by value no longer fits the registers
 	// of a call, which cost the fixed layouts a quarter of their time).
 	Layouts []Layout
-	ids   []uint64 // ids[i] belongs to Attrs[owner[i]]; small sets are scanned
-	owner []int
-	byID  map[uint64]int
+	ids     []uint64 // ids[i] belongs to Attrs[owner[i]]; small sets are scanned
+	owner   []int
+	byID    map[uint64]int
 	// samplePos is the id's index in u64 words after a sample's header,
 	// trailerPos its index from the end of a non-sample record's trailer
 	// (1: the last word); -1 where records carry no id.
