@@ -90,15 +90,20 @@ func TestReuseSharesAndObserved(t *testing.T) {
 			kinds[label(&out, "locality")] += out.GetCounter().GetValue()
 		}
 	}
-	third, half := 1.0/3, 1.96*math.Sqrt(1.0/3*2.0/3/3)
+	// One of three watches in each: Wilson's interval of 1/3 out of 3,
+	// (p + z²/2n ± z·√(p(1−p)/n + z²/4n²)) / (1 + z²/n).
+	const watches3, z = 3.0, 1.96
+	third := 1.0 / 3
+	center := (third + z*z/(2*watches3)) / (1 + z*z/watches3)
+	half := z * math.Sqrt(third*(1-third)/watches3+z*z/(4*watches3*watches3)) / (1 + z*z/watches3)
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	for _, b := range []string{"3.814697265625e-06", "0.0009765625"} {
-		if !near(shares[b+" estimate"], third) || !near(shares[b+" lower"], 0) || !near(shares[b+" upper"], third+half) {
-			t.Errorf("bucket %s: %v, want %.4f in [0, %.4f]", b, shares, third, third+half)
+		if !near(shares[b+" estimate"], third) || !near(shares[b+" lower"], center-half) || !near(shares[b+" upper"], center+half) {
+			t.Errorf("bucket %s: %v, want %.4f in [%.4f, %.4f]", b, shares, third, center-half, center+half)
 		}
 	}
 	if len(shares) != 6 || !near(outcomes["reused estimate"], 2*third) || !near(outcomes["invalidated estimate"], third) ||
-		!near(outcomes["invalidated upper"], third+half) || outcomes["not_resolved estimate"] != 0 || outcomes["unreused estimate"] != 0 {
+		!near(outcomes["invalidated upper"], center+half) || outcomes["not_resolved estimate"] != 0 || outcomes["unreused estimate"] != 0 {
 		t.Errorf("shares %v, outcomes %v", shares, outcomes)
 	}
 	if want := map[string]float64{"reused": 2, "invalidated": 1, "censored": 0}; !maps.Equal(watches, want) {
@@ -219,8 +224,18 @@ func TestReuseEventDistance(t *testing.T) {
 		if m.Desc() == c.timeShare || m.Desc() == c.observed {
 			t.Errorf("an event clock's reuses in the seconds' metrics: %v", &out)
 		}
-		if m.Desc() == c.eventShare && out.GetGauge().GetValue() != 1 {
-			t.Errorf("event distance share %v, want the one reuse's: 1", &out)
+		// The one reuse: a share of 1, its interval Wilson's for 1 of 1,
+		// [1/(1 + 1.96²), 1].
+		if m.Desc() == c.eventShare {
+			want := 1.0
+			for _, lp := range out.GetLabel() {
+				if lp.GetName() == "bound" && lp.GetValue() == "lower" {
+					want = 1 / (1 + 1.96*1.96)
+				}
+			}
+			if math.Abs(out.GetGauge().GetValue()-want) > 1e-9 {
+				t.Errorf("event distance share %v, want %v", &out, want)
+			}
 		}
 		if m.Desc() == c.observedEvents {
 			h = out.Histogram
