@@ -47,6 +47,7 @@ type replayBuild struct {
 	params  map[string]float64
 	uarch   string
 	cgroups bool
+	sampler string // of --replay.samples: pebs, ibs, spe or decode
 }
 
 // errNotRecorded marks a collector that has nothing to play from this
@@ -128,6 +129,10 @@ func replaySampling(b *build) error {
 	if err := replaySamples(b.p, b.f.replay.samples, b.f.sampling.maxLines, os.Stderr, b.log); err != nil {
 		return err
 	}
+	if file, closeFile, err := OpenPerfData(b.f.replay.samples, nil); err == nil {
+		b.replay.sampler = RecordedSampler(file.Events.Attrs, file.Names)
+		closeFile()
+	}
 	b.sampled = time.Since(start)
 	return nil
 }
@@ -137,7 +142,7 @@ func replaySampling(b *build) error {
 // their health together.
 func (b *build) startReplay(running []string) {
 	f, p, r := b.f, b.p, b.replay
-	report := capability.Report{CorePMU: f.replay.uarch}
+	report := capability.Report{CorePMU: f.replay.uarch, Features: recordedFeatures(r.rec, b.replay.sampler)}
 	player := replay.NewPlayer(r.rec, r.tree, r.params)
 	if r.tree != nil {
 		p.collectors = append(p.collectors, exporter.NewTopdown([]exporter.TopdownTree{{Src: player.Topdown(),

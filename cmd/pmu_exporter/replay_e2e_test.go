@@ -55,8 +55,18 @@ func TestServeReplay(t *testing.T) {
 	if v := mustValue(t, mfs, "pmu_topdown_info", map[string]string{"uarch": "skx", "source": "replay", "smt": "off"}); v != 1 {
 		t.Errorf("pmu_topdown_info %v", v)
 	}
-	if _, ok := value(t, mfs, "pmu_capability", nil); ok {
-		t.Error("a replay says nothing of this host's capabilities")
+	// The capabilities are the recording host's, as far as the recording
+	// shows them: skx's events were counted (hardware counters), not
+	// through PERF_METRICS (skx has none: UOPS_RETIRED.RETIRE_SLOTS is
+	// not a slots event), with perf stat -G; of what it cannot show
+	// (watchpoints) it says nothing, rather than this host's.
+	for feature, want := range map[string]float64{"hardware_counters": 1, "perf_metrics": 0, "cgroup_events": 1} {
+		if v := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": feature}); v != want {
+			t.Errorf("pmu_capability{feature=%q} %v, want %v (the recording's)", feature, v, want)
+		}
+	}
+	if _, ok := value(t, mfs, "pmu_capability", map[string]string{"feature": "breakpoints"}); ok {
+		t.Error("a replay reports watchpoints, which no perf stat recording shows")
 	}
 	cmd := exec.Command(testenv.RequireTool(t, "promtool"), "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)
