@@ -159,11 +159,20 @@ func commHandler(dec commView, podOf func(pid uint32) []string) http.Handler {
 // replayComm runs ComDetective over the samples of --replay.samples (a
 // perf c2c or perf mem recording, or a timer recording with user
 // registers) and serves /debug/comm and pmu_comm_* from them, labelled
-// with the sampler that recorded them.
+// with the sampler that recorded them; and ReuseTracker over the access
+// trace of --replay.trace (replayReuse).
 func replayComm(b *build) error {
 	path := b.f.replay.samples
+	if b.f.replay.trace != "" {
+		if err := replayReuse(b); err != nil {
+			return err
+		}
+	}
 	if path == "" {
-		return fmt.Errorf("%w: no --replay.samples (the address sampler itself runs live)", errNotRecorded)
+		if b.f.replay.trace != "" {
+			return nil
+		}
+		return fmt.Errorf("%w: no --replay.samples or --replay.trace (the address sampler itself runs live)", errNotRecorded)
 	}
 	file, closeFile, err := OpenPerfData(path, nil)
 	if err != nil {

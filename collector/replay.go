@@ -21,6 +21,10 @@ type replayFlags struct {
 	file, uarch, smt string
 	slots            float64
 	samples          string
+	// trace is an access trace whose ReuseTracker outcomes are served,
+	// each thread sampled every tracePeriod accesses.
+	trace       string
+	tracePeriod uint64
 }
 
 // replayPipeline plays a perf stat recording through the exporter's

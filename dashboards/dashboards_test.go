@@ -260,7 +260,7 @@ func TestQueriesReturnData(t *testing.T) {
 	replayAddr, liveAddr, promAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
-		"--replay.samples=../examples/replay/skx-c2c.data")
+		"--replay.samples=../examples/replay/skx-c2c.data", "--replay.trace=../examples/replay/reuse-trace.txt", "--replay.trace-period=100")
 	speAddr := testenv.FreeAddr(t)
 	startProcess(t, filepath.Join(dir, "spe.log"), bin, "--web.listen-address="+speAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
@@ -368,9 +368,11 @@ scrape_configs:
 
 var metricName = regexp.MustCompile(`pmu_[a-z0-9_]+`)
 
-// watchpointQuery matches the queries whose data only traps make:
-// ReuseTracker's and the watchpoint budget's.
-var watchpointQuery = regexp.MustCompile(`pmu_(reuse|comm_watch)[a-z0-9_]*`)
+// watchpointQuery matches the queries whose data only live traps make:
+// the watchpoint budget's, and ReuseTracker's in seconds and at this
+// host's caches. The replayed access trace (--replay.trace) gives the rest
+// of ReuseTracker's panels data on every host.
+var watchpointQuery = regexp.MustCompile(`pmu_(reuse_time|reuse_observed_time|reuse_miss_ratio|comm_watch)[a-z0-9_]*`)
 
 // exposed is the lines of an exporter's /metrics whose metric is in names
 // or is about its sampling and communication (pmu_sampling_*, pmu_comm_*).

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +146,64 @@ func TestServeOTLP(t *testing.T) {
 		if all {
 			return
 		}
+	}
+}
+
+// TestServeReplayTrace: --replay.trace serves ReuseTracker's outcomes of
+// an access trace, the same as `pmu_exporter reuse --trace` prints of it
+// at the same period (the harness's reference): the samples, drops,
+// reuses, invalidations and watches by outcome as counters, the
+// invalidated share and each estimated bin as gauges, in accesses, under
+// the cgroup "replay:" and the file's name; with LRU stack distances.
+func TestServeReplayTrace(t *testing.T) {
+	const trace = "../../examples/replay/reuse-trace.txt"
+	var stdout, stderr strings.Builder
+	if code := run([]string{"reuse", "--trace", trace, "--period", "100", "--format", "json"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("reuse exited %d: %s", code, stderr.String())
+	}
+	var want reuseJSON
+	if err := json.Unmarshal([]byte(stdout.String()), &want); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.trace="+trace, "--replay.trace-period=100")
+	_, mfs := p.scrape(t)
+	lbl := map[string]string{"cgroup": "replay:reuse-trace.txt", "mode": "private", "unit": "accesses"}
+	with := func(k, v string) map[string]string {
+		l := maps.Clone(lbl)
+		l[k] = v
+		return l
+	}
+	for name, v := range map[string]uint64{"pmu_reuse_samples_total": want.Samples, "pmu_reuse_samples_dropped_total": want.Dropped,
+		"pmu_reuse_invalidations_total": want.Invalidations} {
+		if got := mustValue(t, mfs, name, lbl); got != float64(v) {
+			t.Errorf("%s %v, reuse --trace says %d", name, got, v)
+		}
+	}
+	for _, outcome := range []string{"reused", "invalidated", "censored"} {
+		if got := mustValue(t, mfs, "pmu_reuse_watches_total", with("outcome", outcome)); got != float64(want.Watches[outcome]) {
+			t.Errorf("watches %s %v, reuse --trace says %d", outcome, got, want.Watches[outcome])
+		}
+	}
+	if got := mustValue(t, mfs, "pmu_reuse_outcome_share", map[string]string{"cgroup": lbl["cgroup"], "outcome": "invalidated", "bound": "estimate"}); math.Abs(got-want.Invalidated.Share) > 1e-4 {
+		t.Errorf("invalidated share %v, reuse --trace says %v", got, want.Invalidated.Share)
+	}
+	if len(want.Distances) == 0 {
+		t.Fatal("reuse --trace estimated no distance")
+	}
+	for _, d := range want.Distances {
+		l := with("bound", "estimate")
+		l["bucket"] = strconv.FormatUint(d.To, 10)
+		if got := mustValue(t, mfs, "pmu_reuse_event_distance_share", l); math.Abs(got-d.Share) > 1e-4 {
+			t.Errorf("bin [%d, %d): %v, reuse --trace says %v", d.From, d.To, got, d.Share)
+		}
+	}
+	var stack uint64
+	for _, m := range mfs["pmu_reuse_stack_distance_lines"].GetMetric() {
+		if labelsMatch(m, lbl) {
+			stack = m.GetHistogram().GetSampleCount()
+		}
+	}
+	if stack == 0 {
+		t.Error("no LRU stack distances from a trace counted in accesses")
 	}
 }
