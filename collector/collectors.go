@@ -62,6 +62,8 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("aux-kib", "sampling.aux-kib", "Each CPU's Arm SPE AUX area in KiB (rounded up to a power of two pages): the records it holds until the exporter reads them; a full area stops the event until then (pmu_sampling_aux_lost_total{reason=\"truncated\"}).", func(fc *kingpin.FlagClause) { fc.Default("256").IntVar(&f.sampling.auxKiB) })
 				o.Flag("max-lines", "sampling.max-lines", "Cache lines the shared-line table holds (/debug/cachelines); the coldest half is dropped when full.", func(fc *kingpin.FlagClause) { fc.Default("1024").IntVar(&f.sampling.maxLines) })
 			}},
+		registry.Collector[*build]{Name: "platform", Default: true, Live: livePlatform, Replay: replayPlatform,
+			Help: "Count the platform PMUs the host exposes, on the CPUs their cpumask names: energy by package and domain (power, RAPL), the free-running MSRs by CPU (msr: tsc, aperf, mperf for frequency and busy share), C-state residency (cstate_core, cstate_pkg): pmu_node_*"},
 		registry.Collector[*build]{Name: "comm", Default: true, Needs: []string{capability.SystemWide, capability.AddressSampling}, Live: liveComm, Replay: replayComm,
 			Help: "Sample user-mode code on every CPU with its registers and decode each sampled instruction's memory operand (no precise PMU needed; where PEBS, IBS or SPE exist, their memory samples instead, with the width decoded): ComDetective's communication matrices with true and false sharing (/debug/comm), and the shared-line table where no precise sampler feeds it",
 			Options: func(o registry.Options) {

@@ -774,13 +774,15 @@ func TestServeReuseLive(t *testing.T) {
 		}
 	}
 	// Every reuse had its arm; an arm's latency is the reader's reaction
-	// (it wakes at each sample), far below the walk (both CLOCK_MONOTONIC
-	// time).
+	// (it wakes at each sample), of the order of the walk or below (both
+	// CLOCK_MONOTONIC time): idle, a fifth of it; on a 2-CPU machine
+	// another test loads, up to twice it (1.9 ms against 1.16 in a CI run
+	// beside other work), hence five times as the bound.
 	var lat *dto.Histogram
 	for _, m := range r.mfs["pmu_reuse_arm_latency_seconds"].GetMetric() {
 		lat = m.GetHistogram()
 	}
-	if n := lat.GetSampleCount(); n < h.GetSampleCount()/10 || lat.GetSampleSum() > float64(n)*r.wallWalk {
+	if n := lat.GetSampleCount(); n < h.GetSampleCount()/10 || lat.GetSampleSum() > 5*float64(n)*r.wallWalk {
 		t.Errorf("arm latency: %d arms, mean %.2f ms (the walk %.2f ms, %d reuses estimated)", n, lat.GetSampleSum()/float64(max(n, 1))*1e3, r.wallWalk*1e3, h.GetSampleCount())
 	}
 	t.Logf("arm latency: %d arms, mean %.2f ms", lat.GetSampleCount(), lat.GetSampleSum()/float64(max(lat.GetSampleCount(), 1))*1e3)

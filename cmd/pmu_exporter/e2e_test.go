@@ -475,7 +475,7 @@ func TestCheck(t *testing.T) {
 				t.Errorf("check %v: collector %s does not run, without a reason", args, col.Name)
 			}
 		}
-		if want := map[string]bool{"counting": true, "topdown": true, "cgroup": len(args) == 0, "sampling": true, "comm": true}; !maps.Equal(got, want) {
+		if want := map[string]bool{"counting": true, "topdown": true, "cgroup": len(args) == 0, "sampling": true, "comm": true, "platform": true}; !maps.Equal(got, want) {
 			t.Errorf("check %v: collectors enabled %v, want %v", args, got, want)
 		}
 	}

@@ -141,6 +141,9 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 		r.add(feature(HotplugUevents, p.HotplugUevents(), "the kernel's CPU hotplug uevents reach the exporter: a CPU that comes online is counted from then",
 			"run the pod without a user namespace of its own (hostUsers: true, the default); without the uevents a CPU that comes online is counted from the next read"))
 	}
+	for _, pf := range platformFeatures(byName, f.CPU.Hypervisor) {
+		r.add(pf)
+	}
 	if f.NMIWatchdog && hw.Available && strings.HasPrefix(f.CPU.Arch, "amd64") {
 		r.Notes = append(r.Notes, "the NMI watchdog holds one hardware counter: sysctl kernel.nmi_watchdog=0 frees it")
 	}

@@ -162,3 +162,20 @@ func TestBreakpointsThatDoNotFire(t *testing.T) {
 		t.Errorf("%+v", bp)
 	}
 }
+
+// The platform PMUs: an Intel server's power, msr (with aperf and mperf)
+// and cstate PMUs give energy, frequency and C-states; AMD's energy and
+// frequency but no C-states; this project's VM only msr/tsc, so none,
+// each with the PMU that is missing and why.
+func TestPlatformFeatures(t *testing.T) {
+	want(t, report(t, fixture.IntelPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: true})
+	want(t, report(t, fixture.AMDPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: false})
+	r := report(t, fixture.NoPMU(), allWork)
+	want(t, r, map[string]bool{Energy: false, Frequency: false, CStates: false})
+	if f := r.Feature(Frequency); !strings.Contains(f.Reason, "offers tsc but not aperf and mperf") {
+		t.Errorf("frequency on a VM's msr/tsc: %q", f.Reason)
+	}
+	if f := r.Feature(Energy); !strings.Contains(f.Reason, "no power PMU") {
+		t.Errorf("energy without RAPL: %q", f.Reason)
+	}
+}

@@ -49,6 +49,9 @@ type Alias struct {
 	Terms string  // e.g. "event=0x3c,umask=0x00"
 	Scale float64 // 1 unless NAME.scale says otherwise
 	Unit  string
+	// Snapshot is NAME.snapshot: the event reads a current value (a
+	// temperature), not a count that grows.
+	Snapshot bool
 }
 
 // IsCore reports whether p counts CPU core events (as opposed to uncore, software,
@@ -159,7 +162,7 @@ func readAliases(p *PMU, dir string) error {
 		if strings.Contains(n, ".") { // NAME.scale, NAME.unit, NAME.per-pkg, NAME.snapshot
 			continue
 		}
-		a := Alias{Name: n, Terms: v, Scale: 1, Unit: files[n+".unit"]}
+		a := Alias{Name: n, Terms: v, Scale: 1, Unit: files[n+".unit"], Snapshot: files[n+".snapshot"] == "1"}
 		if s, ok := files[n+".scale"]; ok {
 			f, err := strconv.ParseFloat(s, 64)
 			if err != nil {

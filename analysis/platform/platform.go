@@ -1,0 +1,112 @@
+// Package platform picks the node-level counters of the platform PMUs a
+// host exposes in sysfs, the way perf and turbostat read them: energy
+// (the power PMU, RAPL: joules by package and domain), the free-running
+// MSRs (the msr PMU: tsc, aperf, mperf… per CPU, whose ratios give the
+// effective frequency and busy share), and C-state residency (the
+// cstate_core and cstate_pkg PMUs, counting at the TSC's rate). Each
+// counter is opened on the CPUs its PMU's cpumask names (one per package
+// or core), or on every online CPU where the PMU has none (msr). It reads
+// nothing itself: the PMUs come from host/pmu.
+package platform
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+)
+
+// Kind is what a platform counter counts.
+type Kind uint8
+
+const (
+	// Energy counts joules (Scale turns its count into them).
+	Energy Kind = iota
+	// MSR is a free-running model-specific register: cycles or events.
+	MSR
+	// CoreCState and PackageCState count the TSC cycles a core, or a
+	// package, spent in a C-state.
+	CoreCState
+	PackageCState
+)
+
+// Counter is one platform event and where to open it.
+type Counter struct {
+	Kind  Kind
+	PMU   string
+	Event string // the sysfs alias: energy-pkg, aperf, c6-residency
+	// Name is the exported label value: the energy domain (pkg, ram,
+	// cores, psys, gpu), the MSR (tsc, aperf…), or the C-state (c6).
+	Name  string
+	Attr  eventspec.Attr
+	Scale float64 // into Unit: joules for energy, 1 otherwise
+	Unit  string
+	// CPUs are where it is opened: its PMU's cpumask, else every online
+	// CPU.
+	CPUs []int
+}
+
+// pmuKinds are the platform PMUs by sysfs name.
+var pmuKinds = map[string]Kind{"power": Energy, "msr": MSR, "cstate_core": CoreCState, "cstate_pkg": PackageCState}
+
+// Select is the counters of every platform PMU among pmus, in PMU and
+// event name order. Events that are not counters (snapshots, such as the
+// msr PMU's thermal margin) are left out.
+func Select(pmus []*pmu.PMU, online []int) ([]Counter, error) {
+	var out []Counter
+	for _, p := range pmus {
+		kind, ok := pmuKinds[p.Name]
+		if !ok {
+			continue
+		}
+		for _, alias := range p.AliasNames() {
+			if p.Aliases[alias].Snapshot {
+				continue
+			}
+			evs, err := eventspec.Resolve(p.Name+"/"+alias+"/", pmus)
+			if err != nil {
+				return nil, fmt.Errorf("platform PMU %s: %w", p.Name, err)
+			}
+			for _, ev := range evs {
+				c := Counter{Kind: kind, PMU: p.Name, Event: alias, Name: name(kind, alias), Attr: ev.Attr, Scale: ev.Scale, Unit: ev.Unit, CPUs: ev.CPUs}
+				if c.CPUs == nil {
+					c.CPUs = slices.Clone(online)
+				}
+				out = append(out, c)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Counter) int { return strings.Compare(a.PMU+"\x00"+a.Event, b.PMU+"\x00"+b.Event) })
+	return out, nil
+}
+
+// name is a counter's label value: energy-pkg → pkg, c6-residency → c6.
+func name(k Kind, alias string) string {
+	switch k {
+	case Energy:
+		return strings.TrimPrefix(alias, "energy-")
+	case CoreCState, PackageCState:
+		return strings.TrimSuffix(alias, "-residency")
+	}
+	return alias
+}
+
+// Has says which of the kinds the counters cover, and for the MSRs which
+// registers, for check: energy, frequency (aperf and mperf), C-states.
+func Has(cs []Counter, k Kind, events ...string) bool {
+	for _, want := range append(events, "") {
+		found := false
+		for _, c := range cs {
+			if c.Kind == k && (want == "" || c.Event == want) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

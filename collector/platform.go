@@ -1,0 +1,47 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/kernel/platformcount"
+)
+
+// livePlatform counts the platform PMUs the host has (energy, the MSRs,
+// C-state residency: analysis/platform), each on the CPUs its cpumask
+// names, and exports them as pmu_node_*; check says which are missing
+// and why (host/capability's energy, frequency and cstates).
+func livePlatform(b *build) error {
+	online, err := b.online.Read()
+	if err != nil {
+		return err
+	}
+	cs, err := platform.Select(b.s.pmus, online)
+	if err != nil {
+		return err
+	}
+	if len(cs) == 0 {
+		b.log.Info("no platform PMU counters on this host", "see", "pmu_exporter check: energy, frequency, cstates")
+		return errors.New("no platform PMU (power, msr, cstate_core, cstate_pkg) on this host")
+	}
+	c, err := platformcount.Open(cs)
+	if err != nil {
+		b.log.Warn("some platform counters did not open", "err", err)
+	}
+	b.log.Info("platform counters", "counters", len(cs), "open", c.Opened())
+	b.p.closers = append(b.p.closers, c.Close)
+	b.p.collectors = append(b.p.collectors, exporter.NewPlatform(c, host.PackageOf(b.f.sysfs)).WithRead(func(took time.Duration, err error) {
+		b.p.health.Observe("platform", took, err)
+	}))
+	return nil
+}
+
+// replayPlatform: a perf stat recording's platform events are replayed
+// as counted events; the node families are live only.
+func replayPlatform(*build) error {
+	return fmt.Errorf("%w: the platform PMUs are counted live", errNotRecorded)
+}

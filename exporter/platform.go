@@ -1,0 +1,83 @@
+package exporter
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+)
+
+// PlatformSource reads the platform PMUs' counters (kernel/platformcount).
+type PlatformSource interface {
+	Read(fn func(c *platform.Counter, cpu int, count uint64)) error
+}
+
+// Platform exports the node's platform counters as counters, for PromQL to
+// make the ratios: energy in joules by package and domain (RAPL), the
+// free-running MSRs by CPU (tsc, aperf, mperf…: busy share is
+// rate(mperf)/rate(tsc), the effective frequency while busy
+// rate(tsc)·rate(aperf)/rate(mperf)), and C-state residency in TSC cycles
+// by core and by package.
+type Platform struct {
+	src       PlatformSource
+	packageOf func(cpu int) string
+	energy    *prometheus.Desc
+	msr       *prometheus.Desc
+	coreC     *prometheus.Desc
+	pkgC      *prometheus.Desc
+	errors    *prometheus.Desc
+	readErrs  atomic.Uint64 // scrapes may collect at once
+	onRead    func(took time.Duration, err error)
+}
+
+// WithRead calls fn after each read of the counters (at a scrape), with
+// how long it took and what failed: the collector's health.
+func (p *Platform) WithRead(fn func(took time.Duration, err error)) *Platform {
+	p.onRead = fn
+	return p
+}
+
+// NewPlatform exports src; packageOf names a CPU's package (its
+// physical_package_id).
+func NewPlatform(src PlatformSource, packageOf func(cpu int) string) *Platform {
+	return &Platform{src: src, packageOf: packageOf,
+		energy: desc("node_energy_joules_total", "Energy the package consumed since the exporter started, by domain (pkg: the package, cores, ram: its DRAM, psys: the platform, gpu), as the power PMU counts it (RAPL, read on the CPU its cpumask names; the count times events/energy-*.scale). Power is its rate.", "package", "domain"),
+		msr:    desc("node_msr_total", "The msr PMU's free-running counters on each CPU since the exporter started: tsc (the time-stamp counter), aperf and mperf (actual and reference cycles while not halted), pperf, smi, irperf, as perf's msr PMU names them. Busy share: rate(mperf)/rate(tsc); effective frequency while busy: rate(tsc)*rate(aperf)/rate(mperf).", "cpu", "msr"),
+		coreC:  desc("node_core_cstate_residency_cycles_total", "TSC cycles the core spent in a C-state (the cstate_core PMU, read on the CPU its cpumask names for the core); its rate over the TSC's is the residency share.", "cpu", "state"),
+		pkgC:   desc("node_package_cstate_residency_cycles_total", "TSC cycles the package spent in a package C-state (the cstate_pkg PMU).", "package", "state"),
+		errors: desc("node_read_errors_total", "Reads of the platform counters that failed (a CPU that went offline).")}
+}
+
+// Describe implements prometheus.Collector.
+func (p *Platform) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.errors} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (p *Platform) Collect(ch chan<- prometheus.Metric) {
+	start := time.Now()
+	err := p.src.Read(func(c *platform.Counter, cpu int, count uint64) {
+		switch c.Kind {
+		case platform.Energy:
+			ch <- prometheus.MustNewConstMetric(p.energy, prometheus.CounterValue, float64(count)*c.Scale, p.packageOf(cpu), c.Name)
+		case platform.MSR:
+			ch <- prometheus.MustNewConstMetric(p.msr, prometheus.CounterValue, float64(count), strconv.Itoa(cpu), c.Name)
+		case platform.CoreCState:
+			ch <- prometheus.MustNewConstMetric(p.coreC, prometheus.CounterValue, float64(count), strconv.Itoa(cpu), c.Name)
+		case platform.PackageCState:
+			ch <- prometheus.MustNewConstMetric(p.pkgC, prometheus.CounterValue, float64(count), p.packageOf(cpu), c.Name)
+		}
+	})
+	if err != nil {
+		p.readErrs.Add(1)
+	}
+	if p.onRead != nil {
+		p.onRead(time.Since(start), err)
+	}
+	ch <- prometheus.MustNewConstMetric(p.errors, prometheus.CounterValue, float64(p.readErrs.Load()))
+}

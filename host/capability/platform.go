@@ -1,0 +1,64 @@
+package capability
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+)
+
+// The node-level features of the platform PMUs (analysis/platform).
+const (
+	// Energy: the power PMU (RAPL) counts joules by package and domain.
+	Energy = "energy"
+	// Frequency: the msr PMU counts aperf and mperf (effective frequency
+	// and busy share per CPU); tsc alone gives neither.
+	Frequency = "frequency"
+	// CStates: the cstate_core or cstate_pkg PMU counts C-state residency.
+	CStates = "cstates"
+)
+
+// platformFeatures judges the platform PMUs from sysfs: present means the
+// exporter counts them (pmu_node_*), absent says which PMU is missing and
+// why it usually is.
+func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool) []Feature {
+	vm := ""
+	if hypervisor {
+		vm = "; the CPU reports a hypervisor, and hypervisors rarely pass it to guests"
+	}
+	var out []Feature
+	if p := byName["power"]; p != nil && len(energyEvents(p)) > 0 {
+		out = append(out, Feature{Name: Energy, Available: true, Detail: "power PMU: " + strings.Join(energyEvents(p), ", ")})
+	} else {
+		out = append(out, Feature{Name: Energy, Reason: "no power PMU (RAPL) in /sys/bus/event_source/devices" + vm,
+			Fix: "on bare metal, the kernel's RAPL perf driver (CONFIG_PERF_EVENTS_INTEL_RAPL, which serves AMD too) exposes it"})
+	}
+	switch p := byName["msr"]; {
+	case p == nil:
+		out = append(out, Feature{Name: Frequency, Reason: "no msr PMU in /sys/bus/event_source/devices",
+			Fix: "the kernel's msr perf driver (CONFIG_PERF_EVENTS_MSR) exposes it on x86"})
+	case p.Aliases["aperf"].Name == "" || p.Aliases["mperf"].Name == "":
+		out = append(out, Feature{Name: Frequency, Reason: "the msr PMU offers " + strings.Join(p.AliasNames(), ", ") + " but not aperf and mperf" + vm,
+			Fix: "the msr PMU lists aperf and mperf where the CPU has them (CPUID APERFMPERF) and, in a VM, where the hypervisor passes them"})
+	default:
+		out = append(out, Feature{Name: Frequency, Available: true, Detail: "msr PMU: " + strings.Join(p.AliasNames(), ", ")})
+	}
+	var cstate []string
+	for _, n := range []string{"cstate_core", "cstate_pkg"} {
+		if byName[n] != nil {
+			cstate = append(cstate, n)
+		}
+	}
+	if len(cstate) > 0 {
+		out = append(out, Feature{Name: CStates, Available: true, Detail: strings.Join(cstate, ", ")})
+	} else {
+		out = append(out, Feature{Name: CStates, Reason: "no cstate_core or cstate_pkg PMU" + vm,
+			Fix: "the kernel's cstate perf driver (CONFIG_PERF_EVENTS_INTEL_CSTATE) exposes them on Intel CPUs it knows; AMD has none"})
+	}
+	return out
+}
+
+// energyEvents are the power PMU's energy-* events.
+func energyEvents(p *pmu.PMU) []string {
+	return slices.DeleteFunc(p.AliasNames(), func(n string) bool { return !strings.HasPrefix(n, "energy-") })
+}

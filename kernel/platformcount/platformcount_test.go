@@ -1,0 +1,88 @@
+package platformcount
+
+import (
+	"bytes"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// The msr PMU's tsc, the one platform counter every x86 host here has,
+// counts on each online CPU at the TSC's rate: over a second of this
+// process's wall clock, what perf stat counts of msr/tsc/ on that CPU
+// over its own second (an independent reader of the same register),
+// within 2%.
+func TestTSCCountsAsPerfStat(t *testing.T) {
+	testenv.RequireRoot(t)
+	pmus, err := pmu.Discover("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	online, err := host.OnlineCPUs("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := platform.Select(pmus, online)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tsc []platform.Counter
+	for _, c := range cs {
+		if c.PMU == "msr" && c.Event == "tsc" {
+			tsc = append(tsc, c)
+		}
+	}
+	if len(tsc) == 0 {
+		t.Skip("no msr/tsc/ PMU event on this host")
+	}
+	perfBin := testenv.RequireTool(t, "perf")
+	c, err := Open(tsc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	read := func() map[int]uint64 {
+		m := map[int]uint64{}
+		if err := c.Read(func(_ *platform.Counter, cpu int, n uint64) { m[cpu] = n }); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	start, t0 := read(), time.Now()
+	time.Sleep(time.Second)
+	end, elapsed := read(), time.Since(t0)
+	out, err := exec.Command(perfBin, "stat", "-x,", "-a", "-A", "-e", "msr/tsc/", "--", "sleep", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("perf stat: %v\n%s", err, out)
+	}
+	perfRate := map[int]float64{}
+	for _, line := range strings.Split(string(bytes.TrimSpace(out)), "\n") {
+		f := strings.Split(line, ",")
+		if len(f) < 4 || !strings.HasPrefix(f[0], "CPU") {
+			continue
+		}
+		cpu, _ := strconv.Atoi(strings.TrimPrefix(f[0], "CPU"))
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err == nil {
+			perfRate[cpu] = v // over perf's second of sleep(1)
+		}
+	}
+	for cpu, e := range end {
+		rate := float64(e-start[cpu]) / elapsed.Seconds()
+		p, ok := perfRate[cpu]
+		if !ok {
+			continue // offline during perf's run (another test's hotplug)
+		}
+		t.Logf("CPU %d: %.4g TSC cycles/s, perf stat %.4g in its second", cpu, rate, p)
+		if rate < 0.98*p || rate > 1.02*p {
+			t.Errorf("CPU %d: %.4g TSC cycles/s, perf stat counted %.4g over sleep 1", cpu, rate, p)
+		}
+	}
+}
