@@ -4,6 +4,7 @@
 package dashboards
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -324,6 +325,17 @@ scrape_configs:
 	for _, q := range all {
 		pending[q.where+"\x00"+q.expr] = q
 	}
+	// The node row's panels need platform PMUs that VMs rarely have: a
+	// panel whose feature the live exporter reports missing has no data
+	// by the host's proof (pmu_capability 0, check says why); present, it
+	// must have data.
+	platformHas := capabilities(t, liveAddr)
+	for k, q := range pending {
+		if f := platformFeature(q.expr); f != "" && !platformHas[f] {
+			t.Logf("%s: no data, as expected where pmu_capability{feature=%q} is 0 (pmu_exporter check says why)\n%s", q.where, f, q.expr)
+			delete(pending, k)
+		}
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for len(pending) > 0 && time.Now().Before(deadline) {
 		time.Sleep(2 * time.Second)
@@ -337,17 +349,7 @@ scrape_configs:
 			}
 		}
 	}
-	// The node row's panels need platform PMUs that VMs rarely have: a
-	// panel whose feature the live exporter reports missing has no data
-	// by the host's proof (pmu_capability 0, check says why); present, it
-	// must have data.
-	platformHas := capabilities(t, liveAddr)
 	for k, q := range pending {
-		if f := platformFeature(q.expr); f != "" && !platformHas[f] {
-			t.Logf("%s: no data, as expected where pmu_capability{feature=%q} is 0 (pmu_exporter check says why)\n%s", q.where, f, q.expr)
-			delete(pending, k)
-			continue
-		}
 		if !traps && watchpointQuery.MatchString(q.expr) {
 			t.Logf("%s: no data, as expected where watchpoints do not fire (internal/hostgate)\n%s", q.where, q.expr)
 			delete(pending, k)
@@ -393,15 +395,24 @@ func platformFeature(expr string) string {
 	return ""
 }
 
-// capabilities are an exporter's pmu_capability features that are 1.
+// capabilities are an exporter's pmu_capability features that are 1, once
+// it serves them (within 30 s of its start).
 func capabilities(t *testing.T, addr string) map[string]bool {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	var b []byte
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if bytes.Contains(b, []byte("pmu_capability{")) {
+				break
+			}
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%s served no pmu_capability in 30 s: %v", addr, err)
+		}
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	has := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^pmu_capability\{feature="([a-z_]+)"\} 1$`).FindAllStringSubmatch(string(b), -1) {
 		has[m[1]] = true
