@@ -63,7 +63,10 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("max-lines", "sampling.max-lines", "Cache lines the shared-line table holds (/debug/cachelines); the coldest half is dropped when full.", func(fc *kingpin.FlagClause) { fc.Default("1024").IntVar(&f.sampling.maxLines) })
 			}},
 		registry.Collector[*build]{Name: "platform", Default: true, Live: livePlatform, Replay: replayPlatform,
-			Help: "Count the platform PMUs the host exposes, on the CPUs their cpumask names: energy by package and domain (power, RAPL), the free-running MSRs by CPU (msr: tsc, aperf, mperf for frequency and busy share), C-state residency (cstate_core, cstate_pkg): pmu_node_*"},
+			Help: "Count the platform PMUs the host exposes, on the CPUs their cpumask names: energy by package and domain (power, RAPL), the free-running MSRs by CPU (msr: tsc, aperf, mperf for frequency and busy share), C-state residency (cstate_core, cstate_pkg), memory bandwidth (uncore_imc_*, amd_umc_*): pmu_node_*",
+			Options: func(o registry.Options) {
+				o.Flag("memory-peak", "", "Each package's peak memory bandwidth in bytes per second, where the operator knows it (channels × transfer rate × 8 bytes): exported as pmu_node_memory_peak_bytes_per_second for the dashboard to draw bandwidth against; 0 exports none, rather than a guess.", func(fc *kingpin.FlagClause) { fc.Default("0").Float64Var(&f.memoryPeak) })
+			}},
 		registry.Collector[*build]{Name: "comm", Default: true, Needs: []string{capability.SystemWide, capability.AddressSampling}, Live: liveComm, Replay: replayComm,
 			Help: "Sample user-mode code on every CPU with its registers and decode each sampled instruction's memory operand (no precise PMU needed; where PEBS, IBS or SPE exist, their memory samples instead, with the width decoded): ComDetective's communication matrices with true and false sharing (/debug/comm), and the shared-line table where no precise sampler feeds it",
 			Options: func(o registry.Options) {

@@ -33,6 +33,9 @@ type Options struct {
 	replay              replayFlags
 	sampling            samplingFlags
 	comm                commFlags
+	// memoryPeak is each package's peak memory bandwidth in bytes/s, as the
+	// operator knows it (0: not known, no peak is exported).
+	memoryPeak float64
 	validateOnStart     bool
 }
 

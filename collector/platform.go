@@ -36,7 +36,7 @@ func livePlatform(b *build) error {
 	b.p.closers = append(b.p.closers, c.Close)
 	b.p.collectors = append(b.p.collectors, exporter.NewPlatform(c, host.PackageOf(b.f.sysfs)).WithRead(func(took time.Duration, err error) {
 		b.p.health.Observe("platform", took, err)
-	}))
+	}).WithMemoryPeak(b.f.memoryPeak))
 	return nil
 }
 

@@ -267,7 +267,8 @@ func TestQueriesReturnData(t *testing.T) {
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/n1-spe.data")
 	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.counting.interval=500ms",
-		"--collector.sampling.event=page-faults", "--collector.sampling.period=100", "--collector.comm.period=200000", "--validate.on-start")
+		"--collector.sampling.event=page-faults", "--collector.sampling.period=100", "--collector.comm.period=200000", "--validate.on-start",
+		"--collector.platform.memory-peak=1e11")
 	// Threads that share lines, for the data locality dashboard: the
 	// False-Sharing benchmark, half its adds on its own slots.
 	bench := filepath.Join(dir, "sharebench")
@@ -387,6 +388,8 @@ func platformFeature(expr string) string {
 	switch {
 	case strings.Contains(expr, "pmu_node_energy"):
 		return "energy"
+	case strings.Contains(expr, "pmu_node_memory"):
+		return "memory_bandwidth"
 	case strings.Contains(expr, "cstate_residency"):
 		return "cstates"
 	case strings.Contains(expr, `msr="aperf"`) || strings.Contains(expr, `msr="mperf"`):

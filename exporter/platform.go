@@ -28,6 +28,9 @@ type Platform struct {
 	msr       *prometheus.Desc
 	coreC     *prometheus.Desc
 	pkgC      *prometheus.Desc
+	memory    *prometheus.Desc
+	peak      *prometheus.Desc
+	peakValue float64 // bytes/s, 0: none given
 	errors    *prometheus.Desc
 	readErrs  atomic.Uint64 // scrapes may collect at once
 	onRead    func(took time.Duration, err error)
@@ -48,12 +51,21 @@ func NewPlatform(src PlatformSource, packageOf func(cpu int) string) *Platform {
 		msr:    desc("node_msr_total", "The msr PMU's free-running counters on each CPU since the exporter started: tsc (the time-stamp counter), aperf and mperf (actual and reference cycles while not halted), pperf, smi, irperf, as perf's msr PMU names them. Busy share: rate(mperf)/rate(tsc); effective frequency while busy: rate(tsc)*rate(aperf)/rate(mperf).", "cpu", "msr"),
 		coreC:  desc("node_core_cstate_residency_cycles_total", "TSC cycles the core spent in a C-state (the cstate_core PMU, read on the CPU its cpumask names for the core); its rate over the TSC's is the residency share.", "cpu", "state"),
 		pkgC:   desc("node_package_cstate_residency_cycles_total", "TSC cycles the package spent in a package C-state (the cstate_pkg PMU).", "package", "state"),
+		memory: desc("node_memory_bytes_total", "Bytes the package's memory controllers read from and wrote to DRAM (direction), summed over its controllers: their CAS commands × 64 bytes (Intel uncore_imc_* cas_count_read and _write, AMD amd_umc_* umc_cas_cmd.rd and .wr), as perf's memory_bandwidth_* metrics count them. Bandwidth is its rate.", "package", "direction"),
+		peak:   desc("node_memory_peak_bytes_per_second", "Each package's peak memory bandwidth, as the operator gave it (--collector.platform.memory-peak); absent where none was given."),
 		errors: desc("node_read_errors_total", "Reads of the platform counters that failed (a CPU that went offline).")}
+}
+
+// WithMemoryPeak exports each package's peak memory bandwidth, bytes/s
+// (0: none).
+func (p *Platform) WithMemoryPeak(bytesPerSecond float64) *Platform {
+	p.peakValue = bytesPerSecond
+	return p
 }
 
 // Describe implements prometheus.Collector.
 func (p *Platform) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.errors} {
+	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.memory, p.peak, p.errors} {
 		ch <- d
 	}
 }
@@ -61,6 +73,8 @@ func (p *Platform) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 	start := time.Now()
+	type pkgDir struct{ pkg, dir string }
+	memory := map[pkgDir]float64{} // a package's controllers, summed
 	err := p.src.Read(func(c *platform.Counter, cpu int, count uint64) {
 		switch c.Kind {
 		case platform.Energy:
@@ -71,8 +85,16 @@ func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(p.coreC, prometheus.CounterValue, float64(count), strconv.Itoa(cpu), c.Name)
 		case platform.PackageCState:
 			ch <- prometheus.MustNewConstMetric(p.pkgC, prometheus.CounterValue, float64(count), p.packageOf(cpu), c.Name)
+		case platform.MemoryBytes:
+			memory[pkgDir{p.packageOf(cpu), c.Name}] += float64(count) * c.Scale
 		}
 	})
+	for k, v := range memory {
+		ch <- prometheus.MustNewConstMetric(p.memory, prometheus.CounterValue, v, k.pkg, k.dir)
+	}
+	if p.peakValue > 0 && len(memory) > 0 {
+		ch <- prometheus.MustNewConstMetric(p.peak, prometheus.GaugeValue, p.peakValue)
+	}
 	if err != nil {
 		p.readErrs.Add(1)
 	}

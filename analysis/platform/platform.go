@@ -30,7 +30,23 @@ const (
 	// package, spent in a C-state.
 	CoreCState
 	PackageCState
+	// MemoryBytes counts the bytes a memory controller read (Name "read")
+	// or wrote ("write"): its CAS commands, 64 bytes each.
+	MemoryBytes
 )
+
+// casBytes is what one CAS command moves: a 64-byte line (perf's and
+// Intel's memory_bandwidth_* formulas: CAS count × 64).
+const casBytes = 64
+
+// umcEvents are the CAS counts of AMD's memory controllers (amd_umc_*),
+// whose driver exposes no aliases: perf's amdzen4 memory-controller.json
+// umc_cas_cmd.rd and .wr.
+var umcEvents = []struct{ name, terms string }{{"read", "event=0x0a,rdwrmask=0x1"}, {"write", "event=0x0a,rdwrmask=0x2"}}
+
+// imcEvents are the CAS count aliases of Intel's memory controllers
+// (uncore_imc_*), by direction.
+var imcEvents = map[string]string{"cas_count_read": "read", "cas_count_write": "write"}
 
 // Counter is one platform event and where to open it.
 type Counter struct {
@@ -57,6 +73,12 @@ var pmuKinds = map[string]Kind{"power": Energy, "msr": MSR, "cstate_core": CoreC
 func Select(pmus []*pmu.PMU, online []int) ([]Counter, error) {
 	var out []Counter
 	for _, p := range pmus {
+		if mem, err := memoryCounters(p, pmus, online); err != nil {
+			return nil, err
+		} else if mem != nil {
+			out = append(out, mem...)
+			continue
+		}
 		kind, ok := pmuKinds[p.Name]
 		if !ok {
 			continue
@@ -79,6 +101,44 @@ func Select(pmus []*pmu.PMU, online []int) ([]Counter, error) {
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Counter) int { return strings.Compare(a.PMU+"\x00"+a.Event, b.PMU+"\x00"+b.Event) })
+	return out, nil
+}
+
+// memoryCounters are the read and write CAS counts of a memory
+// controller PMU (uncore_imc_N: their sysfs aliases; amd_umc_N: perf's
+// encodings), as bytes; nil for any other PMU.
+func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int) ([]Counter, error) {
+	type event struct{ spec, dir string }
+	var evs []event
+	switch {
+	case strings.HasPrefix(p.Name, "uncore_imc_"):
+		for _, alias := range p.AliasNames() {
+			if dir, ok := imcEvents[alias]; ok {
+				evs = append(evs, event{p.Name + "/" + alias + "/", dir})
+			}
+		}
+	case strings.HasPrefix(p.Name, "amd_umc_"):
+		for _, e := range umcEvents {
+			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.name})
+		}
+	default:
+		return nil, nil
+	}
+	out := []Counter{}
+	for _, e := range evs {
+		rs, err := eventspec.Resolve(e.spec, pmus)
+		if err != nil {
+			return nil, fmt.Errorf("memory controller %s: %w", p.Name, err)
+		}
+		for _, r := range rs {
+			c := Counter{Kind: MemoryBytes, PMU: p.Name, Event: strings.Trim(strings.TrimPrefix(e.spec, p.Name), "/"), Name: e.dir,
+				Attr: r.Attr, Scale: casBytes, Unit: "bytes", CPUs: r.CPUs}
+			if c.CPUs == nil {
+				c.CPUs = slices.Clone(online)
+			}
+			out = append(out, c)
+		}
+	}
 	return out, nil
 }
 

@@ -1,10 +1,14 @@
 package platform
 
 import (
+	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"github.com/pmu-exporter/pmu_exporter/internal/reference"
 )
 
 // On the Intel fixture (rapl.c, msr.c, cstate.c as Sapphire Rapids'
@@ -38,8 +42,8 @@ func TestSelectIntel(t *testing.T) {
 	if c2 := by["cstate_pkg/c2-residency"]; c2.Kind != PackageCState || c2.Name != "c2" || !reflect.DeepEqual(c2.CPUs, []int{0, 2}) {
 		t.Errorf("package c2: %+v", c2)
 	}
-	if len(cs) != 4+5+2+2 {
-		t.Errorf("%d counters, want 4 energy, 5 MSRs, 2 core and 2 package C-states", len(cs))
+	if len(cs) != 4+5+2+2+4 {
+		t.Errorf("%d counters, want 4 energy, 5 MSRs, 2 core and 2 package C-states, 2 controllers' reads and writes", len(cs))
 	}
 	if !Has(cs, Energy) || !Has(cs, MSR, "aperf", "mperf") || !Has(cs, CoreCState) {
 		t.Error("Has misses what is there")
@@ -60,5 +64,81 @@ func TestSelectAMDAndNone(t *testing.T) {
 	cs, err = Select(fixture.PMUs(t, fixture.NoPMU()), []int{0, 1})
 	if err != nil || len(cs) != 1 || cs[0].Event != "tsc" || !reflect.DeepEqual(cs[0].CPUs, []int{0, 1}) || Has(cs, MSR, "aperf", "mperf") || Has(cs, Energy) {
 		t.Errorf("a VM's msr/tsc alone: %+v %v", cs, err)
+	}
+}
+
+// The memory controllers' CAS counts, held to the published definitions:
+// Sapphire Rapids' uncore_imc aliases encode UNC_M_CAS_COUNT.RD and .WR
+// of Intel's sapphirerapids_uncore.json, and 64 bytes a count is both
+// the alias's scale (6.103515625e-5 MiB) and memory_bandwidth_read's
+// formula (UNC_M_CAS_COUNT.RD * 64); a Zen 4's amd_umc counters encode
+// perf's umc_cas_cmd.rd and .wr (memory-controller.json), at the 64
+// bytes of umc_mem_read_bandwidth. Each counts on its package's CPU.
+func TestMemoryControllersAsPublished(t *testing.T) {
+	ref := reference.Dir(t)
+	code := func(events []reference.Event, name string) (event, mask uint64) {
+		for _, e := range events {
+			if e.EventName == name {
+				event, _ = strconv.ParseUint(strings.TrimPrefix(e.EventCode, "0x"), 16, 64)
+				m := e.UMask
+				if m == "" {
+					m = e.RdWrMask
+				}
+				mask, _ = strconv.ParseUint(strings.TrimPrefix(m, "0x"), 16, 64)
+				return event, mask
+			}
+		}
+		t.Fatalf("%s is not in the reference", name)
+		return 0, 0
+	}
+	times64 := func(metrics []reference.Metric, name string) {
+		for _, m := range metrics {
+			if m.MetricName == name && (strings.Contains(m.Formula, "* 64") || strings.Contains(m.MetricExpr, "* 64")) {
+				return
+			}
+		}
+		t.Errorf("%s: no formula counting 64 bytes a CAS", name)
+	}
+	intel, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spr := reference.Events(t, filepath.Join(ref, "intel-perfmon/SPR/events/sapphirerapids_uncore.json"))
+	times64(reference.Metrics(t, filepath.Join(ref, "intel-perfmon/SPR/metrics/sapphirerapids_metrics.json")), "memory_bandwidth_read")
+	pmus := fixture.PMUs(t, fixture.IntelPlatform())
+	n := 0
+	for _, c := range intel {
+		if c.Kind != MemoryBytes {
+			continue
+		}
+		n++
+		ev, mask := code(spr, map[string]string{"read": "UNC_M_CAS_COUNT.RD", "write": "UNC_M_CAS_COUNT.WR"}[c.Name])
+		if c.Attr.Config != ev|mask<<8 || c.Scale != 64 || !reflect.DeepEqual(c.CPUs, []int{0, 2}) {
+			t.Errorf("%s %s: config %#x, scale %v, CPUs %v; want %#x, 64, [0 2]", c.PMU, c.Name, c.Attr.Config, c.Scale, c.CPUs, ev|mask<<8)
+		}
+		for _, p := range pmus {
+			if a, ok := p.Aliases[c.Event]; ok && p.Name == c.PMU && a.Scale*(1<<20) != 64 {
+				t.Errorf("%s/%s: scale %v MiB is not 64 bytes", p.Name, c.Event, a.Scale)
+			}
+		}
+	}
+	amd, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zen4 := reference.Events(t, filepath.Join(ref, "linux-pmu-events/x86/amdzen4/memory-controller.json"))
+	times64(reference.Metrics(t, filepath.Join(ref, "linux-pmu-events/x86/amdzen4/recommended.json")), "umc_mem_read_bandwidth")
+	for _, c := range amd {
+		if c.Kind != MemoryBytes {
+			continue
+		}
+		n++
+		ev, mask := code(zen4, map[string]string{"read": "umc_cas_cmd.rd", "write": "umc_cas_cmd.wr"}[c.Name])
+		if c.Attr.Config != ev|mask<<8 || c.Scale != 64 || !reflect.DeepEqual(c.CPUs, []int{0}) {
+			t.Errorf("%s %s: config %#x, scale %v, CPUs %v; want %#x, 64, [0]", c.PMU, c.Name, c.Attr.Config, c.Scale, c.CPUs, ev|mask<<8)
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d memory counters, want reads and writes of two controllers on each host", n)
 	}
 }

@@ -16,6 +16,9 @@ const (
 	Frequency = "frequency"
 	// CStates: the cstate_core or cstate_pkg PMU counts C-state residency.
 	CStates = "cstates"
+	// MemoryBandwidth: memory-controller PMUs count CAS commands (Intel
+	// uncore_imc_*, AMD Zen 4 amd_umc_*).
+	MemoryBandwidth = "memory_bandwidth"
 )
 
 // platformFeatures judges the platform PMUs from sysfs: present means the
@@ -54,6 +57,19 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool) []Feature {
 	} else {
 		out = append(out, Feature{Name: CStates, Reason: "no cstate_core or cstate_pkg PMU" + vm,
 			Fix: "the kernel's cstate perf driver (CONFIG_PERF_EVENTS_INTEL_CSTATE) exposes them on Intel CPUs it knows; AMD has none"})
+	}
+	var imcs []string
+	for name, p := range byName {
+		if (strings.HasPrefix(name, "uncore_imc_") && p.Aliases["cas_count_read"].Name != "") || strings.HasPrefix(name, "amd_umc_") {
+			imcs = append(imcs, name)
+		}
+	}
+	slices.Sort(imcs)
+	if len(imcs) > 0 {
+		out = append(out, Feature{Name: MemoryBandwidth, Available: true, Detail: strings.Join(imcs, ", ")})
+	} else {
+		out = append(out, Feature{Name: MemoryBandwidth, Reason: "no memory-controller PMU (uncore_imc_* with cas_count_read, amd_umc_*)" + vm,
+			Fix: "on bare metal the kernel's uncore driver exposes Intel's (CONFIG_PERF_EVENTS_INTEL_UNCORE) and, from Linux 6.10, AMD Zen 4's (amd_umc)"})
 	}
 	return out
 }

@@ -60,6 +60,36 @@ type Event struct {
 	EdgeDetect  string
 	AnyThread   string
 	Counter     string
+	// RdWrMask is AMD's UMC read/write selector (perf's JSON).
+	RdWrMask string
+}
+
+// Metric is the subset of a metric definition the tests use: Intel's
+// (MetricName, Formula, its Events' aliases) and perf's (MetricExpr).
+type Metric struct {
+	MetricName string
+	Formula    string
+	MetricExpr string
+	Events     []struct{ Name, Alias string }
+}
+
+// Metrics reads a metric file: Intel's {"Metrics": [...]} or perf's bare
+// array.
+func Metrics(t testing.TB, path string) []Metric {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrapped struct{ Metrics []Metric }
+	if err := json.Unmarshal(b, &wrapped); err == nil && wrapped.Metrics != nil {
+		return wrapped.Metrics
+	}
+	var bare []Metric
+	if err := json.Unmarshal(b, &bare); err != nil {
+		t.Fatal(fmt.Errorf("%s: %w", path, err))
+	}
+	return bare
 }
 
 // Events reads an event file: Intel's {"Events": [...]} or Linux's bare array.
