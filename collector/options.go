@@ -35,8 +35,8 @@ type Options struct {
 	comm                commFlags
 	// memoryPeak is each package's peak memory bandwidth in bytes/s, as the
 	// operator knows it (0: not known, no peak is exported).
-	memoryPeak float64
-	validateOnStart     bool
+	memoryPeak      float64
+	validateOnStart bool
 }
 
 // NewOptions lists the collectors, their options bound to the result.
