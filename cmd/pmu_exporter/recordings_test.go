@@ -98,9 +98,6 @@ func perfScriptSamples(t *testing.T, file string, fields []string) []string {
 		if len(f) < 3 {
 			t.Fatalf("perf script line %q", sc.Text())
 		}
-		sec, nsec, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), ".")
-		s, _ := strconv.ParseUint(sec, 10, 64)
-		ns, _ := strconv.ParseUint(nsec, 10, 64)
 		rest := f[2:]
 		var addr, weight string
 		if has("addr") {
@@ -109,7 +106,7 @@ func perfScriptSamples(t *testing.T, file string, fields []string) []string {
 		if has("weight") {
 			weight, rest = rest[0], rest[1:]
 		}
-		line := fmt.Sprintf("%s %d %s", f[0], s*1e9+ns, rest[0])
+		line := fmt.Sprintf("%s %d %s", f[0], perfTime(f[1]), rest[0])
 		if has("addr") {
 			line += " " + addr
 		}
@@ -225,10 +222,7 @@ func TestSamplesOfLayoutsRecordedHere(t *testing.T) {
 				if len(f) < 5 {
 					t.Fatalf("perf script line %q", sc.Text())
 				}
-				sec, nsec, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), ".")
-				s, _ := strconv.ParseUint(sec, 10, 64)
-				ns, _ := strconv.ParseUint(nsec, 10, 64)
-				line := fmt.Sprintf("%s %s %d %s %s", strings.TrimSuffix(f[3], ":"), f[0], s*1e9+ns, f[4], f[2])
+				line := fmt.Sprintf("%s %s %d %s %s", strings.TrimSuffix(f[3], ":"), f[0], perfTime(f[1]), f[4], f[2])
 				for _, r := range f[5:] {
 					name, v, _ := strings.Cut(r, ":")
 					if name == "ABI" {
@@ -272,4 +266,12 @@ func TestSamplesOfLayoutsRecordedHere(t *testing.T) {
 			t.Logf("%d samples alike", len(got))
 		})
 	}
+}
+
+// perfTime is perf script's "sec.nsec:" time in nanoseconds.
+func perfTime(field string) uint64 {
+	sec, nsec, _ := strings.Cut(strings.TrimSuffix(field, ":"), ".")
+	s, _ := strconv.ParseUint(sec, 10, 64)
+	ns, _ := strconv.ParseUint(nsec, 10, 64)
+	return s*1e9 + ns
 }

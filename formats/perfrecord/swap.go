@@ -49,33 +49,32 @@ func (s *swapper) int(n int, what string) {
 }
 
 // count reverses a u64 and returns its value in this host's reading.
-func (s *swapper) count(what string) uint64 {
-	b := s.take(8, what)
-	if b == nil {
-		return 0
-	}
-	if !s.toLE {
-		v := le.Uint64(b)
-		slices.Reverse(b)
-		return v
-	}
-	slices.Reverse(b)
-	return le.Uint64(b)
-}
+func (s *swapper) count(what string) uint64 { return s.countN(8, what) }
 
 // count32 is count for a u32.
-func (s *swapper) count32(what string) uint32 {
-	b := s.take(4, what)
+func (s *swapper) count32(what string) uint32 { return uint32(s.countN(4, what)) }
+
+// countN reverses an integer of n bytes (4 or 8) and returns its value
+// in this host's reading: read after the reversal toward little-endian,
+// before it away from it.
+func (s *swapper) countN(n int, what string) uint64 {
+	b := s.take(n, what)
 	if b == nil {
 		return 0
 	}
+	read := func() uint64 {
+		if n == 8 {
+			return le.Uint64(b)
+		}
+		return uint64(le.Uint32(b))
+	}
 	if !s.toLE {
-		v := le.Uint32(b)
+		v := read()
 		slices.Reverse(b)
 		return v
 	}
 	slices.Reverse(b)
-	return le.Uint32(b)
+	return read()
 }
 
 func (s *swapper) words(n uint64, what string) {

@@ -64,6 +64,31 @@ type Event struct {
 	RdWrMask string
 }
 
+// Events reads an event file: Intel's {"Events": [...]} or Linux's bare array.
+func Events(t testing.TB, path string) []Event {
+	t.Helper()
+	return wrappedOrBare[Event](t, path, "Events")
+}
+
+// wrappedOrBare reads a JSON file that is either {key: [...]} (Intel's) or
+// the bare array (perf's).
+func wrappedOrBare[T any](t testing.TB, path, key string) []T {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrapped map[string]json.RawMessage
+	if err := json.Unmarshal(b, &wrapped); err == nil && wrapped[key] != nil {
+		b = wrapped[key]
+	}
+	var list []T
+	if err := json.Unmarshal(b, &list); err != nil {
+		t.Fatal(fmt.Errorf("%s: %w", path, err))
+	}
+	return list
+}
+
 // Metric is the subset of a metric definition the tests use: Intel's
 // (MetricName, Formula, its Events' aliases) and perf's (MetricExpr).
 type Metric struct {
@@ -77,35 +102,5 @@ type Metric struct {
 // array.
 func Metrics(t testing.TB, path string) []Metric {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wrapped struct{ Metrics []Metric }
-	if err := json.Unmarshal(b, &wrapped); err == nil && wrapped.Metrics != nil {
-		return wrapped.Metrics
-	}
-	var bare []Metric
-	if err := json.Unmarshal(b, &bare); err != nil {
-		t.Fatal(fmt.Errorf("%s: %w", path, err))
-	}
-	return bare
-}
-
-// Events reads an event file: Intel's {"Events": [...]} or Linux's bare array.
-func Events(t testing.TB, path string) []Event {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wrapped struct{ Events []Event }
-	if err := json.Unmarshal(b, &wrapped); err == nil && wrapped.Events != nil {
-		return wrapped.Events
-	}
-	var bare []Event
-	if err := json.Unmarshal(b, &bare); err != nil {
-		t.Fatal(fmt.Errorf("%s: %w", path, err))
-	}
-	return bare
+	return wrappedOrBare[Metric](t, path, "Metrics")
 }
