@@ -390,6 +390,8 @@ func platformFeature(expr string) string {
 		return "energy"
 	case strings.Contains(expr, "pmu_node_memory"):
 		return "memory_bandwidth"
+	case strings.Contains(expr, "pmu_node_llc_miss"):
+		return "numa_traffic"
 	case strings.Contains(expr, "cstate_residency"):
 		return "cstates"
 	case strings.Contains(expr, `msr="aperf"`) || strings.Contains(expr, `msr="mperf"`):

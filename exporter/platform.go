@@ -29,6 +29,7 @@ type Platform struct {
 	coreC     *prometheus.Desc
 	pkgC      *prometheus.Desc
 	memory    *prometheus.Desc
+	llcMiss   *prometheus.Desc
 	peak      *prometheus.Desc
 	peakValue float64 // bytes/s, 0: none given
 	errors    *prometheus.Desc
@@ -47,13 +48,14 @@ func (p *Platform) WithRead(fn func(took time.Duration, err error)) *Platform {
 // physical_package_id).
 func NewPlatform(src PlatformSource, packageOf func(cpu int) string) *Platform {
 	return &Platform{src: src, packageOf: packageOf,
-		energy: desc("node_energy_joules_total", "Energy the package consumed since the exporter started, by domain (pkg: the package, cores, ram: its DRAM, psys: the platform, gpu), as the power PMU counts it (RAPL, read on the CPU its cpumask names; the count times events/energy-*.scale). Power is its rate.", "package", "domain"),
-		msr:    desc("node_msr_total", "The msr PMU's free-running counters on each CPU since the exporter started: tsc (the time-stamp counter), aperf and mperf (actual and reference cycles while not halted), pperf, smi, irperf, as perf's msr PMU names them. Busy share: rate(mperf)/rate(tsc); effective frequency while busy: rate(tsc)*rate(aperf)/rate(mperf).", "cpu", "msr"),
-		coreC:  desc("node_core_cstate_residency_cycles_total", "TSC cycles the core spent in a C-state (the cstate_core PMU, read on the CPU its cpumask names for the core); its rate over the TSC's is the residency share.", "cpu", "state"),
-		pkgC:   desc("node_package_cstate_residency_cycles_total", "TSC cycles the package spent in a package C-state (the cstate_pkg PMU).", "package", "state"),
-		memory: desc("node_memory_bytes_total", "Bytes the package's memory controllers read from and wrote to DRAM (direction), summed over its controllers: their CAS commands × 64 bytes (Intel uncore_imc_* cas_count_read and _write, AMD amd_umc_* umc_cas_cmd.rd and .wr), as perf's memory_bandwidth_* metrics count them. Bandwidth is its rate.", "package", "direction"),
-		peak:   desc("node_memory_peak_bytes_per_second", "Each package's peak memory bandwidth, as the operator gave it (--collector.platform.memory-peak); absent where none was given."),
-		errors: desc("node_read_errors_total", "Reads of the platform counters that failed (a CPU that went offline).")}
+		energy:  desc("node_energy_joules_total", "Energy the package consumed since the exporter started, by domain (pkg: the package, cores, ram: its DRAM, psys: the platform, gpu), as the power PMU counts it (RAPL, read on the CPU its cpumask names; the count times events/energy-*.scale). Power is its rate.", "package", "domain"),
+		msr:     desc("node_msr_total", "The msr PMU's free-running counters on each CPU since the exporter started: tsc (the time-stamp counter), aperf and mperf (actual and reference cycles while not halted), pperf, smi, irperf, as perf's msr PMU names them. Busy share: rate(mperf)/rate(tsc); effective frequency while busy: rate(tsc)*rate(aperf)/rate(mperf).", "cpu", "msr"),
+		coreC:   desc("node_core_cstate_residency_cycles_total", "TSC cycles the core spent in a C-state (the cstate_core PMU, read on the CPU its cpumask names for the core); its rate over the TSC's is the residency share.", "cpu", "state"),
+		pkgC:    desc("node_package_cstate_residency_cycles_total", "TSC cycles the package spent in a package C-state (the cstate_pkg PMU).", "package", "state"),
+		memory:  desc("node_memory_bytes_total", "Bytes the package's memory controllers read from and wrote to DRAM (direction), summed over its controllers: their CAS commands × 64 bytes (Intel uncore_imc_* cas_count_read and _write, AMD amd_umc_* umc_cas_cmd.rd and .wr), as perf's memory_bandwidth_* metrics count them. Bandwidth is its rate.", "package", "direction"),
+		llcMiss: desc("node_llc_miss_memory_bytes_total", "Bytes the package's LLC misses read from and wrote to memory (direction), local to the package or remote (locality), summed over its LLC slices: Intel's UNC_CHA_REQUESTS.{READS,WRITES}_{LOCAL,REMOTE} × 64 bytes, as its llc_miss_*_memory_bandwidth_* metrics count them: the NUMA traffic.", "package", "direction", "locality"),
+		peak:    desc("node_memory_peak_bytes_per_second", "Each package's peak memory bandwidth, as the operator gave it (--collector.platform.memory-peak); absent where none was given."),
+		errors:  desc("node_read_errors_total", "Reads of the platform counters that failed (a CPU that went offline).")}
 }
 
 // WithMemoryPeak exports each package's peak memory bandwidth, bytes/s
@@ -65,7 +67,7 @@ func (p *Platform) WithMemoryPeak(bytesPerSecond float64) *Platform {
 
 // Describe implements prometheus.Collector.
 func (p *Platform) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.memory, p.peak, p.errors} {
+	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.memory, p.llcMiss, p.peak, p.errors} {
 		ch <- d
 	}
 }
@@ -73,8 +75,9 @@ func (p *Platform) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 	start := time.Now()
-	type pkgDir struct{ pkg, dir string }
-	memory := map[pkgDir]float64{} // a package's controllers, summed
+	type pkgDir struct{ pkg, dir, locality string }
+	memory := map[pkgDir]float64{}  // a package's controllers, summed
+	llcMiss := map[pkgDir]float64{} // and its LLC slices
 	err := p.src.Read(func(c *platform.Counter, cpu int, count uint64) {
 		switch c.Kind {
 		case platform.Energy:
@@ -86,11 +89,16 @@ func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 		case platform.PackageCState:
 			ch <- prometheus.MustNewConstMetric(p.pkgC, prometheus.CounterValue, float64(count), p.packageOf(cpu), c.Name)
 		case platform.MemoryBytes:
-			memory[pkgDir{p.packageOf(cpu), c.Name}] += float64(count) * c.Scale
+			memory[pkgDir{p.packageOf(cpu), c.Name, ""}] += float64(count) * c.Scale
+		case platform.LLCMissBytes:
+			llcMiss[pkgDir{p.packageOf(cpu), c.Name, c.Locality}] += float64(count) * c.Scale
 		}
 	})
 	for k, v := range memory {
 		ch <- prometheus.MustNewConstMetric(p.memory, prometheus.CounterValue, v, k.pkg, k.dir)
+	}
+	for k, v := range llcMiss {
+		ch <- prometheus.MustNewConstMetric(p.llcMiss, prometheus.CounterValue, v, k.pkg, k.dir, k.locality)
 	}
 	if p.peakValue > 0 && len(memory) > 0 {
 		ch <- prometheus.MustNewConstMetric(p.peak, prometheus.GaugeValue, p.peakValue)

@@ -33,7 +33,19 @@ const (
 	// MemoryBytes counts the bytes a memory controller read (Name "read")
 	// or wrote ("write"): its CAS commands, 64 bytes each.
 	MemoryBytes
+	// LLCMissBytes counts the bytes an LLC slice's misses read from (or
+	// wrote to) memory, local or remote (Locality): Intel's CHA requests,
+	// 64 bytes each, as its llc_miss_*_memory_bandwidth_* metrics count.
+	LLCMissBytes
 )
+
+// chaEvents are Intel's CHA requests to memory (UNC_CHA_REQUESTS.*, the
+// same encoding on Skylake-SP, Icelake-SP and Sapphire Rapids), which the
+// uncore_cha PMUs' sysfs does not alias.
+var chaEvents = []struct{ dir, locality, terms string }{
+	{"read", "local", "event=0x50,umask=0x01"}, {"read", "remote", "event=0x50,umask=0x02"},
+	{"write", "local", "event=0x50,umask=0x04"}, {"write", "remote", "event=0x50,umask=0x08"},
+}
 
 // casBytes is what one CAS command moves: a 64-byte line (perf's and
 // Intel's memory_bandwidth_* formulas: CAS count × 64).
@@ -62,6 +74,8 @@ type Counter struct {
 	// CPUs are where it is opened: its PMU's cpumask, else every online
 	// CPU.
 	CPUs []int
+	// Locality is LLCMissBytes' memory: local or remote.
+	Locality string
 }
 
 // pmuKinds are the platform PMUs by sysfs name.
@@ -106,20 +120,27 @@ func Select(pmus []*pmu.PMU, online []int) ([]Counter, error) {
 
 // memoryCounters are the read and write CAS counts of a memory
 // controller PMU (uncore_imc_N: their sysfs aliases; amd_umc_N: perf's
-// encodings), as bytes; nil for any other PMU.
+// encodings), or an LLC slice's local and remote memory requests
+// (uncore_cha_N: Intel's encodings), as bytes; nil for any other PMU.
 func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int) ([]Counter, error) {
-	type event struct{ spec, dir string }
+	type event struct{ spec, dir, locality string }
 	var evs []event
+	kind := MemoryBytes
 	switch {
+	case strings.HasPrefix(p.Name, "uncore_cha_"):
+		kind = LLCMissBytes
+		for _, e := range chaEvents {
+			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.dir, e.locality})
+		}
 	case strings.HasPrefix(p.Name, "uncore_imc_"):
 		for _, alias := range p.AliasNames() {
 			if dir, ok := imcEvents[alias]; ok {
-				evs = append(evs, event{p.Name + "/" + alias + "/", dir})
+				evs = append(evs, event{p.Name + "/" + alias + "/", dir, ""})
 			}
 		}
 	case strings.HasPrefix(p.Name, "amd_umc_"):
 		for _, e := range umcEvents {
-			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.name})
+			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.name, ""})
 		}
 	default:
 		return nil, nil
@@ -131,8 +152,8 @@ func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int) ([]Counter, error
 			return nil, fmt.Errorf("memory controller %s: %w", p.Name, err)
 		}
 		for _, r := range rs {
-			c := Counter{Kind: MemoryBytes, PMU: p.Name, Event: strings.Trim(strings.TrimPrefix(e.spec, p.Name), "/"), Name: e.dir,
-				Attr: r.Attr, Scale: casBytes, Unit: "bytes", CPUs: r.CPUs}
+			c := Counter{Kind: kind, PMU: p.Name, Event: strings.Trim(strings.TrimPrefix(e.spec, p.Name), "/"), Name: e.dir,
+				Attr: r.Attr, Scale: casBytes, Unit: "bytes", CPUs: r.CPUs, Locality: e.locality}
 			if c.CPUs == nil {
 				c.CPUs = slices.Clone(online)
 			}

@@ -42,8 +42,8 @@ func TestSelectIntel(t *testing.T) {
 	if c2 := by["cstate_pkg/c2-residency"]; c2.Kind != PackageCState || c2.Name != "c2" || !reflect.DeepEqual(c2.CPUs, []int{0, 2}) {
 		t.Errorf("package c2: %+v", c2)
 	}
-	if len(cs) != 4+5+2+2+4 {
-		t.Errorf("%d counters, want 4 energy, 5 MSRs, 2 core and 2 package C-states, 2 controllers' reads and writes", len(cs))
+	if len(cs) != 4+5+2+2+4+8 {
+		t.Errorf("%d counters, want 4 energy, 5 MSRs, 2 core and 2 package C-states, 2 controllers' reads and writes, 2 LLC slices' 4 requests", len(cs))
 	}
 	if !Has(cs, Energy) || !Has(cs, MSR, "aperf", "mperf") || !Has(cs, CoreCState) {
 		t.Error("Has misses what is there")
@@ -140,5 +140,52 @@ func TestMemoryControllersAsPublished(t *testing.T) {
 	}
 	if n != 8 {
 		t.Errorf("%d memory counters, want reads and writes of two controllers on each host", n)
+	}
+}
+
+// The LLC slices' memory requests, by direction and locality, are
+// Intel's UNC_CHA_REQUESTS.READS_LOCAL, READS_REMOTE, WRITES_LOCAL and
+// WRITES_REMOTE (sapphirerapids_uncore.json), 64 bytes each as
+// llc_miss_local_memory_bandwidth_read and its siblings count them.
+func TestLLCMissesAsPublished(t *testing.T) {
+	ref := reference.Dir(t)
+	spr := reference.Events(t, filepath.Join(ref, "intel-perfmon/SPR/events/sapphirerapids_uncore.json"))
+	metrics := reference.Metrics(t, filepath.Join(ref, "intel-perfmon/SPR/metrics/sapphirerapids_metrics.json"))
+	cs, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range cs {
+		if c.Kind != LLCMissBytes {
+			continue
+		}
+		n++
+		name := "UNC_CHA_REQUESTS." + strings.ToUpper(c.Name) + "S_" + strings.ToUpper(c.Locality)
+		var want uint64
+		found := false
+		for _, e := range spr {
+			if e.EventName == name {
+				ev, _ := strconv.ParseUint(strings.TrimPrefix(e.EventCode, "0x"), 16, 64)
+				um, _ := strconv.ParseUint(strings.TrimPrefix(e.UMask, "0x"), 16, 64)
+				want, found = ev|um<<8, true
+			}
+		}
+		if !found || c.Attr.Config != want || c.Scale != 64 || !reflect.DeepEqual(c.CPUs, []int{0, 2}) {
+			t.Errorf("%s %s %s: config %#x (%s: %#x, found %v), scale %v, CPUs %v", c.PMU, c.Name, c.Locality, c.Attr.Config, name, want, found, c.Scale, c.CPUs)
+		}
+		metric := "llc_miss_" + c.Locality + "_memory_bandwidth_" + c.Name
+		ok := false
+		for _, m := range metrics {
+			if m.MetricName == metric && strings.Contains(m.Formula, "* 64") && len(m.Events) == 1 && m.Events[0].Name == name {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Errorf("%s: no %s counting %s × 64", c.PMU, metric, name)
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d LLC miss counters, want 4 on each of 2 slices", n)
 	}
 }

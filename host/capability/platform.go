@@ -1,6 +1,7 @@
 package capability
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -19,6 +20,9 @@ const (
 	// MemoryBandwidth: memory-controller PMUs count CAS commands (Intel
 	// uncore_imc_*, AMD Zen 4 amd_umc_*).
 	MemoryBandwidth = "memory_bandwidth"
+	// NUMATraffic: Intel's LLC slices (uncore_cha_*) count their misses'
+	// requests to local and remote memory.
+	NUMATraffic = "numa_traffic"
 )
 
 // platformFeatures judges the platform PMUs from sysfs: present means the
@@ -70,6 +74,18 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool) []Feature {
 	} else {
 		out = append(out, Feature{Name: MemoryBandwidth, Reason: "no memory-controller PMU (uncore_imc_* with cas_count_read, amd_umc_*)" + vm,
 			Fix: "on bare metal the kernel's uncore driver exposes Intel's (CONFIG_PERF_EVENTS_INTEL_UNCORE) and, from Linux 6.10, AMD Zen 4's (amd_umc)"})
+	}
+	var chas int
+	for name := range byName {
+		if strings.HasPrefix(name, "uncore_cha_") {
+			chas++
+		}
+	}
+	if chas > 0 {
+		out = append(out, Feature{Name: NUMATraffic, Available: true, Detail: fmt.Sprintf("%d uncore_cha PMUs", chas)})
+	} else {
+		out = append(out, Feature{Name: NUMATraffic, Reason: "no uncore_cha PMU (Intel Xeon's LLC slices)" + vm,
+			Fix: "Intel Xeon (Skylake-SP and later) on bare metal, with the kernel's uncore driver; AMD's data fabric is not counted yet"})
 	}
 	return out
 }
