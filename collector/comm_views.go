@@ -17,10 +17,13 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 )
@@ -184,12 +187,13 @@ func replayComm(b *build) error {
 		return fmt.Errorf("--replay.samples: %w", err)
 	}
 	source := RecordedSampler(file.Events.Attrs, file.Names)
-	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: comdetect.Window(b.f.comm.window, source != "decode")}), acc: acc}
+	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: comdetect.Window(b.f.comm.window, source != "decode")}), acc: acc,
+		domainOf: llcOf(file.Caches), domains: map[[2]string]*comdetect.Cell{}}
 	_, _, err = EachSample(file, path, io.Discard, PerfDataVisitor{
 		Record: acc.Record,
 		Sample: func(i int, s *perfrecord.Sample) error {
 			if a, ok := acc.Access(file.Events.Attrs[i], s); ok {
-				r.det.Add(&a)
+				r.fold(a.CPU, r.det.Add(&a), a.Period)
 			}
 			return nil
 		},
@@ -226,17 +230,72 @@ func RecordedSampler(attrs []perfrecord.Attr, names []string) string {
 	return "pebs"
 }
 
-// replayedComm is a recording's detector, fixed once read.
+// replayedComm is a recording's detector, fixed once read, and its
+// communication between the recording host's last-level cache domains.
 type replayedComm struct {
-	det *comdetect.Detector
-	acc *Accesses
+	det      *comdetect.Detector
+	acc      *Accesses
+	domainOf map[uint32]string // CPU -> its LLC's shared CPU list (HEADER_CACHE)
+	domains  map[[2]string]*comdetect.Cell
+}
+
+// fold adds a detection between two CPUs to their LLC domains' pair, as
+// live (perfsample's foldDomains): only where the recording names both
+// CPUs' caches, and they differ as CPUs.
+func (r *replayedComm) fold(cpu uint32, found comdetect.Detection, period uint64) {
+	if found.Kind == cacheline.NotShared || cpu == found.PeerCPU {
+		return
+	}
+	a, okA := r.domainOf[cpu]
+	b, okB := r.domainOf[found.PeerCPU]
+	if !okA || !okB {
+		return
+	}
+	if a > b {
+		a, b = b, a
+	}
+	c := r.domains[[2]string{a, b}]
+	if c == nil {
+		c = &comdetect.Cell{}
+		r.domains[[2]string{a, b}] = c
+	}
+	c.Add(period, found.Kind == cacheline.TrueSharing)
+}
+
+// llcOf maps each CPU to its last-level cache, named as live by its
+// shared CPU list, from a recording's HEADER_CACHE; empty without one.
+func llcOf(caches []perfdata.Cache) map[uint32]string {
+	top := uint32(0)
+	for _, c := range caches {
+		top = max(top, c.Level)
+	}
+	out := map[uint32]string{}
+	for _, c := range caches {
+		if c.Level != top || c.Type == "Instruction" {
+			continue
+		}
+		cpus, err := cpuset.Parse(c.SharedCPUs)
+		if err != nil {
+			continue
+		}
+		for _, cpu := range cpus {
+			out[uint32(cpu)] = c.SharedCPUs
+		}
+	}
+	return out
 }
 
 func (r *replayedComm) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
 	f(r.det, r.acc.Resolver.Outcomes())
 }
 
-func (r *replayedComm) Domains(func(a, b string, c comdetect.Cell)) {} // the recording host's caches are unknown
+// Domains are the communication between the recording host's LLC
+// domains, where its HEADER_CACHE names them (none otherwise).
+func (r *replayedComm) Domains(f func(a, b string, c comdetect.Cell)) {
+	for p, c := range r.domains {
+		f(p[0], p[1], *c)
+	}
+}
 
 func (r *replayedComm) Symbolize(pid uint32, ip uint64) string {
 	return r.acc.Code.Symbolize(pid, ip).String()

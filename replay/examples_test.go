@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/internal/perffile"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -71,6 +72,32 @@ func TestPerfReadsC2CExample(t *testing.T) {
 	}
 	if !regexp.MustCompile(`Total Shared Cache Lines\s*:\s*2\b`).Match(out) {
 		t.Errorf("perf c2c report does not find the 2 shared lines:\n%s", firstLines(out, 60))
+	}
+	// Its caches, as perf's header dump prints them ("L3 Unified 22528K
+	// [0-1]"), are what the exporter's reader takes from HEADER_CACHE.
+	out, err = exec.Command(perf, "report", "-i", file, "--header-only", "-I").CombinedOutput()
+	if err != nil {
+		t.Fatalf("perf report --header-only: %v\n%s", err, out)
+	}
+	var perfSays []string
+	for _, m := range regexp.MustCompile(`(?m)^#\s+L(\d+)\s+(\S+)\s+(\S+)\s+\[([^\]]+)\]`).FindAllStringSubmatch(string(out), -1) {
+		perfSays = append(perfSays, strings.Join(m[1:], " "))
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pd, err := perfdata.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []string
+	for _, c := range pd.Caches {
+		ours = append(ours, fmt.Sprintf("%d %s %s %s", c.Level, c.Type, c.Size, c.SharedCPUs))
+	}
+	if len(perfSays) == 0 || strings.Join(ours, "; ") != strings.Join(perfSays, "; ") {
+		t.Errorf("caches: ours %q, perf's header %q", ours, perfSays)
 	}
 }
 

@@ -207,3 +207,38 @@ func TestServeReplayTrace(t *testing.T) {
 		t.Error("no LRU stack distances from a trace counted in accesses")
 	}
 }
+
+// TestServeReplayCommDomains: a recording's HEADER_CACHE (perf prints the
+// example's as "L3 Unified 22528K [0-1]" and "[2-3]") places its CPUs in
+// last-level cache domains, named by their shared CPU lists as live, and
+// replay serves the communication between them. Every detection in the
+// example is between two CPUs (a thread a CPU), so each kind's domain
+// volumes add up to its whole volume, and the halves do talk.
+func TestServeReplayCommDomains(t *testing.T) {
+	p := start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.samples=../../examples/replay/skx-c2c.data")
+	_, mfs := p.scrape(t)
+	for _, kind := range []string{"true_sharing", "false_sharing"} {
+		total := mustValue(t, mfs, "pmu_comm_volume_total", map[string]string{"kind": kind})
+		var sum float64
+		pairs := map[string]float64{}
+		for _, m := range mfs["pmu_comm_domain_volume_total"].GetMetric() {
+			if !labelsMatch(m, map[string]string{"kind": kind}) {
+				continue
+			}
+			var a, b string
+			for _, lp := range m.GetLabel() {
+				switch lp.GetName() {
+				case "domain_a":
+					a = lp.GetValue()
+				case "domain_b":
+					b = lp.GetValue()
+				}
+			}
+			pairs[a+"/"+b] = m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue()
+		}
+		if total == 0 || sum != total || pairs["0-1/2-3"] == 0 || len(pairs) != 3 {
+			t.Errorf("%s: domain volumes %v (sum %v), the whole volume %v: want the three pairs of 0-1 and 2-3 adding up to it", kind, pairs, sum, total)
+		}
+	}
+}

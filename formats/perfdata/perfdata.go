@@ -72,6 +72,7 @@ const (
 	featNRCPUs    = 7
 	featCPUID     = 9
 	featEventDesc = 12
+	featCache     = 20
 	featBits      = 256
 )
 
@@ -93,6 +94,9 @@ type File struct {
 	// CPUID is the recording CPU's identifier (HEADER_CPUID: on Arm its
 	// MIDR_EL1 in hex, on x86 vendor, family, model and stepping).
 	CPUID string
+	// Caches are the recording host's caches (HEADER_CACHE), each with the
+	// CPUs that share it: where its last-level cache domains were.
+	Caches []Cache
 	// Auxtrace says what the AUXTRACE records hold (AUXTRACE_INFO), and
 	// TimeConv how to convert its timestamps (TIME_CONV); nil until read.
 	Auxtrace *AuxtraceInfo
@@ -301,7 +305,7 @@ func (f *File) readFeatures(ra io.ReaderAt, bitmap []byte, at int64) error {
 		}
 		n++
 		s := f.section(e[:])
-		if bit != featHostname && bit != featOSRelease && bit != featArch && bit != featNRCPUs && bit != featCPUID && bit != featEventDesc {
+		if bit != featHostname && bit != featOSRelease && bit != featArch && bit != featNRCPUs && bit != featCPUID && bit != featEventDesc && bit != featCache {
 			continue
 		}
 		if s.size < 0 || s.size > 1<<24 || s.off < 0 {
@@ -339,8 +343,48 @@ func (f *File) feature(bit int, b []byte) error {
 		f.CPUsOnline = int(f.bo.Uint32(b[4:]))
 	case featEventDesc:
 		err = f.eventDesc(b)
+	case featCache:
+		f.Caches, err = f.caches(b)
 	}
 	return err
+}
+
+// Cache is one cache level of HEADER_CACHE (perf's struct
+// cpu_cache_level): its level and type, and the CPUs sharing it
+// (shared_cpu_list, "0-3,8-11").
+type Cache struct {
+	Level      uint32
+	Type, Size string
+	SharedCPUs string
+}
+
+// caches reads HEADER_CACHE: u32 version (1), u32 count, then per cache
+// u32 level, line_size, sets, ways and the type, size and map strings.
+func (f *File) caches(b []byte) ([]Cache, error) {
+	if len(b) < 8 {
+		return nil, errors.New("CACHE header overruns the section")
+	}
+	if v := f.bo.Uint32(b); v != 1 {
+		return nil, fmt.Errorf("CACHE version %d, want 1", v)
+	}
+	n := int(f.bo.Uint32(b[4:]))
+	b = b[8:]
+	var out []Cache
+	for i := range n {
+		if len(b) < 16 {
+			return nil, fmt.Errorf("CACHE level %d overruns the section", i)
+		}
+		c := Cache{Level: f.bo.Uint32(b)}
+		var err error
+		b = b[16:]
+		for _, s := range []*string{&c.Type, &c.Size, &c.SharedCPUs} {
+			if *s, b, err = f.headerString(b); err != nil {
+				return nil, fmt.Errorf("CACHE level %d: %w", i, err)
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // headerString reads perf's struct perf_header_string: a u32 length (of

@@ -67,6 +67,7 @@ const (
 	featNRCPUs    = 7
 	featCPUID     = 9
 	featNUMA      = 14
+	featCache     = 20
 	featEventDesc = 12
 	headerSize    = 104
 	magic         = 0x32454c4946524550
@@ -80,6 +81,14 @@ type Host struct {
 	NUMANodes []string // NUMA_TOPOLOGY, e.g. {"0-3"} (nil: no section)
 	Arch      string   // ARCH, uname -m ("": no section)
 	CPUID     string   // CPUID, e.g. an Arm MIDR "0x00000000410fd0c0" ("": no section)
+	Caches    []Cache  // CACHE (nil: no section)
+}
+
+// Cache is one cache of the CACHE section (perf's struct cpu_cache_level):
+// Map is the CPUs that share it, as sysfs's shared_cpu_list.
+type Cache struct {
+	Level, LineSize, Sets, Ways uint32
+	Type, Size, Map             string
 }
 
 func str(s string) []byte {
@@ -149,6 +158,15 @@ func FileOf(events []Event, host Host, records ...[]byte) []byte {
 			numa = append(numa, str(cpus)...)
 		}
 		sections = append(sections, section{featNUMA, numa})
+	}
+	if host.Caches != nil {
+		// u32 version (1), u32 count, then each level's u32s and strings.
+		c := le.AppendUint32(le.AppendUint32(nil, 1), uint32(len(host.Caches)))
+		for _, l := range host.Caches {
+			c = le.AppendUint32(le.AppendUint32(le.AppendUint32(le.AppendUint32(c, l.Level), l.LineSize), l.Sets), l.Ways)
+			c = append(append(append(c, str(l.Type)...), str(l.Size)...), str(l.Map)...)
+		}
+		sections = append(sections, section{featCache, c})
 	}
 	slices.SortFunc(sections, func(a, b section) int { return a.bit - b.bit })
 	index := f.Len()
@@ -268,7 +286,15 @@ func (c *C2C) File() []byte {
 			}
 		}
 	}
-	host := Host{Name: "skx", CPUs: uint32(c.Threads), NUMANodes: []string{fmt.Sprintf("0-%d", c.Threads-1)}}
+	// Two last-level caches, each shared by half of the CPUs (a thread
+	// runs on the CPU of its number): the communication between the
+	// halves crosses them.
+	half := max(c.Threads/2, 1)
+	host := Host{Name: "skx", CPUs: uint32(c.Threads), NUMANodes: []string{fmt.Sprintf("0-%d", c.Threads-1)},
+		Caches: []Cache{
+			{Level: 3, LineSize: 64, Sets: 32768, Ways: 11, Type: "Unified", Size: "22528K", Map: fmt.Sprintf("0-%d", half-1)},
+			{Level: 3, LineSize: 64, Sets: 32768, Ways: 11, Type: "Unified", Size: "22528K", Map: fmt.Sprintf("%d-%d", half, c.Threads-1)},
+		}}
 	return FileOf([]Event{{Attr: ldlat, IDs: []uint64{1}, Name: "cpu/mem-loads,ldlat=30/P"}, {Attr: st, IDs: []uint64{2}, Name: "cpu/mem-stores/P"}}, host, recs...)
 }
 
