@@ -25,6 +25,7 @@ type Options struct {
 	perCPU              bool
 	interval            time.Duration
 	hotplugUevents      bool // follow CPU hotplug by the kernel's uevents (cpuhotplug)
+	infoEvents          bool // also count the Info metrics' inputs (profile.Info)
 	tree                treeOptions
 	cgroups             cgroupOptions
 	k8sNode, kubeconfig string

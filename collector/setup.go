@@ -93,7 +93,11 @@ func discover(f Options) setup {
 	}
 	var groups []config.Group
 	if cfg.DefaultProfile {
-		groups = profile.Default(s.report.Feature(capability.HardwareCounters).Available)
+		hw := s.report.Feature(capability.HardwareCounters).Available
+		groups = profile.Default(hw)
+		if hw && f.infoEvents {
+			groups = append(groups, profile.Info()...)
+		}
 	}
 	groups = append(groups, cfg.Groups...)
 	specs, err := profile.Build(groups, pmus)

@@ -41,6 +41,20 @@ func Default(hardware bool) []config.Group {
 	return groups
 }
 
+// Info returns the groups of the Info metrics' inputs the default groups
+// lack (loads, stores and their L1 data cache misses, last-level cache
+// loads and misses), as perf's generic cache events, which the kernel maps
+// on each vendor's PMU (an event it does not map, as stores on AMD, fails
+// alone). The ratios are PromQL's (deploy/prometheus: MPKI, CPI). Level 2
+// has no generic event: its misses need the core's own events.
+func Info() []config.Group {
+	return []config.Group{
+		group("l1d", "L1-dcache-loads", "L1-dcache-load-misses"),
+		group("l1d-stores", "L1-dcache-stores"),
+		group("llc", "LLC-loads", "LLC-load-misses"),
+	}
+}
+
 func group(name string, specs ...string) config.Group {
 	g := config.Group{Name: name, Pos: defaultPos}
 	for _, s := range specs {

@@ -90,3 +90,27 @@ func TestBuildErrors(t *testing.T) {
 		}
 	}
 }
+
+// The Info groups resolve to perf's generic cache events, config = cache |
+// op<<8 | result<<16 (perf_event_open(2), PERF_TYPE_HW_CACHE): L1D 0,
+// LL 2; read 0, write 1; access 0, miss 1.
+func TestInfoGroupsAreGenericCacheEvents(t *testing.T) {
+	specs, err := Build(Info(), fixture.PMUs(t, fixture.IntelSapphireRapids()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{"L1-dcache-loads": 0, "L1-dcache-load-misses": 1 << 16, "L1-dcache-stores": 1 << 8, "LLC-loads": 2, "LLC-load-misses": 2 | 1<<16}
+	n := 0
+	for _, s := range specs {
+		for _, ev := range s.Events {
+			c, ok := want[ev.Name]
+			if !ok || ev.Attr.Type != 3 || ev.Attr.Config != c {
+				t.Errorf("%s: %s type %d config %#x, want type 3 config %#x", s.Name, ev.Name, ev.Attr.Type, ev.Attr.Config, c)
+			}
+			n++
+		}
+	}
+	if n != len(want) {
+		t.Errorf("%d events, want %d", n, len(want))
+	}
+}
