@@ -50,8 +50,8 @@ func NewReuse(src ReuseSource, ids CgroupIDs, names PodNames) *ReuseCollector {
 	return &ReuseCollector{src: src, cgroups: ids, names: names, started: time.Now(), stack: newStackDistances(l),
 		timeShare:      desc("reuse_time_distance_share", "Estimated share of the sampled accesses reused at a time distance in (bucket/2, bucket] seconds (bound estimate; lower and upper: its 95% interval, absent where the bin has no observation), from a sampled access to the next access to the same bytes by its thread (mode private) or by another thread of its last-level cache domain (mode shared), on watchpoints (ReuseTracker); unit thread_cpu_seconds: the thread's CPU time between them, wall_seconds: CLOCK_MONOTONIC's. Estimated from every watch since the process was first watched, the ones a later sample replaced included (weighted Aalen-Johansen, docs/sampling.md): a gauge, which later watches may lower. Distances shorter than the arm latency are seen as longer.", with("bucket", "bound")...),
 		eventShare:     desc("reuse_event_distance_share", "As pmu_reuse_time_distance_share (mode private), the distance counted in the events of --collector.comm.reuse-clock (the unit label): the share reused at a distance in [bucket/2, bucket) events.", with("bucket", "bound")...),
-		outcomeShare:   desc("reuse_outcome_share", "Estimated share of the sampled accesses by outcome: reused (at any distance resolved), invalidated (another thread's or domain's store first), unreused (no outcome by the oldest watch, though watches lasted past twice the last outcome's age: taken as not reused) and not_resolved (no outcome by the oldest watch, pmu_reuse_horizon_*, where they did not: a reuse further away than any watch lasted, or none). They sum to 1; bound lower and upper are the 95% interval where there is one.", with("outcome", "bound")...),
-		watches:        desc("reuse_watches_total", "Watches (a slot armed on a sampled access) by how they ended: reused, invalidated, or censored (a later sample took the slot first: all that is known is how long it lasted). The estimate's raw observations.", with("outcome")...),
+		outcomeShare:   desc("reuse_outcome_share", "Estimated share of the sampled accesses by outcome: reused (at any distance resolved), invalidated (another thread's or domain's store first), ended (the process exited, or ran a new program, with the watch armed: not reused while it lived), unreused (no outcome by the oldest watch, though watches lasted past twice the last outcome's age: taken as not reused) and not_resolved (no outcome by the oldest watch, pmu_reuse_horizon_*, where they did not: a reuse further away than any watch lasted, or none). They sum to 1; bound lower and upper are the 95% interval where there is one.", with("outcome", "bound")...),
+		watches:        desc("reuse_watches_total", "Watches (a slot armed on a sampled access) by how they ended: reused, invalidated, ended (its process exited with it armed), or censored (a later sample took the slot first: all that is known is how long it lasted). The estimate's raw observations.", with("outcome")...),
 		timeHorizon:    desc("reuse_horizon_seconds", "The oldest age any watch reached, on the distance clock (unit): no distance beyond it is resolved.", l...),
 		eventHorizon:   desc("reuse_horizon_events", "As pmu_reuse_horizon_seconds, for the distance clocks that count events (the unit label).", l...),
 		invalidations:  desc("reuse_invalidations_total", "Sampled accesses whose bytes another thread (mode private), or a thread of another cache domain (mode shared), stored to before they were reused: observed (traps), unweighted; pmu_reuse_outcome_share{outcome=\"invalidated\"} estimates their share of all sampled accesses.", l...),
@@ -173,9 +173,14 @@ func (c *ReuseCollector) outcomes(ch chan<- prometheus.Metric, t *reuse.Tracker,
 		share("invalidated", "lower", e.Invalidated.Low)
 		share("invalidated", "upper", e.Invalidated.High)
 	}
+	share("ended", "estimate", e.Ended.Share)
+	if e.Ended.Observed > 0 {
+		share("ended", "lower", e.Ended.Low)
+		share("ended", "upper", e.Ended.High)
+	}
 	share("unreused", "estimate", e.Unreused)
 	share("not_resolved", "estimate", e.NotResolved)
-	for o, name := range []string{reuse.Reused: "reused", reuse.Invalidated: "invalidated", reuse.Censored: "censored"} {
+	for o, name := range []string{reuse.Reused: "reused", reuse.Invalidated: "invalidated", reuse.Ended: "ended", reuse.Censored: "censored"} {
 		if name != "" {
 			ch <- prometheus.MustNewConstMetric(c.watches, prometheus.CounterValue, float64(t.Life.Watches(reuse.Outcome(o))), append(l[:len(l):len(l)], name)...)
 		}

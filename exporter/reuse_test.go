@@ -106,7 +106,7 @@ func TestReuseSharesAndObserved(t *testing.T) {
 		!near(outcomes["invalidated upper"], center+half) || outcomes["not_resolved estimate"] != 0 || outcomes["unreused estimate"] != 0 {
 		t.Errorf("shares %v, outcomes %v", shares, outcomes)
 	}
-	if want := map[string]float64{"reused": 2, "invalidated": 1, "censored": 0}; !maps.Equal(watches, want) {
+	if want := map[string]float64{"reused": 2, "invalidated": 1, "ended": 0, "censored": 0}; !maps.Equal(watches, want) {
 		t.Errorf("watches %v, want %v", watches, want)
 	}
 	// One reuse decoded (a load of the stored bytes: RAW, temporal), one

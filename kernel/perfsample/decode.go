@@ -223,9 +223,16 @@ func (d *Decoder) exec(pid uint32) {
 }
 
 // unwatch closes the watchpoint events of pid's threads and forgets what
-// its registers served: its tracker's totals join its cgroup's of
+// its registers served: its tracker's armed watches end (Ended, where
+// their owners' clocks can be read), its totals join its cgroup's of
 // processes gone; the watcher's state of it goes.
 func (d *Decoder) unwatch(pid uint32) {
+	if t := d.trackers[pid]; t != nil {
+		// Its armed watches end with it, aged on their owners' clocks
+		// while their events can still be read (a thread's count stays
+		// readable after it exits): its accesses are never reused.
+		t.Finish()
+	}
 	for _, tid := range d.watched[pid] {
 		d.engine.Remove(tid)
 		delete(d.threadCPU, tid)

@@ -38,7 +38,9 @@ func (r reuseBackend) Disarm(tid uint32, slot int) { r.d.engine.Disarm(tid, slot
 // the thread ran meanwhile (pmu_reuse_arm_latency_seconds bounds it).
 func (r reuseBackend) Clock(tid uint32, at uint64) (uint64, bool) {
 	if !r.d.ownClock {
-		return ReuseClock(at), true
+		// CLOCK_MONOTONIC "now" (at 0) is when the reader noticed, not
+		// when the thread ran last: not known.
+		return ReuseClock(at), at != 0
 	}
 	v, err := r.d.engine.Clock(tid)
 	if err != nil {

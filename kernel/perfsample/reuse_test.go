@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -254,4 +255,53 @@ func engineAndDecoder(t *testing.T, slots, pages int) (*watch.Engine, *Decoder) 
 		t.Fatal(err)
 	}
 	return e, d
+}
+
+// A process that exits with watches armed ends them (ReuseTracker's
+// Ended), aged on their owner's CPU time as its task-clock leader counted
+// it to the end: they join its cgroup's totals of processes gone, not
+// dropped. Here the "process" is this one, forgotten as if it exited.
+func TestExitEndsArmedWatches(t *testing.T) {
+	testenv.RequireRoot(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	e, d := engineAndDecoder(t, 1, 1)
+	if err := e.SampleEvery(uint64(time.Second)); err != nil { // a leader per thread: its CPU time is the clock
+		t.Fatal(err)
+	}
+	if err := d.WatchReuse(e, 1, reuse.Private, ""); err != nil {
+		t.Fatal(err)
+	}
+	pid, tid := uint32(os.Getpid()), uint32(unix.Gettid())
+	if err := d.SetWatched(pid, []uint32{tid}, Reuse); err != nil {
+		t.Fatal(err)
+	}
+	var word uint64
+	armed := func() uint64 {
+		ns, err := e.Clock(tid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.reuseClock(ns)
+	}()
+	d.mu.Lock()
+	tr := d.tracker(pid)
+	if !tr.Sample(reuse.Use{TID: tid, Addr: uint64(uintptr(unsafe.Pointer(&word))), Size: 8, Kind: reuse.Write, Clock: armed}) {
+		d.mu.Unlock()
+		t.Fatal("the sample took no slot")
+	}
+	d.mu.Unlock()
+	for i := 0; i < 1e7; i++ { // some CPU time of this thread after the arm
+		word += uint64(i)
+	}
+	d.Exited(pid)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gone := d.reuseGone[0]
+	if gone == nil || gone.Life.Watches(reuse.Ended) != 1 {
+		t.Fatalf("after the exit: the totals of processes gone %v, want the armed watch ended", gone)
+	}
+	if e := gone.Estimate(); e.Ended.Share != 1 || e.Horizon == 0 {
+		t.Errorf("the ended watch: share %v, age %d; want all of the one watch, aged by the CPU time the loop took", e.Ended.Share, e.Horizon)
+	}
 }

@@ -314,10 +314,11 @@ func (t *Tracker) age(s *slot, tid uint32, clock, at uint64) uint64 {
 	return clock - min(s.p0, clock)
 }
 
-// Finish ends the watches still armed: the run is over (a trace's end),
-// and their sampled accesses were not reused within it. Live, a process
-// that exits leaves its armed slots without an outcome instead: its
-// threads' clocks can no longer be read.
+// Finish ends the watches still armed: the run is over (a trace's end,
+// or live the process's exit), and their sampled accesses were not reused
+// within it. A watch whose owner's clock cannot be read then (live, on
+// CLOCK_MONOTONIC: when the thread last ran is not known) is dropped
+// without an outcome.
 func (t *Tracker) Finish() {
 	for i := range t.slots {
 		s := &t.slots[i]
