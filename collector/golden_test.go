@@ -19,6 +19,11 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ f
 var goldenArgs = []string{"serve", "--source=replay", "--replay.file=../replay/testdata/skx-handmade.csv", "--replay.uarch=skx",
 	"--replay.samples=../examples/replay/skx-c2c.data"}
 
+// goldenPlatformArgs serve a recording of the platform PMUs: the node
+// families (energy, MSRs, C-states, memory and NUMA traffic, the peak).
+var goldenPlatformArgs = []string{"serve", "--source=replay", "--replay.file=../replay/testdata/platform-handmade.csv",
+	"--collector.platform.memory-peak=1e11"}
+
 // parse binds the options to a command line as the binary does and parses
 // args.
 func parse(t *testing.T, args []string) *Options {
@@ -36,15 +41,21 @@ func parse(t *testing.T, args []string) *Options {
 // TestGoldenExposition is the whole /metrics surface of a replay after three
 // recorded intervals, as node_exporter's e2e fixture is for its collectors:
 // a change to any family, label or value shows in review as a change to
-// testdata/replay.prom (regenerate with go test -run Golden -update). Only
-// what a build or the Go runtime decides is left out: pmu_build_info, go_*
-// and process_*; and the collectors' durations read 0.
+// testdata/replay.prom, and of the platform recording to
+// testdata/replay-platform.prom (regenerate with go test -run Golden
+// -update). Only what a build or the Go runtime decides is left out:
+// pmu_build_info, go_* and process_*; and the collectors' durations read 0.
 func TestGoldenExposition(t *testing.T) {
-	got := goldenText(t)
-	if again := goldenText(t); again != got {
-		t.Fatal("two replays of the same recording gave different expositions")
+	for file, args := range map[string][]string{"testdata/replay.prom": goldenArgs, "testdata/replay-platform.prom": goldenPlatformArgs} {
+		golden(t, file, args)
 	}
-	const file = "testdata/replay.prom"
+}
+
+func golden(t *testing.T, file string, args []string) {
+	got := goldenText(t, args)
+	if again := goldenText(t, args); again != got {
+		t.Fatalf("two replays of %v gave different expositions", args)
+	}
 	if *update {
 		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -59,9 +70,9 @@ func TestGoldenExposition(t *testing.T) {
 	}
 }
 
-func goldenText(t *testing.T) string {
+func goldenText(t *testing.T, args []string) string {
 	t.Helper()
-	o := parse(t, goldenArgs)
+	o := parse(t, args)
 	o.Resolve()
 	p, err := replayPipeline(*o, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -40,8 +40,21 @@ func livePlatform(b *build) error {
 	return nil
 }
 
-// replayPlatform: a perf stat recording's platform events are replayed
-// as counted events; the node families are live only.
-func replayPlatform(*build) error {
-	return fmt.Errorf("%w: the platform PMUs are counted live", errNotRecorded)
+// replayPlatform serves the recording's platform events (perf stat -I of
+// power/, msr/, cstate_*/, uncore_imc/, uncore_cha/ or amd_umc/ events)
+// as the live pmu_node_* families, besides the counted events.
+func replayPlatform(b *build) error {
+	if b.replay.rec == nil {
+		return fmt.Errorf("%w: no recording", errNotRecorded)
+	}
+	events, err := b.replay.rec.PlatformEvents()
+	if err != nil {
+		return err
+	}
+	if len(events) == 0 {
+		return fmt.Errorf("%w: no platform PMU events in the recording", errNotRecorded)
+	}
+	b.log.Info("replay: platform events", "events", events)
+	b.replay.platform = true
+	return nil
 }

@@ -21,6 +21,8 @@ type replayFlags struct {
 	file, uarch, smt string
 	slots            float64
 	samples          string
+	// symfs is where the code of samples' timer samples is read.
+	symfs string
 	// trace is an access trace whose ReuseTracker outcomes are served,
 	// each thread sampled every tracePeriod accesses.
 	trace       string
@@ -51,7 +53,9 @@ type replayBuild struct {
 	params  map[string]float64
 	uarch   string
 	cgroups bool
-	sampler string // of --replay.samples: pebs, ibs, spe or decode
+	// platform: the recording has platform PMU events (replayPlatform).
+	platform bool
+	sampler  string // of --replay.samples: pebs, ibs, spe or decode
 }
 
 // errNotRecorded marks a collector that has nothing to play from this
@@ -153,6 +157,10 @@ func (b *build) startReplay(running []string) {
 			Info: exporter.TopdownInfo{Uarch: r.uarch, Source: "replay", SMT: f.replay.smt}}}, f.perCPU))
 	}
 	p.collectors = append(p.collectors, exporter.New(player, report, exporter.Options{PerCPU: f.perCPU, Source: "replay"}))
+	if r.platform {
+		view := player.Platform()
+		p.collectors = append(p.collectors, exporter.NewPlatform(view, view.PackageOf).WithMemoryPeak(f.memoryPeak))
+	}
 	if cg := player.Cgroups(); r.cgroups && cg != nil {
 		p.collectors = append(p.collectors, exporter.NewCgroup(cg, cg, exporter.Recorded))
 	}

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
@@ -25,6 +26,7 @@ var softwareEvents = map[string]bool{"cpu-clock": true, "task-clock": true, "pag
 // rest come from.
 func recordedFeatures(rec *replay.Recording, sampler string) []capability.Feature {
 	var hw, slots []string
+	platformEvents := map[platform.Kind][]platform.Counter{}
 	seen := map[string]bool{}
 	for _, iv := range rec.Intervals {
 		for _, s := range iv.Samples {
@@ -33,6 +35,10 @@ func recordedFeatures(rec *replay.Recording, sampler string) []capability.Featur
 			}
 			seen[s.Event] = true
 			if softwareEvents[strings.ToLower(s.Event)] {
+				continue
+			}
+			if c, _, ok, _ := platform.Recorded(s.Event, s.Unit); ok {
+				platformEvents[c.Kind] = append(platformEvents[c.Kind], c)
 				continue
 			}
 			hw = append(hw, s.Event)
@@ -61,6 +67,7 @@ func recordedFeatures(rec *replay.Recording, sampler string) []capability.Featur
 		recorded(capability.PerfMetrics, len(slots) > 0, few(slots), "no slots or topdown-* events were counted"),
 		recorded(capability.CgroupEvents, rec.Cgroups, "perf stat -G columns", "recorded without perf stat -G"),
 	}
+	out = append(out, recordedPlatform(platformEvents, recorded)...)
 	if sampler != "" {
 		precise := sampler == "pebs" || sampler == "ibs" || sampler == "spe"
 		out = append(out, recorded(capability.AddressSampling, true, sampler+" samples in --replay.samples", ""),
@@ -83,4 +90,30 @@ func perfMetricsEvent(event string) bool {
 	}
 	upper := strings.ToUpper(name)
 	return name == "slots" || strings.HasPrefix(name, "topdown-") || strings.HasPrefix(upper, "TOPDOWN.SLOTS") || strings.HasPrefix(upper, "PERF_METRICS.")
+}
+
+// recordedPlatform are the platform features (host/capability's energy,
+// frequency, cstates, memory_bandwidth, numa_traffic) as the recording's
+// platform events show them.
+func recordedPlatform(events map[platform.Kind][]platform.Counter, recorded func(name string, ok bool, detail, reason string) capability.Feature) []capability.Feature {
+	names := func(kinds ...platform.Kind) string {
+		var out []string
+		for _, k := range kinds {
+			for _, c := range events[k] {
+				out = append(out, c.PMU+"/"+c.Event+"/")
+			}
+		}
+		return strings.Trim(strings.Join(out, ", "), "/")
+	}
+	msrs := map[string]bool{}
+	for _, c := range events[platform.MSR] {
+		msrs[c.Name] = true
+	}
+	return []capability.Feature{
+		recorded(capability.Energy, len(events[platform.Energy]) > 0, names(platform.Energy), "no power/energy-*/ events"),
+		recorded(capability.Frequency, msrs["aperf"] && msrs["mperf"] && msrs["tsc"], names(platform.MSR), "not all of msr/tsc/, msr/aperf/ and msr/mperf/"),
+		recorded(capability.CStates, len(events[platform.CoreCState])+len(events[platform.PackageCState]) > 0, names(platform.CoreCState, platform.PackageCState), "no cstate_core or cstate_pkg events"),
+		recorded(capability.MemoryBandwidth, len(events[platform.MemoryBytes]) > 0, names(platform.MemoryBytes), "no memory controller CAS counts"),
+		recorded(capability.NUMATraffic, len(events[platform.LLCMissBytes]) > 0, names(platform.LLCMissBytes), "no CHA requests to local and remote memory"),
+	}
 }

@@ -33,7 +33,7 @@ func TestExampleRecordings(t *testing.T) {
 
 // The synthetic examples are what their generators write.
 func TestSyntheticExamplesAreGenerated(t *testing.T) {
-	for gen, file := range map[string]string{"skx": "skx-synthetic.csv", "c2c": "skx-c2c.data", "spe": "n1-spe.data", "trace": "reuse-trace.txt"} {
+	for gen, file := range map[string]string{"skx": "skx-synthetic.csv", "c2c": "skx-c2c.data", "platform": "skx-platform.csv", "spe": "n1-spe.data", "trace": "reuse-trace.txt"} {
 		cmd := exec.Command("go", "run", "./internal/examplegen/"+gen)
 		cmd.Dir = ".."
 		out, err := cmd.Output()

@@ -35,6 +35,10 @@ type Player struct {
 	cpus   map[int]bool // keys of cpuTD
 	cgTD   *topdown.Keyed
 	cgs    map[string]*cgroupAcc
+	// platform holds the platform PMUs' totals (platform.go), and
+	// platformOf each event's kind, nil for the others.
+	platform   map[platformKey]float64
+	platformOf map[string]*platformEvent
 }
 
 type eventAcc struct {
@@ -54,7 +58,8 @@ type cgroupAcc struct {
 // NewPlayer plays rec; tree (nil for none) is evaluated on every interval
 // with params (smt_on, #slots).
 func NewPlayer(rec *Recording, tree *metric.Tree, params map[string]float64) *Player {
-	p := &Player{rec: rec, tree: tree, byName: map[string]*eventAcc{}, cpus: map[int]bool{}, cgs: map[string]*cgroupAcc{}}
+	p := &Player{rec: rec, tree: tree, byName: map[string]*eventAcc{}, cpus: map[int]bool{}, cgs: map[string]*cgroupAcc{},
+		platform: map[platformKey]float64{}, platformOf: map[string]*platformEvent{}}
 	if tree != nil {
 		p.match = topdown.NewMatcher(tree)
 		var names []string
@@ -154,6 +159,7 @@ func (p *Player) Step() {
 			continue
 		}
 		p.addNode(s, cpu, v)
+		p.addPlatform(s.Event, s.Unit, cpu, s.Value)
 		if slot >= 0 {
 			if td[cpu] == nil {
 				td[cpu] = nanSlice(p.inputs)

@@ -1,0 +1,143 @@
+package platform
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// namedEvents are the platform events perf knows by its event lists'
+// names rather than by a PMU's sysfs alias: Intel's memory controller and
+// CHA events (intel-perfmon's *_uncore.json) and AMD's memory controller
+// (perf's amdzen4 memory-controller.json).
+// Each counts commands or requests of one line (casBytes).
+var namedEvents = map[string]struct {
+	kind          Kind
+	dir, locality string
+}{
+	"UNC_M_CAS_COUNT.RD": {MemoryBytes, "read", ""}, "UNC_M_CAS_COUNT.WR": {MemoryBytes, "write", ""},
+	"umc_cas_cmd.rd": {MemoryBytes, "read", ""}, "umc_cas_cmd.wr": {MemoryBytes, "write", ""},
+	"UNC_CHA_REQUESTS.READS_LOCAL": {LLCMissBytes, "read", "local"}, "UNC_CHA_REQUESTS.READS_REMOTE": {LLCMissBytes, "read", "remote"},
+	"UNC_CHA_REQUESTS.WRITES_LOCAL": {LLCMissBytes, "write", "local"}, "UNC_CHA_REQUESTS.WRITES_REMOTE": {LLCMissBytes, "write", "remote"},
+}
+
+// encodedEvents are the memory events a recording names by their
+// encoding, by PMU family (the PMU's name without its instance number):
+// the CHA's and AMD's memory controllers', whose sysfs has no aliases.
+func encodedEvents(family string) (Kind, []struct{ dir, locality, terms string }) {
+	switch family {
+	case "uncore_cha":
+		return LLCMissBytes, chaEvents
+	case "amd_umc":
+		var out []struct{ dir, locality, terms string }
+		for _, e := range umcEvents {
+			out = append(out, struct{ dir, locality, terms string }{e.name, "", e.terms})
+		}
+		return MemoryBytes, out
+	}
+	return 0, nil
+}
+
+// Recorded is the platform counter an event of a perf stat recording
+// counted, by the name perf printed for it: power/energy-pkg/,
+// msr/aperf/, cstate_core/c6-residency/, uncore_imc/cas_count_read/ (or
+// uncore_imc_0/…, unmerged), uncore_cha/event=0x50,umask=0x01/,
+// amd_umc/event=0x0a,rdwrmask=0x1/, or an event list's name such as
+// UNC_M_CAS_COUNT.RD. toCounter turns a value perf printed in unit into
+// the counter's own: joules, bytes, or counts (cycles). ok is false for an
+// event that is not a platform counter; err names an event that is one
+// but whose unit says it was not counted as this project reads it.
+func Recorded(event, unit string) (c Counter, toCounter float64, ok bool, err error) {
+	if e, found := namedEvents[event]; found {
+		f, err := bytesPer(event, unit, casBytes)
+		return Counter{Kind: e.kind, Event: event, Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, f, true, err
+	}
+	pmuName, rest, found := strings.Cut(event, "/")
+	term := strings.TrimSuffix(rest, "/")
+	if !found || term == "" {
+		return Counter{}, 0, false, nil
+	}
+	c = Counter{PMU: pmuName, Event: term, Scale: 1}
+	switch family := strings.TrimRight(strings.TrimRight(pmuName, "0123456789"), "_"); family {
+	case "uncore_imc":
+		dir, isCAS := imcEvents[term]
+		if !isCAS {
+			return Counter{}, 0, false, nil
+		}
+		c.Kind, c.Name, c.Unit = MemoryBytes, dir, "bytes"
+		f, err := bytesPer(event, unit, casBytes)
+		return c, f, true, err
+	case "uncore_cha", "amd_umc":
+		kind, table := encodedEvents(family)
+		for _, e := range table {
+			if sameTerms(term, e.terms) {
+				c.Kind, c.Name, c.Locality, c.Unit = kind, e.dir, e.locality, "bytes"
+				f, err := bytesPer(event, unit, casBytes)
+				return c, f, true, err
+			}
+		}
+		return Counter{}, 0, false, nil
+	}
+	kind, isPlatform := pmuKinds[pmuName]
+	if !isPlatform {
+		return Counter{}, 0, false, nil
+	}
+	c.Kind, c.Name = kind, name(kind, term)
+	switch {
+	case kind == Energy && unit == "Joules":
+		c.Unit = "Joules"
+		return c, 1, true, nil
+	case kind == Energy:
+		return c, 0, true, fmt.Errorf("event %s: unit %q: perf prints energy in Joules (the power PMU's .unit)", event, unit)
+	case unit != "":
+		return c, 0, true, fmt.Errorf("event %s: unit %q: perf prints the msr and cstate PMUs' counts without a unit", event, unit)
+	}
+	return c, 1, true, nil
+}
+
+// bytesPer is what one unit of a memory event's printed value is in
+// bytes: perf prints the uncore_imc aliases scaled to MiB (their .scale
+// and .unit files), an event list's ScaleUnit of 64Bytes in Bytes, and
+// bare encodings as counts of perCount bytes each.
+func bytesPer(event, unit string, perCount float64) (float64, error) {
+	switch unit {
+	case "":
+		return perCount, nil
+	case "MiB":
+		return 1 << 20, nil
+	case "Bytes", "B":
+		return 1, nil
+	}
+	return 0, fmt.Errorf("event %s: unit %q is not one perf prints for memory traffic (MiB, Bytes, or none for counts)", event, unit)
+}
+
+// sameTerms reports whether two event encodings (event=0x50,umask=0x01)
+// set the same terms to the same numbers, however perf printed them.
+func sameTerms(a, b string) bool {
+	ta, tb := terms(a), terms(b)
+	if ta == nil || len(ta) != len(tb) {
+		return false
+	}
+	for k, v := range ta {
+		if w, ok := tb[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func terms(s string) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, t := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(t, "=")
+		if !ok {
+			return nil
+		}
+		n, err := strconv.ParseUint(v, 0, 64)
+		if err != nil {
+			return nil
+		}
+		out[k] = n
+	}
+	return out
+}

@@ -1,0 +1,65 @@
+package replay
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+)
+
+// After both intervals of the hand-made recording, worked out by hand:
+// package 0 (CPU 0) used 10.25+0.50 J, package 1 (CPU 2) 8.50 J (its
+// second interval was not counted); the controllers read 1.50+0.50 MiB on
+// package 0 and 0.25 MiB on package 1, wrote 0.75 MiB there; the CHA's
+// local reads are (1000+24)·64 bytes, the remote 10·64; the MSRs and C6
+// are the counts summed per CPU; cycles is no platform event.
+func TestPlatformTotalsByHand(t *testing.T) {
+	p := NewPlayer(load(t, "testdata/platform-handmade.csv"), nil, nil)
+	p.Step()
+	p.Step()
+	got := map[string]float64{}
+	view := p.Platform()
+	if err := view.Read(func(c *platform.Counter, cpu int, count uint64) {
+		key := c.Name + "@" + view.PackageOf(cpu)
+		if c.Kind == platform.MSR || c.Kind == platform.CoreCState {
+			key = c.Name + "@cpu" + string(rune('0'+cpu))
+		}
+		if c.Locality != "" {
+			key = c.Locality + "-" + key
+		}
+		got[key] += float64(count) * c.Scale
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const MiB = 1 << 20
+	want := map[string]float64{
+		"pkg@0": 10.75, "pkg@1": 8.50, "ram@0": 2,
+		"read@0": 2 * MiB, "read@1": 0.25 * MiB, "write@1": 0.75 * MiB,
+		"local-read@0": 1024 * 64, "remote-read@1": 640,
+		"tsc@cpu0": 6e9, "tsc@cpu1": 3e9, "aperf@cpu0": 1.5e9, "mperf@cpu0": 1e9, "c6@cpu1": 2e9,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g < v-1e-6 || g > v+1e-6 {
+			t.Errorf("%s = %v, want %v", k, g, v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("counters %v, want %v", got, want)
+	}
+	events, err := p.rec.PlatformEvents()
+	if err != nil || len(events) != 10 {
+		t.Errorf("PlatformEvents: %v %v, want the 10 platform events", events, err)
+	}
+}
+
+// A platform event in a unit perf never prints for it is refused with
+// the line that has it.
+func TestPlatformEventsRefuseAWrongUnit(t *testing.T) {
+	rec, err := Load("bad.csv", strings.NewReader("1.0,CPU0,3.5,msec,power/energy-pkg/,1000,100.00,,\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.PlatformEvents(); err == nil || !strings.Contains(err.Error(), "bad.csv: line 1: event power/energy-pkg/") {
+		t.Errorf("err = %v", err)
+	}
+}
