@@ -20,6 +20,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
@@ -182,18 +183,46 @@ func replayComm(b *build) error {
 		return fmt.Errorf("--replay.samples: %w", err)
 	}
 	defer closeFile()
-	acc, err := NewAccesses(GoArch(file.Arch))
+	acc, err := NewAccesses(GoArch(file.Arch), b.f.replay.symfs)
 	if err != nil {
 		return fmt.Errorf("--replay.samples: %w", err)
 	}
 	source := RecordedSampler(file.Events.Attrs, file.Names)
 	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: comdetect.Window(b.f.comm.window, source != "decode")}), acc: acc,
 		domainOf: llcOf(file.Caches), domains: map[[2]string]*comdetect.Cell{}}
+	// Per cgroup where the samples say theirs (perf record --all-cgroups),
+	// named by the recording's cgroup records.
+	var stats *samplestat.Stats
+	cgroups := recordedCgroups{}
+	for _, a := range file.Events.Attrs {
+		if a.SampleType&unix.PERF_SAMPLE_CGROUP != 0 && stats == nil && b.f.comm.perCgroup {
+			stats = samplestat.New(len(file.Events.Attrs), 1)
+			stats.TrackCgroups(b.f.cgroups.maxSeries)
+		}
+	}
+	var period periodMean
 	_, _, err = EachSample(file, path, io.Discard, PerfDataVisitor{
-		Record: acc.Record,
+		Record: func(rec []byte, h perfrecord.Header) {
+			acc.Record(rec, h)
+			if h.Type == perfrecord.TypeCgroup {
+				if c, err := perfrecord.DecodeCgroup(rec); err == nil {
+					cgroups[c.ID] = c.Path
+				}
+			}
+		},
 		Sample: func(i int, s *perfrecord.Sample) error {
-			if a, ok := acc.Access(file.Events.Attrs[i], s); ok {
-				r.fold(a.CPU, r.det.Add(&a), a.Period)
+			attr := file.Events.Attrs[i]
+			period.add(attr, s)
+			a, ok := acc.Access(attr, s)
+			if !ok {
+				return nil
+			}
+			found := r.det.Add(&a)
+			r.fold(a.CPU, found, a.Period)
+			if stats != nil && attr.SampleType&unix.PERF_SAMPLE_CGROUP != 0 {
+				batch := stats.Lock()
+				batch.Detected(&a, s.Cgroup, true, found.Kind)
+				batch.Unlock()
 			}
 			return nil
 		},
@@ -205,8 +234,17 @@ func replayComm(b *build) error {
 	for k, name := range acc.Names {
 		r.det.SetName(k[0], k[1], name)
 	}
+	coll := exporter.NewComm(r).WithSource(source)
+	if source == "decode" && period.n > 0 {
+		// The timer's period, as live: what a sample stands for, in ns.
+		ns := uint64(period.sum / float64(period.n))
+		coll.WithPeriods(func() []uint64 { return []uint64{ns} })
+	}
+	if stats != nil {
+		coll.PerCgroup(stats, cgroups, nil)
+	}
 	b.p.closers = append(b.p.closers, acc.Close)
-	b.p.collectors = append(b.p.collectors, exporter.NewComm(r).WithSource(source))
+	b.p.collectors = append(b.p.collectors, coll)
 	b.p.handlers = append(b.p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N)", commHandler(r, func(uint32) []string { return nil })})
 	return nil
 }
@@ -299,4 +337,37 @@ func (r *replayedComm) Domains(f func(a, b string, c comdetect.Cell)) {
 
 func (r *replayedComm) Symbolize(pid uint32, ip uint64) string {
 	return r.acc.Code.Symbolize(pid, ip).String()
+}
+
+// recordedCgroups names a recording's cgroup ids by its cgroup records'
+// paths, with the pod and container those paths name.
+type recordedCgroups map[uint64]string
+
+func (c recordedCgroups) Cgroup(id uint64) (string, podcgroup.Identity, bool) {
+	path, ok := c[id]
+	if !ok {
+		return "", podcgroup.Identity{}, false
+	}
+	ident, _ := podcgroup.Parse(path)
+	return path, ident, true
+}
+
+// periodMean is the mean period of a recording's timer samples (cpu-clock
+// or task-clock, in ns): the attr's fixed period (perf record -c), or the
+// samples' own where it varies (-F).
+type periodMean struct {
+	sum float64
+	n   uint64
+}
+
+func (p *periodMean) add(attr perfrecord.Attr, s *perfrecord.Sample) {
+	if attr.Type != unix.PERF_TYPE_SOFTWARE || (attr.Config != unix.PERF_COUNT_SW_CPU_CLOCK && attr.Config != unix.PERF_COUNT_SW_TASK_CLOCK) {
+		return
+	}
+	period := attr.SamplePeriod()
+	if attr.SampleType&unix.PERF_SAMPLE_PERIOD != 0 {
+		period = s.Period
+	}
+	p.sum += float64(period)
+	p.n++
 }

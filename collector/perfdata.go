@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -178,12 +179,18 @@ type Accesses struct {
 	Undecoded error
 }
 
-// NewAccesses reads code from the files as this machine has them; arch is
-// the recording machine's (perf.data's arch header), else this one's.
-func NewAccesses(arch string) (*Accesses, error) {
+// NewAccesses reads code from the files as this machine has them, under
+// symfs where it is not "" (as perf script --symfs: the recording host's
+// /usr/bin/x is symfs/usr/bin/x here); arch is the recording machine's
+// (perf.data's arch header), else this one's.
+func NewAccesses(arch, symfs string) (*Accesses, error) {
 	maps := addrmap.New()
 	code := codemap.New(maps, func(_ uint32, name string) (codemap.File, string, error) {
-		f, err := os.Open(name)
+		path := name
+		if symfs != "" {
+			path = filepath.Join(symfs, name)
+		}
+		f, err := os.Open(path)
 		return f, name, err
 	}, nil)
 	res, err := memop.NewResolver(code, arch)

@@ -12,6 +12,7 @@ import (
 // c2cFlags are the options of `pmu_exporter c2c`.
 type c2cFlags struct {
 	input, format, display string
+	symfs                  string // where the recorded code is read (perf script --symfs)
 	lines, max             int
 }
 
@@ -19,7 +20,7 @@ type c2cFlags struct {
 // samples (perf mem record, perf c2c record), as /debug/cachelines serves
 // it live.
 func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
-	rec, ok := openRecording("c2c", cf.input, stdin, stderr)
+	rec, ok := openRecording("c2c", cf.input, cf.symfs, stdin, stderr)
 	if !ok {
 		return 1
 	}

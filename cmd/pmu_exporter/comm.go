@@ -13,6 +13,7 @@ import (
 // commFlags are the options of `pmu_exporter comm`.
 type commFlags struct {
 	input, format string
+	symfs         string // where the recorded code is read (perf script --symfs)
 	lines, window int
 	pid           int
 }
@@ -20,7 +21,7 @@ type commFlags struct {
 // runComm builds ComDetective's communication matrices from a recording:
 // timer samples with user registers (decoded) or precise memory samples.
 func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
-	rec, ok := openRecording("comm", cf.input, stdin, stderr)
+	rec, ok := openRecording("comm", cf.input, cf.symfs, stdin, stderr)
 	if !ok {
 		return 1
 	}

@@ -140,6 +140,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.smpCmd = app.Command("samples", "Print the samples of a perf.data file (perf record, perf mem record, perf c2c record; - reads a pipe-mode stream), one JSON object per line, in perf script's order, with data_src decoded.")
 	c.smpCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream (perf record -o -) from standard input.").Short('i').Default("perf.data").StringVar(&sf.input)
 	c.smpCmd.Flag("format", "Output format: jsonl.").Default("jsonl").EnumVar(&sf.format, "jsonl")
+	c.smpCmd.Flag("symfs", "Read the recorded code (for the instruction at each sample's IP) under this directory, as perf script --symfs: the recording host's /usr/bin/x is DIR/usr/bin/x.").PlaceHolder("DIR").StringVar(&sf.symfs)
 	c.smpCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&sf.input)
 
 	c.c2cCmd = app.Command("c2c", "Report the cache lines threads share, true and false sharing, from the memory samples of a perf.data file (perf c2c record, perf mem record), as /debug/cachelines does live.")
@@ -148,6 +149,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.c2cCmd.Flag("lines", "How many of the hottest lines to show.").Default("20").IntVar(&cf.lines)
 	c.c2cCmd.Flag("display", "Rank lines by loads another core's cache served: any (HITM and peer snoops), or as perf c2c report -d: tot (HITM), lcl (local HITM), rmt (remote HITM), peer (peer snoops, Arm's), listing only the lines that have some.").Short('d').Default("any").EnumVar(&cf.display, cacheline.DisplayNames...)
 	c.c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full.").Default("4096").IntVar(&cf.max)
+	c.c2cCmd.Flag("symfs", "Read the recorded code (for the instruction at each sample's IP) under this directory, as perf script --symfs: the recording host's /usr/bin/x is DIR/usr/bin/x.").PlaceHolder("DIR").StringVar(&cf.symfs)
 	c.c2cCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&cf.input)
 
 	mf := &c.mf
@@ -157,6 +159,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.commCmd.Flag("lines", "How many of the most shared lines to show per process.").Default("10").IntVar(&mf.lines)
 	c.commCmd.Flag("window", "How many of a reader's own samples a published store stays fresh for ("+comdetect.WindowHelp()+").").Default("0").IntVar(&mf.window)
 	c.commCmd.Flag("pid", "Only this process (0: all).").Default("0").IntVar(&mf.pid)
+	c.commCmd.Flag("symfs", "Read the recorded code (for the instruction at each sample's IP) under this directory, as perf script --symfs: the recording host's /usr/bin/x is DIR/usr/bin/x.").PlaceHolder("DIR").StringVar(&mf.symfs)
 	c.commCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&mf.input)
 
 	rf := &c.rf

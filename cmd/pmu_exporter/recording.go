@@ -25,14 +25,15 @@ type recording struct {
 
 // openRecording opens input ("-": stdin) for the subcommand cmd; an error
 // has been said on stderr already.
-func openRecording(cmd, input string, stdin io.Reader, stderr io.Writer) (*recording, bool) {
+// Code is read from the recorded paths, under symfs where it is not "".
+func openRecording(cmd, input, symfs string, stdin io.Reader, stderr io.Writer) (*recording, bool) {
 	r := &recording{cmd: cmd, input: input, stderr: stderr}
 	file, closeFile, err := collector.OpenPerfData(input, stdin)
 	if err != nil {
 		r.fail(err)
 		return nil, false
 	}
-	acc, err := collector.NewAccesses(collector.GoArch(file.Arch))
+	acc, err := collector.NewAccesses(collector.GoArch(file.Arch), symfs)
 	if err != nil {
 		closeFile()
 		r.fail(err)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -240,5 +241,85 @@ func TestServeReplayCommDomains(t *testing.T) {
 		if total == 0 || sum != total || pairs["0-1/2-3"] == 0 || len(pairs) != 3 {
 			t.Errorf("%s: domain volumes %v (sum %v), the whole volume %v: want the three pairs of 0-1 and 2-3 adding up to it", kind, pairs, sum, total)
 		}
+	}
+}
+
+// The timer recording of examples/replay (falseshare.c's two threads in
+// the cgroup /pmu-example, perf record --all-cgroups with user registers)
+// served with its code under --replay.symfs fills the address sampler's
+// families as live, held to perf: every sample perf script prints is
+// counted by outcome, the sampler's period is the one perf evlist shows,
+// and all the communication is the cgroup's, as perf report --sort
+// cgroup puts every sample there. The detections are those `comm` finds
+// offline in the same file.
+func TestServeReplayTimerSamples(t *testing.T) {
+	perf := testenv.RequireTool(t, "perf")
+	const file, symfs = "../../examples/replay/falseshare.data", "../../examples/replay/symfs"
+	out, err := exec.Command(perf, "script", "-i", file, "-F", "tid").Output()
+	if err != nil {
+		t.Fatalf("perf script: %v", err)
+	}
+	samples := strings.Count(string(out), "\n")
+	out, err = exec.Command(perf, "evlist", "-v", "-i", file).Output()
+	if err != nil {
+		t.Fatalf("perf evlist: %v", err)
+	}
+	m := regexp.MustCompile(`sample_period(?:, sample_freq \})?: (\d+)`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("perf evlist shows no sample_period: %s", out)
+	}
+	period, _ := strconv.ParseFloat(m[1], 64)
+	out, err = exec.Command(perf, "report", "-i", file, "--sort", "cgroup", "--stdio").Output()
+	if err != nil || !regexp.MustCompile(`(?m)^\s+100\.00%\s+/pmu-example$`).Match(out) {
+		t.Fatalf("perf report --sort cgroup does not put every sample in /pmu-example: %v\n%s", err, out)
+	}
+	var stdout, stderr strings.Builder
+	if code := run([]string{"comm", "--symfs", symfs, "--format", "json", file}, &stdout, &stderr); code != 0 {
+		t.Fatalf("comm exited %d: %s", code, stderr.String())
+	}
+	var offline struct {
+		Processes []struct {
+			Detections map[string]float64 `json:"detections"`
+		} `json:"processes"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &offline); err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]float64{}
+	for _, pr := range offline.Processes {
+		for k, v := range pr.Detections {
+			found[k] += v
+		}
+	}
+
+	p := start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.samples="+file, "--replay.symfs="+symfs)
+	_, mfs := p.scrape(t)
+	var counted float64
+	for _, s := range mfs["pmu_address_samples_total"].GetMetric() {
+		counted += s.GetCounter().GetValue()
+	}
+	if counted != float64(samples) {
+		t.Errorf("pmu_address_samples_total sums to %v, perf script prints %d samples", counted, samples)
+	}
+	if resolved := mustValue(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "at_ip"}); resolved == 0 {
+		t.Error("no sample resolved at its IP: the code under --replay.symfs was not read")
+	}
+	if got := mustValue(t, mfs, "pmu_comm_sample_period_seconds", nil); got != period/1e9 {
+		t.Errorf("pmu_comm_sample_period_seconds %v, perf evlist says %v ns", got, period)
+	}
+	for _, kind := range []string{"true_sharing", "false_sharing"} {
+		all := mustValue(t, mfs, "pmu_comm_volume_total", map[string]string{"kind": kind, "source": "decode"})
+		cg := mustValue(t, mfs, "pmu_cgroup_comm_volume_total", map[string]string{"kind": kind, "cgroup": "/pmu-example"})
+		if cg != all {
+			t.Errorf("%s: /pmu-example's volume %v, the node's %v: every sample is the cgroup's", kind, cg, all)
+		}
+	}
+	for kind, n := range found {
+		if got := mustValue(t, mfs, "pmu_comm_detections_total", map[string]string{"kind": kind, "source": "decode"}); got != n {
+			t.Errorf("%s detections %v, comm finds %v in the same file", kind, got, n)
+		}
+	}
+	if found["false_sharing"] == 0 {
+		t.Error("no false sharing detected between falseshare's two threads")
 	}
 }

@@ -19,6 +19,7 @@ import (
 // samplesFlags are the options of `pmu_exporter samples`.
 type samplesFlags struct {
 	input, format string
+	symfs         string // where the recorded code is read (perf script --symfs)
 }
 
 // appendDumps adds the sample's variable fields to its line: the branch
@@ -191,7 +192,7 @@ func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 // runSamples prints every sample of a perf.data file, in perf script's
 // order, one JSON object per line.
 func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int {
-	rec, ok := openRecording("samples", sf.input, stdin, stderr)
+	rec, ok := openRecording("samples", sf.input, sf.symfs, stdin, stderr)
 	if !ok {
 		return 1
 	}

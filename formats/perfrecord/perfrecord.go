@@ -8,6 +8,7 @@
 package perfrecord
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -503,6 +504,36 @@ func DecodeComm(rec []byte) (Comm, error) {
 		}
 	}
 	c.Name = string(name)
+	return c, nil
+}
+
+// TypeCgroup is PERF_RECORD_CGROUP: a cgroup's id (what PERF_SAMPLE_CGROUP
+// carries) and its path under the cgroup mount, which perf record
+// --all-cgroups writes for each cgroup at start and as they are made.
+const TypeCgroup = unix.PERF_RECORD_CGROUP
+
+// Cgroup is a cgroup record's id and path.
+type Cgroup struct {
+	ID   uint64
+	Path string
+}
+
+// DecodeCgroup decodes a cgroup record; the path ends at its NUL.
+func DecodeCgroup(rec []byte) (Cgroup, error) {
+	h, err := ParseHeader(rec)
+	if err != nil {
+		return Cgroup{}, err
+	}
+	if h.Type != TypeCgroup {
+		return Cgroup{}, fmt.Errorf("record type %d is not a cgroup record", h.Type)
+	}
+	r := reader{b: rec[HeaderSize:min(int(h.Size), len(rec))]}
+	c := Cgroup{ID: r.u64()}
+	if r.err != nil {
+		return c, fmt.Errorf("cgroup record: %w", r.err)
+	}
+	path, _, _ := bytes.Cut(r.b, []byte{0})
+	c.Path = string(path)
 	return c, nil
 }
 

@@ -361,3 +361,22 @@ func TestDecodeComm(t *testing.T) {
 		t.Error("a comm record cut in its pid/tid decoded")
 	}
 }
+
+// A cgroup record as the kernel writes it (perf_event_cgroup_output): the
+// id, then the path NUL-padded to 8 bytes.
+func TestDecodeCgroup(t *testing.T) {
+	var r perffile.Record
+	r.U64(0x1234)
+	r.Str("/kubepods.slice/pod-a")
+	rec := r.Bytes(TypeCgroup, 0)
+	c, err := DecodeCgroup(rec)
+	if err != nil || c != (Cgroup{ID: 0x1234, Path: "/kubepods.slice/pod-a"}) {
+		t.Errorf("%+v %v", c, err)
+	}
+	if _, err := DecodeCgroup(rec[:12]); err == nil {
+		t.Error("a cgroup record cut in its id decoded")
+	}
+	if _, err := DecodeCgroup(r.Bytes(TypeComm, 0)); err == nil {
+		t.Error("a comm record decoded as a cgroup record")
+	}
+}
