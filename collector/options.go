@@ -66,6 +66,7 @@ func (o *Options) Bind(serve *kingpin.CmdClause, judges ...*kingpin.CmdClause) {
 	serve.Flag("replay.samples", "perf.data file (perf mem record, perf c2c record) whose samples --source=replay serves as the sampling metrics and /debug/cachelines, read once at start.").StringVar(&o.replay.samples)
 	serve.Flag("replay.trace", "Access trace (TID R|W 0xADDR SIZE a line, as pmu_exporter reuse --trace reads it) whose ReuseTracker outcomes --source=replay serves as pmu_reuse_* (distances in accesses), run once at start on simulated debug registers.").StringVar(&o.replay.trace)
 	serve.Flag("replay.symfs", "Read the code of --replay.samples' timer samples (the instruction at each sampled IP) under this directory, as perf script --symfs: the recording host's /usr/bin/x is DIR/usr/bin/x.").PlaceHolder("DIR").StringVar(&o.replay.symfs)
+	serve.Flag("replay.validation", "The output of `pmu_exporter validate --format json` on the recording host, served as pmu_event_validation_* and pmu_event_multiplex_error_ratio: how far its events could be trusted.").PlaceHolder("FILE").StringVar(&o.replay.validation)
 	serve.Flag("replay.trace-period", "Each thread's accesses between the samples taken of --replay.trace, on average.").Default("1000").Uint64Var(&o.replay.tracePeriod)
 	serve.Flag("kubernetes.node-name", "This node's name: with it, pod and container names come from the Kubernetes API (pods of this node only; in a DaemonSet from the downward API, spec.nodeName). Without it, cgroup series carry pod UIDs and container IDs.").
 		Envar("NODE_NAME").StringVar(&o.k8sNode)

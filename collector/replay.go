@@ -23,6 +23,9 @@ type replayFlags struct {
 	samples          string
 	// symfs is where the code of samples' timer samples is read.
 	symfs string
+	// validation is `pmu_exporter validate --format json`'s output on the
+	// recording host.
+	validation string
 	// trace is an access trace whose ReuseTracker outcomes are served,
 	// each thread sampled every tracePeriod accesses.
 	trace       string
@@ -38,6 +41,12 @@ func replayPipeline(f Options, logger *slog.Logger) (*Pipeline, error) {
 	running, failed := f.collectors.Build(b, true)
 	for _, c := range f.collectors.Collectors() { // in order: the first error is the one to report
 		if err := failed[c.Name]; err != nil && !errors.Is(err, errNotRecorded) {
+			b.p.Close()
+			return nil, err
+		}
+	}
+	if f.replay.validation != "" {
+		if err := b.replayValidation(f.replay.validation); err != nil {
 			b.p.Close()
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 )
 
@@ -16,7 +17,9 @@ import (
 // once at start, on the simulated debug registers of the trace harness,
 // sampling each thread every --replay.trace-period accesses, and serves
 // its outcomes as pmu_reuse_* with the distances in accesses (the trace
-// has no time), as the cgroup "replay:" and the file's name.
+// has no time), as the cgroup "replay:" and the file's name, and its
+// registers' arms and traps as pmu_comm_watchpoint_*; with miss ratios at
+// the caches of --replay.samples' host where its HEADER_CACHE sizes them.
 func replayReuse(b *build) error {
 	path := b.f.replay.trace
 	file, err := os.Open(path)
@@ -30,7 +33,18 @@ func replayReuse(b *build) error {
 	}
 	t := r.Tracker
 	b.log.Info("replay trace", "file", path, "samples", t.Samples, "reuses", t.Reuses, "invalidations", t.Invalidations)
-	b.p.collectors = append(b.p.collectors, exporter.NewReuse(replayedReuse{t}, traceCgroup("replay:"+filepath.Base(path)), nil))
+	rc := exporter.NewReuse(replayedReuse{t}, traceCgroup("replay:"+filepath.Base(path)), nil)
+	if l1d, l2, llc, ok := recordedCacheSizes(b.f.replay.samples); ok {
+		// Miss ratios at the recording host's caches, as live at this
+		// host's: the trace stands for a workload of that host.
+		rc.WithCaches(l1d, l2, llc)
+		b.log.Info("replay trace: miss ratios at the caches of --replay.samples' host", "l1d", l1d, "l2", l2, "llc", llc)
+	}
+	b.p.collectors = append(b.p.collectors, rc)
+	// The simulated registers' totals, as live: every trap is
+	// ReuseTracker's; nothing governs them, so there is no cost to say.
+	watch := exporter.WatchStats{Traps: r.Traps, Reuse: r.Traps, Arms: r.Arms, ReuseThreads: len(r.Threads())}
+	b.p.collectors = append(b.p.collectors, exporter.NewWatch(func() exporter.WatchStats { return watch }))
 	return nil
 }
 
@@ -48,4 +62,38 @@ type traceCgroup string
 
 func (c traceCgroup) Cgroup(uint64) (string, podcgroup.Identity, bool) {
 	return string(c), podcgroup.Identity{}, true
+}
+
+// recordedCacheSizes are the L1 data, L2 and last-level cache sizes that
+// the HEADER_CACHE of the perf.data file at path gives (0 for a level it
+// does not size); ok is false without a file, a section or any size.
+func recordedCacheSizes(path string) (l1d, l2, llc uint64, ok bool) {
+	if path == "" {
+		return 0, 0, 0, false
+	}
+	file, closeFile, err := OpenPerfData(path, nil)
+	if err != nil {
+		return 0, 0, 0, false // replayComm says why
+	}
+	defer closeFile()
+	top := uint32(0)
+	for _, c := range file.Caches {
+		if c.Type == "Instruction" {
+			continue
+		}
+		size, err := host.ParseCacheSize(c.Size)
+		if err != nil {
+			continue
+		}
+		switch c.Level {
+		case 1:
+			l1d = size
+		case 2:
+			l2 = size
+		}
+		if c.Level > top {
+			top, llc = c.Level, size
+		}
+	}
+	return l1d, l2, llc, l1d+l2+llc > 0
 }

@@ -1,11 +1,13 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -462,4 +464,47 @@ func writeValidation(w io.Writer, cpu int, rows []validate.Result, rep capabilit
 		fmt.Fprintf(w, "No hardware counters here (%s): the hardware kernels' events are not measurable; the software and breakpoint kernels still ran.\n",
 			rep.Feature(capability.HardwareCounters).Reason)
 	}
+}
+
+// replayValidation serves what `pmu_exporter validate --format json`
+// found on the recording host (--replay.validation): its verdicts and
+// goodness as pmu_event_validation_*, its multiplexing errors as
+// pmu_event_multiplex_error_ratio. An error names the file and what in it
+// is wrong.
+func (b *build) replayValidation(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--replay.validation: %w", err)
+	}
+	var doc struct {
+		Events      []validate.Result `json:"events"`
+		Multiplexed []multiplexRow    `json:"multiplexing"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return fmt.Errorf("--replay.validation: %s: not the output of pmu_exporter validate --format json: %w", path, err)
+	}
+	if len(doc.Events) == 0 {
+		return fmt.Errorf("--replay.validation: %s: no events", path)
+	}
+	for i, r := range doc.Events {
+		switch {
+		case r.Event == "":
+			return fmt.Errorf("--replay.validation: %s: events[%d] names no event", path, i)
+		case r.Kernel == "" && r.Verdict != validate.NotMeasurable:
+			return fmt.Errorf("--replay.validation: %s: events[%d] (%s): a verdict of %q without the kernel it ran", path, i, r.Event, r.Verdict)
+		case r.Verdict != validate.Pass && r.Verdict != validate.Fail && r.Verdict != validate.NotMeasurable:
+			return fmt.Errorf("--replay.validation: %s: events[%d] (%s): verdict %q is not pass, fail or not_measurable", path, i, r.Event, r.Verdict)
+		}
+	}
+	vc := exporter.NewValidation(func() []validate.Result { return doc.Events })
+	for _, m := range doc.Multiplexed {
+		if m.Reason == "" {
+			vc.SetMultiplexError(m.Event, m.MeanError)
+		}
+	}
+	b.log.Info("replay: validation of the recording host", "file", path, "events", len(doc.Events), "multiplexing", len(doc.Multiplexed))
+	b.p.collectors = append(b.p.collectors, vc)
+	return nil
 }

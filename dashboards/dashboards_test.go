@@ -86,12 +86,16 @@ type query struct {
 var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
 
 // queries expands each panel target and each variable's label_values()
-// selector; $parent takes each of its values.
-func queries(t *testing.T, d dashboard, rateInterval string) []query {
+// selector; $parent takes each of its values, $instance the regex
+// instance, the others .* (all).
+func queries(t *testing.T, d dashboard, rateInterval, instance string) []query {
 	t.Helper()
 	vars := map[string][]string{}
 	for _, v := range d.Templating.List {
 		vars[v.Name] = []string{".*"}
+		if v.Name == "instance" {
+			vars[v.Name] = []string{instance}
+		}
 		if v.Type == "custom" {
 			vars[v.Name] = nil
 			for _, o := range v.Options {
@@ -189,7 +193,7 @@ func TestModel(t *testing.T) {
 
 func TestQueriesParse(t *testing.T) {
 	for _, d := range load(t) {
-		for _, q := range queries(t, d, "1m") {
+		for _, q := range queries(t, d, "1m", ".*") {
 			if _, err := parser.NewParser(parser.Options{}).ParseExpr(q.expr); err != nil {
 				t.Errorf("%s: %v\n%s", q.where, err, q.expr)
 			}
@@ -236,13 +240,17 @@ func startIn(t *testing.T, dir, log string, argv ...string) {
 	})
 }
 
-// TestQueriesReturnData starts the exporter five times — on the synthetic
-// skx replay (pods, Top-Down), on the Arm SPE example's replay (its AUX
-// event's losses), live on this host (capabilities, cgroup switches,
-// communication), live with ReuseTracker on a cgroup's watchpoints, and
-// the same with distances counted in events (stack distances, miss
-// ratios) — and Debian's Prometheus scraping them every second with the
-// shipped rules loaded; every query of every dashboard must return a series.
+// TestQueriesReturnData starts the exporter seven times — four replays
+// (the synthetic skx node: pods, Top-Down, PEBS samples; the Arm SPE
+// example: its AUX event's losses; a two-socket node's platform PMUs;
+// this project's VM: timer samples with registers, its validation, an
+// access trace's reuse), live on this host (capabilities, cgroup
+// switches, communication), live with ReuseTracker on a cgroup's
+// watchpoints, and the same with distances counted in events (stack
+// distances, miss ratios) — and Debian's Prometheus scraping them every
+// second with the shipped rules loaded. Every query of every dashboard
+// must return a series; and from the replays alone, but for the
+// exporter's own live-only families (liveOnly says which and why).
 func TestQueriesReturnData(t *testing.T) {
 	prom := testenv.RequireTool(t, "prometheus")
 	testenv.RequireRoot(t)
@@ -259,13 +267,25 @@ func TestQueriesReturnData(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	replayAddr, liveAddr, promAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
+	// Four replays, whose instances are named replay-*: the skx node
+	// (pods, Top-Down, PEBS memory samples); the Arm SPE example (its
+	// AUX event's losses); the platform PMUs of a two-socket node; and
+	// this project's VM (software events, timer samples with registers
+	// in a cgroup, its validation, with an access trace beside).
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
-		"--replay.samples=../examples/replay/skx-c2c.data", "--replay.trace=../examples/replay/reuse-trace.txt", "--replay.trace-period=100")
-	speAddr := testenv.FreeAddr(t)
+		"--replay.samples=../examples/replay/skx-c2c.data")
+	speAddr, platformAddr, vmAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startProcess(t, filepath.Join(dir, "spe.log"), bin, "--web.listen-address="+speAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/n1-spe.data")
+	startProcess(t, filepath.Join(dir, "platform.log"), bin, "--web.listen-address="+platformAddr,
+		"--source=replay", "--replay.file=../examples/replay/skx-platform.csv", "--collector.platform.memory-peak=127968000000")
+	startProcess(t, filepath.Join(dir, "vm.log"), bin, "--web.listen-address="+vmAddr,
+		"--source=replay", "--replay.file=../examples/replay/vm-software-events.csv",
+		"--replay.samples=../examples/replay/falseshare.data", "--replay.symfs=../examples/replay/symfs",
+		"--replay.validation=../examples/replay/vm-validation.json",
+		"--replay.trace=../examples/replay/reuse-trace.txt", "--replay.trace-period=100")
 	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.counting.interval=500ms",
 		"--collector.sampling.event=page-faults", "--collector.sampling.period=100", "--collector.comm.period=200000", "--validate.on-start",
 		"--collector.platform.memory-peak=1e11")
@@ -303,16 +323,20 @@ scrape_configs:
   - job_name: pmu
     static_configs:
       - targets: [%q]
-        labels: {instance: replay-node}
+        labels: {instance: replay-skx}
       - targets: [%q]
-        labels: {instance: spe-node}
+        labels: {instance: replay-spe}
+      - targets: [%q]
+        labels: {instance: replay-platform}
+      - targets: [%q]
+        labels: {instance: replay-vm}
       - targets: [%q]
         labels: {instance: live-node}
       - targets: [%q]
         labels: {instance: reuse-node}
       - targets: [%q]
         labels: {instance: stack-node}
-`, rules, replayAddr, speAddr, liveAddr, reuseAddr, stackAddr)
+`, rules, replayAddr, speAddr, platformAddr, vmAddr, liveAddr, reuseAddr, stackAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgFile, []byte(cfg), 0o644)
 	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--enable-feature=native-histograms",
@@ -320,19 +344,30 @@ scrape_configs:
 
 	var all []query
 	for _, d := range load(t) {
-		all = append(all, queries(t, d, "10s")...)
+		all = append(all, queries(t, d, "10s", ".*")...)
+		// From the replays alone, too: what a host without a PMU or
+		// watchpoints shows (issue 46), but for the exporter's own
+		// live-only families.
+		for _, q := range queries(t, d, "10s", "replay-.*") {
+			if why := liveOnly(q.expr); why != "" {
+				t.Logf("%s: not from a replay: %s", q.where, why)
+				continue
+			}
+			q.where += " (replays alone)"
+			all = append(all, q)
+		}
 	}
 	pending := map[string]query{}
 	for _, q := range all {
 		pending[q.where+"\x00"+q.expr] = q
 	}
-	// The node row's panels need platform PMUs that VMs rarely have: a
-	// panel whose feature the live exporter reports missing has no data
-	// by the host's proof (pmu_capability 0, check says why); present, it
-	// must have data.
+	// The node row's panels need platform PMUs that VMs rarely have
+	// (the platform replay has them): a panel whose feature the live
+	// exporter reports missing has no data from it by the host's proof
+	// (pmu_capability 0, check says why); present, it must have data.
 	platformHas := capabilities(t, liveAddr)
 	for k, q := range pending {
-		if f := platformFeature(q.expr); f != "" && !platformHas[f] {
+		if f := platformFeature(q.expr); f != "" && !platformHas[f] && !strings.HasSuffix(q.where, "(replays alone)") {
 			t.Logf("%s: no data, as expected where pmu_capability{feature=%q} is 0 (pmu_exporter check says why)\n%s", q.where, f, q.expr)
 			delete(pending, k)
 		}
@@ -359,7 +394,7 @@ scrape_configs:
 		t.Errorf("%s: no data after 60 s\n%s", q.where, q.expr)
 	}
 	if t.Failed() {
-		for _, l := range []string{"replay.log", "spe.log", "live.log", "reuse.log", "stack.log", "prometheus.log"} {
+		for _, l := range []string{"replay.log", "spe.log", "platform.log", "vm.log", "live.log", "reuse.log", "stack.log", "prometheus.log"} {
 			b, _ := os.ReadFile(filepath.Join(dir, l))
 			t.Logf("%s:\n%s", l, tail(string(b), 2000))
 		}
@@ -371,7 +406,7 @@ scrape_configs:
 				names[n] = true
 			}
 		}
-		for name, addr := range map[string]string{"live": liveAddr, "reuse": reuseAddr, "stack": stackAddr} {
+		for name, addr := range map[string]string{"live": liveAddr, "reuse": reuseAddr, "stack": stackAddr, "replay-vm": vmAddr} {
 			t.Logf("%s exporter's /metrics, of those and of its sampling:\n%s", name, exposed(addr, names))
 		}
 		online, _ := os.ReadFile("/sys/devices/system/cpu/online")
@@ -423,6 +458,23 @@ func capabilities(t *testing.T, addr string) map[string]bool {
 		has[m[1]] = true
 	}
 	return has
+}
+
+// liveOnly says why a query has no data from a replay, "" where it must:
+// the exporter's own eBPF attribution programs and the cgroup switches
+// they missed (a replay runs none), ReuseTracker's distances in seconds
+// (a trace has no time), and the watchpoint governor's cost and budget
+// (the trace's simulated registers cost nothing and nothing governs them).
+func liveOnly(expr string) string {
+	switch {
+	case strings.Contains(expr, "pmu_self_bpf_") || strings.Contains(expr, "pmu_cgroup_switches_missed_total"):
+		return "the exporter's own eBPF attribution, which a replay does not run"
+	case regexp.MustCompile(`pmu_reuse_(time_distance|observed_time_distance|horizon)_[a-z_]*seconds|pmu_reuse_time_distance_share|pmu_reuse_observed_time_distance_seconds`).MatchString(expr):
+		return "reuse distances in seconds: an access trace has no time"
+	case regexp.MustCompile(`pmu_comm_watchpoint_(trap_cpu_seconds|target_cpu_seconds|budget_ratio|arms_denied)`).MatchString(expr):
+		return "the watchpoint governor's cost and budget: the trace's simulated registers cost nothing"
+	}
+	return ""
 }
 
 // watchpointQuery matches the queries whose data only live traps make:

@@ -22,17 +22,14 @@ type CommSource interface {
 // CommCollector exports communication between threads, node-wide, and what
 // the address sampler could and could not resolve.
 type CommCollector struct {
-	src                                 CommSource
-	outcomes, detections, volume        *prometheus.Desc
-	widths                              *prometheus.Desc
-	window, domains, period             *prometheus.Desc
-	cacheBytes, cacheEvicted            *prometheus.Desc
-	periods                             func() []uint64 // the samplers' periods in ns (nil: not exported)
-	source                              string          // the sampler whose accesses the detections come from
-	watch                               func() WatchStats
-	traps, arms, watchedThreads, joined *prometheus.Desc
-	budget, trapCost, targetCPU         *prometheus.Desc
-	trapCPU, denied                     *prometheus.Desc
+	src                          CommSource
+	outcomes, detections, volume *prometheus.Desc
+	widths                       *prometheus.Desc
+	window, domains, period      *prometheus.Desc
+	cacheBytes, cacheEvicted     *prometheus.Desc
+	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
+	source                       string          // the sampler whose accesses the detections come from
+	watch                        *Watch          // nil: no watchpoints
 
 	stats    *samplestat.Stats // per-cgroup sharing (nil: none)
 	cgroups  CgroupIDs
@@ -83,18 +80,63 @@ type WatchStats struct {
 
 // WithWatch exports the trap path's totals.
 func (c *CommCollector) WithWatch(f func() WatchStats) *CommCollector {
-	c.watch = f
-	c.traps = desc("comm_watchpoint_traps_total",
-		"Watchpoint traps read, by outcome: on ComDetective's trap path recorded (its access, decoded from the trapping instruction, counted as communication with the line's publisher), ignored (it came after its thread was armed elsewhere), undecodable; reuse (handed to ReuseTracker: a reuse, an invalidation or stale, pmu_reuse_*); lost (the kernel's ring was full).", "outcome")
-	c.arms = desc("comm_watchpoint_arms_total", "Watchpoints armed by sampled accesses (both algorithms); each traps once at most, at the first matching access (the kernel then disables it).")
-	c.watchedThreads = desc("comm_watched_threads", "Threads with watchpoint events open, by what their registers serve (use: watchpoints, ComDetective's trap path; reuse, ReuseTracker).", "use")
-	c.joined = desc("comm_watched_threads_joined_total", "Threads of watched processes given watchpoint events at their first sample, before the second's reading of their cgroup's threads found them (short-lived threads).")
-	c.budget = desc("comm_watchpoint_budget_ratio", "The share of a watched process's CPU time its watchpoint traps may cost it (--collector.comm.watch-budget).")
-	c.trapCost = desc("comm_watchpoint_trap_cost_seconds", "What one trap costs the trapping thread, measured at start on the exporter's own thread (CPU time of stores watched minus unwatched, per store).")
-	c.targetCPU = desc("comm_watchpoint_target_cpu_seconds_total", "CPU time the watched processes ran while watched.")
-	c.trapCPU = desc("comm_watchpoint_trap_cpu_seconds_total", "CPU time the watched processes' traps cost them (traps × the measured cost); divided by pmu_comm_watchpoint_target_cpu_seconds_total it stays within the budget.")
-	c.denied = desc("comm_watchpoint_arms_denied_total", "Sampled accesses used without watchpoints because their process's traps had spent its budget.")
+	c.watch = NewWatch(f)
 	return c
+}
+
+// Watch exports the watchpoints' totals (pmu_comm_watchpoint_*,
+// pmu_comm_watched_threads): beside the communication live, alone where a
+// replay's trace harness armed simulated registers.
+type Watch struct {
+	stats                               func() WatchStats
+	traps, arms, watchedThreads, joined *prometheus.Desc
+	budget, trapCost, targetCPU         *prometheus.Desc
+	trapCPU, denied                     *prometheus.Desc
+}
+
+// NewWatch exports the totals f reads.
+func NewWatch(f func() WatchStats) *Watch {
+	return &Watch{stats: f,
+		traps: desc("comm_watchpoint_traps_total",
+			"Watchpoint traps read, by outcome: on ComDetective's trap path recorded (its access, decoded from the trapping instruction, counted as communication with the line's publisher), ignored (it came after its thread was armed elsewhere), undecodable; reuse (handed to ReuseTracker: a reuse, an invalidation or stale, pmu_reuse_*); lost (the kernel's ring was full).", "outcome"),
+		arms:           desc("comm_watchpoint_arms_total", "Watchpoints armed by sampled accesses (both algorithms); each traps once at most, at the first matching access (the kernel then disables it)."),
+		watchedThreads: desc("comm_watched_threads", "Threads with watchpoint events open, by what their registers serve (use: watchpoints, ComDetective's trap path; reuse, ReuseTracker).", "use"),
+		joined:         desc("comm_watched_threads_joined_total", "Threads of watched processes given watchpoint events at their first sample, before the second's reading of their cgroup's threads found them (short-lived threads)."),
+		budget:         desc("comm_watchpoint_budget_ratio", "The share of a watched process's CPU time its watchpoint traps may cost it (--collector.comm.watch-budget)."),
+		trapCost:       desc("comm_watchpoint_trap_cost_seconds", "What one trap costs the trapping thread, measured at start on the exporter's own thread (CPU time of stores watched minus unwatched, per store)."),
+		targetCPU:      desc("comm_watchpoint_target_cpu_seconds_total", "CPU time the watched processes ran while watched."),
+		trapCPU:        desc("comm_watchpoint_trap_cpu_seconds_total", "CPU time the watched processes' traps cost them (traps × the measured cost); divided by pmu_comm_watchpoint_target_cpu_seconds_total it stays within the budget."),
+		denied:         desc("comm_watchpoint_arms_denied_total", "Sampled accesses used without watchpoints because their process's traps had spent its budget."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Watch) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.traps, c.arms, c.watchedThreads, c.joined, c.budget, c.trapCost, c.targetCPU, c.trapCPU, c.denied} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector; the governor's families only
+// where one governs (WatchStats.Governed).
+func (c *Watch) Collect(ch chan<- prometheus.Metric) {
+	w := c.stats()
+	ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Recorded), "recorded")
+	ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Traps-w.Unresolved-w.Recorded-w.Reuse), "ignored")
+	ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Unresolved), "undecodable")
+	ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Reuse), "reuse")
+	ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Lost), "lost")
+	ch <- prometheus.MustNewConstMetric(c.arms, prometheus.CounterValue, float64(w.Arms))
+	ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.Threads), "watchpoints")
+	ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.ReuseThreads), "reuse")
+	ch <- prometheus.MustNewConstMetric(c.joined, prometheus.CounterValue, float64(w.Joined))
+	if w.Governed {
+		ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, w.Budget)
+		ch <- prometheus.MustNewConstMetric(c.trapCost, prometheus.GaugeValue, w.TrapCost)
+		ch <- prometheus.MustNewConstMetric(c.targetCPU, prometheus.CounterValue, w.CPU)
+		ch <- prometheus.MustNewConstMetric(c.trapCPU, prometheus.CounterValue, w.Cost)
+		ch <- prometheus.MustNewConstMetric(c.denied, prometheus.CounterValue, float64(w.Denied))
+	}
 }
 
 // WithSource names the sampler the accesses come from: decode (the
@@ -136,15 +178,7 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.period
 	}
 	if c.watch != nil {
-		ch <- c.traps
-		ch <- c.arms
-		ch <- c.watchedThreads
-		ch <- c.joined
-		ch <- c.budget
-		ch <- c.trapCost
-		ch <- c.targetCPU
-		ch <- c.trapCPU
-		ch <- c.denied
+		c.watch.Describe(ch)
 	}
 	if c.stats != nil {
 		ch <- c.cgVolume
@@ -181,23 +215,7 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if c.watch != nil {
-		w := c.watch()
-		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Recorded), "recorded")
-		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Traps-w.Unresolved-w.Recorded-w.Reuse), "ignored")
-		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Unresolved), "undecodable")
-		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Reuse), "reuse")
-		ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Lost), "lost")
-		ch <- prometheus.MustNewConstMetric(c.arms, prometheus.CounterValue, float64(w.Arms))
-		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.Threads), "watchpoints")
-		ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.ReuseThreads), "reuse")
-		ch <- prometheus.MustNewConstMetric(c.joined, prometheus.CounterValue, float64(w.Joined))
-		if w.Governed {
-			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, w.Budget)
-			ch <- prometheus.MustNewConstMetric(c.trapCost, prometheus.GaugeValue, w.TrapCost)
-			ch <- prometheus.MustNewConstMetric(c.targetCPU, prometheus.CounterValue, w.CPU)
-			ch <- prometheus.MustNewConstMetric(c.trapCPU, prometheus.CounterValue, w.Cost)
-			ch <- prometheus.MustNewConstMetric(c.denied, prometheus.CounterValue, float64(w.Denied))
-		}
+		c.watch.Collect(ch)
 	}
 	c.src.Domains(func(a, b string, cell comdetect.Cell) {
 		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.True), a, b, "true_sharing")

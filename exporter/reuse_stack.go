@@ -42,7 +42,7 @@ type placedReuses struct {
 func newStackDistances(labels []string) *stackDistances {
 	return &stackDistances{placed: map[reuseKey]*placedReuses{},
 		histogram: desc("reuse_stack_distance_lines", "LRU stack distance of the sampled accesses, in cache lines (each watched datum taken as a line, so an upper bound where data share lines): the distinct data between a use and its reuse, from the reuse distances in accesses (--collector.comm.reuse-clock=accesses) by the footprint theory (Xiang et al., PPoPP 2011); accesses not reused (yet) are above every bucket, so the miss ratio of an LRU cache of C lines is the fraction above C. Each reuse is placed with the footprint as it was at the scrape that first saw it.", labels...),
-		missRatio: desc("reuse_miss_ratio", "Share of the sampled accesses that an LRU cache of this host's size (cache: L1d, L2, LLC, from sysfs) would miss, by the footprint of everything sampled so far (see pmu_reuse_stack_distance_lines).", append(labels[:len(labels):len(labels)], "cache")...),
+		missRatio: desc("reuse_miss_ratio", "Share of the sampled accesses that an LRU cache of this host's size (cache: L1d, L2, LLC, from sysfs; replaying a trace, of the host of --replay.samples, from its HEADER_CACHE) would miss, by the footprint of everything sampled so far (see pmu_reuse_stack_distance_lines).", append(labels[:len(labels):len(labels)], "cache")...),
 	}
 }
 

@@ -159,7 +159,7 @@ func CacheSizes(sysfs string, cpu int) (Caches, error) {
 	for _, ci := range caches {
 		var size uint64
 		if ci.size != "" {
-			if size, err = parseSize(ci.size); err != nil {
+			if size, err = ParseCacheSize(ci.size); err != nil {
 				return c, fmt.Errorf("cpu%d: level %d cache size: %w", cpu, ci.level, err)
 			}
 		}
@@ -176,9 +176,10 @@ func CacheSizes(sysfs string, cpu int) (Caches, error) {
 	return c, nil
 }
 
-// parseSize reads sysfs's cache size: a number of bytes with a K, M or G
-// suffix ("32K", "1024K").
-func parseSize(s string) (uint64, error) {
+// ParseCacheSize reads sysfs's cache size (and perf.data's HEADER_CACHE,
+// which copies it): a number of bytes with a K, M or G suffix ("32K",
+// "1024K").
+func ParseCacheSize(s string) (uint64, error) {
 	mult := uint64(1)
 	switch {
 	case strings.HasSuffix(s, "K"):

@@ -40,11 +40,11 @@ func TestCacheSizesAgainstGetconf(t *testing.T) {
 
 func TestParseSize(t *testing.T) {
 	for s, want := range map[string]uint64{"32K": 32 << 10, "1024K": 1 << 20, "2M": 2 << 20, "512": 512} {
-		if got, err := parseSize(s); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v", s, got, err)
+		if got, err := ParseCacheSize(s); err != nil || got != want {
+			t.Errorf("ParseCacheSize(%q) = %d, %v", s, got, err)
 		}
 	}
-	if _, err := parseSize("lots"); err == nil {
-		t.Error("parseSize(lots)")
+	if _, err := ParseCacheSize("lots"); err == nil {
+		t.Error("ParseCacheSize(lots)")
 	}
 }

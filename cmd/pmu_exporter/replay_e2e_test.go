@@ -180,6 +180,20 @@ func TestServeReplayTrace(t *testing.T) {
 			t.Errorf("%s %v, reuse --trace says %d", name, got, v)
 		}
 	}
+	// Every simulated trap is an outcome: a reuse, an invalidation or stale.
+	if want.Traps != want.Reuses+want.Invalidations+want.Stale || want.Traps == 0 || want.Arms == 0 {
+		t.Errorf("reuse --trace: %d traps, %d arms; %d reuses, %d invalidations, %d stale", want.Traps, want.Arms, want.Reuses, want.Invalidations, want.Stale)
+	}
+	if got := mustValue(t, mfs, "pmu_comm_watchpoint_traps_total", map[string]string{"outcome": "reuse"}); got != float64(want.Traps) {
+		t.Errorf("pmu_comm_watchpoint_traps_total{outcome=reuse} %v, reuse --trace says %d", got, want.Traps)
+	}
+	if got := mustValue(t, mfs, "pmu_comm_watchpoint_arms_total", nil); got != float64(want.Arms) {
+		t.Errorf("pmu_comm_watchpoint_arms_total %v, reuse --trace says %d", got, want.Arms)
+	}
+	// The trace's threads: two that sample and two that only store.
+	if got := mustValue(t, mfs, "pmu_comm_watched_threads", map[string]string{"use": "reuse"}); got != 4 {
+		t.Errorf("pmu_comm_watched_threads{use=reuse} %v, the trace has 4 threads", got)
+	}
 	for _, outcome := range []string{"reused", "invalidated", "censored"} {
 		if got := mustValue(t, mfs, "pmu_reuse_watches_total", with("outcome", outcome)); got != float64(want.Watches[outcome]) {
 			t.Errorf("watches %s %v, reuse --trace says %d", outcome, got, want.Watches[outcome])
@@ -321,5 +335,38 @@ func TestServeReplayTimerSamples(t *testing.T) {
 	}
 	if found["false_sharing"] == 0 {
 		t.Error("no false sharing detected between falseshare's two threads")
+	}
+}
+
+// Replaying a trace beside a perf.data file, the miss ratios are at the
+// caches of the file's host, as its HEADER_CACHE sizes them: the synthetic
+// c2c recording's, where perf report --header-only -I lists only L3.
+func TestServeReplayTraceMissRatios(t *testing.T) {
+	perf := testenv.RequireTool(t, "perf")
+	const c2c = "../../examples/replay/skx-c2c.data"
+	out, err := exec.Command(perf, "report", "-i", c2c, "--header-only", "-I").Output()
+	if err != nil {
+		t.Fatalf("perf report --header-only: %v", err)
+	}
+	levels := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#\s+L(\d) (Data|Unified)\s+\d+K`).FindAllStringSubmatch(string(out), -1) {
+		levels[m[1]] = true
+	}
+	if !levels["3"] || levels["1"] || levels["2"] {
+		t.Fatalf("perf reads caches at levels %v in %s, the test expects L3 alone:\n%s", levels, c2c, out)
+	}
+	p := start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.samples="+c2c,
+		"--replay.trace=../../examples/replay/reuse-trace.txt", "--replay.trace-period=100")
+	_, mfs := p.scrape(t)
+	caches := map[string]float64{}
+	for _, m := range mfs["pmu_reuse_miss_ratio"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "cache" {
+				caches[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if len(caches) != 1 || caches["LLC"] < 0 || caches["LLC"] > 1 {
+		t.Errorf("miss ratios %v, want the LLC's alone, a share", caches)
 	}
 }

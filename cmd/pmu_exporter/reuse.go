@@ -29,15 +29,21 @@ type reuseFlags struct {
 // rests on. The estimate uses every watch, censored ones included
 // (analysis/locality/reuse.LifeTable; docs/sampling.md).
 type reuseJSON struct {
-	Mode                   string   `json:"mode"`
-	Unit                   string   `json:"unit"`
-	Samples                uint64   `json:"samples"`
-	Dropped                uint64   `json:"dropped"`
-	Reuses                 uint64   `json:"reuses"`
-	Invalidations          uint64   `json:"invalidations"`
-	EstimatedInvalidations uint64   `json:"estimated_invalidations"`
-	TimeDistanceLog2       []uint64 `json:"time_distance_log2"`
-	Observed               []uint64 `json:"observed_time_distance_log2"`
+	Mode                   string `json:"mode"`
+	Unit                   string `json:"unit"`
+	Samples                uint64 `json:"samples"`
+	Dropped                uint64 `json:"dropped"`
+	Reuses                 uint64 `json:"reuses"`
+	Invalidations          uint64 `json:"invalidations"`
+	EstimatedInvalidations uint64 `json:"estimated_invalidations"`
+	// Stale are traps of a slot's earlier arm; Traps and Arms count the
+	// simulated registers' traps (each a reuse, an invalidation or stale)
+	// and arms (a slot armed in one thread), as pmu_comm_watchpoint_*.
+	Stale            uint64   `json:"stale"`
+	Traps            uint64   `json:"traps"`
+	Arms             uint64   `json:"arms"`
+	TimeDistanceLog2 []uint64 `json:"time_distance_log2"`
+	Observed         []uint64 `json:"observed_time_distance_log2"`
 	// Watches are the slots' watches by how they ended: reused,
 	// invalidated, ended (armed when the trace ended) and censored (a
 	// later sample took the slot first).
@@ -130,6 +136,7 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := t.Estimate()
 	out := reuseJSON{Mode: o.Mode.String(), Unit: "accesses", Samples: t.Samples, Dropped: t.Dropped, Reuses: t.Reuses,
 		Invalidations: t.Invalidations, EstimatedInvalidations: uint64(math.Round(e.Invalidated.Share * float64(t.Samples))),
+		Stale: t.Stale, Traps: r.Traps, Arms: r.Arms,
 		TimeDistanceLog2: t.Histogram(), Observed: t.Raw(), Watches: map[string]uint64{},
 		Invalidated: shareJSON(e.Invalidated), Ended: shareJSON(e.Ended), Horizon: e.Horizon,
 		Unreused: math.Round(e.Unreused*1e6) / 1e6, NotResolved: math.Round(e.NotResolved*1e6) / 1e6}

@@ -60,14 +60,17 @@ func ParseAccess(line string) (Access, error) {
 // domain's (Shared).
 type Replay struct {
 	Tracker *Tracker
-	regs    *wpsim.Registers
-	period  uint64
-	rng     *rand.Rand
-	mode    Mode
-	domain  func(uint32) int
-	threads map[uint32]*thread
-	clocks  map[int]uint64
-	skip    func(uint32) bool
+	// Arms and Traps count the simulated registers armed and trapped, as
+	// the live exporter counts its watchpoints'.
+	Arms, Traps uint64
+	regs        *wpsim.Registers
+	period      uint64
+	rng         *rand.Rand
+	mode        Mode
+	domain      func(uint32) int
+	threads     map[uint32]*thread
+	clocks      map[int]uint64
+	skip        func(uint32) bool
 }
 
 type thread struct{ n, next uint64 }
@@ -101,6 +104,7 @@ func (r *Replay) Threads() []uint32 { return r.regs.Threads() }
 // Arm implements Backend.
 func (r *Replay) Arm(tid uint32, slot int, addr uint64, size uint8, trap Trap) {
 	r.regs.Arm(tid, slot, addr, size, trap == TrapW)
+	r.Arms++
 }
 
 // Disarm implements Backend.
@@ -154,6 +158,7 @@ func (r *Replay) Access(a Access) {
 		kind = Write
 	}
 	if slot := r.regs.Access(a.TID, a.Write, a.Addr, a.Size); slot >= 0 {
+		r.Traps++
 		r.Tracker.Trapped(Hit{TID: a.TID, Slot: slot, Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
 	}
 	if t.n >= t.next && (r.skip == nil || !r.skip(a.TID)) {
