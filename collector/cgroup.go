@@ -139,7 +139,7 @@ func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) []cgroupcount.Class {
 		if td != nil {
 			for _, t := range td.targets {
 				if t.pmu == name || len(td.targets) == 1 && len(cores) < 2 {
-					c.Tree, c.Params = t.tree, t.params
+					c.Tree, c.Params = t.cgroupTree, t.params
 				}
 			}
 		}

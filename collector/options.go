@@ -90,6 +90,15 @@ func (o *Options) BindHostPaths(cmd *kingpin.CmdClause) {
 // for each flag given by its deprecated name.
 func (o *Options) Resolve() []string {
 	o.tree.enabled, o.cgroups.enabled, o.sampling.enabled = o.collectors.Enabled("topdown"), o.collectors.Enabled("cgroup"), o.collectors.Enabled("sampling")
+	var nodes []string
+	for _, v := range o.tree.nodes { // comma-separated or repeated
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	o.tree.nodes = nodes
 	return o.collectors.Deprecated()
 }
 
@@ -97,6 +106,9 @@ func (o *Options) Resolve() []string {
 func (o *Options) Validate() error {
 	if o.interval <= 0 {
 		return fmt.Errorf("--collector.counting.interval must be positive, got %v", o.interval)
+	}
+	if o.tree.level < 0 || o.tree.level > 6 || o.tree.cgroupLevel < 0 || o.tree.cgroupLevel > 6 {
+		return fmt.Errorf("--collector.topdown.level and --collector.topdown.cgroup-level are levels 0 (all) to 6, got %d and %d", o.tree.level, o.tree.cgroupLevel)
 	}
 	if p := o.sampling.pages; p <= 0 || p&(p-1) != 0 {
 		return fmt.Errorf("--collector.sampling.ring-pages must be a power of two, got %d", p)

@@ -110,9 +110,12 @@ func replayTopdown(b *build) error {
 	if err != nil {
 		return fmt.Errorf("--replay.uarch: %w", err)
 	}
-	tree, err := def.Compile()
+	if f.tree.level > def.Levels() {
+		b.log.Info("Top-Down level beyond the tree", "uarch", f.replay.uarch, "levels", def.Levels(), "asked", f.tree.level)
+	}
+	_, tree, _, err := pruneTree(def, f.tree.level, 0, f.tree.nodes)
 	if err != nil {
-		return err
+		return fmt.Errorf("--collector.topdown.level, --collector.topdown.nodes: %w", err)
 	}
 	params := map[string]float64{}
 	if tree.Input("smt_on") >= 0 {

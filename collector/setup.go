@@ -37,6 +37,12 @@ import (
 type treeOptions struct {
 	enabled            bool
 	uarch, definitions string
+	// level is the deepest level counted (0: all the tree has), nodes the
+	// subtrees below level 1 (none: all), cgroupLevel the deepest level
+	// attributed to cgroups: deeper levels cost counters and multiplexing,
+	// and per cgroup series too.
+	level, cgroupLevel int
+	nodes              []string
 }
 
 // cgroupOptions are the cgroup collector's (and the bounds per-cgroup
@@ -211,7 +217,7 @@ func setupTopdown(o treeOptions, sysfs string, s setup) (*liveTopdown, error) {
 		if i == 0 {
 			user = o.definitions // extends the first tree: the P-core tree on hybrids
 		}
-		tree, err := setupTree(sysfs, s, t, user)
+		tree, err := setupTree(sysfs, s, t, user, o)
 		if err != nil {
 			if t.Uarch == "" { // the definitions file alone: its errors say where
 				return nil, err
@@ -229,11 +235,13 @@ func setupTopdown(o treeOptions, sysfs string, s setup) (*liveTopdown, error) {
 	return td, nil
 }
 
-// placedTree is a compiled tree on its core PMU ("" on a host with one).
+// placedTree is a compiled tree on its core PMU ("" on a host with one),
+// and the same tree to the level attributed to cgroups.
 type placedTree struct {
-	pmu    string
-	tree   *metric.Tree
-	params map[string]float64
+	pmu        string
+	tree       *metric.Tree
+	cgroupTree *metric.Tree
+	params     map[string]float64
 }
 
 // oneTree is one tree set up on its core PMU.
@@ -247,7 +255,7 @@ type oneTree struct {
 
 // setupTree builds the tree of target t, extended or replaced by the user's
 // definitions file when one is given.
-func setupTree(sysfs string, s setup, t topdown.Target, userFile string) (*oneTree, error) {
+func setupTree(sysfs string, s setup, t topdown.Target, userFile string, o treeOptions) (*oneTree, error) {
 	var def *metric.Definition
 	if t.Uarch != "" {
 		if !s.report.Feature(capability.HardwareCounters).Available {
@@ -259,17 +267,18 @@ func setupTree(sysfs string, s setup, t topdown.Target, userFile string) (*oneTr
 		}
 		def = d
 	}
-	var tree *metric.Tree
 	var err error
 	if userFile != "" {
 		b, rerr := os.ReadFile(userFile)
 		if rerr != nil {
 			return nil, &metric.UserError{File: userFile, Err: rerr}
 		}
-		if def, tree, err = metric.Extend(def, userFile, b); err != nil {
+		if def, _, err = metric.Extend(def, userFile, b); err != nil {
 			return nil, err
 		}
-	} else if tree, err = def.Compile(); err != nil {
+	}
+	def, tree, cgroupTree, err := pruneTree(def, o.level, o.cgroupLevel, o.nodes)
+	if err != nil {
 		return nil, err
 	}
 	groups, err := topdown.LiveGroups(def, s.pmus, t.PMU)
@@ -298,7 +307,7 @@ func setupTree(sysfs string, s setup, t topdown.Target, userFile string) (*oneTr
 			info.Source = "perf_metrics"
 		}
 	}
-	out := &oneTree{placedTree: placedTree{pmu: t.PMU, tree: tree, params: params}, live: topdown.NewLive(tree, groups, params), info: info, groups: groups}
+	out := &oneTree{placedTree: placedTree{pmu: t.PMU, tree: tree, cgroupTree: cgroupTree, params: params}, live: topdown.NewLive(tree, groups, params), info: info, groups: groups}
 	counters := s.report.Counters
 	if t.PMU != "" { // hybrid: ask a CPU of this core type
 		for _, p := range s.pmus {
@@ -428,4 +437,44 @@ func Build(o Options, logger *slog.Logger) (*Pipeline, error) {
 		return replayPipeline(o, logger)
 	}
 	return livePipeline(o, logger), nil
+}
+
+// pruneTree cuts def to the levels and nodes asked for (metric.Prune), and
+// compiles it; cgroupTree is the same cut no deeper than cgroupLevel, a
+// subset of its inputs.
+func pruneTree(def *metric.Definition, level, cgroupLevel int, nodes []string) (cut *metric.Definition, tree, cgroupTree *metric.Tree, err error) {
+	if cut, err = def.Prune(level, nodes); err != nil {
+		return nil, nil, nil, err
+	}
+	if tree, err = cut.Compile(); err != nil {
+		return nil, nil, nil, err
+	}
+	cgroupTree = tree
+	if cgroupLevel > 0 && (level == 0 || cgroupLevel < level) {
+		// A node deeper than cgroupLevel is its ancestor at that level.
+		var inNodes []string
+		for _, n := range nodes {
+			for n != "" {
+				i := slices.IndexFunc(def.Metrics, func(m metric.Metric) bool { return m.Name == n })
+				if i < 0 {
+					break
+				}
+				if def.Metrics[i].Level <= cgroupLevel {
+					if !slices.Contains(inNodes, n) {
+						inNodes = append(inNodes, n)
+					}
+					break
+				}
+				n = def.Metrics[i].Parent
+			}
+		}
+		cg, err := def.Prune(cgroupLevel, inNodes)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if cgroupTree, err = cg.Compile(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return cut, tree, cgroupTree, nil
 }

@@ -66,3 +66,48 @@ func TestSetupTopdownHybrid(t *testing.T) {
 		t.Errorf("grt alone: %v %+v", err, td)
 	}
 }
+
+// On a Skylake-SP, --collector.topdown.level 3 adds level 3's groups to
+// level 2's four, and the cgroups get level 2 (--collector.topdown.
+// cgroup-level), a tree over a subset of the inputs; --collector.topdown.
+// nodes keeps only the groups the named subtrees need.
+func TestSetupTopdownLevels(t *testing.T) {
+	h := fixture.IntelSkylake()
+	h["sys/devices/system/cpu/smt/active"] = "0\n"
+	f, s := fixtureSetup(t, h)
+	levels := func(o treeOptions) (groups int, deepest, cgroupDeepest int, cgroupInputsCounted bool) {
+		t.Helper()
+		td, err := setupTopdown(o, f.sysfs, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range td.targets[0].tree.Metrics() {
+			deepest = max(deepest, m.Level)
+		}
+		for _, m := range td.targets[0].cgroupTree.Metrics() {
+			cgroupDeepest = max(cgroupDeepest, m.Level)
+		}
+		cgroupInputsCounted = true
+		for _, in := range td.targets[0].cgroupTree.Inputs {
+			cgroupInputsCounted = cgroupInputsCounted && td.targets[0].tree.Input(in) >= 0
+		}
+		return len(td.groups), deepest, cgroupDeepest, cgroupInputsCounted
+	}
+	o := f.tree
+	o.level, o.cgroupLevel = 2, 2
+	if g, d, cd, ok := levels(o); g != 4 || d != 2 || cd != 2 || !ok {
+		t.Errorf("level 2: %d groups, levels %d and %d for cgroups (inputs counted %v)", g, d, cd, ok)
+	}
+	o.level = 3
+	if g, d, cd, ok := levels(o); g != 13 || d != 3 || cd != 2 || !ok {
+		t.Errorf("level 3: %d groups, levels %d and %d for cgroups (inputs counted %v); want 13, 3 and 2", g, d, cd, ok)
+	}
+	o.nodes = []string{"memory_bound"}
+	if g, d, cd, ok := levels(o); g != 6 || d != 3 || cd != 2 || !ok {
+		t.Errorf("level 3 of memory_bound: %d groups, levels %d and %d for cgroups (inputs counted %v); want 6, 3 and 2", g, d, cd, ok)
+	}
+	o.nodes = []string{"no_such_node"}
+	if _, err := setupTopdown(o, f.sysfs, s); err == nil || !strings.Contains(err.Error(), `no node "no_such_node"`) {
+		t.Errorf("an unknown node: %v", err)
+	}
+}

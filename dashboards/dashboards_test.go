@@ -268,13 +268,13 @@ func TestQueriesReturnData(t *testing.T) {
 	}
 	replayAddr, liveAddr, promAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	// Four replays, whose instances are named replay-*: the skx node
-	// (pods, Top-Down, PEBS memory samples); the Arm SPE example (its
+	// (pods, Top-Down to level 3, PEBS memory samples); the Arm SPE example (its
 	// AUX event's losses); the platform PMUs of a two-socket node; and
 	// this project's VM (software events, timer samples with registers
 	// in a cgroup, its validation, with an access trace beside).
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
-		"--replay.samples=../examples/replay/skx-c2c.data")
+		"--replay.samples=../examples/replay/skx-c2c.data", "--collector.topdown.level=3")
 	speAddr, platformAddr, vmAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startProcess(t, filepath.Join(dir, "spe.log"), bin, "--web.listen-address="+speAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",

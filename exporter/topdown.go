@@ -57,7 +57,7 @@ func NewTopdown(trees []TopdownTree, perCPU bool) *TopdownCollector {
 		slots:     desc("slots_total", "Pipeline slots (issue or dispatch) over which Top-Down was computed, summed over CPUs.", cpu()...),
 		nodeSlots: desc("topdown_slots_total", "Slots attributed to a Top-Down node: its fraction times the interval's slots, accumulated over intervals and CPUs.", cpu("level", "category", "parent")...),
 		infoD:     desc("topdown_info", "The Top-Down tree in use (one per core type on hybrid hosts), always 1.", "uarch", "source", "smt"),
-		violation: desc("topdown_containment_violations_total", "Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.", "parent"),
+		violation: desc("topdown_containment_violations_total", "Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away. Not for a node whose children are separate estimates (Intel's levels 3 and deeper), which need not add up.", "parent"),
 		notComputed: desc("topdown_not_computed_intervals_total", "Intervals, summed over CPUs, whose value of a node was left out of its counter: negative (a counter never goes down) or a division by zero with every input counted.",
 			"category", "reason"),
 	}
@@ -97,7 +97,7 @@ func (c *TopdownCollector) Collect(ch chan<- prometheus.Metric) {
 			all, summed, v = t.Src.Totals()
 			perCPU, byCPU = map[int]float64{-1: all}, map[int][]topdown.Node{-1: summed}
 		}
-		parents := map[string]bool{}
+		parents, estimated := map[string]bool{}, map[string]bool{}
 		for cpu, s := range perCPU {
 			slots[cpu] += s
 			for _, n := range byCPU[cpu] {
@@ -105,10 +105,13 @@ func (c *TopdownCollector) Collect(ch chan<- prometheus.Metric) {
 				if n.Parent != "" {
 					parents[n.Parent] = true
 				}
+				estimated[n.Name] = n.ChildrenEstimated
 			}
 		}
 		for p := range parents { // every parent gets a series, even at 0
-			violations[p] += v[p]
+			if !estimated[p] { // but those whose children are not held to them
+				violations[p] += v[p]
+			}
 		}
 	}
 	cpuLabel := func(cpu int, l ...string) []string {

@@ -89,4 +89,7 @@ type Node struct {
 	Name, Parent string
 	Level        int
 	Slots        float64
+	// ChildrenEstimated: its children are separate estimates, not a
+	// partition of it, so their sum is not held to it.
+	ChildrenEstimated bool
 }

@@ -95,7 +95,7 @@ func (k *Keyed) Totals(key uint64) (slots float64, nodes []Node, ok bool) {
 		return 0, nil, false
 	}
 	for i, m := range k.metrics {
-		nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, Slots: a.nodes[i]})
+		nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, ChildrenEstimated: m.ChildrenEstimated, Slots: a.nodes[i]})
 	}
 	return a.slots, nodes, true
 }

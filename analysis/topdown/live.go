@@ -238,7 +238,7 @@ func (l *Live) Totals() (slots float64, nodes []Node, violations map[string]uint
 	if nodes == nil { // no CPU yet: every node at zero
 		for _, m := range l.tree.Metrics() {
 			if m.Level >= 1 {
-				nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level})
+				nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, ChildrenEstimated: m.ChildrenEstimated})
 			}
 		}
 	}
@@ -270,7 +270,7 @@ func (l *Live) TotalsPerCPU() (slots map[int]float64, nodes map[int][]Node, viol
 		slots[cpu] = s
 		for _, m := range l.tree.Metrics() {
 			if m.Level >= 1 {
-				nodes[cpu] = append(nodes[cpu], Node{Name: m.Name, Parent: m.Parent, Level: m.Level, Slots: l.nodes[cpu][m.Name]})
+				nodes[cpu] = append(nodes[cpu], Node{Name: m.Name, Parent: m.Parent, Level: m.Level, ChildrenEstimated: m.ChildrenEstimated, Slots: l.nodes[cpu][m.Name]})
 			}
 		}
 	}

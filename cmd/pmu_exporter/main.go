@@ -126,13 +126,15 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	f.opts.Bind(serve, c.check, c.valCmd)
 	logFlags(f.log, serve, c.check, c.valCmd)
 
-	c.tdCmd = app.Command("topdown", "Compute Top-Down levels 1 and 2 from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
+	c.tdCmd = app.Command("topdown", "Compute Top-Down (levels 1 and 2; --level for more) from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
 	c.tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
 	c.tdCmd.Flag("smt", "Whether the recording host ran two threads per core: on, off or auto (this host's).").Default("auto").EnumVar(&td.smt, "on", "off", "auto")
 	c.tdCmd.Flag("slots", "Slots per cycle of the recording host's cores (Arm: the PMU's caps/slots).").Float64Var(&td.slots)
 	c.tdCmd.Flag("definitions", "YAML file with metrics that extend or override the built-in tree.").StringVar(&td.definitions)
 	c.tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
 	c.tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
+	c.tdCmd.Flag("level", "The deepest level to compute (0: every level the tree has), as toplev's -l; --list-events then records what it needs.").Default("2").IntVar(&td.level)
+	c.tdCmd.Flag("nodes", "Below level 1, only these nodes' subtrees and their ancestors (comma-separated or repeated), as toplev's --nodes.").StringsVar(&td.nodes)
 	c.tdCmd.Flag("intervals", "Also print the tree of every interval, CPU and cgroup before the summary of the whole run (--format json has both always).").BoolVar(&td.intervals)
 	c.tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
 	f.opts.BindHostPaths(c.tdCmd) // the default tree is this host's

@@ -21,9 +21,12 @@ type topdownFlags struct {
 	uarch, smt, format, definitions, input string
 	slots                                  float64
 	listEvents, intervals                  bool
+	// level and nodes cut the tree (metric.Prune): toplev's -l and --nodes.
+	level int
+	nodes []string
 }
 
-// runTopdown computes Top-Down levels 1 and 2 from a perf stat recording, or
+// runTopdown computes Top-Down (to --level) from a perf stat recording, or
 // prints the perf arguments that make one.
 func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	fail := func(format string, args ...any) int {
@@ -49,16 +52,27 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 	if err != nil {
 		return fail("%v", err)
 	}
-	var tree *metric.Tree
 	if td.definitions != "" {
 		b, err := os.ReadFile(td.definitions)
 		if err != nil {
 			return fail("%v", err)
 		}
-		if def, tree, err = metric.Extend(def, td.definitions, b); err != nil {
+		if def, _, err = metric.Extend(def, td.definitions, b); err != nil {
 			return fail("%v", err)
 		}
-	} else if tree, err = def.Compile(); err != nil {
+	}
+	var nodes []string
+	for _, v := range td.nodes {
+		nodes = append(nodes, strings.Split(v, ",")...)
+	}
+	if td.level > def.Levels() {
+		fmt.Fprintf(stderr, "note: the %s tree goes to level %d, not %d\n", uarch, def.Levels(), td.level)
+	}
+	if def, err = def.Prune(td.level, nodes); err != nil {
+		return fail("--level, --nodes: %v", err)
+	}
+	tree, err := def.Compile()
+	if err != nil {
 		return fail("%v", err)
 	}
 	if td.listEvents {
@@ -217,6 +231,13 @@ func writeTopdownTable(w io.Writer, tree *metric.Tree, intervals []topdown.Inter
 			children[m.Parent] = append(children[m.Parent], m)
 		}
 	}
+	// The name column fits the deepest name: 22 wide at levels 1 and 2.
+	width := 22
+	for _, m := range tree.Def.Metrics {
+		if m.Level > 0 {
+			width = max(width, 2*(m.Level-1)+len(m.Name)+1)
+		}
+	}
 	dashes := false
 	printTree := func(values map[string]float64, above map[string]bool) {
 		var print func(m metric.Metric, depth int)
@@ -232,7 +253,7 @@ func writeTopdownTable(w io.Writer, tree *metric.Tree, intervals []topdown.Inter
 			if above[m.Name] {
 				flag = "  <=="
 			}
-			fmt.Fprintf(w, "  %-*s%-*s %s%s\n", 2*depth, "", 22-2*depth, m.Name, val, flag)
+			fmt.Fprintf(w, "  %-*s%-*s %s%s\n", 2*depth, "", width-2*depth, m.Name, val, flag)
 			for _, c := range children[m.Name] {
 				print(c, depth+1)
 			}

@@ -1,9 +1,18 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric/expr"
+	"github.com/pmu-exporter/pmu_exporter/internal/reference"
 )
 
 // Intel's trees carry toplev's thresholds and the AMD and Arm trees none,
@@ -22,5 +31,96 @@ func TestTreesWithThresholds(t *testing.T) {
 		if got := hasThresholds(tree); got != want {
 			t.Errorf("%s: thresholds %v, want %v", uarch, got, want)
 		}
+	}
+}
+
+// `topdown --uarch skx --level 3` on a recording of every event the level
+// needs (random counts, SMT off) prints each of Intel's level-3 nodes as
+// Intel's own formula computes it from the same counts, straight from
+// Skylake-SP's perfmon metrics; at the default level it prints none.
+func TestTopdownLevel3MatchesIntelFormulas(t *testing.T) {
+	def, err := topdown.Builtin("skx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := def.Prune(3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	counts := map[string]float64{}
+	var csv strings.Builder
+	for _, e := range cut.Events {
+		counts[e.Name] = float64(rng.IntN(1_000_000) + 1000)
+		fmt.Fprintf(&csv, "1.000000000,%.0f,,%s,1000000000,100.00,,\n", counts[e.Name], e.Name)
+	}
+	file := filepath.Join(t.TempDir(), "skx-level3.csv")
+	os.WriteFile(file, []byte(csv.String()), 0o644)
+	var out struct {
+		Intervals []struct{ Metrics map[string]float64 }
+	}
+	var stdout, stderr strings.Builder
+	if code := run([]string{"topdown", "--uarch", "skx", "--smt", "off", "--level", "3", "--format", "json", file}, &stdout, &stderr); code != 0 {
+		t.Fatalf("topdown exited %d: %s", code, stderr.String())
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil || len(out.Intervals) != 1 {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	got := out.Intervals[0].Metrics
+	var doc struct {
+		Metrics []struct {
+			MetricName, Formula, Category string
+			Level                         int
+			Events, Constants             []struct{ Name, Alias string }
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(reference.Dir(t), "intel-perfmon", "SKX", "metrics", "skylakex_metrics.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, m := range doc.Metrics {
+		if m.Category != "TMA" || m.Level != 3 {
+			continue
+		}
+		names := map[string]string{} // alias -> event or constant
+		for _, e := range append(m.Events, m.Constants...) {
+			names[e.Alias] = e.Name
+		}
+		var slots []float64
+		prog, err := expr.Compile(m.Formula, func(alias string) (int, bool) {
+			name := names[alias]
+			if name == "FP_ARITH_INST_RETIRED.128B_PACKED_DOUBLE:u0xfc" {
+				name = "FP_ARITH_INST_RETIRED.VECTOR" // the same encoding (TestSameEncodings)
+			}
+			v, ok := counts[name]
+			if name == "HYPERTHREADING_ON" {
+				v, ok = 0, true // recorded with SMT off
+			}
+			slots = append(slots, v)
+			return len(slots) - 1, ok
+		})
+		if err != nil {
+			t.Fatalf("%s: %v: an input not among the events of --level 3", m.MetricName, err)
+		}
+		want := prog.Eval(slots, make([]float64, prog.StackSize())) / 100
+		name := strings.ToLower(m.MetricName)
+		if g, ok := got[name]; !ok || math.Abs(g-want) > 1e-9*math.Max(1, math.Abs(want)) {
+			t.Errorf("%s: topdown prints %v (present %v), Intel's formula gives %v", name, g, ok, want)
+		}
+		checked++
+	}
+	if checked != 25 {
+		t.Errorf("checked %d level-3 nodes, Intel publishes 25 for Skylake-SP", checked)
+	}
+	stdout.Reset()
+	if code := run([]string{"topdown", "--uarch", "skx", "--smt", "off", "--format", "json", file}, &stdout, &stderr); code != 0 {
+		t.Fatalf("topdown exited %d: %s", code, stderr.String())
+	}
+	if strings.Contains(stdout.String(), `"l1_bound"`) {
+		t.Error("level 3 printed at the default level")
 	}
 }

@@ -86,3 +86,44 @@ func TestTSCCountsAsPerfStat(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReadTSC reads the msr PMU's tsc on every online CPU, as the
+// platform collector does at each scrape: what one read of one platform
+// counter costs (ns/op over counters/op).
+func BenchmarkReadTSC(b *testing.B) {
+	testenv.RequireRoot(b)
+	pmus, err := pmu.Discover("/sys")
+	if err != nil {
+		b.Fatal(err)
+	}
+	online, err := host.OnlineCPUs("/sys")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs, err := platform.Select(pmus, online)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tsc []platform.Counter
+	for _, c := range cs {
+		if c.PMU == "msr" && c.Event == "tsc" {
+			tsc = append(tsc, c)
+		}
+	}
+	if len(tsc) == 0 {
+		b.Skip("no msr/tsc/ PMU event on this host")
+	}
+	c, err := Open(tsc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	n := 0
+	for b.Loop() {
+		n = 0
+		if err := c.Read(func(*platform.Counter, int, uint64) { n++ }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n), "counters/op")
+}

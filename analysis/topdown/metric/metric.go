@@ -51,9 +51,13 @@ type Metric struct {
 	Threshold   string `yaml:"threshold"`
 	Description string `yaml:"description"`
 	// Approximate allows events from different groups in one formula.
-	Approximate bool   `yaml:"approximate"`
-	file        string // where it was defined, for errors
-	line        int
+	Approximate bool `yaml:"approximate"`
+	// ChildrenEstimated says its children are separate estimates, not a
+	// partition of it (TMA's levels 3 and deeper, mostly shares of cycles
+	// rather than of slots): their sum is not held to it.
+	ChildrenEstimated bool   `yaml:"children_estimated"`
+	file              string // where it was defined, for errors
+	line              int
 }
 
 // where names the metric in errors: file:line where it was read from a file,
@@ -423,7 +427,7 @@ func (e *Evaluator) Eval() {
 	}
 	for p, kids := range e.t.children {
 		parent := e.values[e.t.nodes[p].slot]
-		if math.IsNaN(parent) {
+		if math.IsNaN(parent) || e.t.nodes[p].ChildrenEstimated {
 			continue
 		}
 		sum := 0.0
