@@ -36,7 +36,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("uarch", "topdown.uarch", "Top-Down trees to use instead of the detected ones, comma-separated, one per core type (hybrids: adl,grt): "+strings.Join(topdown.Names(), ", ")+"; none makes --collector.topdown.definitions the whole tree.",
 					func(fc *kingpin.FlagClause) { fc.StringVar(&f.tree.uarch) })
 				o.Flag("definitions", "topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the first, P-core, tree on hybrids; the whole tree where no built-in one applies).", func(fc *kingpin.FlagClause) { fc.StringVar(&f.tree.definitions) })
-				o.Flag("level", "", "The deepest Top-Down level counted and exported (1 to 6; 0: every level the tree has). Levels beyond 2 count more events, in more groups that the PMU multiplexes (pmu_group_running_seconds_total shows how much): toplev's -l. The built-in trees go to 2, skx to 3 (with the level-4 nodes level 3 rests on counted, not exported).", func(fc *kingpin.FlagClause) {
+				o.Flag("level", "", "The deepest Top-Down level counted and exported (1 to 6; 0: every level the tree has). Levels beyond 2 count more events, in more groups that the PMU multiplexes (pmu_group_running_seconds_total shows how much): toplev's -l. The built-in trees go to 2; skx (skl, clx) and icx to 3, with the level-4 nodes level 3 rests on (exported at level 4 or 0).", func(fc *kingpin.FlagClause) {
 					fc.Default("2").IntVar(&f.tree.level)
 				})
 				o.Flag("nodes", "", "Below level 1, only these nodes' subtrees and their ancestors (comma-separated or repeated; as toplev's --nodes): e.g. memory_bound with --collector.topdown.level=3 counts the memory nodes' events alone.", func(fc *kingpin.FlagClause) {

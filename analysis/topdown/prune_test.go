@@ -159,3 +159,37 @@ func TestLevel3IsNotHeldToContainment(t *testing.T) {
 		}
 	}
 }
+
+// Pruned to level 2, the icx tree counts what it did before level 3 was
+// written: its first 21 events, without the smt_on param level 3's core
+// cycles need, in its first five groups (the fourth without the cycles
+// that level 3's store_bound divides by); icl, whose level 3 Intel
+// defines differently, is the icx tree to level 2.
+func TestPruneICXLevel2(t *testing.T) {
+	full, err := Builtin("icx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := full.Prune(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(two.Events), names(full.Events[:21]); !slices.Equal(got, want) {
+		t.Errorf("level 2 counts %v, want %v", got, want)
+	}
+	if len(two.Params) != 0 || !slices.Equal(full.Params, []string{"smt_on"}) {
+		t.Errorf("params %v at level 2, %v in all", two.Params, full.Params)
+	}
+	want := slices.Clone(full.Groups[:5])
+	want[3] = slices.DeleteFunc(slices.Clone(want[3]), func(e string) bool { return e == "CPU_CLK_UNHALTED.THREAD" })
+	if !slices.EqualFunc(two.Groups, want, slices.Equal) {
+		t.Errorf("level 2 groups %v, want %v", two.Groups, want)
+	}
+	icl, err := Builtin("icl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if icl.Levels() != 2 || full.Levels() != 4 {
+		t.Errorf("icl goes to level %d, icx to %d", icl.Levels(), full.Levels())
+	}
+}

@@ -58,5 +58,13 @@ func Builtin(uarch string) (*metric.Definition, error) {
 		return nil, err
 	}
 	d.Name = uarch // adl, not spr: the name says which part's tree is in use
+	if deepest, ok := aliasLevels[uarch]; ok {
+		return d.Prune(deepest, nil)
+	}
 	return d, nil
 }
+
+// aliasLevels are the parts that share a tree only to a level: below it
+// Intel's formulas for them differ (Ice Lake client's level 3 has
+// DRAM_Bound and LSD where Ice Lake-SP's has L3_Miss_Bound).
+var aliasLevels = map[string]int{"icl": 2}

@@ -390,7 +390,7 @@ func TestEventSpecsMatchIntelEncodings(t *testing.T) {
 				t.Errorf("%s: %s is not an event of this platform", c.uarch, name)
 				continue
 			}
-			for _, mod := range parts[1:] { // Intel's modifier notation: :c1 cmask, :e1 edge, :i1 invert
+			for _, mod := range parts[1:] { // Intel's modifier notation: :c1 cmask, :e1 edge, :i1 invert, :u0x80 umask
 				switch {
 				case strings.HasPrefix(mod, "c"):
 					r.CounterMask = mod[1:]
@@ -398,6 +398,8 @@ func TestEventSpecsMatchIntelEncodings(t *testing.T) {
 					r.EdgeDetect = mod[1:]
 				case strings.HasPrefix(mod, "i"):
 					r.Invert = mod[1:]
+				case strings.HasPrefix(mod, "u"):
+					r.UMask = mod[1:]
 				}
 			}
 			want := num(t, r.EventCode) | num(t, r.UMask)<<8 | num(t, r.EdgeDetect)<<18 | num(t, r.AnyThread)<<21 |

@@ -34,12 +34,22 @@ func TestTreesWithThresholds(t *testing.T) {
 	}
 }
 
-// `topdown --uarch skx --level 3` on a recording of every event the level
-// needs (random counts, SMT off) prints each of Intel's level-3 nodes as
-// Intel's own formula computes it from the same counts, straight from
-// Skylake-SP's perfmon metrics; at the default level it prints none.
+// `topdown --uarch skx --level 3` (and icx) on a recording of every event
+// the level needs (random counts, SMT off) prints each of Intel's level-3
+// nodes as Intel's own formula computes it from the same counts, straight
+// from Skylake-SP's (Ice Lake-SP's) perfmon metrics; at the default level
+// it prints none.
 func TestTopdownLevel3MatchesIntelFormulas(t *testing.T) {
-	def, err := topdown.Builtin("skx")
+	for _, c := range []struct {
+		uarch, metrics string
+		nodes          int
+	}{{"skx", "SKX/metrics/skylakex_metrics.json", 25}, {"icx", "ICX/metrics/icelakex_metrics.json", 25}} {
+		t.Run(c.uarch, func(t *testing.T) { topdownLevel3(t, c.uarch, c.metrics, c.nodes) })
+	}
+}
+
+func topdownLevel3(t *testing.T, uarch, metrics string, nodes int) {
+	def, err := topdown.Builtin(uarch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +70,7 @@ func TestTopdownLevel3MatchesIntelFormulas(t *testing.T) {
 		Intervals []struct{ Metrics map[string]float64 }
 	}
 	var stdout, stderr strings.Builder
-	if code := run([]string{"topdown", "--uarch", "skx", "--smt", "off", "--level", "3", "--format", "json", file}, &stdout, &stderr); code != 0 {
+	if code := run([]string{"topdown", "--uarch", uarch, "--smt", "off", "--level", "3", "--format", "json", file}, &stdout, &stderr); code != 0 {
 		t.Fatalf("topdown exited %d: %s", code, stderr.String())
 	}
 	if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil || len(out.Intervals) != 1 {
@@ -74,7 +84,7 @@ func TestTopdownLevel3MatchesIntelFormulas(t *testing.T) {
 			Events, Constants             []struct{ Name, Alias string }
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(reference.Dir(t), "intel-perfmon", "SKX", "metrics", "skylakex_metrics.json"))
+	b, err := os.ReadFile(filepath.Join(reference.Dir(t), "intel-perfmon", metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +123,11 @@ func TestTopdownLevel3MatchesIntelFormulas(t *testing.T) {
 		}
 		checked++
 	}
-	if checked != 25 {
-		t.Errorf("checked %d level-3 nodes, Intel publishes 25 for Skylake-SP", checked)
+	if checked != nodes {
+		t.Errorf("checked %d level-3 nodes, Intel publishes %d", checked, nodes)
 	}
 	stdout.Reset()
-	if code := run([]string{"topdown", "--uarch", "skx", "--smt", "off", "--format", "json", file}, &stdout, &stderr); code != 0 {
+	if code := run([]string{"topdown", "--uarch", uarch, "--smt", "off", "--format", "json", file}, &stdout, &stderr); code != 0 {
 		t.Fatalf("topdown exited %d: %s", code, stderr.String())
 	}
 	if strings.Contains(stdout.String(), `"l1_bound"`) {

@@ -12,11 +12,11 @@ import (
 // every level) and, where nodes names some, below level 1 only their
 // subtrees and their ancestors, as toplev's --nodes selects. A deeper
 // metric that a kept one uses (in its formula or threshold) stays as a
-// hidden helper: level 0, no parent, no threshold. The events are those
-// the kept metrics use, in d's order, and the groups keep those of them,
-// less a group all of whose events an earlier kept group already counts:
-// deeper levels cost no counters unless asked for. An unknown node, or
-// one deeper than maxLevel, is an error.
+// hidden helper: level 0, no parent, no threshold. The events and params
+// are those the kept metrics use, in d's order; the groups keep those
+// events, less a group all of whose events an earlier kept group already
+// counts: deeper levels cost no counters unless asked for. An unknown
+// node, or one deeper than maxLevel, is an error.
 func (d *Definition) Prune(maxLevel int, nodes []string) (*Definition, error) {
 	byName := map[string]int{}
 	for i, m := range d.Metrics {
@@ -83,6 +83,7 @@ func (d *Definition) Prune(maxLevel int, nodes []string) (*Definition, error) {
 		out.Metrics = append(out.Metrics, m)
 	}
 	out.Events = slices.DeleteFunc(slices.Clone(d.Events), func(e Event) bool { return !events[e.Name] })
+	out.Params = slices.DeleteFunc(slices.Clone(d.Params), func(p string) bool { return !events[p] })
 	out.Groups = groupsOf(d.Groups, events)
 	return &out, nil
 }
