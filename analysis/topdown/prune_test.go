@@ -193,3 +193,26 @@ func TestPruneICXLevel2(t *testing.T) {
 		t.Errorf("icl goes to level %d, icx to %d", icl.Levels(), full.Levels())
 	}
 }
+
+// Pruned to level 2, the spr tree counts its PERF_METRICS group alone, as
+// before level 3 was written; Granite Rapids and Alder Lake, whose level
+// 3 Intel defines differently, stop at 2, Emerald Rapids does not.
+func TestPruneSPRLevel2(t *testing.T) {
+	full, err := Builtin("spr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := full.Prune(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(two.Events), names(full.Events[:10]); !slices.Equal(got, want) || len(two.Groups) != 1 || len(two.Params) != 0 {
+		t.Errorf("level 2 counts %v in %d groups with params %v, want %v in one", got, len(two.Groups), two.Params, want)
+	}
+	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 2, "adl": 2} {
+		d, err := Builtin(uarch)
+		if err != nil || d.Levels() != want {
+			t.Errorf("%s goes to level %d (%v), want %d", uarch, d.Levels(), err, want)
+		}
+	}
+}

@@ -65,6 +65,8 @@ func Builtin(uarch string) (*metric.Definition, error) {
 }
 
 // aliasLevels are the parts that share a tree only to a level: below it
-// Intel's formulas for them differ (Ice Lake client's level 3 has
-// DRAM_Bound and LSD where Ice Lake-SP's has L3_Miss_Bound).
-var aliasLevels = map[string]int{"icl": 2}
+// Intel's formulas for them differ (Ice Lake client's and Alder Lake's
+// level 3 have DRAM_Bound and LSD where Ice Lake-SP's and Sapphire
+// Rapids' have L3_Miss_Bound; Granite Rapids' ports_utilized_0, which its
+// ports_utilization rests on, is another formula).
+var aliasLevels = map[string]int{"icl": 2, "adl": 2, "gnr": 2}

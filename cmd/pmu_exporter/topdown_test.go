@@ -43,7 +43,8 @@ func TestTopdownLevel3MatchesIntelFormulas(t *testing.T) {
 	for _, c := range []struct {
 		uarch, metrics string
 		nodes          int
-	}{{"skx", "SKX/metrics/skylakex_metrics.json", 25}, {"icx", "ICX/metrics/icelakex_metrics.json", 25}} {
+	}{{"skx", "SKX/metrics/skylakex_metrics.json", 25}, {"icx", "ICX/metrics/icelakex_metrics.json", 25},
+		{"spr", "SPR/metrics/sapphirerapids_metrics.json", 28}} {
 		t.Run(c.uarch, func(t *testing.T) { topdownLevel3(t, c.uarch, c.metrics, c.nodes) })
 	}
 }
