@@ -39,7 +39,7 @@ pmu_topdown_slots_total{category="frontend_bound",level="1",parent=""} 800
 # HELP pmu_topdown_info The Top-Down tree in use (one per core type on hybrid hosts), always 1.
 # TYPE pmu_topdown_info gauge
 pmu_topdown_info{smt="on",source="perf_metrics",uarch="spr"} 1
-# HELP pmu_topdown_containment_violations_total Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.
+# HELP pmu_topdown_containment_violations_total Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away. Not for a node whose children are separate estimates (Intel's levels 3 and deeper), which need not add up.
 # TYPE pmu_topdown_containment_violations_total counter
 pmu_topdown_containment_violations_total{parent="frontend_bound"} 2
 `
@@ -109,7 +109,7 @@ pmu_topdown_slots_total{category="resource_bound",level="2",parent="backend_boun
 # TYPE pmu_topdown_info gauge
 pmu_topdown_info{smt="on",source="perf_metrics",uarch="adl"} 1
 pmu_topdown_info{smt="n/a",source="events",uarch="grt"} 1
-# HELP pmu_topdown_containment_violations_total Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away.
+# HELP pmu_topdown_containment_violations_total Intervals, summed over CPUs, in which a node's children did not add up to it; never clamped away. Not for a node whose children are separate estimates (Intel's levels 3 and deeper), which need not add up.
 # TYPE pmu_topdown_containment_violations_total counter
 pmu_topdown_containment_violations_total{parent="backend_bound"} 1
 pmu_topdown_containment_violations_total{parent="frontend_bound"} 2

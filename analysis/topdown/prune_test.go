@@ -216,3 +216,30 @@ func TestPruneSPRLevel2(t *testing.T) {
 		}
 	}
 }
+
+// slots, the denominator every fraction is exported against, is kept with
+// its events even where no node's formula uses them (a tree of constant
+// fractions, as the e2e tests' software tree).
+func TestPruneKeepsSlots(t *testing.T) {
+	d, err := metric.Parse("software.yaml", []byte(`name: software
+events:
+  - {name: CLOCK, spec: cpu-clock}
+  - {name: FAULTS, spec: page-faults}
+groups:
+  - [CLOCK, FAULTS]
+metrics:
+  - {name: slots, level: 0, formula: CLOCK}
+  - {name: frontend_bound, level: 1, formula: "0.25"}
+  - {name: backend_bound, level: 1, formula: "0.75"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := d.Prune(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(cut.Events); !slices.Equal(got, []string{"CLOCK"}) || len(cut.Metrics) != 3 || !slices.EqualFunc(cut.Groups, [][]string{{"CLOCK"}}, slices.Equal) {
+		t.Errorf("events %v, %d metrics, groups %v; want CLOCK, slots and both nodes", got, len(cut.Metrics), cut.Groups)
+	}
+}

@@ -56,6 +56,9 @@ func (d *Definition) Prune(maxLevel int, nodes []string) (*Definition, error) {
 			visit(m.Name)
 		}
 	}
+	if _, ok := byName["slots"]; ok {
+		visit("slots") // the denominator every fraction is exported against
+	}
 	// Hidden helpers over what is counted anyway (slots, core_clks) stay.
 	for _, m := range d.Metrics {
 		if m.Level != 0 || keep[m.Name] {
