@@ -25,7 +25,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 					func(fc *kingpin.FlagClause) { fc.BoolVar(&f.perCPU) })
 				o.Flag("interval", "collector.interval", "How often every group is read (per-cgroup attribution and Top-Down follow each read).",
 					func(fc *kingpin.FlagClause) { fc.Default("1s").DurationVar(&f.interval) })
-				o.Flag("info-events", "", "Also count the inputs of the Info metrics the default groups lack, where the host counts hardware events: loads, stores and their L1 data cache misses, last-level cache loads and misses (perf's generic cache events, each group alone); the recording rules make MPKI and CPI of them. Off by default: on a PMU with few counters they add multiplexing.",
+				o.Flag("info-events", "", "Also count the inputs of the Info metrics the default groups lack, where the host counts hardware events: loads, stores and their L1 data cache misses, last-level cache loads and misses (perf's generic cache events, each group alone), and the Top-Down tree's Info events (Intel: loads that missed L1, L2 and L3, MEM_LOAD_RETIRED.*_MISS; AMD Zen 4: L2 demand misses); the recording rules make MPKI at each level and CPI of them. Off by default: on a PMU with few counters they add multiplexing.",
 					func(fc *kingpin.FlagClause) { fc.BoolVar(&f.infoEvents) })
 				o.Flag("hotplug-uevents", "", "Follow CPU hotplug as the kernel announces it (uevents on a netlink socket): a CPU that comes online is counted and sampled from milliseconds after, not from the next read; off, hotplug is followed at each read only.",
 					func(fc *kingpin.FlagClause) { fc.Default("true").BoolVar(&f.hotplugUevents) })

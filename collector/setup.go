@@ -103,6 +103,7 @@ func discover(f Options) setup {
 		groups = profile.Default(hw)
 		if hw && f.infoEvents {
 			groups = append(groups, profile.Info()...)
+			groups = append(groups, treeInfo(f.tree.uarch, s)...)
 		}
 	}
 	groups = append(groups, cfg.Groups...)
@@ -477,4 +478,35 @@ func pruneTree(def *metric.Definition, level, cgroupLevel int, nodes []string) (
 		}
 	}
 	return cut, tree, cgroupTree, nil
+}
+
+// treeInfo is the Info events of the host's Top-Down tree (its info:
+// list, the core's own events, such as Intel's MEM_LOAD_RETIRED.L1_MISS,
+// L2_MISS and L3_MISS behind toplev's MPKI), one group per tree; none on
+// a hybrid, whose trees count on their own core PMUs, or where no
+// built-in tree applies (--collector.topdown.uarch names it, else the
+// host's CPU).
+func treeInfo(uarch string, s setup) []config.Group {
+	targets := topdown.Place(strings.Split(uarch, ","), s.pmus)
+	if uarch == "" {
+		var err error
+		if targets, err = topdown.ForHost(s.facts.CPU, s.pmus); err != nil {
+			return nil
+		}
+	}
+	var out []config.Group
+	for _, t := range targets {
+		d, err := topdown.Builtin(t.Uarch)
+		if err != nil || t.PMU != "" || len(d.Info) == 0 {
+			continue
+		}
+		var specs []string
+		for _, e := range d.Info {
+			specs = append(specs, e.Spec)
+		}
+		if g, err := profile.Group("info-"+d.Name, specs...); err == nil {
+			out = append(out, g)
+		}
+	}
+	return out
 }

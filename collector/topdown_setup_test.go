@@ -8,6 +8,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"github.com/pmu-exporter/pmu_exporter/plan/profile"
 )
 
 // fixtureSetup is what discover would find on a fixture host whose hardware
@@ -109,5 +110,33 @@ func TestSetupTopdownLevels(t *testing.T) {
 	o.nodes = []string{"no_such_node"}
 	if _, err := setupTopdown(o, f.sysfs, s); err == nil || !strings.Contains(err.Error(), `no node "no_such_node"`) {
 		t.Errorf("an unknown node: %v", err)
+	}
+}
+
+// --collector.counting.info-events counts the Info events of the host's
+// tree as one exported group: on a Skylake-SP Intel's MEM_LOAD_RETIRED.
+// L1_MISS, L2_MISS and L3_MISS, resolved on its core PMU; on a hybrid,
+// whose trees count on their own core PMUs, none.
+func TestTreeInfoGroups(t *testing.T) {
+	h := fixture.IntelSkylake()
+	_, s := fixtureSetup(t, h)
+	groups := treeInfo("", s)
+	if len(groups) != 1 || groups[0].Name != "info-skx" || len(groups[0].Events) != 3 {
+		t.Fatalf("groups %+v, want info-skx with three events", groups)
+	}
+	specs, err := profile.Build(groups, s.pmus)
+	if err != nil || len(specs) != 1 {
+		t.Fatalf("%v %v", specs, err)
+	}
+	var names []string
+	for _, e := range specs[0].Events {
+		names = append(names, e.Name)
+	}
+	if !slices.Equal(names, []string{"MEM_LOAD_RETIRED.L1_MISS", "MEM_LOAD_RETIRED.L2_MISS", "MEM_LOAD_RETIRED.L3_MISS"}) || specs[0].Events[1].Attr.Config != 0x10d1 {
+		t.Errorf("events %v (L2_MISS config %#x)", names, specs[0].Events[1].Attr.Config)
+	}
+	_, s = fixtureSetup(t, fixture.IntelAlderLake())
+	if g := treeInfo("", s); len(g) != 0 {
+		t.Errorf("hybrid: %+v", g)
 	}
 }

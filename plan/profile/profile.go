@@ -55,6 +55,20 @@ func Info() []config.Group {
 	}
 }
 
+// Group is a built-in group of name over perf event specs (a tree's Info
+// events); an error names the spec that does not parse.
+func Group(name string, specs ...string) (config.Group, error) {
+	g := config.Group{Name: name, Pos: defaultPos}
+	for _, s := range specs {
+		spec, err := eventspec.Parse(s)
+		if err != nil {
+			return g, fmt.Errorf("group %s: event %q: %w", name, s, err)
+		}
+		g.Events = append(g.Events, config.Event{Spec: spec, Pos: defaultPos})
+	}
+	return g, nil
+}
+
 func group(name string, specs ...string) config.Group {
 	g := config.Group{Name: name, Pos: defaultPos}
 	for _, s := range specs {

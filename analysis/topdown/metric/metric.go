@@ -34,6 +34,10 @@ type Definition struct {
 	// Groups list events that must be counted together (one perf group).
 	Groups  [][]string `yaml:"groups"`
 	Metrics []Metric   `yaml:"metrics"`
+	// Info are core events the Info metrics (toplev's MPKI at each cache
+	// level) need beyond the tree, counted as one group where asked
+	// (--collector.counting.info-events) and exported as counted events.
+	Info []Event `yaml:"info"`
 }
 
 // Event is a counted input.
