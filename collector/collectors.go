@@ -74,7 +74,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("max-lines", "sampling.max-lines", "Cache lines the shared-line table holds (/debug/cachelines); the coldest half is dropped when full.", func(fc *kingpin.FlagClause) { fc.Default("1024").IntVar(&f.sampling.maxLines) })
 			}},
 		registry.Collector[*build]{Name: "platform", Default: true, Live: livePlatform, Replay: replayPlatform,
-			Help: "Count the platform PMUs the host exposes, on the CPUs their cpumask names: energy by package and domain (power, RAPL), the free-running MSRs by CPU (msr: tsc, aperf, mperf for frequency and busy share), C-state residency (cstate_core, cstate_pkg), memory bandwidth (uncore_imc_*, amd_umc_*): pmu_node_*",
+			Help: "Count the platform PMUs the host exposes, on the CPUs their cpumask names: energy by package and domain (power, RAPL), the free-running MSRs by CPU (msr: tsc, aperf, mperf for frequency and busy share), C-state residency (cstate_core, cstate_pkg), memory bandwidth (uncore_imc_*, amd_umc_*), NUMA and UPI traffic (uncore_cha_*, uncore_upi_*): pmu_node_*",
 			Options: func(o registry.Options) {
 				o.Flag("memory-peak", "", "Each package's peak memory bandwidth in bytes per second, where the operator knows it (channels × transfer rate × 8 bytes): exported as pmu_node_memory_peak_bytes_per_second for the dashboard to draw bandwidth against; 0 exports none, rather than a guess.", func(fc *kingpin.FlagClause) { fc.Default("0").Float64Var(&f.memoryPeak) })
 			}},

@@ -94,7 +94,7 @@ func perfMetricsEvent(event string) bool {
 
 // recordedPlatform are the platform features (host/capability's energy,
 // frequency, cstates, memory_bandwidth, numa_traffic) as the recording's
-// platform events show them.
+// platform events show them (and upi_traffic).
 func recordedPlatform(events map[platform.Kind][]platform.Counter, recorded func(name string, ok bool, detail, reason string) capability.Feature) []capability.Feature {
 	names := func(kinds ...platform.Kind) string {
 		var out []string
@@ -115,5 +115,6 @@ func recordedPlatform(events map[platform.Kind][]platform.Counter, recorded func
 		recorded(capability.CStates, len(events[platform.CoreCState])+len(events[platform.PackageCState]) > 0, names(platform.CoreCState, platform.PackageCState), "no cstate_core or cstate_pkg events"),
 		recorded(capability.MemoryBandwidth, len(events[platform.MemoryBytes]) > 0, names(platform.MemoryBytes), "no memory controller CAS counts"),
 		recorded(capability.NUMATraffic, len(events[platform.LLCMissBytes]) > 0, names(platform.LLCMissBytes), "no CHA requests to local and remote memory"),
+		recorded(capability.UPITraffic, len(events[platform.UPIBytes]) > 0, names(platform.UPIBytes), "no UPI data flits"),
 	}
 }

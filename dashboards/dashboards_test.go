@@ -418,7 +418,8 @@ var metricName = regexp.MustCompile(`pmu_[a-z0-9_]+`)
 
 // platformFeature is the capability a node-row query needs: energy for the
 // power PMU's counters, cstates for residency, frequency for aperf and
-// mperf; "" for the others.
+// mperf, memory_bandwidth, numa_traffic and upi_traffic for the uncore's;
+// "" for the others.
 func platformFeature(expr string) string {
 	switch {
 	case strings.Contains(expr, "pmu_node_energy"):
@@ -427,6 +428,8 @@ func platformFeature(expr string) string {
 		return "memory_bandwidth"
 	case strings.Contains(expr, "pmu_node_llc_miss"):
 		return "numa_traffic"
+	case strings.Contains(expr, "pmu_node_upi"):
+		return "upi_traffic"
 	case strings.Contains(expr, "cstate_residency"):
 		return "cstates"
 	case strings.Contains(expr, `msr="aperf"`) || strings.Contains(expr, `msr="mperf"`):

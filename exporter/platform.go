@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"cmp"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ type Platform struct {
 	pkgC      *prometheus.Desc
 	memory    *prometheus.Desc
 	llcMiss   *prometheus.Desc
+	upi       *prometheus.Desc
 	peak      *prometheus.Desc
 	peakValue float64 // bytes/s, 0: none given
 	errors    *prometheus.Desc
@@ -54,6 +56,7 @@ func NewPlatform(src PlatformSource, packageOf func(cpu int) string) *Platform {
 		pkgC:    desc("node_package_cstate_residency_cycles_total", "TSC cycles the package spent in a package C-state (the cstate_pkg PMU).", "package", "state"),
 		memory:  desc("node_memory_bytes_total", "Bytes the package's memory controllers read from and wrote to DRAM (direction), summed over its controllers: their CAS commands × 64 bytes (Intel uncore_imc_* cas_count_read and _write, AMD amd_umc_* umc_cas_cmd.rd and .wr), as perf's memory_bandwidth_* metrics count them. Bandwidth is its rate.", "package", "direction"),
 		llcMiss: desc("node_llc_miss_memory_bytes_total", "Bytes the package's LLC misses read from and wrote to memory (direction), local to the package or remote (locality), summed over its LLC slices: Intel's UNC_CHA_REQUESTS.{READS,WRITES}_{LOCAL,REMOTE} × 64 bytes, as its llc_miss_*_memory_bandwidth_* metrics count them: the NUMA traffic.", "package", "direction", "locality"),
+		upi:     desc("node_upi_bytes_total", "Data bytes a UPI link between packages sent (direction transmit) or received (receive), by the package it belongs to and its link number: its data flits × 64/9 bytes (Intel's UNC_UPI_TxL_FLITS.ALL_DATA and RxL, as its upi_data_transmit_bw and _receive_bw count them). The cross-socket traffic; its rate is the link's bandwidth.", "package", "link", "direction"),
 		peak:    desc("node_memory_peak_bytes_per_second", "Each package's peak memory bandwidth, as the operator gave it (--collector.platform.memory-peak); absent where none was given."),
 		errors:  desc("node_read_errors_total", "Reads of the platform counters that failed (a CPU that went offline).")}
 }
@@ -67,7 +70,7 @@ func (p *Platform) WithMemoryPeak(bytesPerSecond float64) *Platform {
 
 // Describe implements prometheus.Collector.
 func (p *Platform) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.memory, p.llcMiss, p.peak, p.errors} {
+	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.memory, p.llcMiss, p.upi, p.peak, p.errors} {
 		ch <- d
 	}
 }
@@ -78,6 +81,7 @@ func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 	type pkgDir struct{ pkg, dir, locality string }
 	memory := map[pkgDir]float64{}  // a package's controllers, summed
 	llcMiss := map[pkgDir]float64{} // and its LLC slices
+	upi := map[pkgDir]float64{}     // a link of a package: locality holds the link
 	err := p.src.Read(func(c *platform.Counter, cpu int, count uint64) {
 		switch c.Kind {
 		case platform.Energy:
@@ -92,6 +96,8 @@ func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 			memory[pkgDir{p.packageOf(cpu), c.Name, ""}] += float64(count) * c.Scale
 		case platform.LLCMissBytes:
 			llcMiss[pkgDir{p.packageOf(cpu), c.Name, c.Locality}] += float64(count) * c.Scale
+		case platform.UPIBytes:
+			upi[pkgDir{p.packageOf(cpu), c.Name, cmp.Or(c.Link, "all")}] += float64(count) * c.Scale
 		}
 	})
 	for k, v := range memory {
@@ -99,6 +105,9 @@ func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range llcMiss {
 		ch <- prometheus.MustNewConstMetric(p.llcMiss, prometheus.CounterValue, v, k.pkg, k.dir, k.locality)
+	}
+	for k, v := range upi {
+		ch <- prometheus.MustNewConstMetric(p.upi, prometheus.CounterValue, v, k.pkg, k.locality, k.dir)
 	}
 	if p.peakValue > 0 && len(memory) > 0 {
 		ch <- prometheus.MustNewConstMetric(p.peak, prometheus.GaugeValue, p.peakValue)

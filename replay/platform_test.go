@@ -11,8 +11,10 @@ import (
 // package 0 (CPU 0) used 10.25+0.50 J, package 1 (CPU 2) 8.50 J (its
 // second interval was not counted); the controllers read 1.50+0.50 MiB on
 // package 0 and 0.25 MiB on package 1, wrote 0.75 MiB there; the CHA's
-// local reads are (1000+24)·64 bytes, the remote 10·64; the MSRs and C6
-// are the counts summed per CPU; cycles is no platform event.
+// local reads are (1000+24)·64 bytes, the remote 10·64; UPI link 0 sent
+// 900 flits of 64/9 bytes, 6400 bytes, and package 1's links (merged)
+// received 18, 128 bytes; the MSRs and C6 are the counts summed per CPU;
+// cycles is no platform event.
 func TestPlatformTotalsByHand(t *testing.T) {
 	p := NewPlayer(load(t, "testdata/platform-handmade.csv"), nil, nil)
 	p.Step()
@@ -27,6 +29,9 @@ func TestPlatformTotalsByHand(t *testing.T) {
 		if c.Locality != "" {
 			key = c.Locality + "-" + key
 		}
+		if c.Kind == platform.UPIBytes {
+			key = "upi" + c.Link + "-" + key
+		}
 		got[key] += float64(count) * c.Scale
 	}); err != nil {
 		t.Fatal(err)
@@ -35,7 +40,7 @@ func TestPlatformTotalsByHand(t *testing.T) {
 	want := map[string]float64{
 		"pkg@0": 10.75, "pkg@1": 8.50, "ram@0": 2,
 		"read@0": 2 * MiB, "read@1": 0.25 * MiB, "write@1": 0.75 * MiB,
-		"local-read@0": 1024 * 64, "remote-read@1": 640,
+		"local-read@0": 1024 * 64, "remote-read@1": 640, "upi0-transmit@0": 6400, "upi-receive@1": 128,
 		"tsc@cpu0": 6e9, "tsc@cpu1": 3e9, "aperf@cpu0": 1.5e9, "mperf@cpu0": 1e9, "c6@cpu1": 2e9,
 	}
 	for k, v := range want {
@@ -47,8 +52,8 @@ func TestPlatformTotalsByHand(t *testing.T) {
 		t.Errorf("counters %v, want %v", got, want)
 	}
 	events, err := p.rec.PlatformEvents()
-	if err != nil || len(events) != 10 {
-		t.Errorf("PlatformEvents: %v %v, want the 10 platform events", events, err)
+	if err != nil || len(events) != 12 {
+		t.Errorf("PlatformEvents: %v %v, want the 12 platform events", events, err)
 	}
 }
 

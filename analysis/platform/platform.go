@@ -37,7 +37,21 @@ const (
 	// wrote to) memory, local or remote (Locality): Intel's CHA requests,
 	// 64 bytes each, as its llc_miss_*_memory_bandwidth_* metrics count.
 	LLCMissBytes
+	// UPIBytes counts the data bytes a UPI link (Link) sent (Name
+	// "transmit") or received ("receive"): its data flits, 64/9 bytes
+	// each, as Intel's upi_data_transmit_bw and _receive_bw count them.
+	UPIBytes
 )
+
+// upiEvents are the data flits of Intel's UPI links (uncore_upi_*),
+// UNC_UPI_TxL_FLITS.ALL_DATA and UNC_UPI_RxL_FLITS.ALL_DATA, the same
+// encoding from Skylake-SP to Sapphire Rapids; their sysfs has no
+// aliases.
+var upiEvents = []struct{ dir, terms string }{{"transmit", "event=0x02,umask=0x0f"}, {"receive", "event=0x03,umask=0x0f"}}
+
+// upiFlitBytes is what one data flit carries: a 64-byte line takes nine
+// (Intel's formulas: flits × 64 / 9).
+const upiFlitBytes = 64.0 / 9
 
 // chaEvents are Intel's CHA requests to memory (UNC_CHA_REQUESTS.*, the
 // same encoding on Skylake-SP, Icelake-SP and Sapphire Rapids), which the
@@ -76,6 +90,8 @@ type Counter struct {
 	CPUs []int
 	// Locality is LLCMissBytes' memory: local or remote.
 	Locality string
+	// Link is UPIBytes' link: its PMU's instance number.
+	Link string
 }
 
 // pmuKinds are the platform PMUs by sysfs name.
@@ -120,8 +136,9 @@ func Select(pmus []*pmu.PMU, online []int) ([]Counter, error) {
 
 // memoryCounters are the read and write CAS counts of a memory
 // controller PMU (uncore_imc_N: their sysfs aliases; amd_umc_N: perf's
-// encodings), or an LLC slice's local and remote memory requests
-// (uncore_cha_N: Intel's encodings), as bytes; nil for any other PMU.
+// encodings), an LLC slice's local and remote memory requests
+// (uncore_cha_N: Intel's encodings), or a UPI link's data flits sent and
+// received (uncore_upi_N), as bytes; nil for any other PMU.
 func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int) ([]Counter, error) {
 	type event struct{ spec, dir, locality string }
 	var evs []event
@@ -142,6 +159,11 @@ func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int) ([]Counter, error
 		for _, e := range umcEvents {
 			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.name, ""})
 		}
+	case strings.HasPrefix(p.Name, "uncore_upi_"):
+		kind = UPIBytes
+		for _, e := range upiEvents {
+			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.dir, ""})
+		}
 	default:
 		return nil, nil
 	}
@@ -154,6 +176,9 @@ func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int) ([]Counter, error
 		for _, r := range rs {
 			c := Counter{Kind: kind, PMU: p.Name, Event: strings.Trim(strings.TrimPrefix(e.spec, p.Name), "/"), Name: e.dir,
 				Attr: r.Attr, Scale: casBytes, Unit: "bytes", CPUs: r.CPUs, Locality: e.locality}
+			if kind == UPIBytes {
+				c.Scale, c.Link = upiFlitBytes, strings.TrimPrefix(p.Name, "uncore_upi_")
+			}
 			if c.CPUs == nil {
 				c.CPUs = slices.Clone(online)
 			}

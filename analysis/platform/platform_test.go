@@ -42,8 +42,14 @@ func TestSelectIntel(t *testing.T) {
 	if c2 := by["cstate_pkg/c2-residency"]; c2.Kind != PackageCState || c2.Name != "c2" || !reflect.DeepEqual(c2.CPUs, []int{0, 2}) {
 		t.Errorf("package c2: %+v", c2)
 	}
-	if len(cs) != 4+5+2+2+4+8 {
-		t.Errorf("%d counters, want 4 energy, 5 MSRs, 2 core and 2 package C-states, 2 controllers' reads and writes, 2 LLC slices' 4 requests", len(cs))
+	if len(cs) != 4+5+2+2+4+8+4 {
+		t.Errorf("%d counters, want 4 energy, 5 MSRs, 2 core and 2 package C-states, 2 controllers' reads and writes, 2 LLC slices' 4 requests, 2 UPI links' data sent and received", len(cs))
+	}
+	// A UPI link's data flits, Intel's encoding (UNC_UPI_TxL_FLITS.ALL_DATA
+	// event 0x02, umask 0x0f), 64/9 bytes each, on a CPU of each package.
+	if tx := by["uncore_upi_1/event=0x02,umask=0x0f"]; tx.Kind != UPIBytes || tx.Name != "transmit" || tx.Link != "1" || tx.Attr.Type != 30 ||
+		tx.Attr.Config != 0x0f02 || tx.Scale != 64.0/9 || !reflect.DeepEqual(tx.CPUs, []int{0, 2}) {
+		t.Errorf("UPI transmit: %+v", tx)
 	}
 	if !Has(cs, Energy) || !Has(cs, MSR, "aperf", "mperf") || !Has(cs, CoreCState) {
 		t.Error("Has misses what is there")
@@ -187,5 +193,53 @@ func TestLLCMissesAsPublished(t *testing.T) {
 	}
 	if n != 8 {
 		t.Errorf("%d LLC miss counters, want 4 on each of 2 slices", n)
+	}
+}
+
+// A UPI link's data sent and received are Intel's
+// UNC_UPI_TxL_FLITS.ALL_DATA and UNC_UPI_RxL_FLITS.ALL_DATA, the same
+// encoding on Skylake-SP, Ice Lake-SP and Sapphire Rapids
+// (*_uncore.json), 64/9 bytes a flit as upi_data_transmit_bw and
+// upi_data_receive_bw count them.
+func TestUPIAsPublished(t *testing.T) {
+	ref := reference.Dir(t)
+	cs, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, plat := range []string{"SKX/events/skylakex_uncore.json", "ICX/events/icelakex_uncore.json", "SPR/events/sapphirerapids_uncore.json"} {
+		events := reference.Events(t, filepath.Join(ref, "intel-perfmon", plat))
+		metrics := reference.Metrics(t, filepath.Join(ref, "intel-perfmon", strings.Replace(strings.Replace(plat, "events", "metrics", 1), "_uncore", "_metrics", 1)))
+		n := 0
+		for _, c := range cs {
+			if c.Kind != UPIBytes {
+				continue
+			}
+			n++
+			name := map[string]string{"transmit": "UNC_UPI_TxL_FLITS.ALL_DATA", "receive": "UNC_UPI_RxL_FLITS.ALL_DATA"}[c.Name]
+			var want uint64
+			for _, e := range events {
+				if e.EventName == name {
+					ev, _ := strconv.ParseUint(strings.TrimPrefix(e.EventCode, "0x"), 16, 64)
+					um, _ := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(e.UMask), "0x"), 16, 64)
+					want = ev | um<<8
+				}
+			}
+			if c.Attr.Config != want || c.Scale != 64.0/9 {
+				t.Errorf("%s: %s %s: config %#x, %s is %#x; scale %v", plat, c.PMU, c.Name, c.Attr.Config, name, want, c.Scale)
+			}
+			ok := false
+			for _, m := range metrics {
+				if m.MetricName == "upi_data_"+c.Name+"_bw" && strings.Contains(m.Formula, "(64 / 9.0)") && len(m.Events) == 1 && m.Events[0].Name == name {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("%s: no upi_data_%s_bw counting %s × 64/9", plat, c.Name, name)
+			}
+		}
+		if n != 4 {
+			t.Errorf("%d UPI counters, want 2 directions on each of 2 links", n)
+		}
 	}
 }

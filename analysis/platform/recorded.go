@@ -10,7 +10,8 @@ import (
 // names rather than by a PMU's sysfs alias: Intel's memory controller and
 // CHA events (intel-perfmon's *_uncore.json) and AMD's memory controller
 // (perf's amdzen4 memory-controller.json).
-// Each counts commands or requests of one line (casBytes).
+// Each counts commands or requests of one line (casBytes), or UPI data
+// flits (upiFlitBytes).
 var namedEvents = map[string]struct {
 	kind          Kind
 	dir, locality string
@@ -19,6 +20,7 @@ var namedEvents = map[string]struct {
 	"umc_cas_cmd.rd": {MemoryBytes, "read", ""}, "umc_cas_cmd.wr": {MemoryBytes, "write", ""},
 	"UNC_CHA_REQUESTS.READS_LOCAL": {LLCMissBytes, "read", "local"}, "UNC_CHA_REQUESTS.READS_REMOTE": {LLCMissBytes, "read", "remote"},
 	"UNC_CHA_REQUESTS.WRITES_LOCAL": {LLCMissBytes, "write", "local"}, "UNC_CHA_REQUESTS.WRITES_REMOTE": {LLCMissBytes, "write", "remote"},
+	"UNC_UPI_TxL_FLITS.ALL_DATA": {UPIBytes, "transmit", ""}, "UNC_UPI_RxL_FLITS.ALL_DATA": {UPIBytes, "receive", ""},
 }
 
 // encodedEvents are the memory events a recording names by their
@@ -34,8 +36,22 @@ func encodedEvents(family string) (Kind, []struct{ dir, locality, terms string }
 			out = append(out, struct{ dir, locality, terms string }{e.name, "", e.terms})
 		}
 		return MemoryBytes, out
+	case "uncore_upi":
+		var out []struct{ dir, locality, terms string }
+		for _, e := range upiEvents {
+			out = append(out, struct{ dir, locality, terms string }{e.dir, "", e.terms})
+		}
+		return UPIBytes, out
 	}
 	return 0, nil
+}
+
+// perCount is the bytes one count of a memory event moves.
+func perCount(k Kind) float64 {
+	if k == UPIBytes {
+		return upiFlitBytes
+	}
+	return casBytes
 }
 
 // Recorded is the platform counter an event of a perf stat recording
@@ -49,7 +65,7 @@ func encodedEvents(family string) (Kind, []struct{ dir, locality, terms string }
 // but whose unit says it was not counted as this project reads it.
 func Recorded(event, unit string) (c Counter, toCounter float64, ok bool, err error) {
 	if e, found := namedEvents[event]; found {
-		f, err := bytesPer(event, unit, casBytes)
+		f, err := bytesPer(event, unit, perCount(e.kind))
 		return Counter{Kind: e.kind, Event: event, Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, f, true, err
 	}
 	pmuName, rest, found := strings.Cut(event, "/")
@@ -67,12 +83,15 @@ func Recorded(event, unit string) (c Counter, toCounter float64, ok bool, err er
 		c.Kind, c.Name, c.Unit = MemoryBytes, dir, "bytes"
 		f, err := bytesPer(event, unit, casBytes)
 		return c, f, true, err
-	case "uncore_cha", "amd_umc":
+	case "uncore_cha", "amd_umc", "uncore_upi":
 		kind, table := encodedEvents(family)
 		for _, e := range table {
 			if sameTerms(term, e.terms) {
 				c.Kind, c.Name, c.Locality, c.Unit = kind, e.dir, e.locality, "bytes"
-				f, err := bytesPer(event, unit, casBytes)
+				if kind == UPIBytes {
+					c.Link = strings.TrimPrefix(strings.TrimPrefix(pmuName, family), "_")
+				}
+				f, err := bytesPer(event, unit, perCount(kind))
 				return c, f, true, err
 			}
 		}

@@ -168,8 +168,8 @@ func TestBreakpointsThatDoNotFire(t *testing.T) {
 // frequency but no C-states; this project's VM only msr/tsc, so none,
 // each with the PMU that is missing and why.
 func TestPlatformFeatures(t *testing.T) {
-	want(t, report(t, fixture.IntelPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: true, MemoryBandwidth: true, NUMATraffic: true})
-	want(t, report(t, fixture.AMDPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: false, MemoryBandwidth: true, NUMATraffic: false})
+	want(t, report(t, fixture.IntelPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: true, MemoryBandwidth: true, NUMATraffic: true, UPITraffic: true})
+	want(t, report(t, fixture.AMDPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: false, MemoryBandwidth: true, NUMATraffic: false, UPITraffic: false})
 	want(t, report(t, fixture.AMDZen3(), allWork), map[string]bool{MemoryBandwidth: false})
 	r := report(t, fixture.NoPMU(), allWork)
 	want(t, r, map[string]bool{Energy: false, Frequency: false, CStates: false, MemoryBandwidth: false})

@@ -23,6 +23,9 @@ const (
 	// NUMATraffic: Intel's LLC slices (uncore_cha_*) count their misses'
 	// requests to local and remote memory.
 	NUMATraffic = "numa_traffic"
+	// UPITraffic: Intel's UPI links (uncore_upi_*) count the data flits
+	// they send and receive between packages.
+	UPITraffic = "upi_traffic"
 )
 
 // platformFeatures judges the platform PMUs from sysfs: present means the
@@ -86,6 +89,19 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool) []Feature {
 	} else {
 		out = append(out, Feature{Name: NUMATraffic, Reason: "no uncore_cha PMU (Intel Xeon's LLC slices)" + vm,
 			Fix: "Intel Xeon (Skylake-SP and later) on bare metal, with the kernel's uncore driver; AMD's data fabric is not counted yet"})
+	}
+	var upis []string
+	for name := range byName {
+		if strings.HasPrefix(name, "uncore_upi_") {
+			upis = append(upis, name)
+		}
+	}
+	slices.Sort(upis)
+	if len(upis) > 0 {
+		out = append(out, Feature{Name: UPITraffic, Available: true, Detail: strings.Join(upis, ", ")})
+	} else {
+		out = append(out, Feature{Name: UPITraffic, Reason: "no uncore_upi PMU (Intel Xeon's links between packages)" + vm,
+			Fix: "a multi-socket Intel Xeon (Skylake-SP and later) on bare metal, with the kernel's uncore driver; AMD's xGMI links are not counted yet"})
 	}
 	return out
 }

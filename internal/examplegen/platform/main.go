@@ -30,7 +30,8 @@ var sockets = []int{0, 2}
 
 var events = []string{"power/energy-pkg/", "power/energy-ram/", "msr/tsc/", "msr/aperf/", "msr/mperf/",
 	"cstate_core/c6-residency/", "cstate_pkg/c6-residency/", "uncore_imc/cas_count_read/", "uncore_imc/cas_count_write/",
-	"uncore_cha/event=0x50,umask=0x01/", "uncore_cha/event=0x50,umask=0x02/", "uncore_cha/event=0x50,umask=0x04/", "uncore_cha/event=0x50,umask=0x08/"}
+	"uncore_cha/event=0x50,umask=0x01/", "uncore_cha/event=0x50,umask=0x02/", "uncore_cha/event=0x50,umask=0x04/", "uncore_cha/event=0x50,umask=0x08/",
+	"uncore_upi_0/event=0x2,umask=0xf/", "uncore_upi_0/event=0x3,umask=0xf/", "uncore_upi_1/event=0x2,umask=0xf/", "uncore_upi_1/event=0x3,umask=0xf/"}
 
 func main() {
 	var b strings.Builder
@@ -70,6 +71,14 @@ func main() {
 			// The LLC's misses to memory, a fifth of them remote.
 			for j, share := range []float64{0.8 * 0.7, 0.2 * 0.7, 0.8 * 0.3, 0.2 * 0.3} {
 				line(cpu0, count(share*bytes/64), "", events[9+j])
+			}
+			// The remote fifth crosses the two UPI links (nine 64/9-byte
+			// flits a line), split evenly; what one socket sends, the
+			// other receives.
+			other := (0.1 + 0.8*phase*(1-0.3*float64(1-s))) * peakBytes // the other socket's traffic
+			for link := 0; link < 2; link++ {
+				line(cpu0, count(0.2*bytes/64*9/2), "", events[13+2*link])
+				line(cpu0, count(0.2*other/64*9/2), "", events[14+2*link])
 			}
 		}
 		// perf prints each event on each CPU it counted on, in turn.
