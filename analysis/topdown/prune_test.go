@@ -195,8 +195,9 @@ func TestPruneICXLevel2(t *testing.T) {
 }
 
 // Pruned to level 2, the spr tree counts its PERF_METRICS group alone, as
-// before level 3 was written; Granite Rapids and Alder Lake, whose level
-// 3 Intel defines differently, stop at 2, Emerald Rapids does not.
+// before level 3 was written, and srf its two groups; Granite Rapids and
+// Alder Lake, whose level 3 Intel defines differently, stop at 2, Emerald
+// Rapids does not.
 func TestPruneSPRLevel2(t *testing.T) {
 	full, err := Builtin("spr")
 	if err != nil {
@@ -209,7 +210,11 @@ func TestPruneSPRLevel2(t *testing.T) {
 	if got, want := names(two.Events), names(full.Events[:10]); !slices.Equal(got, want) || len(two.Groups) != 1 || len(two.Params) != 0 {
 		t.Errorf("level 2 counts %v in %d groups with params %v, want %v in one", got, len(two.Groups), two.Params, want)
 	}
-	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 2, "adl": 2} {
+	srf, _ := Builtin("srf")
+	if two, err := srf.Prune(2, nil); err != nil || !slices.Equal(names(two.Events), names(srf.Events[:10])) || !slices.EqualFunc(two.Groups, srf.Groups[:2], slices.Equal) {
+		t.Errorf("srf at level 2: %v in %v (%v)", names(two.Events), two.Groups, err)
+	}
+	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 2, "adl": 2, "srf": 3} {
 		d, err := Builtin(uarch)
 		if err != nil || d.Levels() != want {
 			t.Errorf("%s goes to level %d (%v), want %d", uarch, d.Levels(), err, want)
