@@ -20,28 +20,7 @@ import (
 // over its own second (an independent reader of the same register),
 // within 2%.
 func TestTSCCountsAsPerfStat(t *testing.T) {
-	testenv.RequireRoot(t)
-	pmus, err := pmu.Discover("/sys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	online, err := host.OnlineCPUs("/sys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := platform.Select(pmus, online)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tsc []platform.Counter
-	for _, c := range cs {
-		if c.PMU == "msr" && c.Event == "tsc" {
-			tsc = append(tsc, c)
-		}
-	}
-	if len(tsc) == 0 {
-		t.Skip("no msr/tsc/ PMU event on this host")
-	}
+	tsc := tscCounters(t)
 	perfBin := testenv.RequireTool(t, "perf")
 	c, err := Open(tsc)
 	if err != nil {
@@ -91,29 +70,7 @@ func TestTSCCountsAsPerfStat(t *testing.T) {
 // platform collector does at each scrape: what one read of one platform
 // counter costs (ns/op over counters/op).
 func BenchmarkReadTSC(b *testing.B) {
-	testenv.RequireRoot(b)
-	pmus, err := pmu.Discover("/sys")
-	if err != nil {
-		b.Fatal(err)
-	}
-	online, err := host.OnlineCPUs("/sys")
-	if err != nil {
-		b.Fatal(err)
-	}
-	cs, err := platform.Select(pmus, online)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var tsc []platform.Counter
-	for _, c := range cs {
-		if c.PMU == "msr" && c.Event == "tsc" {
-			tsc = append(tsc, c)
-		}
-	}
-	if len(tsc) == 0 {
-		b.Skip("no msr/tsc/ PMU event on this host")
-	}
-	c, err := Open(tsc)
+	c, err := Open(tscCounters(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -126,4 +83,33 @@ func BenchmarkReadTSC(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n), "counters/op")
+}
+
+// tscCounters are this host's msr/tsc/ counters, one per online CPU, as
+// the platform collector selects them; skipped where there are none.
+func tscCounters(tb testing.TB) []platform.Counter {
+	tb.Helper()
+	testenv.RequireRoot(tb)
+	pmus, err := pmu.Discover("/sys")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	online, err := host.OnlineCPUs("/sys")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cs, err := platform.Select(pmus, online)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var tsc []platform.Counter
+	for _, c := range cs {
+		if c.PMU == "msr" && c.Event == "tsc" {
+			tsc = append(tsc, c)
+		}
+	}
+	if len(tsc) == 0 {
+		tb.Skip("no msr/tsc/ PMU event on this host")
+	}
+	return tsc
 }
