@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 )
 
@@ -16,10 +18,12 @@ import (
 // (TID R|W 0xADDR SIZE a line, as `pmu_exporter reuse --trace` reads it)
 // once at start, on the simulated debug registers of the trace harness,
 // sampling each thread every --replay.trace-period accesses, and serves
-// its outcomes as pmu_reuse_* with the distances in accesses (the trace
-// has no time), as the cgroup "replay:" and the file's name, and its
-// registers' arms and traps as pmu_comm_watchpoint_*; with miss ratios at
-// the caches of --replay.samples' host where its HEADER_CACHE sizes them.
+// its outcomes as pmu_reuse_* with the distances in accesses, and where
+// the trace gives each access its thread's CPU time (a fifth field) in
+// that time too (unit thread_cpu_seconds, as live), as the cgroup
+// "replay:" and the file's name, and its registers' arms and traps as
+// pmu_comm_watchpoint_*; with miss ratios at the caches of
+// --replay.samples' host where its HEADER_CACHE sizes them.
 func replayReuse(b *build) error {
 	path := b.f.replay.trace
 	file, err := os.Open(path)
@@ -33,7 +37,15 @@ func replayReuse(b *build) error {
 	}
 	t := r.Tracker
 	b.log.Info("replay trace", "file", path, "samples", t.Samples, "reuses", t.Reuses, "invalidations", t.Invalidations)
-	rc := exporter.NewReuse(replayedReuse{t}, traceCgroup("replay:"+filepath.Base(path)), nil)
+	view := replayedReuse{t}
+	if timed, err := traceTimed(path, b.f.replay.tracePeriod); err != nil {
+		return fmt.Errorf("--replay.trace: %w", err)
+	} else if timed != nil {
+		view = append(view, timed)
+	} else {
+		b.log.Info("replay trace: no distances in time", "reason", "its accesses carry no CPU time (TID R|W 0xADDR SIZE NS)")
+	}
+	rc := exporter.NewReuse(view, traceCgroup("replay:"+filepath.Base(path)), nil)
 	if l1d, l2, llc, ok := recordedCacheSizes(b.f.replay.samples); ok {
 		// Miss ratios at the recording host's caches, as live at this
 		// host's: the trace stands for a workload of that host.
@@ -48,10 +60,52 @@ func replayReuse(b *build) error {
 	return nil
 }
 
-// replayedReuse is a trace's tracker, fixed once run.
-type replayedReuse struct{ t *reuse.Tracker }
+// replayedReuse are a trace's trackers, one per distance clock, fixed
+// once run.
+type replayedReuse []*reuse.Tracker
 
-func (r replayedReuse) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker)) { f(0, 0, r.t) }
+func (r replayedReuse) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker)) {
+	for _, t := range r {
+		f(0, 0, t)
+	}
+}
+
+// traceTimed replays the trace at path again on its threads' CPU time,
+// where its first access gives one (nil where it does not); a later
+// access without one is an error naming its line.
+func traceTimed(path string, period uint64) (*reuse.Tracker, error) {
+	if timed, err := firstAccessTimed(path); err != nil || !timed {
+		return nil, err
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Unit: perfsample.UnitThreadCPU}, Period: period, Timed: true})
+	if err := r.Run(bufio.NewReaderSize(file, 1<<16)); err != nil {
+		return nil, err
+	}
+	return r.Tracker, nil
+}
+
+// firstAccessTimed says whether a trace's first access has its fifth
+// field, the thread's CPU time.
+func firstAccessTimed(path string) (bool, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		text := strings.TrimSpace(sc.Text())
+		if text != "" && !strings.HasPrefix(text, "#") {
+			return len(strings.Fields(text)) == 5, nil
+		}
+	}
+	return false, sc.Err()
+}
 
 // ArmLatency is none: the harness arms at once (or after --arm-delay
 // accesses, which are not time).

@@ -465,15 +465,13 @@ func capabilities(t *testing.T, addr string) map[string]bool {
 
 // liveOnly says why a query has no data from a replay, "" where it must:
 // the exporter's own eBPF attribution programs and the cgroup switches
-// they missed (a replay runs none), ReuseTracker's distances in seconds
-// (a trace has no time), and the watchpoint governor's cost and budget
-// (the trace's simulated registers cost nothing and nothing governs them).
+// they missed (a replay runs none), and the watchpoint governor's cost
+// and budget (the trace's simulated registers cost nothing and nothing
+// governs them).
 func liveOnly(expr string) string {
 	switch {
 	case strings.Contains(expr, "pmu_self_bpf_") || strings.Contains(expr, "pmu_cgroup_switches_missed_total"):
 		return "the exporter's own eBPF attribution, which a replay does not run"
-	case regexp.MustCompile(`pmu_reuse_(time_distance|observed_time_distance|horizon)_[a-z_]*seconds|pmu_reuse_time_distance_share|pmu_reuse_observed_time_distance_seconds`).MatchString(expr):
-		return "reuse distances in seconds: an access trace has no time"
 	case regexp.MustCompile(`pmu_comm_watchpoint_(trap_cpu_seconds|target_cpu_seconds|budget_ratio|arms_denied)`).MatchString(expr):
 		return "the watchpoint governor's cost and budget: the trace's simulated registers cost nothing"
 	}

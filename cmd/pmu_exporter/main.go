@@ -165,7 +165,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.commCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&mf.input)
 
 	rf := &c.rf
-	c.reuseCmd = app.Command("reuse", "Run ReuseTracker (sampled accesses, hardware watchpoints: reuse distances and invalidations) over an access trace, one access per line: TID R|W 0xADDR SIZE, with the debug registers' semantics.")
+	c.reuseCmd = app.Command("reuse", "Run ReuseTracker (sampled accesses, hardware watchpoints: reuse distances and invalidations) over an access trace, one access per line: TID R|W 0xADDR SIZE [NS] (NS, the thread's CPU time, is read and not used: distances are in accesses), with the debug registers' semantics.")
 	c.reuseCmd.Flag("trace", "Trace file; - reads standard input.").Default("-").StringVar(&rf.trace)
 	c.reuseCmd.Flag("period", "Each thread's accesses between samples, on average (uniform in [period/2, 3·period/2]).").Default("1000").Uint64Var(&rf.period)
 	c.reuseCmd.Flag("arm-delay", "Accesses (of any thread) before a new watchpoint takes effect.").Default("0").Uint64Var(&rf.armDelay)

@@ -211,6 +211,13 @@ func TestServeReplayTrace(t *testing.T) {
 		if got := mustValue(t, mfs, "pmu_reuse_event_distance_share", l); math.Abs(got-d.Share) > 1e-4 {
 			t.Errorf("bin [%d, %d): %v, reuse --trace says %v", d.From, d.To, got, d.Share)
 		}
+		// The trace's threads spend 2 ns an access: in time, the same
+		// reuses one bin up (within 0.5%: TestTimedTraceIsTheAccessTraceTwice).
+		l = map[string]string{"cgroup": lbl["cgroup"], "mode": "private", "unit": "thread_cpu_seconds", "bound": "estimate",
+			"bucket": strconv.FormatFloat(math.Ldexp(float64(2*d.To), -30), 'g', -1, 64)}
+		if got := mustValue(t, mfs, "pmu_reuse_time_distance_share", l); math.Abs(got-d.Share) > 0.005*d.Share {
+			t.Errorf("bin [%d, %d) ns: %v, reuse --trace says %v in [%d, %d) accesses", 2*d.From, 2*d.To, got, d.Share, d.From, d.To)
+		}
 	}
 	var stack uint64
 	for _, m := range mfs["pmu_reuse_stack_distance_lines"].GetMetric() {

@@ -17,13 +17,17 @@ type Access struct {
 	Write bool
 	Addr  uint64
 	Size  uint8
+	// Time is the thread's CPU time at the access in ns, where the trace
+	// gives one (a fifth field); 0: none.
+	Time uint64
 }
 
-// ParseAccess reads a trace line: "TID R|W 0xADDR SIZE".
+// ParseAccess reads a trace line: "TID R|W 0xADDR SIZE [NS]", NS the
+// thread's CPU time at the access, in nanoseconds.
 func ParseAccess(line string) (Access, error) {
 	f := strings.Fields(line)
-	if len(f) != 4 {
-		return Access{}, fmt.Errorf("want TID R|W 0xADDR SIZE, got %d fields", len(f))
+	if len(f) != 4 && len(f) != 5 {
+		return Access{}, fmt.Errorf("want TID R|W 0xADDR SIZE [NS], got %d fields", len(f))
 	}
 	tid, err := strconv.ParseUint(f[0], 10, 32)
 	if err != nil {
@@ -49,6 +53,11 @@ func ParseAccess(line string) (Access, error) {
 		return Access{}, fmt.Errorf("SIZE %q: want 1 to 64 bytes", f[3])
 	}
 	a.Size = uint8(size)
+	if len(f) == 5 {
+		if a.Time, err = strconv.ParseUint(f[4], 10, 64); err != nil || a.Time == 0 {
+			return Access{}, fmt.Errorf("NS %q: want the thread's CPU time in nanoseconds, above 0", f[4])
+		}
+	}
 	return a, nil
 }
 
@@ -71,9 +80,12 @@ type Replay struct {
 	threads     map[uint32]*thread
 	clocks      map[int]uint64
 	skip        func(uint32) bool
+	timed       bool
 }
 
-type thread struct{ n, next uint64 }
+// thread is a thread's accesses so far, its next sample's, and its CPU
+// time at its latest access (timed traces).
+type thread struct{ n, next, ns uint64 }
 
 // ReplayOptions are the harness's.
 type ReplayOptions struct {
@@ -82,6 +94,10 @@ type ReplayOptions struct {
 	// Unsampled, when set, says a thread's accesses are not sampled (it
 	// still traps): a writer outside the profiled workload.
 	Unsampled func(tid uint32) bool
+	// Timed makes the distance clock each thread's CPU time as the trace
+	// gives it (Private mode; every access needs a time), as live on
+	// thread_cpu_seconds; sampling still goes by accesses.
+	Timed bool
 }
 
 // NewReplay makes the harness and its tracker.
@@ -93,7 +109,8 @@ func NewReplay(o ReplayOptions) *Replay {
 		o.Domain = func(uint32) int { return 0 }
 	}
 	r := &Replay{regs: wpsim.New(o.Slots, o.ArmDelay), period: max(o.Period, 1), mode: o.Mode, domain: o.Domain,
-		rng: rand.New(rand.NewPCG(o.Seed+1, o.Seed^0x5851F42D4C957F2D)), threads: map[uint32]*thread{}, clocks: map[int]uint64{}, skip: o.Unsampled}
+		rng: rand.New(rand.NewPCG(o.Seed+1, o.Seed^0x5851F42D4C957F2D)), threads: map[uint32]*thread{}, clocks: map[int]uint64{}, skip: o.Unsampled,
+		timed: o.Timed && o.Mode == Private}
 	r.Tracker = New(r, o.Options)
 	return r
 }
@@ -120,6 +137,9 @@ func (r *Replay) Clock(tid uint32, _ uint64) (uint64, bool) {
 	t := r.threads[tid]
 	if t == nil {
 		return 0, false
+	}
+	if r.timed {
+		return t.ns, true
 	}
 	return t.n, true
 }
@@ -150,8 +170,12 @@ func (r *Replay) Access(a Access) {
 	dom := r.domain(a.TID)
 	r.clocks[dom]++
 	clock := t.n
-	if r.mode == Shared {
+	switch {
+	case r.mode == Shared:
 		clock = r.clocks[dom]
+	case r.timed:
+		t.ns = a.Time
+		clock = a.Time
 	}
 	kind := Read
 	if a.Write {
@@ -181,6 +205,9 @@ func (r *Replay) Run(in io.Reader) error {
 		a, err := ParseAccess(text)
 		if err != nil {
 			return fmt.Errorf("line %d: %w", line, err)
+		}
+		if r.timed && a.Time == 0 {
+			return fmt.Errorf("line %d: no time (NS, the fifth field): distances in time need every access timed", line)
 		}
 		r.Access(a)
 	}
