@@ -23,6 +23,7 @@ func TestBuiltinGroupsFit(t *testing.T) {
 		{"skx", fixture.IntelSkylake(), "", true, 4},
 		{"icx", fixture.IntelIcelake(), "", true, 4},
 		{"spr", fixture.IntelSapphireRapids(), "", true, 8},
+		{"gnr", fixture.IntelSapphireRapids(), "", true, 8},
 		{"srf", fixture.IntelIcelake(), "", true, 8},
 		{"adl", fixture.IntelAlderLake(), "cpu_core", true, 8},
 		{"grt", fixture.IntelAlderLake(), "cpu_atom", true, 6}, // Gracemont: 6 (Counter "0,1,2,3,4,5")

@@ -195,9 +195,9 @@ func TestPruneICXLevel2(t *testing.T) {
 }
 
 // Pruned to level 2, the spr tree counts its PERF_METRICS group alone, as
-// before level 3 was written, and srf its two groups; Granite Rapids and
-// Alder Lake, whose level 3 Intel defines differently, stop at 2, Emerald
-// Rapids does not.
+// before level 3 was written, and srf its two groups; Alder Lake, whose
+// level 3 Intel defines differently, stops at 2; Emerald Rapids does not,
+// nor Granite Rapids, whose one different level-4 node is overridden.
 func TestPruneSPRLevel2(t *testing.T) {
 	full, err := Builtin("spr")
 	if err != nil {
@@ -210,11 +210,15 @@ func TestPruneSPRLevel2(t *testing.T) {
 	if got, want := names(two.Events), names(full.Events[:10]); !slices.Equal(got, want) || len(two.Groups) != 1 || len(two.Params) != 0 {
 		t.Errorf("level 2 counts %v in %d groups with params %v, want %v in one", got, len(two.Groups), two.Params, want)
 	}
+	gnr, _ := Builtin("gnr")
+	if two, err := gnr.Prune(2, nil); err != nil || !slices.Equal(names(two.Events), names(full.Events[:10])) || len(two.Groups) != 1 {
+		t.Errorf("gnr at level 2: %v in %v (%v)", names(two.Events), two.Groups, err)
+	}
 	srf, _ := Builtin("srf")
 	if two, err := srf.Prune(2, nil); err != nil || !slices.Equal(names(two.Events), names(srf.Events[:10])) || !slices.EqualFunc(two.Groups, srf.Groups[:2], slices.Equal) {
 		t.Errorf("srf at level 2: %v in %v (%v)", names(two.Events), two.Groups, err)
 	}
-	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 2, "adl": 2, "srf": 3} {
+	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 4, "adl": 2, "srf": 3} {
 		d, err := Builtin(uarch)
 		if err != nil || d.Levels() != want {
 			t.Errorf("%s goes to level %d (%v), want %d", uarch, d.Levels(), err, want)

@@ -16,7 +16,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 )
 
-//go:embed defs/*.yaml
+//go:embed defs/*.yaml defs/overrides/*.yaml
 var defs embed.FS
 
 // sameTree maps micro-architectures to the family whose formulas they share
@@ -34,7 +34,9 @@ func Names() []string {
 	entries, _ := defs.ReadDir("defs")
 	var names []string
 	for _, e := range entries {
-		names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+		if !e.IsDir() { // defs/overrides holds parts' changes to a shared tree
+			names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+		}
 	}
 	for alias := range sameTree {
 		names = append(names, alias)
@@ -57,6 +59,13 @@ func Builtin(uarch string) (*metric.Definition, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o, err := defs.ReadFile("defs/overrides/" + uarch + ".yaml"); err == nil {
+		over, err := metric.Parse("topdown/defs/overrides/"+uarch+".yaml", o)
+		if err != nil {
+			return nil, err
+		}
+		d = d.Override(over)
+	}
 	d.Name = uarch // adl, not spr: the name says which part's tree is in use
 	if deepest, ok := aliasLevels[uarch]; ok {
 		return d.Prune(deepest, nil)
@@ -67,6 +76,7 @@ func Builtin(uarch string) (*metric.Definition, error) {
 // aliasLevels are the parts that share a tree only to a level: below it
 // Intel's formulas for them differ (Ice Lake client's and Alder Lake's
 // level 3 have DRAM_Bound and LSD where Ice Lake-SP's and Sapphire
-// Rapids' have L3_Miss_Bound; Granite Rapids' ports_utilized_0, which its
-// ports_utilization rests on, is another formula).
-var aliasLevels = map[string]int{"icl": 2, "adl": 2, "gnr": 2}
+// Rapids' have L3_Miss_Bound). Where only a few deeper metrics differ, a
+// part's defs/overrides file replaces them instead (gnr's
+// ports_utilized_0).
+var aliasLevels = map[string]int{"icl": 2, "adl": 2}

@@ -362,6 +362,7 @@ func TestEventSpecsMatchIntelEncodings(t *testing.T) {
 	}{
 		{"skx", "SKX/events/skylakex_core.json", fixture.IntelSkylake(), "", nil},
 		{"spr", "SPR/events/sapphirerapids_core.json", fixture.IntelSapphireRapids(), "", nil},
+		{"gnr", "GNR/events/graniterapids_core.json", fixture.IntelSapphireRapids(), "", nil},
 		{"icx", "ICX/events/icelakex_core.json", fixture.IntelIcelake(), "", nil},
 		{"srf", "SRF/events/sierraforest_core.json", fixture.IntelIcelake(), "", nil},
 		{"adl", "ADL/events/alderlake_goldencove_core.json", fixture.IntelAlderLake(), "cpu_core", []int{0, 1, 2, 3}},

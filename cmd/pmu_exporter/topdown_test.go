@@ -44,7 +44,8 @@ func TestTopdownLevel3MatchesIntelFormulas(t *testing.T) {
 		uarch, metrics string
 		nodes          int
 	}{{"skx", "SKX/metrics/skylakex_metrics.json", 25}, {"icx", "ICX/metrics/icelakex_metrics.json", 25},
-		{"spr", "SPR/metrics/sapphirerapids_metrics.json", 28}, {"srf", "SRF/metrics/sierraforest_metrics.json", 16}} {
+		{"spr", "SPR/metrics/sapphirerapids_metrics.json", 28}, {"srf", "SRF/metrics/sierraforest_metrics.json", 16},
+		{"gnr", "GNR/metrics/graniterapids_metrics.json", 33}} {
 		t.Run(c.uarch, func(t *testing.T) { topdownLevel3(t, c.uarch, c.metrics, c.nodes) })
 	}
 }
