@@ -228,19 +228,9 @@ func TestPruneSPRLevel2(t *testing.T) {
 
 // slots, the denominator every fraction is exported against, is kept with
 // its events even where no node's formula uses them (a tree of constant
-// fractions, as the e2e tests' software tree).
+// fractions, as softwareTree).
 func TestPruneKeepsSlots(t *testing.T) {
-	d, err := metric.Parse("software.yaml", []byte(`name: software
-events:
-  - {name: CLOCK, spec: cpu-clock}
-  - {name: FAULTS, spec: page-faults}
-groups:
-  - [CLOCK, FAULTS]
-metrics:
-  - {name: slots, level: 0, formula: CLOCK}
-  - {name: frontend_bound, level: 1, formula: "0.25"}
-  - {name: backend_bound, level: 1, formula: "0.75"}
-`))
+	d, err := metric.Parse("software.yaml", []byte(softwareTree))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +238,7 @@ metrics:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(cut.Events); !slices.Equal(got, []string{"CLOCK"}) || len(cut.Metrics) != 3 || !slices.EqualFunc(cut.Groups, [][]string{{"CLOCK"}}, slices.Equal) {
-		t.Errorf("events %v, %d metrics, groups %v; want CLOCK, slots and both nodes", got, len(cut.Metrics), cut.Groups)
+	if got := names(cut.Events); !slices.Equal(got, []string{"CLOCK"}) || len(cut.Metrics) != 5 || !slices.EqualFunc(cut.Groups, [][]string{{"CLOCK"}}, slices.Equal) {
+		t.Errorf("events %v, %d metrics, groups %v; want CLOCK, slots and the four nodes", got, len(cut.Metrics), cut.Groups)
 	}
 }
