@@ -15,7 +15,7 @@ import (
 // counters work.
 func fixtureSetup(t *testing.T, h fixture.Host) (Options, setup) {
 	sysfs, procfs := fixture.Write(t, h)
-	f := Options{sysfs: sysfs, procfs: procfs, tree: treeOptions{enabled: true}}
+	f := Options{sysfs: sysfs, procfs: procfs, tree: treeOptions{enabled: true, level: 2, cgroupLevel: 2}} // serve's defaults
 	s := setup{pmus: fixture.PMUs(t, h), facts: host.Read(procfs, sysfs)}
 	s.report.Features = []capability.Feature{{Name: capability.HardwareCounters, Available: true}}
 	s.report.Counters = host.Counters{GeneralPurpose: 8, Known: true}

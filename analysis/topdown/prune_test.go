@@ -195,9 +195,9 @@ func TestPruneICXLevel2(t *testing.T) {
 }
 
 // Pruned to level 2, the spr tree counts its PERF_METRICS group alone, as
-// before level 3 was written, and srf its two groups; Alder Lake, whose
-// level 3 Intel defines differently, stops at 2; Emerald Rapids does not,
-// nor Granite Rapids, whose one different level-4 node is overridden.
+// before level 3 was written, and srf its two groups; Emerald Rapids goes
+// on to level 3, and so do Granite Rapids and Alder Lake, whose different
+// nodes their override files replace, add or drop.
 func TestPruneSPRLevel2(t *testing.T) {
 	full, err := Builtin("spr")
 	if err != nil {
@@ -218,7 +218,7 @@ func TestPruneSPRLevel2(t *testing.T) {
 	if two, err := srf.Prune(2, nil); err != nil || !slices.Equal(names(two.Events), names(srf.Events[:10])) || !slices.EqualFunc(two.Groups, srf.Groups[:2], slices.Equal) {
 		t.Errorf("srf at level 2: %v in %v (%v)", names(two.Events), two.Groups, err)
 	}
-	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 4, "adl": 2, "srf": 3} {
+	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 4, "adl": 4, "srf": 3} {
 		d, err := Builtin(uarch)
 		if err != nil || d.Levels() != want {
 			t.Errorf("%s goes to level %d (%v), want %d", uarch, d.Levels(), err, want)

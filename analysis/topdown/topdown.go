@@ -59,14 +59,16 @@ func Builtin(uarch string) (*metric.Definition, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.Name = uarch // adl, not spr: the name says which part's tree is in use
 	if o, err := defs.ReadFile("defs/overrides/" + uarch + ".yaml"); err == nil {
 		over, err := metric.Parse("topdown/defs/overrides/"+uarch+".yaml", o)
 		if err != nil {
 			return nil, err
 		}
-		d = d.Override(over)
+		// What the family's tree counts for the nodes the part replaced
+		// or dropped is not the part's to count.
+		return d.Override(over).Prune(0, nil)
 	}
-	d.Name = uarch // adl, not spr: the name says which part's tree is in use
 	if deepest, ok := aliasLevels[uarch]; ok {
 		return d.Prune(deepest, nil)
 	}
@@ -77,6 +79,6 @@ func Builtin(uarch string) (*metric.Definition, error) {
 // Intel's formulas for them differ (Ice Lake client's and Alder Lake's
 // level 3 have DRAM_Bound and LSD where Ice Lake-SP's and Sapphire
 // Rapids' have L3_Miss_Bound). Where only a few deeper metrics differ, a
-// part's defs/overrides file replaces them instead (gnr's
-// ports_utilized_0).
-var aliasLevels = map[string]int{"icl": 2, "adl": 2}
+// part's defs/overrides file replaces, adds or drops them instead (gnr's
+// ports_utilized_0, adl's dram_bound and lsd).
+var aliasLevels = map[string]int{"icl": 2}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -38,6 +39,9 @@ type Definition struct {
 	// level) need beyond the tree, counted as one group where asked
 	// (--collector.counting.info-events) and exported as counted events.
 	Info []Event `yaml:"info"`
+	// Drop names metrics an override removes from the tree it overrides
+	// (a part that lacks a node its family has).
+	Drop []string `yaml:"drop"`
 }
 
 // Event is a counted input.
@@ -113,7 +117,9 @@ func Parse(file string, data []byte) (*Definition, error) {
 }
 
 // Override returns d with the metrics, events, groups and constants of o added,
-// replacing those of the same name: how users extend or correct a built-in tree.
+// replacing those of the same name, and the metrics o drops removed: how
+// users extend or correct a built-in tree, and how a part's tree differs
+// from its family's.
 func (d *Definition) Override(o *Definition) *Definition {
 	out := *d
 	out.Constants = map[string]float64{}
@@ -124,7 +130,8 @@ func (d *Definition) Override(o *Definition) *Definition {
 		out.Constants[k] = v
 	}
 	out.Events = mergeByName(d.Events, o.Events, func(e Event) string { return e.Name })
-	out.Metrics = mergeByName(d.Metrics, o.Metrics, func(m Metric) string { return m.Name })
+	out.Metrics = mergeByName(slices.DeleteFunc(slices.Clone(d.Metrics), func(m Metric) bool { return slices.Contains(o.Drop, m.Name) }),
+		o.Metrics, func(m Metric) string { return m.Name })
 	out.Groups = append(append([][]string(nil), d.Groups...), o.Groups...)
 	out.Params = append(append([]string(nil), d.Params...), o.Params...)
 	return &out
