@@ -163,8 +163,8 @@ func TestLevel3IsNotHeldToContainment(t *testing.T) {
 // Pruned to level 2, the icx tree counts what it did before level 3 was
 // written: its first 21 events, without the smt_on param level 3's core
 // cycles need, in its first five groups (the fourth without the cycles
-// that level 3's store_bound divides by); icl, whose level 3 Intel
-// defines differently, is the icx tree to level 2.
+// that level 3's store_bound divides by); icl is the icx tree with its
+// own override of level 3 (dram_bound for l3_miss_bound, and lsd).
 func TestPruneICXLevel2(t *testing.T) {
 	full, err := Builtin("icx")
 	if err != nil {
@@ -189,8 +189,8 @@ func TestPruneICXLevel2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if icl.Levels() != 2 || full.Levels() != 4 {
-		t.Errorf("icl goes to level %d, icx to %d", icl.Levels(), full.Levels())
+	if icl.Levels() != 4 || full.Levels() != 4 || slices.ContainsFunc(icl.Metrics, func(m metric.Metric) bool { return m.Name == "l3_miss_bound" }) {
+		t.Errorf("icl goes to level %d, icx to %d; icl keeps icx's l3_miss_bound: %v", icl.Levels(), full.Levels(), icl.Metrics)
 	}
 }
 

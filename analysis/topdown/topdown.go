@@ -20,7 +20,9 @@ import (
 var defs embed.FS
 
 // sameTree maps micro-architectures to the family whose formulas they share
-// (identical level 1 and 2 formulas in Intel's published metrics).
+// (identical level 1 and 2 formulas in Intel's published metrics); where a
+// part's deeper levels differ, its defs/overrides file replaces, adds or
+// drops those nodes (Builtin).
 var sameTree = map[string]string{
 	"skl": "skx", "clx": "skx",
 	"icl": "icx",
@@ -69,16 +71,5 @@ func Builtin(uarch string) (*metric.Definition, error) {
 		// or dropped is not the part's to count.
 		return d.Override(over).Prune(0, nil)
 	}
-	if deepest, ok := aliasLevels[uarch]; ok {
-		return d.Prune(deepest, nil)
-	}
 	return d, nil
 }
-
-// aliasLevels are the parts that share a tree only to a level: below it
-// Intel's formulas for them differ (Ice Lake client's and Alder Lake's
-// level 3 have DRAM_Bound and LSD where Ice Lake-SP's and Sapphire
-// Rapids' have L3_Miss_Bound). Where only a few deeper metrics differ, a
-// part's defs/overrides file replaces, adds or drops them instead (gnr's
-// ports_utilized_0, adl's dram_bound and lsd).
-var aliasLevels = map[string]int{"icl": 2}

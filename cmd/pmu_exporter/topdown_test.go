@@ -45,7 +45,8 @@ func TestTopdownLevel3MatchesIntelFormulas(t *testing.T) {
 		nodes          int
 	}{{"skx", "SKX/metrics/skylakex_metrics.json", 25}, {"icx", "ICX/metrics/icelakex_metrics.json", 25},
 		{"spr", "SPR/metrics/sapphirerapids_metrics.json", 28}, {"srf", "SRF/metrics/sierraforest_metrics.json", 16},
-		{"gnr", "GNR/metrics/graniterapids_metrics.json", 33}, {"adl", "ADL/metrics/alderlake_metrics_goldencove_core.json", 28}} {
+		{"gnr", "GNR/metrics/graniterapids_metrics.json", 33}, {"adl", "ADL/metrics/alderlake_metrics_goldencove_core.json", 28},
+		{"icl", "ICL/metrics/icelake_metrics.json", 26}} {
 		t.Run(c.uarch, func(t *testing.T) { topdownLevel3(t, c.uarch, c.metrics, c.nodes) })
 	}
 }
