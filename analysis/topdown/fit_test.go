@@ -50,11 +50,12 @@ func TestBuiltinGroupsFit(t *testing.T) {
 	if err != nil || need[0] != 1 {
 		t.Errorf("spr group 0 needs %v, %v; want 1", need, err)
 	}
-	// grt: cycles on fixed 1, then four general-purpose events in each group.
+	// grt: cycles on fixed 1, then four general-purpose events in each of
+	// level 2's groups, and six, five and five in level 3's.
 	d, _ = Builtin("grt")
 	need, err = GeneralPurposeNeeded(d, fixture.PMUs(t, fixture.IntelAlderLake()), "cpu_atom", true)
-	if err != nil || !slices.Equal(need, []int{4, 4}) {
-		t.Errorf("grt needs %v, %v; want [4 4]", need, err)
+	if err != nil || !slices.Equal(need, []int{4, 4, 6, 5, 5}) {
+		t.Errorf("grt needs %v, %v; want [4 4 6 5 5]", need, err)
 	}
 }
 

@@ -218,7 +218,11 @@ func TestPruneSPRLevel2(t *testing.T) {
 	if two, err := srf.Prune(2, nil); err != nil || !slices.Equal(names(two.Events), names(srf.Events[:10])) || !slices.EqualFunc(two.Groups, srf.Groups[:2], slices.Equal) {
 		t.Errorf("srf at level 2: %v in %v (%v)", names(two.Events), two.Groups, err)
 	}
-	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 4, "adl": 4, "srf": 3} {
+	grt, _ := Builtin("grt")
+	if two, err := grt.Prune(2, nil); err != nil || !slices.Equal(names(two.Events), names(grt.Events[:9])) || !slices.EqualFunc(two.Groups, grt.Groups[:2], slices.Equal) {
+		t.Errorf("grt at level 2: %v in %v (%v)", names(two.Events), two.Groups, err)
+	}
+	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 4, "adl": 4, "srf": 3, "grt": 3} {
 		d, err := Builtin(uarch)
 		if err != nil || d.Levels() != want {
 			t.Errorf("%s goes to level %d (%v), want %d", uarch, d.Levels(), err, want)
