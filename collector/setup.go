@@ -480,12 +480,11 @@ func pruneTree(def *metric.Definition, level, cgroupLevel int, nodes []string) (
 	return cut, tree, cgroupTree, nil
 }
 
-// treeInfo is the Info events of the host's Top-Down tree (its info:
-// list, the core's own events, such as Intel's MEM_LOAD_RETIRED.L1_MISS,
-// L2_MISS and L3_MISS behind toplev's MPKI), one group per tree; none on
-// a hybrid, whose trees count on their own core PMUs, or where no
-// built-in tree applies (--collector.topdown.uarch names it, else the
-// host's CPU).
+// treeInfo is the Info events of the host's Top-Down trees (their info:
+// lists, the core's own events, such as Intel's MEM_LOAD_RETIRED.L1_MISS,
+// L2_MISS and L3_MISS behind toplev's MPKI), one group per tree, on its
+// core PMU (a hybrid's cpu_core or cpu_atom); none where no built-in tree
+// applies (--collector.topdown.uarch names it, else the host's CPU).
 func treeInfo(uarch string, s setup) []config.Group {
 	targets := topdown.Place(strings.Split(uarch, ","), s.pmus)
 	if uarch == "" {
@@ -497,12 +496,16 @@ func treeInfo(uarch string, s setup) []config.Group {
 	var out []config.Group
 	for _, t := range targets {
 		d, err := topdown.Builtin(t.Uarch)
-		if err != nil || t.PMU != "" || len(d.Info) == 0 {
+		if err != nil || len(d.Info) == 0 {
 			continue
 		}
 		var specs []string
 		for _, e := range d.Info {
-			specs = append(specs, e.Spec)
+			spec := e.Spec
+			if t.PMU != "" { // the trees' cpu/ specs, on this core type's PMU
+				spec = t.PMU + "/" + strings.TrimPrefix(spec, "cpu/")
+			}
+			specs = append(specs, spec)
 		}
 		if g, err := profile.Group("info-"+d.Name, specs...); err == nil {
 			out = append(out, g)

@@ -115,8 +115,7 @@ func TestSetupTopdownLevels(t *testing.T) {
 
 // --collector.counting.info-events counts the Info events of the host's
 // tree as one exported group: on a Skylake-SP Intel's MEM_LOAD_RETIRED.
-// L1_MISS, L2_MISS and L3_MISS, resolved on its core PMU; on a hybrid,
-// whose trees count on their own core PMUs, none.
+// L1_MISS, L2_MISS and L3_MISS, resolved on its core PMU.
 func TestTreeInfoGroups(t *testing.T) {
 	h := fixture.IntelSkylake()
 	_, s := fixtureSetup(t, h)
@@ -135,8 +134,15 @@ func TestTreeInfoGroups(t *testing.T) {
 	if !slices.Equal(names, []string{"MEM_LOAD_RETIRED.L1_MISS", "MEM_LOAD_RETIRED.L2_MISS", "MEM_LOAD_RETIRED.L3_MISS"}) || specs[0].Events[1].Attr.Config != 0x10d1 {
 		t.Errorf("events %v (L2_MISS config %#x)", names, specs[0].Events[1].Attr.Config)
 	}
+	// On an Alder Lake the P-cores' tree has them, on cpu_core (PMU type
+	// 4) and its CPUs 0-3; the E-cores' has none.
 	_, s = fixtureSetup(t, fixture.IntelAlderLake())
-	if g := treeInfo("", s); len(g) != 0 {
-		t.Errorf("hybrid: %+v", g)
+	groups = treeInfo("", s)
+	if len(groups) != 1 || groups[0].Name != "info-adl" {
+		t.Fatalf("hybrid: %+v", groups)
+	}
+	specs, err = profile.Build(groups, s.pmus)
+	if err != nil || len(specs) != 1 || specs[0].Events[0].Attr.Type != 4 || !slices.Equal(specs[0].Events[0].CPUs, []int{0, 1, 2, 3}) {
+		t.Errorf("hybrid: %+v %v", specs, err)
 	}
 }
