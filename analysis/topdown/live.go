@@ -75,9 +75,17 @@ type Live struct {
 	params map[string]float64
 	// where each tree input is read: the first group that counts it
 	source map[string][2]string // input -> {group, event}
-	evals  map[int]*metric.Evaluator
-	prev   map[string]uint64 // group|event|cpu -> total at the last update
-	prevOn map[string]uint64 // group|cpu -> running ns at the last update
+	// homes are the groups other than their inputs' first that hold all
+	// of a non-approximate node's events, with those nodes: such a node is
+	// evaluated on its own group's counts, so that its ratios are of one
+	// counter schedule (level 3's numerators beside their own cycles).
+	homes    map[string][]string       // group -> nodes
+	homePrev map[string]uint64         // as prev, for the home groups' own counts
+	homeOn   map[string]uint64         // as prevOn, for the home groups
+	scratch  map[int]*metric.Evaluator // per CPU, for the home groups' passes
+	evals    map[int]*metric.Evaluator
+	prev     map[string]uint64 // group|event|cpu -> total at the last update
+	prevOn   map[string]uint64 // group|cpu -> running ns at the last update
 
 	mu    sync.Mutex
 	slots map[int]float64            // per CPU
@@ -112,7 +120,34 @@ func NewLive(t *metric.Tree, groups []eventspec.Group, params map[string]float64
 			}
 		}
 	}
+	l.homes, l.scratch = homeGroups(t, groups, l.source), map[int]*metric.Evaluator{}
+	l.homePrev, l.homeOn = map[string]uint64{}, map[string]uint64{}
 	return l
+}
+
+// homeGroups finds, for each non-approximate node of t, the first group
+// that counts every event it rests on, where some of those events are
+// read from another group: the node's home, whose counts it is then
+// evaluated on.
+func homeGroups(t *metric.Tree, groups []eventspec.Group, source map[string][2]string) map[string][]string {
+	homes := map[string][]string{}
+	for _, m := range t.Metrics() {
+		events := t.EventsOf(m.Name)
+		if m.Level < 1 || m.Approximate || len(events) == 0 {
+			continue
+		}
+		for _, g := range groups {
+			if !slices.ContainsFunc(events, func(e string) bool {
+				return !slices.ContainsFunc(g.Events, func(ev eventspec.Event) bool { return ev.Name == e })
+			}) {
+				if slices.ContainsFunc(events, func(e string) bool { return source[e][0] != g.Name }) {
+					homes[g.Name] = append(homes[g.Name], m.Name)
+				}
+				break
+			}
+		}
+	}
+	return homes
 }
 
 // Update folds in the interval since the previous snapshot.
@@ -172,6 +207,7 @@ func (l *Live) Update(s model.Snapshot) {
 			ev.Set(l.tree.Input(input), float64(cur-l.prev[key]))
 			l.prev[key] = cur
 		}
+		home, homeNotRun := l.homeValues(cpu, ev, totals, running)
 		for _, src := range l.source {
 			runKey := src[0] + "|" + strconv.Itoa(cpu)
 			if r, ok := running[src[0]][cpu]; ok {
@@ -195,6 +231,12 @@ func (l *Live) Update(s model.Snapshot) {
 				continue
 			}
 			v := ev.Value(m.Name)
+			if homeNotRun[m.Name] {
+				continue
+			}
+			if hv, ok := home[m.Name]; ok {
+				v = hv
+			}
 			if r := l.invalid(v, complete); r != "" {
 				l.skipped[NotComputed{m.Name, r}]++
 				continue
@@ -204,6 +246,51 @@ func (l *Live) Update(s model.Snapshot) {
 			}
 		}
 	}
+}
+
+// homeValues evaluates the nodes of each home group on that group's own
+// counts this interval (the other inputs as ev has them, before ev is
+// evaluated): their values by name, and those whose group did not run
+// (not computed, as a missing input). A group the engine split has no one
+// schedule, and is left to ev.
+func (l *Live) homeValues(cpu int, ev *metric.Evaluator, totals map[[2]string]model.EventTotals, running map[string]map[int]uint64) (out map[string]float64, notRun map[string]bool) {
+	if len(l.homes) == 0 {
+		return nil, nil
+	}
+	out, notRun = map[string]float64{}, map[string]bool{}
+	for group, nodes := range l.homes {
+		run, ok := running[group][cpu]
+		if !ok {
+			continue // split, or not on this CPU: the first groups' counts stand
+		}
+		runKey := group + "|" + strconv.Itoa(cpu)
+		ran := run != l.homeOn[runKey]
+		l.homeOn[runKey] = run
+		sc := l.scratch[cpu]
+		if sc == nil {
+			sc = l.tree.NewEvaluator()
+			l.scratch[cpu] = sc
+		}
+		sc.CopyInputs(ev)
+		for _, e := range l.tree.Def.Events {
+			cur, counted := totals[[2]string{group, e.Name}].PerCPU[cpu]
+			if !counted {
+				continue // another group's: as ev has it
+			}
+			key := group + "|" + e.Name + "|" + strconv.Itoa(cpu)
+			v := float64(cur - l.homePrev[key])
+			l.homePrev[key] = cur
+			if !ran {
+				v = math.NaN() // the group did not run: its nodes are not computed
+			}
+			sc.Set(l.tree.Input(e.Name), v)
+		}
+		sc.Eval()
+		for _, n := range nodes {
+			out[n], notRun[n] = sc.Value(n), !ran
+		}
+	}
+	return out, notRun
 }
 
 // invalid says why v cannot be added to a counter: negative, or NaN although

@@ -1,8 +1,11 @@
 package topdown
 
 import (
+	"cmp"
+	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -183,5 +186,83 @@ func TestLiveLeavesOutNegativeAndDivisionByZero(t *testing.T) {
 	want := map[NotComputed]uint64{{"negative", ReasonNegative}: 2, {"by_zero", ReasonDivisionByZero}: 2}
 	if nc := live.NotComputed(); len(nc) != len(want) || nc[NotComputed{"negative", ReasonNegative}] != 2 || nc[NotComputed{"by_zero", ReasonDivisionByZero}] != 2 {
 		t.Errorf("not computed %v, want %v", nc, want)
+	}
+}
+
+// A node whose events are all in a group other than the one its inputs
+// are first read from is evaluated on that group's own counts, one counter
+// schedule: FAULTS / CLOCK of group g1 (50 / 500), not FAULTS over g0's
+// CLOCK (50 / 1000), times the interval's slots (g0's 1000). An interval
+// in which g1 did not run leaves the node out, and is no division by zero.
+func TestLiveEvaluatesANodeOnItsOwnGroup(t *testing.T) {
+	_, tr := treetest.Compile(t, "t.yaml", softwareTree+"  - {name: faults_share, level: 1, formula: FAULTS / CLOCK}\n")
+	groups := []eventspec.Group{{Name: "g0", Events: []eventspec.Event{{Name: "CLOCK"}}},
+		{Name: "g1", Events: []eventspec.Event{{Name: "CLOCK"}, {Name: "FAULTS"}}}}
+	live := NewLive(tr, groups, nil)
+	snap := func(clock0, clock1, faults, run0, run1 uint64) model.Snapshot {
+		return model.Snapshot{
+			Events: []model.EventTotals{
+				{Group: "g0", Event: "CLOCK", PerCPU: map[int]uint64{0: clock0}},
+				{Group: "g1", Event: "CLOCK", PerCPU: map[int]uint64{0: clock1}},
+				{Group: "g1", Event: "FAULTS", PerCPU: map[int]uint64{0: faults}},
+			},
+			Groups: []model.GroupTotals{{Name: "g0", RunningNS: map[int]uint64{0: run0}}, {Name: "g1", RunningNS: map[int]uint64{0: run1}}},
+		}
+	}
+	live.Update(snap(1000, 500, 50, 10, 10))
+	live.Update(snap(2000, 500, 50, 20, 10)) // g1 did not run
+	slots, nodes, _ := live.Totals()
+	share := math.NaN()
+	for _, n := range nodes {
+		if n.Name == "faults_share" {
+			share = n.Slots
+		}
+	}
+	if slots != 2000 || share != 100 {
+		t.Errorf("slots %v, faults_share slots %v; want 2000 and 0.1 × 1000 of the first interval", slots, share)
+	}
+	if nc := live.NotComputed(); len(nc) != 0 {
+		t.Errorf("not computed %v: g1 not running is a missing input, not a division by zero", nc)
+	}
+}
+
+// At level 2 the Intel P-core trees read each non-approximate node's
+// events from their first group already; the E-core and Zen trees put
+// level 2 beside its own cycles in a second group, and those nodes are
+// now evaluated there, as their groups were laid out for.
+func TestLevel2HomeGroups(t *testing.T) {
+	want := map[string]string{
+		"srf":  "map[1:[fetch_latency fetch_bandwidth branch_mispredicts machine_clears]]",
+		"grt":  "map[1:[fetch_latency fetch_bandwidth branch_mispredicts machine_clears]]",
+		"zen4": "map[1:[retiring light_operations heavy_operations]]", "zen5": "map[1:[retiring light_operations heavy_operations]]",
+	}
+	for _, n := range Names() {
+		d, err := Builtin(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		two, err := d.Prune(2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := two.Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var groups []eventspec.Group
+		source := map[string][2]string{}
+		for i, g := range two.Groups {
+			eg := eventspec.Group{Name: strconv.Itoa(i)}
+			for _, e := range g {
+				eg.Events = append(eg.Events, eventspec.Event{Name: e})
+				if _, ok := source[e]; !ok {
+					source[e] = [2]string{eg.Name, e}
+				}
+			}
+			groups = append(groups, eg)
+		}
+		if homes := fmt.Sprint(homeGroups(tr, groups, source)); homes != cmp.Or(want[n], "map[]") {
+			t.Errorf("%s at level 2: nodes evaluated on other groups: %v, want %v", n, homes, cmp.Or(want[n], "map[]"))
+		}
 	}
 }

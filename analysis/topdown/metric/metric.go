@@ -165,7 +165,12 @@ type Tree struct {
 	slots    int
 	stack    int
 	children map[int][]int // node index -> child node indexes
+	eventsOf map[string][]string
 }
+
+// EventsOf are the counted events a metric rests on, through the metrics
+// it uses: all in one group unless it is approximate.
+func (t *Tree) EventsOf(metric string) []string { return t.eventsOf[metric] }
 
 type node struct {
 	Metric
@@ -293,6 +298,10 @@ func (d *Definition) Compile() (*Tree, error) {
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	t.eventsOf = map[string][]string{}
+	for i, m := range d.Metrics {
+		t.eventsOf[m.Name] = eventsOf[i]
 	}
 	for _, i := range order {
 		t.byName[d.Metrics[i].Name] = len(t.nodes)
@@ -423,6 +432,12 @@ func sortedConstNames(m map[string]float64) []string {
 
 // Set sets input slot i (from Tree.Input) for the next Eval; NaN means missing.
 func (e *Evaluator) Set(i int, v float64) { e.values[i] = v }
+
+// CopyInputs sets every input (events and params) to o's, an evaluator of
+// the same tree.
+func (e *Evaluator) CopyInputs(o *Evaluator) {
+	copy(e.values[:len(e.t.Inputs)], o.values[:len(e.t.Inputs)])
+}
 
 // Reset marks every event input missing, keeping params.
 func (e *Evaluator) Reset() {
