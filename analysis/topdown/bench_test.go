@@ -1,19 +1,29 @@
 package topdown
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
-// BenchmarkEvaluate256CPUs computes every level 1 and 2 metric of a tree for 256
-// CPUs, one evaluator per CPU as the live collector keeps them: one op is one
-// interval of a 256-CPU host.
+// BenchmarkEvaluate256CPUs computes every metric of a tree to a level (2,
+// the default, and 3) for 256 CPUs, one evaluator per CPU as the live
+// collector keeps them: one op is one interval of a 256-CPU host.
 func BenchmarkEvaluate256CPUs(b *testing.B) {
-	for _, uarch := range []string{"skx", "spr", "zen4"} {
-		b.Run(uarch, func(b *testing.B) {
-			d, _ := Builtin(uarch)
-			tr, err := d.Compile()
+	for _, c := range []struct {
+		uarch string
+		level int
+	}{{"skx", 2}, {"spr", 2}, {"zen4", 2}, {"skx", 3}, {"spr", 3}} {
+		b.Run(c.uarch+"/level"+string(rune('0'+c.level)), func(b *testing.B) {
+			d, _ := Builtin(c.uarch)
+			cut, err := d.Prune(c.level, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr, err := cut.Compile()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -30,6 +40,61 @@ func BenchmarkEvaluate256CPUs(b *testing.B) {
 				for _, e := range evs {
 					e.Eval()
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkLiveUpdate256CPUs is one interval of live Top-Down on a 256-CPU
+// host, at level 2 and 3: every group's counts read, the tree evaluated per
+// CPU, and at level 3 each node whose events lie in a later group evaluated
+// again on that group's counts (its home).
+func BenchmarkLiveUpdate256CPUs(b *testing.B) {
+	for _, c := range []struct {
+		uarch string
+		level int
+	}{{"skx", 2}, {"skx", 3}, {"spr", 3}} {
+		b.Run(c.uarch+"/level"+string(rune('0'+c.level)), func(b *testing.B) {
+			d, _ := Builtin(c.uarch)
+			cut, err := d.Prune(c.level, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr, err := cut.Compile()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var groups []eventspec.Group
+			snap := model.Snapshot{}
+			for i, g := range cut.Groups {
+				eg := eventspec.Group{Name: strconv.Itoa(i)}
+				gt := model.GroupTotals{Name: eg.Name, RunningNS: map[int]uint64{}}
+				for _, e := range g {
+					eg.Events = append(eg.Events, eventspec.Event{Name: e})
+					snap.Events = append(snap.Events, model.EventTotals{Group: eg.Name, Event: e, PerCPU: map[int]uint64{}})
+				}
+				groups = append(groups, eg)
+				snap.Groups = append(snap.Groups, gt)
+			}
+			live := NewLive(tr, groups, map[string]float64{"smt_on": 0})
+			step := func(n uint64) {
+				for _, e := range snap.Events {
+					for cpu := range 256 {
+						e.PerCPU[cpu] = n * uint64(1000+cpu+len(e.Event))
+					}
+				}
+				for _, g := range snap.Groups {
+					for cpu := range 256 {
+						g.RunningNS[cpu] = n * 1000
+					}
+				}
+				live.Update(snap)
+			}
+			step(1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				step(uint64(i + 2))
 			}
 		})
 	}

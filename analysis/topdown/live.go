@@ -79,13 +79,17 @@ type Live struct {
 	// of a non-approximate node's events, with those nodes: such a node is
 	// evaluated on its own group's counts, so that its ratios are of one
 	// counter schedule (level 3's numerators beside their own cycles).
-	homes    map[string][]string       // group -> nodes
-	homePrev map[string]uint64         // as prev, for the home groups' own counts
-	homeOn   map[string]uint64         // as prevOn, for the home groups
-	scratch  map[int]*metric.Evaluator // per CPU, for the home groups' passes
-	evals    map[int]*metric.Evaluator
-	prev     map[string]uint64 // group|event|cpu -> total at the last update
-	prevOn   map[string]uint64 // group|cpu -> running ns at the last update
+	homes      map[string][]string // group -> nodes
+	plans      map[string][]int    // group -> its nodes' evaluation plan
+	homeEvents map[string][]string // group -> the tree's events it counts
+	homePrev   map[homeKey]uint64  // as prev, for the home groups' own counts
+	homeOn     map[homeKey]uint64  // as prevOn, for the home groups
+	homeOut    map[string]float64  // homeValues' results, reused
+	homeNotRun map[string]bool
+	scratch    map[int]*metric.Evaluator // per CPU, for the home groups' passes
+	evals      map[int]*metric.Evaluator
+	prev       map[string]uint64 // group|event|cpu -> total at the last update
+	prevOn     map[string]uint64 // group|cpu -> running ns at the last update
 
 	mu    sync.Mutex
 	slots map[int]float64            // per CPU
@@ -121,7 +125,20 @@ func NewLive(t *metric.Tree, groups []eventspec.Group, params map[string]float64
 		}
 	}
 	l.homes, l.scratch = homeGroups(t, groups, l.source), map[int]*metric.Evaluator{}
-	l.homePrev, l.homeOn = map[string]uint64{}, map[string]uint64{}
+	l.plans = map[string][]int{}
+	for g, nodes := range l.homes {
+		l.plans[g] = t.Closure(nodes)
+	}
+	l.homePrev, l.homeOn, l.homeEvents = map[homeKey]uint64{}, map[homeKey]uint64{}, map[string][]string{}
+	for _, g := range groups {
+		if _, home := l.homes[g.Name]; home {
+			for _, e := range g.Events {
+				if t.Input(e.Name) >= 0 {
+					l.homeEvents[g.Name] = append(l.homeEvents[g.Name], e.Name)
+				}
+			}
+		}
+	}
 	return l
 }
 
@@ -257,40 +274,51 @@ func (l *Live) homeValues(cpu int, ev *metric.Evaluator, totals map[[2]string]mo
 	if len(l.homes) == 0 {
 		return nil, nil
 	}
-	out, notRun = map[string]float64{}, map[string]bool{}
+	if l.homeOut == nil {
+		l.homeOut, l.homeNotRun = map[string]float64{}, map[string]bool{}
+	}
+	out, notRun = l.homeOut, l.homeNotRun // reused: read before the next CPU's
+	clear(out)
+	clear(notRun)
 	for group, nodes := range l.homes {
 		run, ok := running[group][cpu]
 		if !ok {
 			continue // split, or not on this CPU: the first groups' counts stand
 		}
-		runKey := group + "|" + strconv.Itoa(cpu)
-		ran := run != l.homeOn[runKey]
-		l.homeOn[runKey] = run
+		on := homeKey{group, "", cpu}
+		ran := run != l.homeOn[on]
+		l.homeOn[on] = run
 		sc := l.scratch[cpu]
 		if sc == nil {
 			sc = l.tree.NewEvaluator()
 			l.scratch[cpu] = sc
 		}
 		sc.CopyInputs(ev)
-		for _, e := range l.tree.Def.Events {
-			cur, counted := totals[[2]string{group, e.Name}].PerCPU[cpu]
+		for _, e := range l.homeEvents[group] {
+			cur, counted := totals[[2]string{group, e}].PerCPU[cpu]
 			if !counted {
-				continue // another group's: as ev has it
+				continue // as ev has it
 			}
-			key := group + "|" + e.Name + "|" + strconv.Itoa(cpu)
+			key := homeKey{group, e, cpu}
 			v := float64(cur - l.homePrev[key])
 			l.homePrev[key] = cur
 			if !ran {
 				v = math.NaN() // the group did not run: its nodes are not computed
 			}
-			sc.Set(l.tree.Input(e.Name), v)
+			sc.Set(l.tree.Input(e), v)
 		}
-		sc.Eval()
+		sc.EvalSome(l.plans[group])
 		for _, n := range nodes {
 			out[n], notRun[n] = sc.Value(n), !ran
 		}
 	}
 	return out, notRun
+}
+
+// homeKey is a home group's event (or, "", its running time) on a CPU.
+type homeKey struct {
+	group, event string
+	cpu          int
 }
 
 // invalid says why v cannot be added to a counter: negative, or NaN although

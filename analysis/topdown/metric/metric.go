@@ -446,6 +446,42 @@ func (e *Evaluator) Reset() {
 	}
 }
 
+// Closure is the evaluation plan of the named metrics and the metrics
+// they use, in evaluation order: what EvalSome computes.
+func (t *Tree) Closure(names []string) []int {
+	need := map[string]bool{}
+	var visit func(string)
+	visit = func(name string) {
+		i, ok := t.byName[name]
+		if !ok || need[name] {
+			return
+		}
+		need[name] = true
+		for _, n := range t.nodes[i].prog.Names {
+			visit(strings.TrimSuffix(n, "(%)"))
+		}
+	}
+	for _, n := range names {
+		visit(n)
+	}
+	var plan []int
+	for i, n := range t.nodes { // nodes are in evaluation order
+		if need[n.Name] {
+			plan = append(plan, i)
+		}
+	}
+	return plan
+}
+
+// EvalSome computes the metrics of a plan (Closure) from the inputs set,
+// without the containment check: a few nodes, not the tree.
+func (e *Evaluator) EvalSome(plan []int) {
+	for _, i := range plan {
+		n := &e.t.nodes[i]
+		e.values[n.slot] = n.prog.Eval(e.values, e.stack)
+	}
+}
+
 // Eval computes every metric from the inputs set, and checks containment.
 func (e *Evaluator) Eval() {
 	for _, n := range e.t.nodes {
