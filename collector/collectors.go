@@ -1,11 +1,13 @@
 package collector
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
@@ -89,6 +91,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("watchpoints", "", "Add ComDetective's trap path in the selected workloads (--collector.comm.cgroup or --collector.comm.pods=annotated): a sampled store arms the debug registers of its process's other threads on its line; a trap is a communication. Needs watchpoints that fire (check: breakpoints) and CAP_PERFMON; each trap costs the workload ~25 µs here, within --collector.comm.watch-budget.", func(fc *kingpin.FlagClause) { fc.BoolVar(&f.comm.watchpoints) })
 				o.Flag("reuse", "", "Run ReuseTracker on the selected workloads' watchpoints instead (reuse time distances between a sampled access and its thread's next access to the same bytes, and invalidations by other threads' stores): pmu_reuse_*. Exclusive with --collector.comm.watchpoints.", func(fc *kingpin.FlagClause) { fc.BoolVar(&f.comm.reuse) })
 				o.Flag("reuse-mode", "", "private: reuse by the sampling thread itself (its private caches); shared: by another thread of its last-level cache domain (a shared cache), stores from other domains being invalidations.", func(fc *kingpin.FlagClause) { fc.Default("private").EnumVar(&f.comm.reuseMode, "private", "shared") })
+				o.Flag("reuse-own", "", "Private mode: of each watched thread's debug registers, how many watch its own sampled accesses alone (they see its next touch, not other threads' stores); the rest are global, armed in every thread, and see the invalidations. 0: all global, as the thesis (docs/sampling.md).", func(fc *kingpin.FlagClause) { fc.Default(strconv.Itoa(reuse.DefaultOwn)).IntVar(&f.comm.reuseOwn) })
 				o.Flag("reuse-clock", "", "Private reuse distances in counts of these events (perf syntax, several joined by +), counted in each watched thread's group and read at its samples and traps, instead of its CPU time; accesses: the host's loads and stores (ReuseTracker's clock: Intel MEM_INST_RETIRED.ALL_LOADS+ALL_STORES, AMD ls_dispatch, Arm MEM_ACCESS), whose distances also give LRU stack distances and miss ratios (where no such events are known for the core PMU, its retired instructions; where no core PMU counts, the CPU time, with a warning); accesses=EVENTS: events of yours that count them. Empty: the thread's CPU time.", func(fc *kingpin.FlagClause) { fc.StringVar(&f.comm.reuseClock) })
 				o.Flag("watch-budget", "", "The share of a watched process's CPU time its watchpoint traps may cost it (each trap's cost measured at start); a sample of a process over budget is used without watchpoints.", func(fc *kingpin.FlagClause) { fc.Default("0.01").Float64Var(&f.comm.watchBudget) })
 				o.Flag("decode-cache", "", "Memory the address decoder may keep of the instructions it decoded (those sampled, each process's own), beyond which those not sampled lately are dropped and decoded again if sampled again: pmu_address_decode_cache_bytes.", func(fc *kingpin.FlagClause) { fc.Default("32MiB").BytesVar(&f.comm.decodeCache) })

@@ -38,6 +38,7 @@ type commFlags struct {
 	// (private or shared).
 	reuse     bool
 	reuseMode string
+	reuseOwn  int // private mode: each thread's registers for its own watches
 	// reuseClock: events whose counts are the private distance clock
 	// (perf syntax joined by +; "": the thread's CPU time).
 	reuseClock string
@@ -361,7 +362,7 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 		return nil, fmt.Errorf("--collector.comm.watchpoints: measuring a trap's cost: %w: %w", errNoBreakpoints, err)
 	}
 	if reusing {
-		if err := dec.WatchReuse(engine, slots, mode, o.reuseClock); err != nil {
+		if err := dec.WatchReuse(engine, slots, o.reuseOwn, mode, o.reuseClock); err != nil {
 			return nil, fmt.Errorf("--collector.comm.reuse: %w", err)
 		}
 	}

@@ -31,7 +31,7 @@ func replayReuse(b *build) error {
 		return fmt.Errorf("--replay.trace: %w", err)
 	}
 	defer file.Close()
-	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Unit: reuse.UnitAccesses}, Period: b.f.replay.tracePeriod})
+	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Unit: reuse.UnitAccesses}, Period: b.f.replay.tracePeriod})
 	if err := r.Run(bufio.NewReaderSize(file, 1<<16)); err != nil {
 		return fmt.Errorf("--replay.trace: %w", err)
 	}
@@ -82,7 +82,7 @@ func traceTimed(path string, period uint64) (*reuse.Tracker, error) {
 		return nil, err
 	}
 	defer file.Close()
-	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Unit: perfsample.UnitThreadCPU}, Period: period, Timed: true})
+	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Unit: perfsample.UnitThreadCPU}, Period: period, Timed: true})
 	if err := r.Run(bufio.NewReaderSize(file, 1<<16)); err != nil {
 		return nil, err
 	}

@@ -182,7 +182,7 @@ func (c *ReuseCollector) outcomes(ch chan<- prometheus.Metric, t *reuse.Tracker,
 	share("not_resolved", "estimate", e.NotResolved)
 	for o, name := range []string{reuse.Reused: "reused", reuse.Invalidated: "invalidated", reuse.Ended: "ended", reuse.Censored: "censored"} {
 		if name != "" {
-			ch <- prometheus.MustNewConstMetric(c.watches, prometheus.CounterValue, float64(t.Life.Watches(reuse.Outcome(o))), append(l[:len(l):len(l)], name)...)
+			ch <- prometheus.MustNewConstMetric(c.watches, prometheus.CounterValue, float64(t.Watches(reuse.Outcome(o))), append(l[:len(l):len(l)], name)...)
 		}
 	}
 }

@@ -1157,8 +1157,13 @@ func TestServeReuseIntervalNarrows(t *testing.T) {
 		return out
 	}
 	end, early := bins(r.mfs), bins(r.early)
+	// The dominant bin of those estimated early too: a walk timed near a
+	// bin's edge (1.95 ms) may cross it as the machine's load changes.
 	var dominant string
 	for b, v := range end {
+		if _, ok := early[b]["upper"]; !ok {
+			continue
+		}
 		if dominant == "" || v["estimate"] > end[dominant]["estimate"] {
 			dominant = b
 		}

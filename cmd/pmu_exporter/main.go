@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/collector"
 )
@@ -171,6 +173,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.reuseCmd.Flag("arm-delay", "Accesses (of any thread) before a new watchpoint takes effect.").Default("0").Uint64Var(&rf.armDelay)
 	c.reuseCmd.Flag("seed", "Seed of the sampling and reservoir randomisation.").Default("1").Uint64Var(&rf.seed)
 	c.reuseCmd.Flag("slots", "Debug registers per thread.").Default("4").IntVar(&rf.slots)
+	c.reuseCmd.Flag("own", "Of each thread's --slots, how many watch its own sampled accesses alone (private mode): they see its next touch but not another thread's store, which the others (global, armed in every thread) see; 0 is the thesis' all global.").Default(strconv.Itoa(reuse.DefaultOwn)).IntVar(&rf.own)
 	c.reuseCmd.Flag("mode", "private: reuse by the same thread; shared: by another thread of the same cache domain (--domain).").Default("private").EnumVar(&rf.mode, "private", "shared")
 	c.reuseCmd.Flag("domain", "Threads' cache domains for --mode shared: TID=D,... (threads not listed share no cache).").StringVar(&rf.domains)
 	c.reuseCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&rf.format, "text", "json")

@@ -17,7 +17,7 @@ import (
 type reuseFlags struct {
 	trace, format, mode, domains string
 	period, armDelay, seed       uint64
-	slots                        int
+	slots, own                   int
 	caches                       []uint64
 }
 
@@ -105,7 +105,7 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pmu_exporter reuse: %s: %v\n", rf.trace, err)
 		return 1
 	}
-	o := reuse.ReplayOptions{Options: reuse.Options{Slots: rf.slots, Seed: rf.seed}, Period: rf.period, ArmDelay: rf.armDelay}
+	o := reuse.ReplayOptions{Options: reuse.Options{Slots: rf.slots, Own: rf.own, Seed: rf.seed}, Period: rf.period, ArmDelay: rf.armDelay}
 	if rf.mode == "shared" {
 		o.Mode = reuse.Shared
 		dom, err := parseDomains(rf.domains)
@@ -141,7 +141,7 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		Invalidated: shareJSON(e.Invalidated), Ended: shareJSON(e.Ended), Horizon: e.Horizon,
 		Unreused: math.Round(e.Unreused*1e6) / 1e6, NotResolved: math.Round(e.NotResolved*1e6) / 1e6}
 	for o, name := range []string{reuse.Reused: "reused", reuse.Invalidated: "invalidated", reuse.Ended: "ended", reuse.Censored: "censored"} {
-		out.Watches[name] = t.Life.Watches(reuse.Outcome(o))
+		out.Watches[name] = t.Watches(reuse.Outcome(o))
 	}
 	out.Distances = []reuseBinJSON{}
 	for k, b := range e.Bins {

@@ -74,6 +74,7 @@ type Decoder struct {
 	reuseCgroup map[uint32]uint64
 	reuseGone   map[uint64]*reuse.Tracker // per cgroup: the totals of processes gone
 	reuseSlots  int
+	reuseOwn    int // each thread's slots for its own watches (private mode)
 	reuseMode   reuse.Mode
 	// ownClock: the trackers take their samples from the engine's leaders
 	// (each watched thread sampled on its own clock), not from the

@@ -86,7 +86,7 @@ const (
 //
 // clock, where not "", names the events e counts as the distance clock
 // (CountWith; the metrics' unit): distances are their counts, not time.
-func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode, clock string) error {
+func (d *Decoder) WatchReuse(e *watch.Engine, slots, own int, mode reuse.Mode, clock string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.SamplePeriod() > 0 && mode == reuse.Shared {
@@ -105,7 +105,7 @@ func (d *Decoder) WatchReuse(e *watch.Engine, slots int, mode reuse.Mode, clock 
 	}
 	d.ownClock, d.reuseResolver, d.reuseEvents = e.SamplePeriod() > 0, r, clock
 	d.reuseMode = mode
-	d.reuseSlots = slots
+	d.reuseSlots, d.reuseOwn = slots, own
 	d.trackers = map[uint32]*reuse.Tracker{}
 	d.reuseCgroup = map[uint32]uint64{}
 	d.reuseGone = map[uint64]*reuse.Tracker{}
@@ -233,7 +233,7 @@ func (d *Decoder) SampleReuseEvery(period uint64) error {
 func (d *Decoder) tracker(pid uint32) *reuse.Tracker {
 	t := d.trackers[pid]
 	if t == nil {
-		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Seed: uint64(pid), Mode: d.reuseMode, Domain: d.threadDomain, Unit: d.reuseUnit()})
+		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Own: d.reuseOwn, Seed: uint64(pid), Mode: d.reuseMode, Domain: d.threadDomain, Unit: d.reuseUnit()})
 		d.trackers[pid] = t
 	}
 	return t

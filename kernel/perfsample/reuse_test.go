@@ -59,7 +59,7 @@ func TestExitedForgetsWatchedThreads(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	e, d := engineAndDecoder(t, 1, 1)
-	if err := d.WatchReuse(e, 1, reuse.Shared, ""); err != nil {
+	if err := d.WatchReuse(e, 1, 0, reuse.Shared, ""); err != nil {
 		t.Fatal(err)
 	}
 	pid, tid := uint32(os.Getpid()), uint32(unix.Gettid())
@@ -100,7 +100,7 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 	if err := d.Watch(e, slots); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.WatchReuse(e, slots, reuse.Private, ""); err != nil {
+	if err := d.WatchReuse(e, slots, 0, reuse.Private, ""); err != nil {
 		t.Fatal(err)
 	}
 	pid := uint32(os.Getpid())
@@ -269,7 +269,7 @@ func TestExitEndsArmedWatches(t *testing.T) {
 	if err := e.SampleEvery(uint64(time.Second)); err != nil { // a leader per thread: its CPU time is the clock
 		t.Fatal(err)
 	}
-	if err := d.WatchReuse(e, 1, reuse.Private, ""); err != nil {
+	if err := d.WatchReuse(e, 1, 0, reuse.Private, ""); err != nil {
 		t.Fatal(err)
 	}
 	pid, tid := uint32(os.Getpid()), uint32(unix.Gettid())

@@ -86,6 +86,16 @@ func (l *LifeTable) Merge(o *LifeTable) {
 	l.Oldest = max(l.Oldest, o.Oldest)
 }
 
+// empty says whether no watch ever entered the table.
+func (l *LifeTable) empty() bool {
+	for _, r := range l.Risk {
+		if r > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Watches is how many watches ended with outcome o.
 func (l *LifeTable) Watches(o Outcome) uint64 {
 	var n uint64
@@ -162,18 +172,38 @@ func (e *Estimate) Fractions() (bins []float64, notResolved float64) {
 // effective number of watches that the delta method's variance
 // (Greenwood's, for competing risks) gives: a bin with no observation has
 // none.
-func (l *LifeTable) Estimate() Estimate {
+func (l *LifeTable) Estimate() Estimate { return l.estimate(nil) }
+
+// Pooled is Estimate over the global slots' table and the own slots'
+// (Options.Own). The own slots' watches see the owner's next touch and
+// not another thread's store, so they join the hazards of a reuse and of
+// the run's end, and the invalidations' hazard is the global slots'
+// alone. That assumes what competing risks cannot test: that when another
+// thread stores to the bytes does not depend on when the owner touches
+// them next (docs/sampling.md). Each table's hazard counts by its
+// effective number of watches at risk (inverse variance), so that a few
+// heavily weighted global watches do not weigh as much as many own ones.
+func Pooled(global, own *LifeTable) Estimate { return global.estimate(own) }
+
+// estimate is Estimate, with the own slots' table where there is one.
+func (l *LifeTable) estimate(own *LifeTable) Estimate {
 	var e Estimate
+	all := l
+	if own != nil {
+		merged := *l
+		merged.Merge(own)
+		all = &merged
+	}
 	last := -1
-	for j := range l.Risk {
-		for c := range l.Counts {
-			if l.Counts[c][j] > 0 {
+	for j := range all.Risk {
+		for c := range all.Counts {
+			if all.Counts[c][j] > 0 {
 				last = j
-				e.Watches += l.Counts[c][j]
+				e.Watches += all.Counts[c][j]
 			}
 		}
 	}
-	e.Horizon = l.Oldest
+	e.Horizon = all.Oldest
 	if last < 0 {
 		e.NotResolved = 1
 		return e
@@ -183,14 +213,10 @@ func (l *LifeTable) Estimate() Estimate {
 	surv := 1.0
 	for j := range t.n {
 		t.surv[j] = surv
-		if r := l.Risk[j]; r > 0 {
-			t.size[j] = r * r / l.RiskSquares[j] // Kish's effective size
-			for c := Reused; c < Censored; c++ {
-				t.hazard[c][j] = min(l.Events[c][j]/r, 1)
-			}
-		}
+		t.hazards(l, own, j)
 		surv *= max(1-(t.hazard[Reused][j]+t.hazard[Invalidated][j]+t.hazard[Ended][j]), 0)
 	}
+	l = all
 	if l.followedUp(t.n) {
 		e.Unreused = surv
 	} else {
@@ -241,13 +267,42 @@ func (l *LifeTable) followedUp(n int) bool {
 }
 
 // table is the life table's estimate at each fine bin: the survival at its
-// start, the effective number of watches at risk in it, and each
-// outcome's hazard.
+// start, the effective number of watches at risk in it (sizeInv: of those
+// that see an invalidation), and each outcome's hazard.
 type table struct {
-	n      int
-	surv   [Bins * SubBins]float64
-	size   [Bins * SubBins]float64 // the effective number at risk
-	hazard [Censored][Bins * SubBins]float64
+	n             int
+	surv          [Bins * SubBins]float64
+	size, sizeInv [Bins * SubBins]float64
+	hazard        [Censored][Bins * SubBins]float64
+}
+
+// hazards sets fine bin j's hazards from the global table g and the own
+// one (nil: none): each table's weights scaled to sum to its effective
+// (Kish) size, so that the pooled hazard is the two tables' hazards by
+// inverse variance, and the effective size of the pool their sum.
+func (t *table) hazards(g, own *LifeTable, j int) {
+	var events [Censored]float64
+	for _, l := range [2]*LifeTable{g, own} {
+		if l == nil || l.Risk[j] <= 0 {
+			continue
+		}
+		scale := l.Risk[j] / l.RiskSquares[j] // weights × scale sum to the effective size
+		size := l.Risk[j] * scale
+		t.size[j] += size
+		for c := Reused; c < Censored; c++ {
+			if c != Invalidated {
+				events[c] += l.Events[c][j] * scale
+			}
+		}
+		if l == g {
+			t.sizeInv[j] = size
+			t.hazard[Invalidated][j] = min(l.Events[Invalidated][j]/l.Risk[j], 1)
+		}
+	}
+	if t.size[j] > 0 {
+		t.hazard[Reused][j] = min(events[Reused]/t.size[j], 1)
+		t.hazard[Ended][j] = min(events[Ended]/t.size[j], 1)
+	}
 }
 
 // share is outcome c's cumulative incidence over fine bins [lo, hi), and
@@ -272,7 +327,11 @@ func (t *table) share(l *LifeTable, c Outcome, lo, hi int) Share {
 		if in {
 			gc += t.surv[i]
 		}
-		if r := t.size[i]; r > 0 {
+		r := t.size[i]
+		if c == Invalidated {
+			r = t.sizeInv[i]
+		}
+		if r > 0 {
 			variance += (gc*gc*lc*(1-lc) + go_*go_*other*(1-other) - 2*gc*go_*lc*other) / r
 		}
 		if in {

@@ -11,67 +11,92 @@ import (
 // TestMatrix runs the whole matrix of docs/sampling.md (scripts/reuse-matrix):
 // RIBench's five shapes at the thesis' distances (SCALES=16: 1 Ki to 16 Ki)
 // or short ones (1: 64 to 1 Ki), with and without invalidations, 1, 2 and
-// 8 threads, ≥ 5 M accesses a run, 5 seeds, at the CLI's default period and
-// 4× the samples (PERIODS overrides; POL=reservoir, patient or eager:
-// another replacement than Keeper): a line per setting with each seed's S by this estimator
-// (AJ) and by Horvitz–Thompson's weights (HT), the not resolved share
-// (nr) and the invalidated share against the trace's; then the means.
+// 8 threads (THREADS overrides), ≥ 5 M accesses a run, 5 seeds, at the
+// CLI's default period and 4× the samples (PERIODS overrides). Each trace
+// runs three trackers: the default (OWN own slots, DefaultOwn unless told;
+// POL another replacement: keeper, reservoir, patient or eager), all four
+// slots global as before own slots (G: Keeper and this estimator), and
+// the thesis' (HT: Reservoir, Horvitz–Thompson's weights). A line per
+// setting with each seed's S by each, the default's not resolved share (nr)
+// and its invalidated share against the trace's; then the means.
 func TestMatrix(t *testing.T) {
 	if os.Getenv("PMU_EXPORTER_REUSE_MATRIX") == "" {
 		t.Skip("the whole matrix: scripts/reuse-matrix")
 	}
-	periods := []uint64{1000, 250}
-	if p := os.Getenv("PERIODS"); p != "" {
-		periods = nil
-		for _, f := range strings.Split(p, ",") {
-			v, _ := strconv.ParseUint(f, 10, 64)
-			periods = append(periods, v)
-		}
+	periods := envList("PERIODS", []int{1000, 250})
+	threadCounts := envList("THREADS", []int{1, 2, 8})
+	scales := envList("SCALES", []int{16})
+	pol := map[string]Replacement{"": Auto, "keeper": Keeper, "reservoir": Reservoir, "patient": Patient, "eager": Eager}[os.Getenv("POL")]
+	own := DefaultOwn
+	if v := os.Getenv("OWN"); v != "" {
+		own, _ = strconv.Atoi(v)
 	}
-	pol := map[string]Replacement{"keeper": Keeper, "reservoir": Reservoir, "patient": Patient, "eager": Eager}[os.Getenv("POL")]
-	n := uint64(5e6)
-	sumA, sumH, cnt := map[uint64]float64{}, map[uint64]float64{}, map[uint64]float64{}
+	const n = 5e6
+	var sums [3]map[int]float64
+	for i := range sums {
+		sums[i] = map[int]float64{}
+	}
+	cnt := map[int]float64{}
 	defer func() {
-		for p := range cnt {
-			fmt.Printf("MEAN p%d AJ %.3f HT %.3f\n", p, sumA[p]/cnt[p], sumH[p]/cnt[p])
+		for _, p := range periods {
+			fmt.Printf("MEAN p%d AJ %.3f G %.3f HT %.3f\n", p, sums[0][p]/cnt[p], sums[1][p]/cnt[p], sums[2][p]/cnt[p])
 		}
 	}()
-	var scales []uint64
-	for _, f := range strings.Split(os.Getenv("SCALES"), ",") {
-		v, _ := strconv.ParseUint(f, 10, 64)
-		scales = append(scales, v)
-	}
 	for _, scale := range scales {
 		for _, inval := range []float64{0, 0.3} {
-			for _, threads := range []int{1, 2, 8} {
+			for _, threads := range threadCounts {
 				for _, base := range Cases {
-					c := base.Scaled(scale)
+					c := base.Scaled(uint64(scale))
 					c.Invalidate = inval
 					c.Outer = c.OuterFor(threads, n)
 					for _, period := range periods {
 						var line string
-						var sa, sh float64
 						for seed := uint64(1); seed <= 5; seed++ {
-							r := NewReplay(ReplayOptions{Options: Options{Seed: seed, Replacement: pol}, Period: period, Unsampled: Remote})
-							truth := c.Generate(threads, seed*7, r.Access)
-							r.Finish()
-							tr := r.Tracker
+							run := func(o Options) (*Tracker, Truth) {
+								o.Seed = seed
+								r := NewReplay(ReplayOptions{Options: o, Period: uint64(period), Unsampled: Remote})
+								truth := c.Generate(threads, seed*7, r.Access)
+								r.Finish()
+								return r.Tracker, truth
+							}
+							tr, truth := run(Options{Replacement: pol, Own: own})
 							e := tr.Estimate()
 							bins, nr := e.Fractions()
 							saj := Accuracy(truth.Fractions(), bins)
-							sht := Accuracy(truth.Fractions(), Normalized(tr.HT.Distance[:]))
+							g, _ := run(Options{})
+							ge := g.Estimate()
+							gb, _ := ge.Fractions()
+							sg := Accuracy(truth.Fractions(), gb)
+							ht, _ := run(Options{Replacement: Reservoir})
+							sht := Accuracy(truth.Fractions(), Normalized(ht.HT.Distance[:]))
 							trueInv := float64(truth.Invalidated) / float64(truth.Accesses)
-							sa += saj
-							sh += sht
-							line += fmt.Sprintf(" | AJ %.3f HT %.3f nr %.3f inv %.3f/%.3f", saj, sht, nr, e.Invalidated.Share, trueInv)
+							for i, s := range []float64{saj, sg, sht} {
+								sums[i][period] += s
+							}
+							cnt[period]++
+							line += fmt.Sprintf(" | AJ %.3f G %.3f HT %.3f nr %.3f inv %.3f/%.3f", saj, sg, sht, nr, e.Invalidated.Share, trueInv)
 						}
 						fmt.Printf("%-22s inv%.1f t%d p%4d%s\n", c.Name, inval, threads, period, line)
-						sumA[period] += sa
-						sumH[period] += sh
-						cnt[period] += 5
 					}
 				}
 			}
 		}
 	}
+}
+
+// envList is the environment variable's comma-separated integers, or def.
+func envList(name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			panic(fmt.Sprintf("%s: %q is not a number", name, f))
+		}
+		out = append(out, n)
+	}
+	return out
 }

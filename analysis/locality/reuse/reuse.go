@@ -99,10 +99,23 @@ type Options struct {
 	// (the trace harness: "accesses"; live: time, the thread's CPU time or
 	// CLOCK_MONOTONIC's).
 	Unit string
-	// Replacement is how a sample takes an armed slot (Keeper unless
-	// told: it measured best; Reservoir is the thesis').
+	// Replacement is how a sample takes an armed slot (Auto unless told;
+	// Reservoir is the thesis').
 	Replacement Replacement
+	// Own is how many of each thread's Slots hold its own watches
+	// (Private mode; the rest are global, armed in every thread): read
+	// and write in the owner alone, so they see its next touch but not
+	// another thread's store. A global slot is one register in every
+	// thread, an own slot one in its owner only, so n threads watch
+	// n·Own times as many accesses at once there (docs/sampling.md).
+	Own int
 }
+
+// DefaultOwn is Options.Own for the CLI and live private mode: three of
+// x86's four registers each thread's own, one global. It measured best
+// at 1, 2 and 8 threads (docs/sampling.md); the invalidations rest on the
+// one global slot.
+const DefaultOwn = 3
 
 // Replacement is the chance that a sample visiting armed slot i of n takes
 // it, by the samples that visited it since it was armed (v ≥ 1). Any
@@ -111,11 +124,15 @@ type Options struct {
 type Replacement uint8
 
 const (
+	// Auto is Keeper where every slot is global, and Reservoir in the own
+	// slots beside a Steady global one (Options.Own): what measured best
+	// in each (docs/sampling.md).
+	Auto Replacement = iota
 	// Keeper is Reservoir in every slot but the last (of two or more), which a visit takes
 	// with chance 1/(KeeperPatience·v+1): that slot's watches live about
 	// KeeperPatience times as long, so that the longest distances, and
 	// the accesses never reused, have watches that outlast them.
-	Keeper Replacement = iota
+	Keeper
 	// Reservoir takes a slot with chance 1/(v+1): every sample since the
 	// arm has had the same chance to hold it (ReuseTracker's).
 	Reservoir
@@ -124,7 +141,17 @@ const (
 	Patient
 	// Eager takes it with chance 1/√(v+1): watches are younger, more arm.
 	Eager
+	// Steady takes it with chance SteadyTake whatever its age: every
+	// sample has the same chance to arm, so the watches near their use
+	// weigh alike (the global slots beside Options.Own, whose work is the
+	// invalidations: docs/sampling.md).
+	Steady
 )
+
+// SteadyTake is Steady's chance. Of 1/4, 1/16 and the reservoir in the
+// one global slot beside three own, 1/4 measured best for the invalidated
+// share at 8 threads (docs/sampling.md).
+const SteadyTake = 1.0 / 4
 
 // KeeperPatience is how much longer Keeper's last slot keeps a watch. 4,
 // 16 and 64 measured alike at the thesis' distances (docs/sampling.md).
@@ -142,6 +169,8 @@ func (r Replacement) take(i, n int, v float64) float64 {
 		return 1 / (2*v + 1)
 	case Eager:
 		return 1 / math.Sqrt(v+1)
+	case Steady:
+		return SteadyTake
 	}
 	return 1 / (v + 1)
 }
@@ -166,6 +195,7 @@ type Tracker struct {
 	clock Clocker // nil: the event's own clock
 	rng   *rand.Rand
 	slots []slot
+	own   map[uint32][]slot // each thread's own slots (Options.Own)
 
 	Samples, Dropped, Reuses, Invalidations uint64
 	// Stale counts traps of a slot's earlier arm (TrappedOn).
@@ -175,6 +205,12 @@ type Tracker struct {
 	// Life is every watch by outcome and age, the censored ones (a later
 	// sample took the slot) included: Estimate's input.
 	Life LifeTable
+	// Touch is the own slots' watches (Options.Own): their Reused column
+	// is the owner's next touch, whether or not another thread stored in
+	// between, which they do not see. Touches counts the touches observed
+	// (Reuses includes them).
+	Touch   LifeTable
+	Touches uint64
 	// HT weighs each outcome by the inverse of its chance to be observed
 	// (Horvitz–Thompson: that its sample took a slot and the slot survived
 	// replacement until it trapped), as ReuseTracker does. Kept to compare
@@ -225,7 +261,14 @@ func New(b Backend, o Options) *Tracker {
 	if o.Domain == nil {
 		o.Domain = func(uint32) int { return 0 }
 	}
-	t := &Tracker{o: o, b: b, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9E3779B97F4A7C15)), slots: make([]slot, o.Slots)}
+	if o.Mode != Private || o.Slots < 2 {
+		o.Own = 0
+	}
+	o.Own = min(max(o.Own, 0), o.Slots-1)
+	t := &Tracker{o: o, b: b, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9E3779B97F4A7C15)), slots: make([]slot, o.Slots-o.Own)}
+	if o.Own > 0 {
+		t.own = map[uint32][]slot{}
+	}
 	t.clock, _ = b.(Clocker)
 	for i := range t.slots {
 		t.slots[i].samples = 1
@@ -235,34 +278,52 @@ func New(b Backend, o Options) *Tracker {
 
 // Sample handles a sampled access: Alg. 2's PMUSampleHandler. It reports
 // whether a slot took the sample (its watchpoints were armed); a watch it
-// replaces is censored at its age.
+// replaces is censored at its age. In Private mode with Options.Own, the
+// sample is offered to its thread's own slots as well, apart.
 func (t *Tracker) Sample(u Use) bool {
 	t.Samples++
+	took := t.offer(t.slots, 0, u)
+	if own := t.ownSlots(u.TID); own != nil && t.offer(own, len(t.slots), u) {
+		took = true
+	}
+	if !took {
+		t.Dropped++
+	}
+	return took
+}
+
+// offer is a sample's visit to slots (register base on): a free slot takes
+// it, else each armed one in turn by the replacement's chance. A watch it
+// replaces ends Censored in its life table.
+func (t *Tracker) offer(slots []slot, base int, u Use) bool {
 	// The chance this sample takes a slot: certain with one free, else
 	// that some active slot accepts it. Its H–T weight divides by it.
 	accept := 1.0
 	free := false
-	for i := range t.slots {
-		free = free || !t.slots[i].active
+	for i := range slots {
+		free = free || !slots[i].active
 	}
 	if !free {
 		none := 1.0
-		for i := range t.slots {
-			none *= 1 - t.o.Replacement.take(i, len(t.slots), t.slots[i].samples-1)
+		for i := range slots {
+			none *= 1 - t.policy(base).take(i, len(slots), slots[i].samples-1)
 		}
 		accept = 1 - none
 	}
 	pick := -1
 	for pass := 0; pass < 2 && pick < 0; pass++ { // free slots first
-		for i := range t.slots {
-			s := &t.slots[i]
+		for i := range slots {
+			s := &slots[i]
 			if s.active != (pass == 1) {
 				continue
 			}
-			take := t.o.Replacement.take(i, len(t.slots), s.samples-1)
+			take := 1.0 // a free slot takes the sample
+			if s.active {
+				take = t.policy(base).take(i, len(slots), s.samples-1)
+			}
 			accept := t.rng.Float64() <= take
 			if !accept && s.active {
-				t.visited(s, u)
+				t.visited(s, t.life(base), u)
 				s.survive *= 1 - take
 			}
 			s.samples++
@@ -273,33 +334,61 @@ func (t *Tracker) Sample(u Use) bool {
 		}
 	}
 	if pick < 0 {
-		t.Dropped++
 		return false
 	}
-	s := &t.slots[pick]
+	s := &slots[pick]
 	at := u.At
 	if at == 0 {
 		at = u.Clock
 	}
 	if s.active {
-		t.Life.end(Censored, t.age(s, u.TID, u.Clock, at), s.bin, 1/s.survive)
+		t.life(base).end(Censored, t.age(s, u.TID, u.Clock, at), s.bin, 1/s.survive)
 	}
 	*s = slot{active: true, owner: u.TID, domain: t.o.Domain(u.TID), addr: u.Addr, size: u.Size, kind: u.Kind, p0: u.Clock, at: at, samples: 2, survive: accept}
+	if base > 0 { // a thread's own slot: its owner alone traps
+		t.b.Arm(u.TID, base+pick, u.Addr, u.Size, TrapRW)
+		return true
+	}
 	for _, other := range t.b.Threads() {
 		t.arm(other, pick)
 	}
 	return true
 }
 
+// life is the table where the watches of the slots from register base on
+// end: the global slots' (Life), or the own slots' (Touch).
+func (t *Tracker) life(base int) *LifeTable {
+	if base == 0 {
+		return &t.Life
+	}
+	return &t.Touch
+}
+
+// ownSlots are thread tid's own slots (nil without Options.Own).
+func (t *Tracker) ownSlots(tid uint32) []slot {
+	if t.own == nil {
+		return nil
+	}
+	own := t.own[tid]
+	if own == nil {
+		own = make([]slot, t.o.Own)
+		for i := range own {
+			own[i].samples = 1
+		}
+		t.own[tid] = own
+	}
+	return own
+}
+
 // visited ages slot s at a visit by u's sample that left it armed: its
 // weight so far holds for the bins up to its age, and grows after.
-func (t *Tracker) visited(s *slot, u Use) {
+func (t *Tracker) visited(s *slot, life *LifeTable, u Use) {
 	at := u.At
 	if at == 0 {
 		at = u.Clock
 	}
 	j := FineBin(max(t.age(s, u.TID, u.Clock, at), 1))
-	t.Life.atRisk(s.bin, j, 1/s.survive)
+	life.atRisk(s.bin, j, 1/s.survive)
 	s.bin = max(s.bin, j)
 }
 
@@ -321,17 +410,27 @@ func (t *Tracker) age(s *slot, tid uint32, clock, at uint64) uint64 {
 // without an outcome.
 func (t *Tracker) Finish() {
 	for i := range t.slots {
-		s := &t.slots[i]
-		if s.active && t.clock != nil {
-			if now, ok := t.clock.Clock(s.owner, 0); ok {
-				t.Life.end(Ended, now-min(s.p0, now), s.bin, 1/s.survive)
-			}
-		}
-		*s = slot{samples: 1}
+		t.end(&t.slots[i], &t.Life)
 		for _, other := range t.b.Threads() {
 			t.b.Disarm(other, i)
 		}
 	}
+	for tid, own := range t.own {
+		for i := range own {
+			t.end(&own[i], &t.Touch)
+			t.b.Disarm(tid, len(t.slots)+i)
+		}
+	}
+}
+
+// end ends slot s's watch at the run's end (Finish) and frees it.
+func (t *Tracker) end(s *slot, life *LifeTable) {
+	if s.active && t.clock != nil {
+		if now, ok := t.clock.Clock(s.owner, 0); ok {
+			life.end(Ended, now-min(s.p0, now), s.bin, 1/s.survive)
+		}
+	}
+	*s = slot{samples: 1}
 }
 
 // arm sets slot i's watchpoint in thread tid: read/write in the owner
@@ -366,8 +465,7 @@ func (t *Tracker) Join(tid uint32) {
 // one that happened before the slot's sample (by At), or, in Shared mode,
 // one in the sampling thread itself, which the slot never arms.
 func (t *Tracker) TrappedOn(h Hit) {
-	if h.Slot >= 0 && h.Slot < len(t.slots) && t.slots[h.Slot].active {
-		s := &t.slots[h.Slot]
+	if s := t.slotOf(h); s != nil && s.active {
 		at := h.At
 		if at == 0 {
 			at = h.Clock
@@ -383,10 +481,14 @@ func (t *Tracker) TrappedOn(h Hit) {
 // Trapped handles a trap: Alg. 3's WPTrapHandler. The slot is freed and
 // disarmed everywhere: one outcome per sample.
 func (t *Tracker) Trapped(h Hit) {
-	if h.Slot < 0 || h.Slot >= len(t.slots) {
+	if h.Slot >= len(t.slots) {
+		t.touched(h)
 		return
 	}
-	s := &t.slots[h.Slot]
+	s := t.slotOf(h)
+	if s == nil {
+		return
+	}
 	if s.active {
 		reuse := h.TID == s.owner
 		if t.o.Mode == Shared {
@@ -405,15 +507,7 @@ func (t *Tracker) Trapped(h Hit) {
 			t.Distance[k]++
 			t.HT.Distance[k] += w
 			t.Life.end(Reused, d, s.bin, w)
-			t.PairsSeen[s.kind][h.Kind][k]++
-			switch {
-			case h.Size == 0:
-				t.LocalitySeen[LocalityUnknown][k]++
-			case h.Addr == s.addr:
-				t.LocalitySeen[Temporal][k]++
-			default:
-				t.LocalitySeen[Spatial][k]++
-			}
+			t.seen(s, h, k)
 		case reuse: // no time passed on its clock: nothing to place it by
 			t.Life.end(Censored, 0, s.bin, w)
 		default:
@@ -428,9 +522,67 @@ func (t *Tracker) Trapped(h Hit) {
 	}
 }
 
+// seen counts an observed reuse of s's access by h in bin k by its pair
+// of kinds and its locality.
+func (t *Tracker) seen(s *slot, h Hit, k int) {
+	t.PairsSeen[s.kind][h.Kind][k]++
+	switch {
+	case h.Size == 0:
+		t.LocalitySeen[LocalityUnknown][k]++
+	case h.Addr == s.addr:
+		t.LocalitySeen[Temporal][k]++
+	default:
+		t.LocalitySeen[Spatial][k]++
+	}
+}
+
+// slotOf is the slot a hit names: a global one, or the trapping thread's
+// own (nil: none).
+func (t *Tracker) slotOf(h Hit) *slot {
+	switch {
+	case h.Slot < 0:
+		return nil
+	case h.Slot < len(t.slots):
+		return &t.slots[h.Slot]
+	case t.own != nil && h.Slot < len(t.slots)+t.o.Own && t.own[h.TID] != nil:
+		return &t.own[h.TID][h.Slot-len(t.slots)]
+	}
+	return nil
+}
+
+// touched handles a trap of the trapping thread's own slot: its next
+// touch of the bytes, the only access that slot traps on.
+func (t *Tracker) touched(h Hit) {
+	s := t.slotOf(h)
+	if s == nil {
+		return
+	}
+	if s.active && h.TID == s.owner {
+		if h.Clock > s.p0 {
+			d := h.Clock - s.p0
+			k := bits.Len64(d) - 1
+			t.Reuses++
+			t.Touches++
+			t.Distance[k]++
+			t.Touch.end(Reused, d, s.bin, 1/s.survive)
+			t.seen(s, h, k)
+		} else {
+			t.Touch.end(Censored, 0, s.bin, 1/s.survive)
+		}
+	}
+	*s = slot{samples: 1}
+	t.b.Disarm(h.TID, h.Slot)
+}
+
 // Estimate is the outcomes of all sampled accesses, from every watch
-// (LifeTable.Estimate).
-func (t *Tracker) Estimate() Estimate { return t.Life.Estimate() }
+// (LifeTable.Estimate; with Options.Own, the own slots' touches join the
+// global slots' reuses: Pooled).
+func (t *Tracker) Estimate() Estimate {
+	if t.own == nil && t.Touch.empty() { // a merged tracker holds its processes' own watches
+		return t.Life.Estimate()
+	}
+	return Pooled(&t.Life, &t.Touch)
+}
 
 // Histogram is the estimated reuses of the sampled accesses by distance
 // bin (rounded), up to the last bin used.
@@ -476,6 +628,12 @@ func (t *Tracker) weigh(e *Estimate, seen *[Bins]uint64) float64 {
 	return s
 }
 
+// Watches is how many watches ended with outcome o, the own slots' among
+// them (their touches count as Reused).
+func (t *Tracker) Watches(o Outcome) uint64 {
+	return t.Life.Watches(o) + t.Touch.Watches(o)
+}
+
 // Raw is the observed reuses by distance bin, up to the last one used.
 func (t *Tracker) Raw() []uint64 {
 	n := 0
@@ -506,6 +664,13 @@ func (t *Tracker) Slots() int {
 			n++
 		}
 	}
+	for _, own := range t.own {
+		for _, s := range own {
+			if s.active {
+				n++
+			}
+		}
+	}
 	return n
 }
 
@@ -518,6 +683,8 @@ func (t *Tracker) Merge(o *Tracker) {
 	t.Invalidations += o.Invalidations
 	t.Stale += o.Stale
 	t.Life.Merge(&o.Life)
+	t.Touch.Merge(&o.Touch)
+	t.Touches += o.Touches
 	t.HT.Invalidations += o.HT.Invalidations
 	for k := range t.Distance {
 		t.Distance[k] += o.Distance[k]
@@ -541,4 +708,19 @@ func PairName(use, reuse Kind) string {
 	}
 	name := [3]string{"", "R", "W"}
 	return name[reuse] + "A" + name[use]
+}
+
+// policy is the replacement of the slots from register base on: Steady in
+// the global ones beside own slots, else Options.Replacement (Auto: Keeper
+// in global slots, Reservoir in own ones).
+func (t *Tracker) policy(base int) Replacement {
+	switch {
+	case base == 0 && t.own != nil:
+		return Steady
+	case t.o.Replacement != Auto:
+		return t.o.Replacement
+	case base == 0:
+		return Keeper
+	}
+	return Reservoir
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/bits"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -181,9 +182,9 @@ func (r *Replay) Access(a Access) {
 	if a.Write {
 		kind = Write
 	}
-	if slot := r.regs.Access(a.TID, a.Write, a.Addr, a.Size); slot >= 0 {
+	for m := r.regs.AccessAll(a.TID, a.Write, a.Addr, a.Size); m != 0; m &= m - 1 {
 		r.Traps++
-		r.Tracker.Trapped(Hit{TID: a.TID, Slot: slot, Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
+		r.Tracker.Trapped(Hit{TID: a.TID, Slot: bits.TrailingZeros64(m), Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
 	}
 	if t.n >= t.next && (r.skip == nil || !r.skip(a.TID)) {
 		t.next = t.n + r.gap()

@@ -8,6 +8,8 @@
 // on perf breakpoints.
 package wpsim
 
+import "math/bits"
+
 // Registers are the threads' debug registers.
 type Registers struct {
 	slots   int
@@ -61,12 +63,23 @@ func (r *Registers) Disarm(tid uint32, slot int) {
 // Access advances the trace by one access of tid (which must have
 // joined) and returns the register it trapped on, or -1.
 func (r *Registers) Access(tid uint32, write bool, addr uint64, size uint8) int {
+	m := r.AccessAll(tid, write, addr, size)
+	if m == 0 {
+		return -1
+	}
+	return bits.TrailingZeros64(m)
+}
+
+// AccessAll is Access reporting every register the access trapped on (bit
+// i: register i), as the kernel reports a trap per breakpoint event.
+func (r *Registers) AccessAll(tid uint32, write bool, addr uint64, size uint8) uint64 {
 	r.global++
+	var m uint64
 	for i, reg := range r.threads[tid] {
 		if reg.armed && r.global >= reg.from && (write || !reg.writesOnly) &&
 			addr < reg.addr+uint64(reg.size) && reg.addr < addr+uint64(size) {
-			return i
+			m |= 1 << i
 		}
 	}
-	return -1
+	return m
 }
