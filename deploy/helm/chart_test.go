@@ -293,6 +293,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		"sampling.cpuBudget=lots":  "/sampling/cpuBudget",
 		"comm.pods=some":           "/comm/pods",
 		"comm.watchpoints=yes":     "/comm/watchpoints",
+		"comm.reuseOwn=4":          "/comm/reuseOwn",
 		// Watchpoints arm every thread of what is sampled: only in the
 		// annotated pods.
 		"comm.watchpoints=reuse": "/comm/pods",

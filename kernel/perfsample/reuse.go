@@ -67,9 +67,9 @@ const (
 )
 
 // WatchReuse makes the watchpoints serve ReuseTracker instead of
-// ComDetective: each watched process gets a tracker (its slots shared by
-// its threads), sampled accesses arm them, traps are reuses or
-// invalidations.
+// ComDetective: each watched process gets a tracker (in private mode own
+// of each thread's slots are its own, the rest shared by its threads),
+// sampled accesses arm them, traps are reuses or invalidations.
 //
 // Where e samples its threads (SampleEvery; private mode), the trackers
 // take those samples and the distance is the thread's CPU time from the

@@ -2,7 +2,9 @@
 // 2 and 3): a sampled access arms a watchpoint on its address in one of a
 // few global slots (reservoir replacement keeps every sampled address an
 // equal chance), read/write in the sampling thread and write-only in the
-// others; the first trap gives one outcome per sample: a reuse, at the
+// others, and, with Options.Own, in one of its thread's own slots too
+// (read/write in that thread alone: its next touch); the first trap gives
+// one outcome per watch: a reuse, at the
 // time distance between use and reuse on the thread's (or cache domain's)
 // access clock, or an invalidation by another thread's store. It is pure:
 // a Backend arms and disarms the registers (perf breakpoints live, a trace
