@@ -30,6 +30,9 @@ type replayFlags struct {
 	// each thread sampled every tracePeriod accesses.
 	trace       string
 	tracePeriod uint64
+	// trapCost, where above 0, governs trace's watchpoints as live at
+	// this cost a trap.
+	trapCost time.Duration
 }
 
 // replayPipeline plays a perf stat recording through the exporter's

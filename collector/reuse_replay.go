@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/governor"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -23,7 +24,8 @@ import (
 // that time too (unit thread_cpu_seconds, as live), as the cgroup
 // "replay:" and the file's name, and its registers' arms and traps as
 // pmu_comm_watchpoint_*; with miss ratios at the caches of
-// --replay.samples' host where its HEADER_CACHE sizes them.
+// --replay.samples' host where its HEADER_CACHE sizes them. With
+// --replay.trap-cost, each run is governed as live (governed).
 func replayReuse(b *build) error {
 	path := b.f.replay.trace
 	file, err := os.Open(path)
@@ -31,14 +33,19 @@ func replayReuse(b *build) error {
 		return fmt.Errorf("--replay.trace: %w", err)
 	}
 	defer file.Close()
-	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Unit: reuse.UnitAccesses}, Period: b.f.replay.tracePeriod})
+	gov, err := b.traceGovernor()
+	if err != nil {
+		return err
+	}
+	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Unit: reuse.UnitAccesses}, Period: b.f.replay.tracePeriod, Governor: gov})
 	if err := r.Run(bufio.NewReaderSize(file, 1<<16)); err != nil {
 		return fmt.Errorf("--replay.trace: %w", err)
 	}
 	t := r.Tracker
 	b.log.Info("replay trace", "file", path, "samples", t.Samples, "reuses", t.Reuses, "invalidations", t.Invalidations)
 	view := replayedReuse{t}
-	if timed, err := traceTimed(path, b.f.replay.tracePeriod); err != nil {
+	timedGov, _ := b.traceGovernor()
+	if timed, err := traceTimed(path, b.f.replay.tracePeriod, timedGov); err != nil {
 		return fmt.Errorf("--replay.trace: %w", err)
 	} else if timed != nil {
 		view = append(view, timed)
@@ -54,10 +61,32 @@ func replayReuse(b *build) error {
 	}
 	b.p.collectors = append(b.p.collectors, rc)
 	// The simulated registers' totals, as live: every trap is
-	// ReuseTracker's; nothing governs them, so there is no cost to say.
+	// ReuseTracker's; the governor's where one governed them.
 	watch := exporter.WatchStats{Traps: r.Traps, Reuse: r.Traps, Arms: r.Arms, ReuseThreads: len(r.Threads())}
+	if gov != nil {
+		tot := gov.Totals()
+		watch.Governed, watch.Budget, watch.TrapCost = true, gov.Budget(), gov.Cost()
+		watch.CPU, watch.Cost, watch.Denied = tot.CPU, tot.Spent, tot.Denied
+		b.log.Info("replay trace: governed", "budget", gov.Budget(), "trap_cost", b.f.replay.trapCost, "traps", tot.Traps, "denied", tot.Denied)
+	}
 	b.p.collectors = append(b.p.collectors, exporter.NewWatch(func() exporter.WatchStats { return watch }))
 	return nil
+}
+
+// traceGovernor is the watchpoint governor of a trace replay, as live's
+// (--collector.comm.watch-budget, governor.Allowance) at
+// --replay.trap-cost a trap; nil without a cost.
+func (b *build) traceGovernor() (*governor.Governor, error) {
+	cost := b.f.replay.trapCost
+	switch {
+	case cost < 0:
+		return nil, fmt.Errorf("--replay.trap-cost=%v: want a duration of 0 or more", cost)
+	case cost == 0:
+		return nil, nil
+	case b.f.comm.watchBudget <= 0 || b.f.comm.watchBudget > 1:
+		return nil, fmt.Errorf("--collector.comm.watch-budget=%v: want a share of CPU time in (0, 1]", b.f.comm.watchBudget)
+	}
+	return governor.New(b.f.comm.watchBudget, cost.Seconds(), governor.Allowance), nil
 }
 
 // replayedReuse are a trace's trackers, one per distance clock, fixed
@@ -71,9 +100,10 @@ func (r replayedReuse) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Trac
 }
 
 // traceTimed replays the trace at path again on its threads' CPU time,
-// where its first access gives one (nil where it does not); a later
-// access without one is an error naming its line.
-func traceTimed(path string, period uint64) (*reuse.Tracker, error) {
+// where its first access gives one (nil where it does not), governed by
+// gov where not nil; a later access without one is an error naming its
+// line.
+func traceTimed(path string, period uint64, gov *governor.Governor) (*reuse.Tracker, error) {
 	if timed, err := firstAccessTimed(path); err != nil || !timed {
 		return nil, err
 	}
@@ -82,7 +112,7 @@ func traceTimed(path string, period uint64) (*reuse.Tracker, error) {
 		return nil, err
 	}
 	defer file.Close()
-	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Unit: perfsample.UnitThreadCPU}, Period: period, Timed: true})
+	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Unit: perfsample.UnitThreadCPU}, Period: period, Timed: true, Governor: gov})
 	if err := r.Run(bufio.NewReaderSize(file, 1<<16)); err != nil {
 		return nil, err
 	}

@@ -230,6 +230,64 @@ func TestServeReplayTrace(t *testing.T) {
 	}
 }
 
+// TestServeReplayTraceGoverned: with --replay.trap-cost the trace's
+// watchpoints run under the governor, as live: its families carry the
+// budget and the cost, every trap is charged at that cost, the traps stay
+// within the budget of the CPU time the trace's threads ran (its fifth
+// field, summed here from the file) but for the allowance and one
+// sample's traps, and every sample the ungoverned harness takes is either
+// the tracker's or denied.
+func TestServeReplayTraceGoverned(t *testing.T) {
+	const trace = "../../examples/replay/reuse-trace.txt"
+	const cost, budget = 20e-6, 0.01
+	var stdout, stderr strings.Builder
+	if code := run([]string{"reuse", "--trace", trace, "--period", "100", "--format", "json"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("reuse exited %d: %s", code, stderr.String())
+	}
+	var free reuseJSON
+	if err := json.Unmarshal([]byte(stdout.String()), &free); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]float64{} // each thread's CPU time at its last access
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) == 5 && !strings.HasPrefix(l, "#") {
+			ns, _ := strconv.ParseFloat(f[4], 64)
+			last[f[0]] = ns / 1e9
+		}
+	}
+	var traceCPU float64
+	for _, s := range last {
+		traceCPU += s
+	}
+	p := start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.trace="+trace, "--replay.trace-period=100", "--replay.trap-cost=20us")
+	_, mfs := p.scrape(t)
+	if got := mustValue(t, mfs, "pmu_comm_watchpoint_budget_ratio", nil); got != budget {
+		t.Errorf("budget %v, want --collector.comm.watch-budget's default %v", got, budget)
+	}
+	if got := mustValue(t, mfs, "pmu_comm_watchpoint_trap_cost_seconds", nil); math.Abs(got-cost) > 1e-12 {
+		t.Errorf("trap cost %v, want --replay.trap-cost's %v", got, cost)
+	}
+	cpu := mustValue(t, mfs, "pmu_comm_watchpoint_target_cpu_seconds_total", nil)
+	spent := mustValue(t, mfs, "pmu_comm_watchpoint_trap_cpu_seconds_total", nil)
+	traps := mustValue(t, mfs, "pmu_comm_watchpoint_traps_total", map[string]string{"outcome": "reuse"})
+	denied := mustValue(t, mfs, "pmu_comm_watchpoint_arms_denied_total", nil)
+	samples := mustValue(t, mfs, "pmu_reuse_samples_total", map[string]string{"cgroup": "replay:reuse-trace.txt", "unit": "accesses"})
+	t.Logf("trace CPU %.6f s, governed %.6f s; %v traps cost %.6f s; %v samples, %v denied; ungoverned %d traps, %d samples", traceCPU, cpu, traps, spent, samples, denied, free.Traps, free.Samples)
+	if cpu <= 0 || cpu > traceCPU {
+		t.Errorf("the governor saw %v s of CPU time, the trace's threads ran %v s", cpu, traceCPU)
+	}
+	if math.Abs(spent-traps*cost) > 1e-9 || spent > budget*cpu+(16+2)*cost {
+		t.Errorf("%v traps cost %v s, want %v s each and within the budget %v s plus the allowance", traps, spent, cost, budget*cpu)
+	}
+	if denied == 0 || samples+denied != float64(free.Samples) || traps >= float64(free.Traps) {
+		t.Errorf("%v samples the tracker's, %v denied, %v traps; ungoverned: %d samples, %d traps", samples, denied, traps, free.Samples, free.Traps)
+	}
+}
+
 // TestServeReplayCommDomains: a recording's HEADER_CACHE (perf prints the
 // example's as "L3 Unified 22528K [0-1]" and "[2-3]") places its CPUs in
 // last-level cache domains, named by their shared CPU lists as live, and

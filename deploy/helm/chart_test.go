@@ -294,6 +294,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		"comm.pods=some":           "/comm/pods",
 		"comm.watchpoints=yes":     "/comm/watchpoints",
 		"comm.reuseOwn=4":          "/comm/reuseOwn",
+		"replay.trapCost=often":    "/replay/trapCost",
 		// Watchpoints arm every thread of what is sampled: only in the
 		// annotated pods.
 		"comm.watchpoints=reuse": "/comm/pods",

@@ -704,12 +704,12 @@ func (d *Decoder) WatchStats() WatchTotals {
 
 // Govern limits each watched process's traps to budget (a share of its CPU
 // time) at cost seconds a trap: a sample of a process over its budget is
-// used without watchpoints. A process just watched may trap 16 times
-// before it has run long enough to pay for them.
+// used without watchpoints. A process just watched may trap
+// governor.Allowance times before it has run long enough to pay for them.
 func (d *Decoder) Govern(budget float64, cost time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.gov = governor.New(budget, cost.Seconds(), 16)
+	d.gov = governor.New(budget, cost.Seconds(), governor.Allowance)
 }
 
 // disarmOverBudget disarms every watchpoint of the processes whose traps

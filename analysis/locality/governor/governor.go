@@ -32,6 +32,10 @@ type Totals struct {
 	Denied uint64 // samples that would have armed but were over budget
 }
 
+// Allowance is the traps a target just watched may make before it has run
+// long enough to pay for them (live, and in a governed trace replay).
+const Allowance = 16
+
 // New governs traps costing cost seconds each within budget (a share of
 // the target's CPU time, 0.01 for 1%), allowing each target allowance
 // traps ahead of its budget.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/governor"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/wpsim"
 )
 
@@ -82,10 +83,12 @@ type Replay struct {
 	clocks      map[int]uint64
 	skip        func(uint32) bool
 	timed       bool
+	gov         *governor.Governor
+	cpu         uint64 // the trace's threads' CPU time so far, ns (governed)
 }
 
 // thread is a thread's accesses so far, its next sample's, and its CPU
-// time at its latest access (timed traces).
+// time at its latest access (timed traces, or governed).
 type thread struct{ n, next, ns uint64 }
 
 // ReplayOptions are the harness's.
@@ -99,6 +102,13 @@ type ReplayOptions struct {
 	// gives it (Private mode; every access needs a time), as live on
 	// thread_cpu_seconds; sampling still goes by accesses.
 	Timed bool
+	// Governor, where set, governs the trace's watchpoints as live
+	// (analysis/locality/governor): the trace is one process (pid 0), each
+	// trap is charged, and a sample arms only while its traps' cost is
+	// within the budget of the CPU time its threads ran, which every
+	// access must then give (its fifth field). A sample over budget is
+	// not the tracker's (live: used without watchpoints).
+	Governor *governor.Governor
 }
 
 // NewReplay makes the harness and its tracker.
@@ -111,7 +121,7 @@ func NewReplay(o ReplayOptions) *Replay {
 	}
 	r := &Replay{regs: wpsim.New(o.Slots, o.ArmDelay), period: max(o.Period, 1), mode: o.Mode, domain: o.Domain,
 		rng: rand.New(rand.NewPCG(o.Seed+1, o.Seed^0x5851F42D4C957F2D)), threads: map[uint32]*thread{}, clocks: map[int]uint64{}, skip: o.Unsampled,
-		timed: o.Timed && o.Mode == Private}
+		timed: o.Timed && o.Mode == Private, gov: o.Governor}
 	r.Tracker = New(r, o.Options)
 	return r
 }
@@ -175,21 +185,53 @@ func (r *Replay) Access(a Access) {
 	case r.mode == Shared:
 		clock = r.clocks[dom]
 	case r.timed:
-		t.ns = a.Time
 		clock = a.Time
 	}
+	if r.gov != nil {
+		r.cpu += a.Time - min(t.ns, a.Time)
+	}
+	t.ns = a.Time
 	kind := Read
 	if a.Write {
 		kind = Write
 	}
 	for m := r.regs.AccessAll(a.TID, a.Write, a.Addr, a.Size); m != 0; m &= m - 1 {
 		r.Traps++
+		if r.gov != nil {
+			r.gov.Trapped(0, 1)
+		}
 		r.Tracker.Trapped(Hit{TID: a.TID, Slot: bits.TrailingZeros64(m), Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
+		if r.gov != nil && r.gov.Over(0) {
+			r.disarmAll()
+		}
 	}
 	if t.n >= t.next && (r.skip == nil || !r.skip(a.TID)) {
 		t.next = t.n + r.gap()
-		r.Tracker.Sample(Use{TID: a.TID, Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
+		if r.allow() {
+			r.Tracker.Sample(Use{TID: a.TID, Addr: a.Addr, Size: a.Size, Kind: kind, Clock: clock})
+		}
 	}
+}
+
+// disarmAll disarms every register, as live disarms a process whose traps
+// spent its budget (an armed watchpoint would still trap once); the
+// tracker's watches stay until a sample replaces them or the run ends.
+func (r *Replay) disarmAll() {
+	for _, tid := range r.regs.Threads() {
+		for slot := range r.Tracker.o.Slots {
+			r.regs.Disarm(tid, slot)
+		}
+	}
+}
+
+// allow asks the governor, where there is one, whether a sample may arm
+// now, on the CPU time the trace's threads have run.
+func (r *Replay) allow() bool {
+	if r.gov == nil {
+		return true
+	}
+	r.gov.Ran(0, float64(r.cpu)/1e9)
+	return r.gov.Allow(0)
 }
 
 // Run replays a trace read from in, one access per line; blank lines and
@@ -209,6 +251,9 @@ func (r *Replay) Run(in io.Reader) error {
 		}
 		if r.timed && a.Time == 0 {
 			return fmt.Errorf("line %d: no time (NS, the fifth field): distances in time need every access timed", line)
+		}
+		if r.gov != nil && a.Time == 0 {
+			return fmt.Errorf("line %d: no time (NS, the fifth field): the governor weighs traps against the CPU time every access gives", line)
 		}
 		r.Access(a)
 	}
