@@ -33,6 +33,9 @@ type replayFlags struct {
 	// trapCost, where above 0, governs trace's watchpoints as live at
 	// this cost a trap.
 	trapCost time.Duration
+	// self holds scrapes of the recording host's exporter, whose own eBPF
+	// families are served.
+	self string
 }
 
 // replayPipeline plays a perf stat recording through the exporter's
@@ -50,6 +53,12 @@ func replayPipeline(f Options, logger *slog.Logger) (*Pipeline, error) {
 	}
 	if f.replay.validation != "" {
 		if err := b.replayValidation(f.replay.validation); err != nil {
+			b.p.Close()
+			return nil, err
+		}
+	}
+	if f.replay.self != "" {
+		if err := b.replaySelf(f.replay.self); err != nil {
 			b.p.Close()
 			return nil, err
 		}

@@ -249,8 +249,8 @@ func startIn(t *testing.T, dir, log string, argv ...string) {
 // watchpoints, and the same with distances counted in events (stack
 // distances, miss ratios) — and Debian's Prometheus scraping them every
 // second with the shipped rules loaded. Every query of every dashboard
-// must return a series; and from the replays alone, but for the
-// exporter's own live-only families (liveOnly says which and why).
+// must return a series; and from the replays alone (the exporter's own
+// eBPF families from the VM's recorded scrapes, --replay.self).
 func TestQueriesReturnData(t *testing.T) {
 	prom := testenv.RequireTool(t, "prometheus")
 	testenv.RequireRoot(t)
@@ -284,7 +284,7 @@ func TestQueriesReturnData(t *testing.T) {
 	startProcess(t, filepath.Join(dir, "vm.log"), bin, "--web.listen-address="+vmAddr,
 		"--source=replay", "--replay.file=../examples/replay/vm-software-events.csv",
 		"--replay.samples=../examples/replay/falseshare.data", "--replay.symfs=../examples/replay/symfs",
-		"--replay.validation=../examples/replay/vm-validation.json",
+		"--replay.validation=../examples/replay/vm-validation.json", "--replay.self=../examples/replay/vm-self.prom",
 		"--replay.trace=../examples/replay/reuse-trace.txt", "--replay.trace-period=100")
 	// The same trace under the watchpoint governor, at the cost a trap
 	// took on this project's VM: the governor's panels.
@@ -354,13 +354,8 @@ scrape_configs:
 	for _, d := range load(t) {
 		all = append(all, queries(t, d, "10s", ".*")...)
 		// From the replays alone, too: what a host without a PMU or
-		// watchpoints shows (issue 46), but for the exporter's own
-		// live-only families.
+		// watchpoints shows (issue 46).
 		for _, q := range queries(t, d, "10s", "replay-.*") {
-			if why := liveOnly(q.expr); why != "" {
-				t.Logf("%s: not from a replay: %s", q.where, why)
-				continue
-			}
 			q.where += " (replays alone)"
 			all = append(all, q)
 		}
@@ -469,16 +464,6 @@ func capabilities(t *testing.T, addr string) map[string]bool {
 		has[m[1]] = true
 	}
 	return has
-}
-
-// liveOnly says why a query has no data from a replay, "" where it must:
-// the exporter's own eBPF attribution programs and the cgroup switches
-// they missed (a replay runs none).
-func liveOnly(expr string) string {
-	if strings.Contains(expr, "pmu_self_bpf_") || strings.Contains(expr, "pmu_cgroup_switches_missed_total") {
-		return "the exporter's own eBPF attribution, which a replay does not run"
-	}
-	return ""
 }
 
 // watchpointQuery matches the queries whose data only live traps make:

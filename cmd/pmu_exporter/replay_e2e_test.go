@@ -288,6 +288,50 @@ func TestServeReplayTraceGoverned(t *testing.T) {
 	}
 }
 
+// TestServeReplaySelf: --replay.self serves the recording host's own eBPF
+// families, which a replay does not run: a counter from its first
+// scrape's value, rising at its rate between the file's two scrapes
+// (computed here from the file), a gauge as last scraped.
+func TestServeReplaySelf(t *testing.T) {
+	const self = "../../examples/replay/vm-self.prom"
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []float64
+	runs := map[int]float64{} // sched_switch's runs by scrape
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "# scraped at "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			at = append(at, f)
+		}
+		if v, ok := strings.CutPrefix(l, `pmu_self_bpf_runs_total{program="sched_switch"} `); ok {
+			runs[len(at)-1], _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if len(at) != 2 {
+		t.Fatalf("%s: %d scrapes", self, len(at))
+	}
+	rate := (runs[1] - runs[0]) / (at[1] - at[0])
+	p := start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.self="+self)
+	lbl := map[string]string{"program": "sched_switch"}
+	_, mfs := p.scrape(t)
+	t0 := time.Now()
+	first := mustValue(t, mfs, "pmu_self_bpf_runs_total", lbl)
+	time.Sleep(2 * time.Second)
+	_, mfs = p.scrape(t)
+	second := mustValue(t, mfs, "pmu_self_bpf_runs_total", lbl)
+	got := (second - first) / time.Since(t0).Seconds()
+	t.Logf("sched_switch: %v then %v runs, %.1f/s; the recording's %.1f/s", first, second, got, rate)
+	if first < runs[0] || rate <= 0 || math.Abs(got-rate) > 0.1*rate {
+		t.Errorf("sched_switch runs %v then %v (%.1f/s), want from %v up at the recording's %.1f/s", first, second, got, runs[0], rate)
+	}
+	if v := mustValue(t, mfs, "pmu_self_bpf_stats_enabled", nil); v != 1 {
+		t.Errorf("pmu_self_bpf_stats_enabled %v, the recording's last scrape says 1", v)
+	}
+	mustValue(t, mfs, "pmu_cgroup_switches_missed_total", nil)
+}
+
 // TestServeReplayCommDomains: a recording's HEADER_CACHE (perf prints the
 // example's as "L3 Unified 22528K [0-1]" and "[2-3]") places its CPUs in
 // last-level cache domains, named by their shared CPU lists as live, and
