@@ -20,7 +20,7 @@ func livePlatform(b *build) error {
 	if err != nil {
 		return err
 	}
-	cs, err := platform.Select(b.s.pmus, online)
+	cs, err := platform.Select(b.s.pmus, online, b.s.facts.CPU.Family)
 	if err != nil {
 		return err
 	}

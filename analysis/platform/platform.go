@@ -41,7 +41,62 @@ const (
 	// "transmit") or received ("receive"): its data flits, 64/9 bytes
 	// each, as Intel's upi_data_transmit_bw and _receive_bw count them.
 	UPIBytes
+	// DRAMBytes counts the bytes a package's DRAM read (Name "read") or
+	// wrote ("write") for a processor of this package or of another
+	// (Locality local or remote): AMD Zen 4's data fabric, the data beats
+	// of its coherent stations, 64 bytes each, as perf's
+	// dram_{read,write}_data_for_{local,remote}_processor count them. The
+	// memory's view of NUMA traffic, where Intel's LLCMissBytes is the
+	// requester's.
+	DRAMBytes
 )
+
+// zen4Family is AMD Zen 4's CPU family (0x19, as /proc/cpuinfo gives it),
+// whose data fabric's events dfEvents encode; Zen 3 shares it, but not
+// the PerfMonV2 data fabric (its amd_df format says which).
+const zen4Family = "25"
+
+// perfMonV2DF says whether an amd_df event format is the PerfMonV2 data
+// fabric's (amd/uncore.c's event14v2, config:0-7,32-37): Zen 4's and Zen
+// 5's, not Zen 3's (config:0-7,32-35,59-60).
+func perfMonV2DF(f pmu.Format) bool {
+	return f.Word == 0 && slices.Equal(f.Ranges, []pmu.BitRange{{Lo: 0, Hi: 7}, {Lo: 32, Hi: 37}})
+}
+
+// CountsDRAM says whether p is a data fabric whose DRAM traffic by
+// requester Select counts (DRAMBytes): Zen 4's PerfMonV2 amd_df, on a CPU
+// of family 25 (0x19).
+func CountsDRAM(p *pmu.PMU, family string) bool {
+	return p.Name == "amd_df" && family == zen4Family && perfMonV2DF(p.Formats["event"])
+}
+
+// dfStations is how many coherent stations perf's Zen 4 metrics sum
+// (cs0 to cs11): a part with fewer counts nothing at the others.
+const dfStations = 12
+
+// dfEvent is one of Zen 4's data fabric DRAM events: perf's name for it
+// (data-fabric.json), its direction and requester, and its encoding.
+type dfEvent struct{ name, dir, locality, terms string }
+
+// dfEvents are Zen 4's coherent stations' DRAM data beats, each station's
+// own event select (0x1f + 0x40 per station) with the umask of the
+// requester and direction: perf's amdzen4 data-fabric.json
+// {local,remote}_processor_{read,write}_data_beats_cs0 to cs11, the terms
+// of its dram_*_data_for_*_processor metrics.
+func dfEvents() []dfEvent {
+	masks := []struct {
+		dir, locality string
+		umask         uint64
+	}{{"read", "local", 0x7fe}, {"write", "local", 0x7ff}, {"read", "remote", 0xbfe}, {"write", "remote", 0xbff}}
+	var out []dfEvent
+	for _, m := range masks {
+		for cs := range uint64(dfStations) {
+			name := fmt.Sprintf("%s_processor_%s_data_beats_cs%d", m.locality, m.dir, cs)
+			out = append(out, dfEvent{name, m.dir, m.locality, fmt.Sprintf("event=%#x,umask=%#x", 0x1f+0x40*cs, m.umask)})
+		}
+	}
+	return out
+}
 
 // upiEvents are the data flits of Intel's UPI links (uncore_upi_*),
 // UNC_UPI_TxL_FLITS.ALL_DATA and UNC_UPI_RxL_FLITS.ALL_DATA, the same
@@ -98,12 +153,13 @@ type Counter struct {
 var pmuKinds = map[string]Kind{"power": Energy, "msr": MSR, "cstate_core": CoreCState, "cstate_pkg": PackageCState}
 
 // Select is the counters of every platform PMU among pmus, in PMU and
-// event name order. Events that are not counters (snapshots, such as the
-// msr PMU's thermal margin) are left out.
-func Select(pmus []*pmu.PMU, online []int) ([]Counter, error) {
+// event name order, on a CPU of family (as /proc/cpuinfo gives it: which
+// data fabric events to count). Events that are not counters (snapshots,
+// such as the msr PMU's thermal margin) are left out.
+func Select(pmus []*pmu.PMU, online []int, family string) ([]Counter, error) {
 	var out []Counter
 	for _, p := range pmus {
-		if mem, err := memoryCounters(p, pmus, online); err != nil {
+		if mem, err := memoryCounters(p, pmus, online, family); err != nil {
 			return nil, err
 		} else if mem != nil {
 			out = append(out, mem...)
@@ -139,7 +195,7 @@ func Select(pmus []*pmu.PMU, online []int) ([]Counter, error) {
 // encodings), an LLC slice's local and remote memory requests
 // (uncore_cha_N: Intel's encodings), or a UPI link's data flits sent and
 // received (uncore_upi_N), as bytes; nil for any other PMU.
-func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int) ([]Counter, error) {
+func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int, family string) ([]Counter, error) {
 	type event struct{ spec, dir, locality string }
 	var evs []event
 	kind := MemoryBytes
@@ -163,6 +219,11 @@ func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int) ([]Counter, error
 		kind = UPIBytes
 		for _, e := range upiEvents {
 			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.dir, ""})
+		}
+	case CountsDRAM(p, family):
+		kind = DRAMBytes
+		for _, e := range dfEvents() {
+			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.dir, e.locality})
 		}
 	default:
 		return nil, nil

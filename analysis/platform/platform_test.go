@@ -1,6 +1,9 @@
 package platform
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -18,7 +21,7 @@ import (
 // per package. The encodings are the drivers': energy-pkg event 0x02,
 // aperf 0x01, c6-residency 0x02.
 func TestSelectIntel(t *testing.T) {
-	cs, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3})
+	cs, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3}, "6")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +63,14 @@ func TestSelectIntel(t *testing.T) {
 // like this project's (fixture.NoPMU) has the msr PMU's tsc alone: no
 // energy, no frequency, no C-states.
 func TestSelectAMDAndNone(t *testing.T) {
-	cs, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3})
+	cs, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3}, "25")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !Has(cs, Energy, "energy-pkg") || Has(cs, Energy, "energy-ram") || !Has(cs, MSR, "irperf") || Has(cs, CoreCState) || Has(cs, PackageCState) {
 		t.Errorf("AMD: %+v", cs)
 	}
-	cs, err = Select(fixture.PMUs(t, fixture.NoPMU()), []int{0, 1})
+	cs, err = Select(fixture.PMUs(t, fixture.NoPMU()), []int{0, 1}, "25")
 	if err != nil || len(cs) != 1 || cs[0].Event != "tsc" || !reflect.DeepEqual(cs[0].CPUs, []int{0, 1}) || Has(cs, MSR, "aperf", "mperf") || Has(cs, Energy) {
 		t.Errorf("a VM's msr/tsc alone: %+v %v", cs, err)
 	}
@@ -105,7 +108,7 @@ func TestMemoryControllersAsPublished(t *testing.T) {
 		}
 		t.Errorf("%s: no formula counting 64 bytes a CAS", name)
 	}
-	intel, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3})
+	intel, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3}, "6")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +131,7 @@ func TestMemoryControllersAsPublished(t *testing.T) {
 			}
 		}
 	}
-	amd, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3})
+	amd, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3}, "25")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +160,7 @@ func TestLLCMissesAsPublished(t *testing.T) {
 	ref := reference.Dir(t)
 	spr := reference.Events(t, filepath.Join(ref, "intel-perfmon/SPR/events/sapphirerapids_uncore.json"))
 	metrics := reference.Metrics(t, filepath.Join(ref, "intel-perfmon/SPR/metrics/sapphirerapids_metrics.json"))
-	cs, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3})
+	cs, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3}, "6")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +206,7 @@ func TestLLCMissesAsPublished(t *testing.T) {
 // upi_data_receive_bw count them.
 func TestUPIAsPublished(t *testing.T) {
 	ref := reference.Dir(t)
-	cs, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3})
+	cs, err := Select(fixture.PMUs(t, fixture.IntelPlatform()), []int{0, 1, 2, 3}, "6")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,5 +244,98 @@ func TestUPIAsPublished(t *testing.T) {
 		if n != 4 {
 			t.Errorf("%d UPI counters, want 2 directions on each of 2 links", n)
 		}
+	}
+}
+
+// Zen 4's data fabric counts its DRAM's traffic by requester: every
+// coherent station's {local,remote}_processor_{read,write}_data_beats
+// event, each held to perf's data-fabric.json (transcribed in testdata:
+// its event select and umask, placed by the amd_df format's bits as
+// amd/uncore.c's event14v2 and umask12 place them), the twelve stations
+// of each direction and requester being exactly the terms of perf's
+// dram_*_data_for_*_processor metric (recommended.json, in the
+// reference), whose scale is 64 bytes a beat. On the package's CPU its
+// cpumask names. Zen 3's data fabric (another format) and Zen 5 (another
+// family, other events) count none.
+func TestDRAMAsPublished(t *testing.T) {
+	data, err := os.ReadFile("testdata/amdzen4-data-fabric.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var df []struct{ EventName, EventCode, UMask string }
+	if err := json.Unmarshal(data, &df); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{} // perf's name → config
+	for _, e := range df {
+		ev, _ := strconv.ParseUint(strings.TrimPrefix(e.EventCode, "0x"), 16, 64)
+		um, _ := strconv.ParseUint(strings.TrimPrefix(e.UMask, "0x"), 16, 64)
+		want[e.EventName] = ev&0xff | (ev>>8)<<32 | (um&0xff)<<8 | (um>>8)<<24
+	}
+	data, err = os.ReadFile(filepath.Join(reference.Dir(t), "linux-pmu-events/x86/amdzen4/recommended.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics []struct{ MetricName, MetricExpr, ScaleUnit string }
+	if err := json.Unmarshal(data, &metrics); err != nil {
+		t.Fatal(err)
+	}
+	terms := map[[2]string][]string{} // (direction, requester) → the metric's events
+	for _, m := range metrics {
+		var dir, loc string
+		if _, err := fmt.Sscanf(strings.ReplaceAll(m.MetricName, "_", " "), "dram %s data for %s processor", &dir, &loc); err != nil {
+			continue
+		}
+		if m.ScaleUnit != "6.103515625e-5MiB" { // 64 bytes
+			t.Errorf("%s: scale %s, not 64 bytes a beat", m.MetricName, m.ScaleUnit)
+		}
+		for _, term := range strings.Split(m.MetricExpr, "+") {
+			terms[[2]string{dir, loc}] = append(terms[[2]string{dir, loc}], strings.TrimSpace(term))
+		}
+	}
+	if len(terms) != 4 {
+		t.Fatalf("recommended.json: %d dram_*_data_for_*_processor metrics, want 4", len(terms))
+	}
+	cs, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3}, "25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[[2]string]map[uint64]bool{}
+	for _, c := range cs {
+		if c.Kind != DRAMBytes {
+			continue
+		}
+		k := [2]string{c.Name, c.Locality}
+		if got[k] == nil {
+			got[k] = map[uint64]bool{}
+		}
+		got[k][c.Attr.Config] = true
+		if c.Scale != 64 || c.PMU != "amd_df" || !reflect.DeepEqual(c.CPUs, []int{0}) {
+			t.Errorf("%s %s: scale %v, PMU %s, CPUs %v; want 64 bytes on amd_df's CPU 0", c.Event, c.Name, c.Scale, c.PMU, c.CPUs)
+		}
+	}
+	for k, names := range terms {
+		configs := map[uint64]bool{}
+		for _, n := range names {
+			cfg, ok := want[n]
+			if !ok {
+				t.Errorf("%v: %s is not in data-fabric.json", k, n)
+			}
+			configs[cfg] = true
+		}
+		if len(configs) != 12 || !reflect.DeepEqual(got[k], configs) {
+			t.Errorf("DRAM %s for the %s processor: configs %v, want the metric's twelve %v", k[0], k[1], got[k], configs)
+		}
+	}
+	for name, pmus := range map[string]fixture.Host{
+		"Zen 3 (event14)": fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/format/event": "config:0-7,32-35,59-60\n"}),
+	} {
+		cs, err := Select(fixture.PMUs(t, pmus), []int{0, 1, 2, 3}, "25")
+		if err != nil || Has(cs, DRAMBytes) {
+			t.Errorf("%s: DRAM counters %v (%v)", name, Has(cs, DRAMBytes), err)
+		}
+	}
+	if cs, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3}, "26"); err != nil || Has(cs, DRAMBytes) {
+		t.Errorf("Zen 5 (family 26): DRAM counters %v (%v): its data fabric's events are others", Has(cs, DRAMBytes), err)
 	}
 }

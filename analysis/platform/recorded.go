@@ -42,8 +42,25 @@ func encodedEvents(family string) (Kind, []struct{ dir, locality, terms string }
 			out = append(out, struct{ dir, locality, terms string }{e.dir, "", e.terms})
 		}
 		return UPIBytes, out
+	case "amd_df":
+		var out []struct{ dir, locality, terms string }
+		for _, e := range dfEvents() {
+			out = append(out, struct{ dir, locality, terms string }{e.dir, e.locality, e.terms})
+		}
+		return DRAMBytes, out
 	}
 	return 0, nil
+}
+
+// dfNamed are Zen 4's data fabric DRAM events by perf's names
+// (local_processor_read_data_beats_cs0…), as a recording may print them.
+func dfNamed(event string) (dfEvent, bool) {
+	for _, e := range dfEvents() {
+		if e.name == event {
+			return e, true
+		}
+	}
+	return dfEvent{}, false
 }
 
 // perCount is the bytes one count of a memory event moves.
@@ -68,6 +85,10 @@ func Recorded(event, unit string) (c Counter, toCounter float64, ok bool, err er
 		f, err := bytesPer(event, unit, perCount(e.kind))
 		return Counter{Kind: e.kind, Event: event, Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, f, true, err
 	}
+	if e, found := dfNamed(event); found {
+		f, err := bytesPer(event, unit, casBytes)
+		return Counter{Kind: DRAMBytes, Event: event, Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, f, true, err
+	}
 	pmuName, rest, found := strings.Cut(event, "/")
 	term := strings.TrimSuffix(rest, "/")
 	if !found || term == "" {
@@ -83,7 +104,7 @@ func Recorded(event, unit string) (c Counter, toCounter float64, ok bool, err er
 		c.Kind, c.Name, c.Unit = MemoryBytes, dir, "bytes"
 		f, err := bytesPer(event, unit, casBytes)
 		return c, f, true, err
-	case "uncore_cha", "amd_umc", "uncore_upi":
+	case "uncore_cha", "amd_umc", "uncore_upi", "amd_df":
 		kind, table := encodedEvents(family)
 		for _, e := range table {
 			if sameTerms(term, e.terms) {

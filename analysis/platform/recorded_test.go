@@ -20,7 +20,7 @@ func TestRecordedUndoesPerfScaling(t *testing.T) {
 			tree = fixture.AMDPlatform()
 		}
 		pmus := fixture.PMUs(t, tree)
-		cs, err := Select(pmus, []int{0, 1, 2, 3})
+		cs, err := Select(pmus, []int{0, 1, 2, 3}, "25")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -141,7 +141,7 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 		r.add(feature(HotplugUevents, p.HotplugUevents(), "the kernel's CPU hotplug uevents reach the exporter: a CPU that comes online is counted from then",
 			"run the pod without a user namespace of its own (hostUsers: true, the default); without the uevents a CPU that comes online is counted from the next read"))
 	}
-	for _, pf := range platformFeatures(byName, f.CPU.Hypervisor) {
+	for _, pf := range platformFeatures(byName, f.CPU.Hypervisor, f.CPU.Family) {
 		r.add(pf)
 	}
 	if f.NMIWatchdog && hw.Available && strings.HasPrefix(f.CPU.Arch, "amd64") {

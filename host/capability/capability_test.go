@@ -164,12 +164,18 @@ func TestBreakpointsThatDoNotFire(t *testing.T) {
 }
 
 // The platform PMUs: an Intel server's power, msr (with aperf and mperf)
-// and cstate PMUs give energy, frequency and C-states; AMD's energy and
-// frequency but no C-states; this project's VM only msr/tsc, so none,
+// and cstate PMUs give energy, frequency and C-states; AMD's energy,
+// frequency and (Zen 4's data fabric) NUMA traffic but no C-states; this project's VM only msr/tsc, so none,
 // each with the PMU that is missing and why.
 func TestPlatformFeatures(t *testing.T) {
 	want(t, report(t, fixture.IntelPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: true, MemoryBandwidth: true, NUMATraffic: true, UPITraffic: true})
-	want(t, report(t, fixture.AMDPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: false, MemoryBandwidth: true, NUMATraffic: false, UPITraffic: false})
+	want(t, report(t, fixture.AMDPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: false, MemoryBandwidth: true, NUMATraffic: true, UPITraffic: false})
+	// Zen 3's data fabric (the event14 format): its DRAM events are not
+	// Zen 4's, so no NUMA traffic, and check says why.
+	zen3DF := fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/format/event": "config:0-7,32-35,59-60\n"})
+	if f := report(t, zen3DF, allWork).Feature(NUMATraffic); f.Available || !strings.Contains(f.Reason, "not Zen 4's PerfMonV2 data fabric") {
+		t.Errorf("numa_traffic on Zen 3's data fabric: %+v", f)
+	}
 	want(t, report(t, fixture.AMDZen3(), allWork), map[string]bool{MemoryBandwidth: false})
 	r := report(t, fixture.NoPMU(), allWork)
 	want(t, r, map[string]bool{Energy: false, Frequency: false, CStates: false, MemoryBandwidth: false})

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 )
 
@@ -21,7 +22,8 @@ const (
 	// uncore_imc_*, AMD Zen 4 amd_umc_*).
 	MemoryBandwidth = "memory_bandwidth"
 	// NUMATraffic: Intel's LLC slices (uncore_cha_*) count their misses'
-	// requests to local and remote memory.
+	// requests to local and remote memory, or AMD Zen 4's data fabric
+	// (amd_df) its DRAM's traffic for local and remote processors.
 	NUMATraffic = "numa_traffic"
 	// UPITraffic: Intel's UPI links (uncore_upi_*) count the data flits
 	// they send and receive between packages.
@@ -31,7 +33,7 @@ const (
 // platformFeatures judges the platform PMUs from sysfs: present means the
 // exporter counts them (pmu_node_*), absent says which PMU is missing and
 // why it usually is.
-func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool) []Feature {
+func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool, family string) []Feature {
 	vm := ""
 	if hypervisor {
 		vm = "; the CPU reports a hypervisor, and hypervisors rarely pass it to guests"
@@ -84,11 +86,18 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool) []Feature {
 			chas++
 		}
 	}
-	if chas > 0 {
+	df := byName["amd_df"]
+	switch {
+	case chas > 0:
 		out = append(out, Feature{Name: NUMATraffic, Available: true, Detail: fmt.Sprintf("%d uncore_cha PMUs", chas)})
-	} else {
-		out = append(out, Feature{Name: NUMATraffic, Reason: "no uncore_cha PMU (Intel Xeon's LLC slices)" + vm,
-			Fix: "Intel Xeon (Skylake-SP and later) on bare metal, with the kernel's uncore driver; AMD's data fabric is not counted yet"})
+	case df != nil && platform.CountsDRAM(df, family):
+		out = append(out, Feature{Name: NUMATraffic, Available: true, Detail: "amd_df (Zen 4 data fabric: DRAM traffic by requester)"})
+	case df != nil:
+		out = append(out, Feature{Name: NUMATraffic, Reason: "the amd_df PMU is not Zen 4's PerfMonV2 data fabric (CPU family " + family + "): only Zen 4's DRAM events are known here",
+			Fix: "Zen 3's data fabric has other events and fewer counters; Zen 5's events are not transcribed yet"})
+	default:
+		out = append(out, Feature{Name: NUMATraffic, Reason: "no uncore_cha PMU (Intel Xeon's LLC slices) or amd_df (AMD's data fabric)" + vm,
+			Fix: "Intel Xeon (Skylake-SP and later) or AMD Zen 4 on bare metal, with the kernel's uncore driver"})
 	}
 	var upis []string
 	for name := range byName {

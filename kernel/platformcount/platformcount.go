@@ -1,12 +1,15 @@
 // Package platformcount counts the platform PMUs' counters
 // (analysis/platform): one event on each CPU its PMU names, read on
-// demand. These PMUs count free-running registers (RAPL energy, the MSRs,
-// C-state residency), so no event ever waits for a counter and none is
-// multiplexed: each is opened alone.
+// demand, each opened alone. Most count free-running registers (RAPL
+// energy, the MSRs, C-state residency) or fit their PMU's counters; where
+// a PMU has fewer counters than events (AMD's data fabric: 48 DRAM
+// events on a few counters) the kernel takes turns, and a count is
+// scaled by the time its event was enabled over the time it counted.
 package platformcount
 
 import (
 	"errors"
+	"math"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
@@ -23,6 +26,7 @@ type Counters struct {
 type opened struct {
 	counter int
 	g       *perf.Group
+	last    uint64 // the last count handed out: scaled counts never go down
 }
 
 // Open opens every counter on each of its CPUs. A counter that cannot be
@@ -38,7 +42,7 @@ func Open(cs []platform.Counter) (*Counters, error) {
 				errs = append(errs, err)
 				continue
 			}
-			c.open = append(c.open, opened{i, g})
+			c.open = append(c.open, opened{counter: i, g: g})
 		}
 	}
 	return c, errors.Join(errs...)
@@ -48,12 +52,15 @@ func Open(cs []platform.Counter) (*Counters, error) {
 // read that fails is skipped and its error returned with the others.
 func (c *Counters) Read(fn func(pc *platform.Counter, cpu int, count uint64)) error {
 	var errs []error
-	for _, o := range c.open {
-		if _, _, err := o.g.Read(c.val[:]); err != nil {
+	for i := range c.open {
+		o := &c.open[i]
+		enabled, running, err := o.g.Read(c.val[:])
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		fn(&c.cs[o.counter], o.g.CPU, c.val[0])
+		o.last = max(o.last, Scaled(c.val[0], enabled, running))
+		fn(&c.cs[o.counter], o.g.CPU, o.last)
 	}
 	return errors.Join(errs...)
 }
@@ -67,4 +74,14 @@ func (c *Counters) Close() {
 		o.g.Close()
 	}
 	c.open = nil
+}
+
+// Scaled is a count estimated over the whole time its event was enabled:
+// as counted where it counted throughout (or never: nothing to scale by),
+// else count × enabled / running, as perf stat scales a multiplexed event.
+func Scaled(count, enabled, running uint64) uint64 {
+	if running == 0 || running >= enabled {
+		return count
+	}
+	return uint64(math.Round(float64(count) * float64(enabled) / float64(running)))
 }

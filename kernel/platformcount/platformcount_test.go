@@ -98,7 +98,7 @@ func tscCounters(tb testing.TB) []platform.Counter {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cs, err := platform.Select(pmus, online)
+	cs, err := platform.Select(pmus, online, "")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -112,4 +112,16 @@ func tscCounters(tb testing.TB) []platform.Counter {
 		tb.Skip("no msr/tsc/ PMU event on this host")
 	}
 	return tsc
+}
+
+// A multiplexed count is scaled as perf stat scales it (hand-computed):
+// counted half the time, doubled; counted throughout, or never, as is.
+func TestScaled(t *testing.T) {
+	for _, c := range []struct{ count, enabled, running, want uint64 }{
+		{100, 10, 5, 200}, {100, 10, 10, 100}, {100, 10, 0, 100}, {3, 3, 2, 5}, {7, 0, 0, 7},
+	} {
+		if got := Scaled(c.count, c.enabled, c.running); got != c.want {
+			t.Errorf("Scaled(%d, %d, %d) = %d, want %d", c.count, c.enabled, c.running, got, c.want)
+		}
+	}
 }
