@@ -115,6 +115,6 @@ func recordedPlatform(events map[platform.Kind][]platform.Counter, recorded func
 		recorded(capability.CStates, len(events[platform.CoreCState])+len(events[platform.PackageCState]) > 0, names(platform.CoreCState, platform.PackageCState), "no cstate_core or cstate_pkg events"),
 		recorded(capability.MemoryBandwidth, len(events[platform.MemoryBytes]) > 0, names(platform.MemoryBytes), "no memory controller CAS counts"),
 		recorded(capability.NUMATraffic, len(events[platform.LLCMissBytes])+len(events[platform.DRAMBytes]) > 0, names(platform.LLCMissBytes, platform.DRAMBytes), "no CHA requests to local and remote memory, no data fabric DRAM beats"),
-		recorded(capability.UPITraffic, len(events[platform.UPIBytes]) > 0, names(platform.UPIBytes), "no UPI data flits"),
+		recorded(capability.UPITraffic, len(events[platform.UPIBytes])+len(events[platform.XGMIBytes]) > 0, names(platform.UPIBytes, platform.XGMIBytes), "no UPI data flits, no xGMI data beats"),
 	}
 }

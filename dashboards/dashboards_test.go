@@ -429,9 +429,9 @@ func platformFeature(expr string) string {
 		return "energy"
 	case strings.Contains(expr, "pmu_node_memory"):
 		return "memory_bandwidth"
-	case strings.Contains(expr, "pmu_node_llc_miss"):
+	case strings.Contains(expr, "pmu_node_llc_miss") || strings.Contains(expr, "pmu_node_dram"):
 		return "numa_traffic"
-	case strings.Contains(expr, "pmu_node_upi"):
+	case strings.Contains(expr, "pmu_node_upi") || strings.Contains(expr, "pmu_node_xgmi"):
 		return "upi_traffic"
 	case strings.Contains(expr, "cstate_residency"):
 		return "cstates"

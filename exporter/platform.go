@@ -33,6 +33,7 @@ type Platform struct {
 	llcMiss   *prometheus.Desc
 	upi       *prometheus.Desc
 	dram      *prometheus.Desc
+	xgmi      *prometheus.Desc
 	peak      *prometheus.Desc
 	peakValue float64 // bytes/s, 0: none given
 	errors    *prometheus.Desc
@@ -59,6 +60,7 @@ func NewPlatform(src PlatformSource, packageOf func(cpu int) string) *Platform {
 		llcMiss: desc("node_llc_miss_memory_bytes_total", "Bytes the package's LLC misses read from and wrote to memory (direction), local to the package or remote (locality), summed over its LLC slices: Intel's UNC_CHA_REQUESTS.{READS,WRITES}_{LOCAL,REMOTE} × 64 bytes, as its llc_miss_*_memory_bandwidth_* metrics count them: the NUMA traffic.", "package", "direction", "locality"),
 		upi:     desc("node_upi_bytes_total", "Data bytes a UPI link between packages sent (direction transmit) or received (receive), by the package it belongs to and its link number: its data flits × 64/9 bytes (Intel's UNC_UPI_TxL_FLITS.ALL_DATA and RxL, as its upi_data_transmit_bw and _receive_bw count them). The cross-socket traffic; its rate is the link's bandwidth.", "package", "link", "direction"),
 		dram:    desc("node_dram_bytes_total", "Bytes the package's DRAM read (direction read) and wrote (write) for a processor of this package (requester local) or of another (remote), summed over its data fabric's coherent stations: AMD Zen 4's amd_df {local,remote}_processor_{read,write}_data_beats_cs0 to cs11 × 64 bytes, as perf's dram_*_data_for_*_processor metrics count them; scaled where the data fabric's counters take turns. The memory's view of NUMA traffic (pmu_node_llc_miss_memory_bytes_total is Intel's requester view).", "package", "direction", "requester"),
+		xgmi:    desc("node_xgmi_bytes_total", "Data bytes an AMD xGMI link between packages sent (direction transmit), by the package it belongs to and its link number: Zen 4's amd_df local_socket_outbound_data_beats_link0 to link7 × 64 bytes, as perf's local_socket_outbound_data_from_all_links counts them; scaled where the data fabric's counters take turns. The cross-socket traffic (pmu_node_upi_bytes_total is Intel's).", "package", "link", "direction"),
 		peak:    desc("node_memory_peak_bytes_per_second", "Each package's peak memory bandwidth, as the operator gave it (--collector.platform.memory-peak); absent where none was given."),
 		errors:  desc("node_read_errors_total", "Reads of the platform counters that failed (a CPU that went offline).")}
 }
@@ -72,7 +74,7 @@ func (p *Platform) WithMemoryPeak(bytesPerSecond float64) *Platform {
 
 // Describe implements prometheus.Collector.
 func (p *Platform) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.memory, p.llcMiss, p.upi, p.dram, p.peak, p.errors} {
+	for _, d := range []*prometheus.Desc{p.energy, p.msr, p.coreC, p.pkgC, p.memory, p.llcMiss, p.upi, p.dram, p.xgmi, p.peak, p.errors} {
 		ch <- d
 	}
 }
@@ -85,6 +87,7 @@ func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 	llcMiss := map[pkgDir]float64{} // and its LLC slices
 	upi := map[pkgDir]float64{}     // a link of a package: locality holds the link
 	dram := map[pkgDir]float64{}    // a package's coherent stations, by requester
+	xgmi := map[pkgDir]float64{}    // a link of a package: locality holds the link
 	err := p.src.Read(func(c *platform.Counter, cpu int, count uint64) {
 		switch c.Kind {
 		case platform.Energy:
@@ -99,6 +102,8 @@ func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 			memory[pkgDir{p.packageOf(cpu), c.Name, ""}] += float64(count) * c.Scale
 		case platform.LLCMissBytes:
 			llcMiss[pkgDir{p.packageOf(cpu), c.Name, c.Locality}] += float64(count) * c.Scale
+		case platform.XGMIBytes:
+			xgmi[pkgDir{p.packageOf(cpu), c.Name, c.Link}] += float64(count) * c.Scale
 		case platform.DRAMBytes:
 			dram[pkgDir{p.packageOf(cpu), c.Name, c.Locality}] += float64(count) * c.Scale
 		case platform.UPIBytes:
@@ -110,6 +115,9 @@ func (p *Platform) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range llcMiss {
 		ch <- prometheus.MustNewConstMetric(p.llcMiss, prometheus.CounterValue, v, k.pkg, k.dir, k.locality)
+	}
+	for k, v := range xgmi {
+		ch <- prometheus.MustNewConstMetric(p.xgmi, prometheus.CounterValue, v, k.pkg, k.locality, k.dir)
 	}
 	for k, v := range dram {
 		ch <- prometheus.MustNewConstMetric(p.dram, prometheus.CounterValue, v, k.pkg, k.dir, k.locality)

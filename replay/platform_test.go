@@ -72,7 +72,8 @@ func TestPlatformEventsRefuseAWrongUnit(t *testing.T) {
 // Zen 4's data fabric, named by encoding and by perf's name, worked out
 // by hand: package 0's DRAM read (100+20)·64 bytes for its own
 // processors and wrote 10·64 for remote ones (coherent stations 0 and 1);
-// package 1's read 7·64 for remote ones (station 2). perf prints a
+// package 1's read 7·64 for remote ones (station 2); package 0's xGMI
+// link 1 sent 50·64 bytes, package 1's link 0 5·64. perf prints a
 // multiplexed count already scaled.
 func TestPlatformAMDDataFabricByHand(t *testing.T) {
 	p := NewPlayer(load(t, "testdata/platform-amd-handmade.csv"), nil, nil)
@@ -81,14 +82,19 @@ func TestPlatformAMDDataFabricByHand(t *testing.T) {
 	got := map[string]float64{}
 	view := p.Platform()
 	if err := view.Read(func(c *platform.Counter, cpu int, count uint64) {
-		if c.Kind != platform.DRAMBytes {
-			t.Errorf("%s: %v, want DRAM bytes", c.Event, c.Kind)
+		key := c.Locality + "-" + c.Name + "@" + view.PackageOf(cpu)
+		switch c.Kind {
+		case platform.XGMIBytes:
+			key = "xgmi" + c.Link + key
+		case platform.DRAMBytes:
+		default:
+			t.Errorf("%s: %v, want DRAM or xGMI bytes", c.Event, c.Kind)
 		}
-		got[c.Locality+"-"+c.Name+"@"+view.PackageOf(cpu)] += float64(count) * c.Scale
+		got[key] += float64(count) * c.Scale
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]float64{"local-read@0": 120 * 64, "remote-write@0": 640, "remote-read@1": 448}
+	want := map[string]float64{"local-read@0": 120 * 64, "remote-write@0": 640, "remote-read@1": 448, "xgmi1-transmit@0": 3200, "xgmi0-transmit@1": 320}
 	if len(got) != len(want) {
 		t.Errorf("counters %v, want %v", got, want)
 	}

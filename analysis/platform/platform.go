@@ -12,6 +12,7 @@ package platform
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
@@ -49,6 +50,11 @@ const (
 	// memory's view of NUMA traffic, where Intel's LLCMissBytes is the
 	// requester's.
 	DRAMBytes
+	// XGMIBytes counts the data bytes an AMD xGMI link between packages
+	// (Link) sent (Name "transmit"): Zen 4's data fabric, the link's
+	// outbound data beats, 64 bytes each, as perf's
+	// local_socket_outbound_data_from_all_links counts them.
+	XGMIBytes
 )
 
 // zen4Family is AMD Zen 4's CPU family (0x19, as /proc/cpuinfo gives it),
@@ -68,6 +74,26 @@ func perfMonV2DF(f pmu.Format) bool {
 // of family 25 (0x19).
 func CountsDRAM(p *pmu.PMU, family string) bool {
 	return p.Name == "amd_df" && family == zen4Family && perfMonV2DF(p.Formats["event"])
+}
+
+// xgmiLinks is how many xGMI links perf's Zen 4 metric sums (link0 to
+// link7): a part with fewer counts nothing at the others.
+const xgmiLinks = 8
+
+// xgmiEvent is one of Zen 4's xGMI links' outbound data beats: its link
+// number and encoding.
+type xgmiEvent struct{ link, terms string }
+
+// xgmiEvents are Zen 4's inter-socket xGMI links' outbound data beats,
+// each link's own event select (0xb5f + 0x40 per link), umask 0xf3e:
+// perf's amdzen4 data-fabric.json local_socket_outbound_data_beats_link0
+// to link7, the terms of its local_socket_outbound_data_from_all_links.
+func xgmiEvents() []xgmiEvent {
+	var out []xgmiEvent
+	for l := range uint64(xgmiLinks) {
+		out = append(out, xgmiEvent{strconv.FormatUint(l, 10), fmt.Sprintf("event=%#x,umask=0xf3e", 0xb5f+0x40*l)})
+	}
+	return out
 }
 
 // dfStations is how many coherent stations perf's Zen 4 metrics sum
@@ -196,34 +222,38 @@ func Select(pmus []*pmu.PMU, online []int, family string) ([]Counter, error) {
 // (uncore_cha_N: Intel's encodings), or a UPI link's data flits sent and
 // received (uncore_upi_N), as bytes; nil for any other PMU.
 func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int, family string) ([]Counter, error) {
-	type event struct{ spec, dir, locality string }
+	type event struct {
+		kind                      Kind
+		spec, dir, locality, link string
+	}
 	var evs []event
-	kind := MemoryBytes
 	switch {
 	case strings.HasPrefix(p.Name, "uncore_cha_"):
-		kind = LLCMissBytes
 		for _, e := range chaEvents {
-			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.dir, e.locality})
+			evs = append(evs, event{LLCMissBytes, p.Name + "/" + e.terms + "/", e.dir, e.locality, ""})
 		}
 	case strings.HasPrefix(p.Name, "uncore_imc_"):
 		for _, alias := range p.AliasNames() {
 			if dir, ok := imcEvents[alias]; ok {
-				evs = append(evs, event{p.Name + "/" + alias + "/", dir, ""})
+				evs = append(evs, event{MemoryBytes, p.Name + "/" + alias + "/", dir, "", ""})
 			}
 		}
 	case strings.HasPrefix(p.Name, "amd_umc_"):
 		for _, e := range umcEvents {
-			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.name, ""})
+			evs = append(evs, event{MemoryBytes, p.Name + "/" + e.terms + "/", e.name, "", ""})
 		}
 	case strings.HasPrefix(p.Name, "uncore_upi_"):
-		kind = UPIBytes
 		for _, e := range upiEvents {
-			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.dir, ""})
+			evs = append(evs, event{UPIBytes, p.Name + "/" + e.terms + "/", e.dir, "", strings.TrimPrefix(p.Name, "uncore_upi_")})
 		}
 	case CountsDRAM(p, family):
-		kind = DRAMBytes
 		for _, e := range dfEvents() {
-			evs = append(evs, event{p.Name + "/" + e.terms + "/", e.dir, e.locality})
+			evs = append(evs, event{DRAMBytes, p.Name + "/" + e.terms + "/", e.dir, e.locality, ""})
+		}
+		if len(p.CPUMask) > 1 { // packages with links between them
+			for _, l := range xgmiEvents() {
+				evs = append(evs, event{XGMIBytes, p.Name + "/" + l.terms + "/", "transmit", "", l.link})
+			}
 		}
 	default:
 		return nil, nil
@@ -235,11 +265,8 @@ func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int, family string) ([
 			return nil, fmt.Errorf("memory controller %s: %w", p.Name, err)
 		}
 		for _, r := range rs {
-			c := Counter{Kind: kind, PMU: p.Name, Event: strings.Trim(strings.TrimPrefix(e.spec, p.Name), "/"), Name: e.dir,
-				Attr: r.Attr, Scale: casBytes, Unit: "bytes", CPUs: r.CPUs, Locality: e.locality}
-			if kind == UPIBytes {
-				c.Scale, c.Link = upiFlitBytes, strings.TrimPrefix(p.Name, "uncore_upi_")
-			}
+			c := Counter{Kind: e.kind, PMU: p.Name, Event: strings.Trim(strings.TrimPrefix(e.spec, p.Name), "/"), Name: e.dir,
+				Attr: r.Attr, Scale: perCount(e.kind), Unit: "bytes", CPUs: r.CPUs, Locality: e.locality, Link: e.link}
 			if c.CPUs == nil {
 				c.CPUs = slices.Clone(online)
 			}

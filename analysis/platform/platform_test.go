@@ -327,6 +327,47 @@ func TestDRAMAsPublished(t *testing.T) {
 			t.Errorf("DRAM %s for the %s processor: configs %v, want the metric's twelve %v", k[0], k[1], got[k], configs)
 		}
 	}
+	// xGMI: counted where the data fabric's cpumask names more than one
+	// package (links between them), each link's event held to
+	// data-fabric.json and to the terms of perf's
+	// local_socket_outbound_data_from_all_links (64 bytes a beat).
+	var links []string
+	for _, m := range metrics {
+		if m.MetricName == "local_socket_outbound_data_from_all_links" {
+			if m.ScaleUnit != "6.103515625e-5MiB" {
+				t.Errorf("%s: scale %s, not 64 bytes a beat", m.MetricName, m.ScaleUnit)
+			}
+			for _, term := range strings.Split(m.MetricExpr, "+") {
+				links = append(links, strings.TrimSpace(term))
+			}
+		}
+	}
+	if Has(cs, XGMIBytes) {
+		t.Error("xGMI links counted on a data fabric of one package")
+	}
+	twoPackages := fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/cpumask": "0,2\n"})
+	cs, err = Select(fixture.PMUs(t, twoPackages), []int{0, 1, 2, 3}, "25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotLinks := map[string]uint64{}
+	for _, c := range cs {
+		if c.Kind == XGMIBytes {
+			gotLinks[c.Link] = c.Attr.Config
+			if c.Scale != 64 || c.Name != "transmit" || !reflect.DeepEqual(c.CPUs, []int{0, 2}) {
+				t.Errorf("xGMI link %s: scale %v, %s, CPUs %v; want 64 bytes sent, on CPUs 0 and 2", c.Link, c.Scale, c.Name, c.CPUs)
+			}
+		}
+	}
+	if len(links) != 8 || len(gotLinks) != 8 {
+		t.Errorf("xGMI: the metric sums %d links, %d counted", len(links), len(gotLinks))
+	}
+	for _, n := range links {
+		link := strings.TrimPrefix(n, "local_socket_outbound_data_beats_link")
+		if cfg, ok := want[n]; !ok || gotLinks[link] != cfg {
+			t.Errorf("xGMI %s: config %#x, data-fabric.json's %#x (%v)", n, gotLinks[link], cfg, ok)
+		}
+	}
 	for name, pmus := range map[string]fixture.Host{
 		"Zen 3 (event14)": fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/format/event": "config:0-7,32-35,59-60\n"}),
 	} {

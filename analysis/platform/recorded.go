@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -42,25 +43,26 @@ func encodedEvents(family string) (Kind, []struct{ dir, locality, terms string }
 			out = append(out, struct{ dir, locality, terms string }{e.dir, "", e.terms})
 		}
 		return UPIBytes, out
-	case "amd_df":
-		var out []struct{ dir, locality, terms string }
-		for _, e := range dfEvents() {
-			out = append(out, struct{ dir, locality, terms string }{e.dir, e.locality, e.terms})
-		}
-		return DRAMBytes, out
 	}
 	return 0, nil
 }
 
-// dfNamed are Zen 4's data fabric DRAM events by perf's names
-// (local_processor_read_data_beats_cs0…), as a recording may print them.
-func dfNamed(event string) (dfEvent, bool) {
+// dataFabric is the Zen 4 data fabric counter a recording's event is,
+// by perf's name (local_processor_read_data_beats_cs0,
+// local_socket_outbound_data_beats_link0) or, with pmuName amd_df, by its
+// encoding (term).
+func dataFabric(event, pmuName, term string) (Counter, bool) {
 	for _, e := range dfEvents() {
-		if e.name == event {
-			return e, true
+		if event == e.name || pmuName == "amd_df" && sameTerms(term, e.terms) {
+			return Counter{Kind: DRAMBytes, PMU: pmuName, Event: cmp.Or(term, event), Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, true
 		}
 	}
-	return dfEvent{}, false
+	for _, l := range xgmiEvents() {
+		if event == "local_socket_outbound_data_beats_link"+l.link || pmuName == "amd_df" && sameTerms(term, l.terms) {
+			return Counter{Kind: XGMIBytes, PMU: pmuName, Event: cmp.Or(term, event), Name: "transmit", Link: l.link, Scale: 1, Unit: "bytes"}, true
+		}
+	}
+	return Counter{}, false
 }
 
 // perCount is the bytes one count of a memory event moves.
@@ -85,12 +87,15 @@ func Recorded(event, unit string) (c Counter, toCounter float64, ok bool, err er
 		f, err := bytesPer(event, unit, perCount(e.kind))
 		return Counter{Kind: e.kind, Event: event, Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, f, true, err
 	}
-	if e, found := dfNamed(event); found {
-		f, err := bytesPer(event, unit, casBytes)
-		return Counter{Kind: DRAMBytes, Event: event, Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, f, true, err
-	}
 	pmuName, rest, found := strings.Cut(event, "/")
 	term := strings.TrimSuffix(rest, "/")
+	if !found {
+		pmuName = ""
+	}
+	if c, ok := dataFabric(event, pmuName, term); ok {
+		f, err := bytesPer(event, unit, casBytes)
+		return c, f, true, err
+	}
 	if !found || term == "" {
 		return Counter{}, 0, false, nil
 	}
@@ -104,7 +109,7 @@ func Recorded(event, unit string) (c Counter, toCounter float64, ok bool, err er
 		c.Kind, c.Name, c.Unit = MemoryBytes, dir, "bytes"
 		f, err := bytesPer(event, unit, casBytes)
 		return c, f, true, err
-	case "uncore_cha", "amd_umc", "uncore_upi", "amd_df":
+	case "uncore_cha", "amd_umc", "uncore_upi":
 		kind, table := encodedEvents(family)
 		for _, e := range table {
 			if sameTerms(term, e.terms) {

@@ -172,6 +172,9 @@ func TestPlatformFeatures(t *testing.T) {
 	want(t, report(t, fixture.AMDPlatform(), allWork), map[string]bool{Energy: true, Frequency: true, CStates: false, MemoryBandwidth: true, NUMATraffic: true, UPITraffic: false})
 	// Zen 3's data fabric (the event14 format): its DRAM events are not
 	// Zen 4's, so no NUMA traffic, and check says why.
+	// Two packages' data fabric: their xGMI links are counted.
+	twoPackages := fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/cpumask": "0,2\n"})
+	want(t, report(t, twoPackages, allWork), map[string]bool{NUMATraffic: true, UPITraffic: true})
 	zen3DF := fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/format/event": "config:0-7,32-35,59-60\n"})
 	if f := report(t, zen3DF, allWork).Feature(NUMATraffic); f.Available || !strings.Contains(f.Reason, "not Zen 4's PerfMonV2 data fabric") {
 		t.Errorf("numa_traffic on Zen 3's data fabric: %+v", f)

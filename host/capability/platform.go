@@ -26,7 +26,8 @@ const (
 	// (amd_df) its DRAM's traffic for local and remote processors.
 	NUMATraffic = "numa_traffic"
 	// UPITraffic: Intel's UPI links (uncore_upi_*) count the data flits
-	// they send and receive between packages.
+	// they send and receive between packages, or AMD Zen 4's data fabric
+	// the data its xGMI links send.
 	UPITraffic = "upi_traffic"
 )
 
@@ -106,11 +107,14 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool, family string
 		}
 	}
 	slices.Sort(upis)
-	if len(upis) > 0 {
+	switch {
+	case len(upis) > 0:
 		out = append(out, Feature{Name: UPITraffic, Available: true, Detail: strings.Join(upis, ", ")})
-	} else {
-		out = append(out, Feature{Name: UPITraffic, Reason: "no uncore_upi PMU (Intel Xeon's links between packages)" + vm,
-			Fix: "a multi-socket Intel Xeon (Skylake-SP and later) on bare metal, with the kernel's uncore driver; AMD's xGMI links are not counted yet"})
+	case df != nil && platform.CountsDRAM(df, family) && len(df.CPUMask) > 1:
+		out = append(out, Feature{Name: UPITraffic, Available: true, Detail: fmt.Sprintf("amd_df xGMI links of %d packages", len(df.CPUMask))})
+	default:
+		out = append(out, Feature{Name: UPITraffic, Reason: "no uncore_upi PMU (Intel Xeon's links between packages), no Zen 4 data fabric of several packages (AMD's xGMI links)" + vm,
+			Fix: "a multi-socket Intel Xeon (Skylake-SP and later) or AMD Zen 4 on bare metal, with the kernel's uncore driver"})
 	}
 	return out
 }
