@@ -22,6 +22,10 @@ type Keyed struct {
 type keyedSlots struct {
 	slots float64
 	nodes []float64 // per metrics entry
+	// evaluated: the node had all its inputs in some interval. One that
+	// never had (a recording without its events for this key) is left
+	// out of Totals rather than reported as no slots.
+	evaluated []bool
 }
 
 // NewKeyed follows tree t over counts of events (in that order); params holds
@@ -76,25 +80,30 @@ func (k *Keyed) Add(key uint64, counts []float64) {
 	}
 	a := k.acc[key]
 	if a == nil {
-		a = &keyedSlots{nodes: make([]float64, len(k.metrics))}
+		a = &keyedSlots{nodes: make([]float64, len(k.metrics)), evaluated: make([]bool, len(k.metrics))}
 		k.acc[key] = a
 	}
 	a.slots += slots
 	for i, m := range k.metrics {
 		if v := k.eval.Value(m.Name); !math.IsNaN(v) {
 			a.nodes[i] += v * slots
+			a.evaluated[i] = true
 		}
 	}
 }
 
-// Totals returns key's accumulated slots and node slots; ok is false when no
-// interval of key has evaluated.
+// Totals returns key's accumulated slots and node slots, of the nodes
+// evaluated in some interval; ok is false when no interval of key has
+// evaluated.
 func (k *Keyed) Totals(key uint64) (slots float64, nodes []Node, ok bool) {
 	a := k.acc[key]
 	if a == nil {
 		return 0, nil, false
 	}
 	for i, m := range k.metrics {
+		if !a.evaluated[i] {
+			continue
+		}
 		nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, ChildrenEstimated: m.ChildrenEstimated, Slots: a.nodes[i]})
 	}
 	return a.slots, nodes, true

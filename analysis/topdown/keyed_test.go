@@ -74,3 +74,25 @@ func TestKeyedHandComputed(t *testing.T) {
 		t.Error("a key never added has totals")
 	}
 }
+
+// A node none of whose intervals had its inputs (a recording whose cgroup
+// columns lack FE) is left out of the totals, not reported as no slots;
+// the nodes that were evaluated are there.
+func TestKeyedLeavesOutWhatWasNeverEvaluated(t *testing.T) {
+	d, err := metric.Parse("four.yaml", []byte(fourWide))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := d.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := NewKeyed(tr, []string{"CYCLES", "UOPS", "FE"}, nil)
+	nan := math.NaN()
+	k.Add(1, []float64{100, 200, nan}) // slots 400, retiring 200; frontend and backend unknown
+	k.Add(1, []float64{50, 100, nan})
+	slots, nodes, ok := k.Totals(1)
+	if !ok || slots != 600 || len(nodes) != 1 || nodes[0].Name != "retiring" || nodes[0].Slots != 300 {
+		t.Errorf("slots %v (%v), nodes %+v: want 600 slots and retiring's 300 alone", slots, ok, nodes)
+	}
+}
