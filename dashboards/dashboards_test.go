@@ -274,7 +274,7 @@ func TestQueriesReturnData(t *testing.T) {
 	// in a cgroup, its validation, with an access trace beside).
 	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
-		"--replay.samples=../examples/replay/skx-c2c.data", "--collector.topdown.level=3")
+		"--replay.samples=../examples/replay/skx-c2c.data", "--collector.topdown.level=3", "--collector.topdown.cgroup-level=3")
 	speAddr, platformAddr, vmAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startProcess(t, filepath.Join(dir, "spe.log"), bin, "--web.listen-address="+speAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
