@@ -499,11 +499,15 @@ func treeInfo(uarch string, s setup) []config.Group {
 		if err != nil || len(d.Info) == 0 {
 			continue
 		}
+		core := t.PMU // a hybrid's core type
+		if core == "" {
+			core = firstCorePMU(s.pmus) // cpu on x86, armv8_pmuv3_0 and the like on Arm
+		}
 		var specs []string
 		for _, e := range d.Info {
 			spec := e.Spec
-			if t.PMU != "" { // the trees' cpu/ specs, on this core type's PMU
-				spec = t.PMU + "/" + strings.TrimPrefix(spec, "cpu/")
+			if core != "" && strings.HasPrefix(spec, "cpu/") { // the trees' cpu/ specs, on this core's PMU
+				spec = core + "/" + strings.TrimPrefix(spec, "cpu/")
 			}
 			specs = append(specs, spec)
 		}
@@ -512,4 +516,14 @@ func treeInfo(uarch string, s setup) []config.Group {
 		}
 	}
 	return out
+}
+
+// firstCorePMU is the name of the host's first core PMU ("" for none).
+func firstCorePMU(pmus []*pmu.PMU) string {
+	for _, p := range pmus {
+		if p.IsCore() {
+			return p.Name
+		}
+	}
+	return ""
 }

@@ -115,7 +115,8 @@ func TestSetupTopdownLevels(t *testing.T) {
 
 // --collector.counting.info-events counts the Info events of the host's
 // tree as one exported group: on a Skylake-SP Intel's MEM_LOAD_RETIRED.
-// L1_MISS, L2_MISS and L3_MISS, resolved on its core PMU.
+// L1_MISS, L2_MISS and L3_MISS, resolved on its core PMU; on a Neoverse
+// N1 Arm's L2D_CACHE_REFILL.
 func TestTreeInfoGroups(t *testing.T) {
 	h := fixture.IntelSkylake()
 	_, s := fixtureSetup(t, h)
@@ -144,5 +145,16 @@ func TestTreeInfoGroups(t *testing.T) {
 	specs, err = profile.Build(groups, s.pmus)
 	if err != nil || len(specs) != 1 || specs[0].Events[0].Attr.Type != 4 || !slices.Equal(specs[0].Events[0].CPUs, []int{0, 1, 2, 3}) {
 		t.Errorf("hybrid: %+v %v", specs, err)
+	}
+	// On a Neoverse N1 (named: the fixture's facts carry no MIDR), the
+	// level 2 data refills (PMUv3 event 0x17).
+	_, s = fixtureSetup(t, fixture.ArmNeoverseN1())
+	groups = treeInfo("neoverse", s)
+	if len(groups) != 1 || groups[0].Name != "info-neoverse" {
+		t.Fatalf("Neoverse: %+v", groups)
+	}
+	specs, err = profile.Build(groups, s.pmus)
+	if err != nil || len(specs) != 1 || specs[0].Events[0].Name != "l2d_cache_refill" || specs[0].Events[0].Attr.Config != 0x17 {
+		t.Errorf("Neoverse: %+v %v", specs, err)
 	}
 }

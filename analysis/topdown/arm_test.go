@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,16 +106,38 @@ func TestArmEncodingsAreArchitectedEvents(t *testing.T) {
 	pmus := fixture.PMUs(t, fixture.ArmNeoverseN1())
 	for _, uarch := range []string{"neoverse", "neoverse-n2", "neoverse-v1"} {
 		d, _ := Builtin(uarch)
-		for _, ev := range d.Events {
+		for _, ev := range append(slices.Clone(d.Events), d.Info...) { // the Info events too
 			want, ok := codes[ev.Name]
 			if !ok {
 				t.Errorf("%s: %s is not an architected PMUv3 event", uarch, ev.Name)
 				continue
 			}
-			res, err := eventspec.Resolve(ev.Spec, pmus)
+			spec := ev.Spec // an Info event's cpu/ spec goes on the core PMU, as the collector places it
+			if rest, ok := strings.CutPrefix(spec, "cpu/"); ok {
+				spec = "armv8_pmuv3_0/" + rest
+			}
+			res, err := eventspec.Resolve(spec, pmus)
 			if err != nil || res[0].Attr.Config != want || res[0].PMU != "armv8_pmuv3_0" {
 				t.Errorf("%s %s: %+v %v, want event %#x on the core PMU", uarch, ev.Name, res, err, want)
 			}
+		}
+	}
+}
+
+// Each Neoverse tree's Info events are the inputs of Arm's L2 MPKI
+// (metrics.json's l2_cache_mpki or l2d_cache_mpki) beside INST_RETIRED.
+func TestArmInfoIsL2MPKI(t *testing.T) {
+	dir := reference.Dir(t)
+	for uarch, file := range map[string]string{"neoverse": "neoverse-n1", "neoverse-n2": "neoverse-n2-v2", "neoverse-v1": "neoverse-v1"} {
+		var expr string
+		for _, m := range reference.Metrics(t, filepath.Join(dir, "linux-pmu-events/arm64/arm", file, "metrics.json")) {
+			if m.MetricName == "l2_cache_mpki" || m.MetricName == "l2d_cache_mpki" {
+				expr = m.MetricExpr
+			}
+		}
+		d, _ := Builtin(uarch)
+		if len(d.Info) != 1 || !strings.Contains(expr, strings.ToUpper(d.Info[0].Name)+" / INST_RETIRED") {
+			t.Errorf("%s: info %+v, %s's L2 MPKI is %q", uarch, d.Info, file, expr)
 		}
 	}
 }
