@@ -93,8 +93,8 @@ func perfMetricsEvent(event string) bool {
 }
 
 // recordedPlatform are the platform features (host/capability's energy,
-// frequency, cstates, memory_bandwidth, numa_traffic) as the recording's
-// platform events show them (and upi_traffic).
+// frequency, cstates, memory_bandwidth, memory_requests, numa_traffic,
+// upi_traffic) as the recording's platform events show them.
 func recordedPlatform(events map[platform.Kind][]platform.Counter, recorded func(name string, ok bool, detail, reason string) capability.Feature) []capability.Feature {
 	names := func(kinds ...platform.Kind) string {
 		var out []string
@@ -114,6 +114,7 @@ func recordedPlatform(events map[platform.Kind][]platform.Counter, recorded func
 		recorded(capability.Frequency, msrs["aperf"] && msrs["mperf"] && msrs["tsc"], names(platform.MSR), "not all of msr/tsc/, msr/aperf/ and msr/mperf/"),
 		recorded(capability.CStates, len(events[platform.CoreCState])+len(events[platform.PackageCState]) > 0, names(platform.CoreCState, platform.PackageCState), "no cstate_core or cstate_pkg events"),
 		recorded(capability.MemoryBandwidth, len(events[platform.MemoryBytes]) > 0, names(platform.MemoryBytes), "no memory controller CAS counts"),
+		recorded(capability.MemoryRequests, len(events[platform.MemoryRequests]) > 0, names(platform.MemoryRequests), "no Arm CMN memory controller requests"),
 		recorded(capability.NUMATraffic, len(events[platform.LLCMissBytes])+len(events[platform.DRAMBytes]) > 0, names(platform.LLCMissBytes, platform.DRAMBytes), "no CHA requests to local and remote memory, no data fabric DRAM beats"),
 		recorded(capability.UPITraffic, len(events[platform.UPIBytes])+len(events[platform.XGMIBytes]) > 0, names(platform.UPIBytes, platform.XGMIBytes), "no UPI data flits, no xGMI data beats"),
 	}

@@ -29,7 +29,7 @@ func TestRecordedFeatures(t *testing.T) {
 		return got
 	}
 	sw := load("1.0,100,,cpu-clock,1000,100.00,,\n1.0,3,,cs,1000,100.00,,\n")
-	if got := features(sw, ""); got["hardware_counters"] || got["perf_metrics"] || got["cgroup_events"] || got["energy"] || got["memory_bandwidth"] || len(got) != 9 {
+	if got := features(sw, ""); got["hardware_counters"] || got["perf_metrics"] || got["cgroup_events"] || got["energy"] || got["memory_bandwidth"] || len(got) != 10 {
 		t.Errorf("software events only: %v", got)
 	}
 	skx := load("1.0,100,,UOPS_RETIRED.RETIRE_SLOTS,1000,100.00,,\n1.0,<not counted>,,INST_RETIRED.ANY,0,0.00,,\n")

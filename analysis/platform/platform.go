@@ -51,16 +51,29 @@ const (
 	// requester's.
 	DRAMBytes
 	// XGMIBytes counts the data bytes an AMD xGMI link between packages
-	// (Link) sent (Name "transmit"): Zen 4's data fabric, the link's
-	// outbound data beats, 64 bytes each, as perf's
-	// local_socket_outbound_data_from_all_links counts them.
+	// (Link) sent (Name "transmit") or received ("receive", Zen 5): the
+	// data fabric's link data beats, 64 bytes each, as perf's
+	// local_socket_outbound_data_from_all_links (Zen 4) and
+	// cross_socket_{outbound,inbound}_data_bandwidth_for_local_socket
+	// (Zen 5) count them.
 	XGMIBytes
+	// MemoryRequests counts the requests an Arm CMN mesh's home nodes
+	// (HN-F) sent to its memory controllers (Name "sent": hnf_mc_reqs)
+	// and those the controllers asked to be retried ("retried":
+	// hnf_mc_retries, part of the sent), summed over the mesh: perf's
+	// mc_message_retry_rate is their ratio. Requests, not bytes: no
+	// published formula turns them into bytes.
+	MemoryRequests
 )
 
-// zen4Family is AMD Zen 4's CPU family (0x19, as /proc/cpuinfo gives it),
-// whose data fabric's events dfEvents encode; Zen 3 shares it, but not
-// the PerfMonV2 data fabric (its amd_df format says which).
-const zen4Family = "25"
+// The CPU families (as /proc/cpuinfo gives them) whose data fabric
+// events dfEvents and xgmiEvents encode: Zen 4's (0x19; Zen 3 shares
+// it, but not the PerfMonV2 data fabric, as its amd_df format says) and
+// Zen 5's (0x1a).
+const (
+	zen4Family = "25"
+	zen5Family = "26"
+)
 
 // perfMonV2DF says whether an amd_df event format is the PerfMonV2 data
 // fabric's (amd/uncore.c's event14v2, config:0-7,32-37): Zen 4's and Zen
@@ -70,55 +83,85 @@ func perfMonV2DF(f pmu.Format) bool {
 }
 
 // CountsDRAM says whether p is a data fabric whose DRAM traffic by
-// requester Select counts (DRAMBytes): Zen 4's PerfMonV2 amd_df, on a CPU
-// of family 25 (0x19).
+// requester Select counts (DRAMBytes): a PerfMonV2 amd_df, on a CPU of
+// family 25 (Zen 4) or 26 (Zen 5).
 func CountsDRAM(p *pmu.PMU, family string) bool {
-	return p.Name == "amd_df" && family == zen4Family && perfMonV2DF(p.Formats["event"])
+	return p.Name == "amd_df" && (family == zen4Family || family == zen5Family) && perfMonV2DF(p.Formats["event"])
 }
 
-// xgmiLinks is how many xGMI links perf's Zen 4 metric sums (link0 to
-// link7): a part with fewer counts nothing at the others.
-const xgmiLinks = 8
+// dfEvent is one of a data fabric's DRAM events: perf's name for it
+// (data-fabric.json), its direction and requester, and its encoding.
+type dfEvent struct{ name, dir, locality, terms string }
 
-// xgmiEvent is one of Zen 4's xGMI links' outbound data beats: its link
-// number and encoding.
-type xgmiEvent struct{ link, terms string }
-
-// xgmiEvents are Zen 4's inter-socket xGMI links' outbound data beats,
-// each link's own event select (0xb5f + 0x40 per link), umask 0xf3e:
-// perf's amdzen4 data-fabric.json local_socket_outbound_data_beats_link0
-// to link7, the terms of its local_socket_outbound_data_from_all_links.
-func xgmiEvents() []xgmiEvent {
-	var out []xgmiEvent
-	for l := range uint64(xgmiLinks) {
-		out = append(out, xgmiEvent{strconv.FormatUint(l, 10), fmt.Sprintf("event=%#x,umask=0xf3e", 0xb5f+0x40*l)})
+// dfEvents are the data fabric's DRAM data beats of a CPU family, each
+// channel's own event select (0x1f + 0x40 per channel) with the umask of
+// the requester and direction:
+//   - Zen 4: perf's amdzen4 data-fabric.json
+//     {local,remote}_processor_{read,write}_data_beats_cs0 to cs11, the
+//     terms of its dram_*_data_for_*_processor metrics;
+//   - Zen 5: amdzen5's local_or_remote_socket_read_data_beats_dram_0 to
+//     11 and {local,remote}_socket_write_data_beats_dram_0 to 11, the
+//     terms of its dram_read_bandwidth_for_local_or_remote_socket and
+//     dram_write_bandwidth_for_{local,remote}_socket. Zen 5 does not
+//     split reads by requester: their locality is local_or_remote.
+func dfEvents(family string) []dfEvent {
+	type mask struct {
+		name, dir, locality string
+		umask               uint64
+	}
+	var masks []mask
+	switch family {
+	case zen4Family:
+		masks = []mask{{"local_processor_read_data_beats_cs", "read", "local", 0x7fe}, {"local_processor_write_data_beats_cs", "write", "local", 0x7ff},
+			{"remote_processor_read_data_beats_cs", "read", "remote", 0xbfe}, {"remote_processor_write_data_beats_cs", "write", "remote", 0xbff}}
+	case zen5Family:
+		masks = []mask{{"local_or_remote_socket_read_data_beats_dram_", "read", "local_or_remote", 0xffe},
+			{"local_socket_write_data_beats_dram_", "write", "local", 0x7ff}, {"remote_socket_write_data_beats_dram_", "write", "remote", 0xbff}}
+	}
+	var out []dfEvent
+	for _, m := range masks {
+		for ch := range uint64(dfChannels) {
+			out = append(out, dfEvent{fmt.Sprintf("%s%d", m.name, ch), m.dir, m.locality, fmt.Sprintf("event=%#x,umask=%#x", 0x1f+0x40*ch, m.umask)})
+		}
 	}
 	return out
 }
 
-// dfStations is how many coherent stations perf's Zen 4 metrics sum
-// (cs0 to cs11): a part with fewer counts nothing at the others.
-const dfStations = 12
+// dfChannels is how many DRAM channels (Zen 4's coherent stations cs0 to
+// cs11, Zen 5's dram_0 to 11) perf's metrics sum: a part with fewer
+// counts nothing at the others.
+const dfChannels = 12
 
-// dfEvent is one of Zen 4's data fabric DRAM events: perf's name for it
-// (data-fabric.json), its direction and requester, and its encoding.
-type dfEvent struct{ name, dir, locality, terms string }
+// xgmiEvent is one of the xGMI links' data beats: its link number,
+// direction, perf's name and encoding.
+type xgmiEvent struct{ link, dir, name, terms string }
 
-// dfEvents are Zen 4's coherent stations' DRAM data beats, each station's
-// own event select (0x1f + 0x40 per station) with the umask of the
-// requester and direction: perf's amdzen4 data-fabric.json
-// {local,remote}_processor_{read,write}_data_beats_cs0 to cs11, the terms
-// of its dram_*_data_for_*_processor metrics.
-func dfEvents() []dfEvent {
-	masks := []struct {
-		dir, locality string
-		umask         uint64
-	}{{"read", "local", 0x7fe}, {"write", "local", 0x7ff}, {"read", "remote", 0xbfe}, {"write", "remote", 0xbff}}
-	var out []dfEvent
-	for _, m := range masks {
-		for cs := range uint64(dfStations) {
-			name := fmt.Sprintf("%s_processor_%s_data_beats_cs%d", m.locality, m.dir, cs)
-			out = append(out, dfEvent{name, m.dir, m.locality, fmt.Sprintf("event=%#x,umask=%#x", 0x1f+0x40*cs, m.umask)})
+// xgmiEvents are a CPU family's inter-socket xGMI links' data beats,
+// each link's own event select (0x40 apart):
+//   - Zen 4: what links 0 to 7 send (0xb5f, umask 0xf3e): perf's
+//     amdzen4 local_socket_outbound_data_beats_link0 to link7, the terms
+//     of its local_socket_outbound_data_from_all_links;
+//   - Zen 5: what links 0 to 5 send (0xd5f, umask 0xf3e) and receive
+//     (umask 0xf3f): amdzen5's local_socket_{outbound,inbound}_data_beats_link_0
+//     to 5, the terms of its
+//     cross_socket_{outbound,inbound}_data_bandwidth_for_local_socket.
+func xgmiEvents(family string) []xgmiEvent {
+	var out []xgmiEvent
+	switch family {
+	case zen4Family:
+		for l := range uint64(8) {
+			out = append(out, xgmiEvent{strconv.FormatUint(l, 10), "transmit", fmt.Sprintf("local_socket_outbound_data_beats_link%d", l),
+				fmt.Sprintf("event=%#x,umask=0xf3e", 0xb5f+0x40*l)})
+		}
+	case zen5Family:
+		for _, d := range []struct {
+			dir, name string
+			umask     uint64
+		}{{"transmit", "outbound", 0xf3e}, {"receive", "inbound", 0xf3f}} {
+			for l := range uint64(6) {
+				out = append(out, xgmiEvent{strconv.FormatUint(l, 10), d.dir, fmt.Sprintf("local_socket_%s_data_beats_link_%d", d.name, l),
+					fmt.Sprintf("event=%#x,umask=%#x", 0xd5f+0x40*l, d.umask)})
+			}
 		}
 	}
 	return out
@@ -154,6 +197,60 @@ var umcEvents = []struct{ name, terms string }{{"read", "event=0x0a,rdwrmask=0x1
 // imcEvents are the CAS count aliases of Intel's memory controllers
 // (uncore_imc_*), by direction.
 var imcEvents = map[string]string{"cas_count_read": "read", "cas_count_write": "write"}
+
+// cmnParts are the Arm CMN meshes whose home nodes are HN-Fs with the
+// memory controller events cmnEvents names, by the PMU's identifier
+// (arm-cmn.c prints the part number and revision, "%03x%02x"): CMN-600,
+// CMN-650, CMN-700 and CI-700, as perf's arm/cmn event list matches them
+// ("Compat": "(434|436|43c|43a).*").
+var cmnParts = []string{"434", "436", "43c", "43a"}
+
+// cmnEvents are an Arm CMN's memory controller requests, by the sysfs
+// alias arm-cmn.c gives them (type 0x5, the HN-F: eventid 0xd and 0xc):
+// the terms of perf's mc_message_retry_rate (hnf_mc_retries /
+// hnf_mc_reqs). Without a nodeid the driver counts every HN-F of the
+// mesh and sums them.
+var cmnEvents = []struct{ name, alias string }{{"sent", "hnf_mc_reqs"}, {"retried", "hnf_mc_retries"}}
+
+// CountsMemoryRequests says whether p is an Arm CMN mesh whose memory
+// controller requests Select counts (MemoryRequests): a part cmnParts
+// names, exposing both of cmnEvents' aliases.
+func CountsMemoryRequests(p *pmu.PMU) bool {
+	if !strings.HasPrefix(p.Name, "arm_cmn") || len(p.Identifier) < 3 || !slices.Contains(cmnParts, p.Identifier[:3]) {
+		return false
+	}
+	for _, e := range cmnEvents {
+		if _, ok := p.Aliases[e.alias]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// imxDDR are NXP i.MX 8M DDR controllers' read and write counts and the
+// bytes one count moves, by the imx8_ddr PMU's identifier
+// (fsl_imx8_ddr_perf.c): perf's freescale/imx8m*/sys/metrics.json
+// imx8m*_ddr_read.all and _write.all. The 8M Mini and Quad move 16 bytes
+// a read or write cycle (read_cycles * 4 * 4), the 8M Nano 8 (* 4 * 2);
+// the 8M Plus's enhanced AXI filter counts bytes, for every master
+// (axi_mask=0xffff).
+var imxDDR = map[string]struct {
+	read, write string
+	bytes       float64
+}{
+	"i.MX8MM": {"read-cycles", "write-cycles", 16},
+	"i.MX8MQ": {"read-cycles", "write-cycles", 16},
+	"i.MX8MN": {"read-cycles", "write-cycles", 8},
+	"i.MX8MP": {"axid-read,axi_mask=0xffff,axi_id=0x0000", "axid-write,axi_mask=0xffff,axi_id=0x0000", 1},
+}
+
+// CountsDDR says whether p is an NXP i.MX 8M DDR controller whose bytes
+// Select counts (MemoryBytes): an imx8_ddr PMU whose identifier imxDDR
+// knows.
+func CountsDDR(p *pmu.PMU) bool {
+	_, ok := imxDDR[p.Identifier]
+	return ok && strings.HasPrefix(p.Name, "imx8_ddr")
+}
 
 // Counter is one platform event and where to open it.
 type Counter struct {
@@ -216,45 +313,57 @@ func Select(pmus []*pmu.PMU, online []int, family string) ([]Counter, error) {
 	return out, nil
 }
 
-// memoryCounters are the read and write CAS counts of a memory
-// controller PMU (uncore_imc_N: their sysfs aliases; amd_umc_N: perf's
-// encodings), an LLC slice's local and remote memory requests
-// (uncore_cha_N: Intel's encodings), or a UPI link's data flits sent and
-// received (uncore_upi_N), as bytes; nil for any other PMU.
+// memoryCounters are the memory traffic counters of an uncore or system
+// PMU: a memory controller's read and write CAS counts (uncore_imc_N:
+// their sysfs aliases; amd_umc_N: perf's encodings) or bytes (an i.MX 8M's
+// imx8_ddrN), an LLC slice's local and remote memory requests
+// (uncore_cha_N: Intel's encodings), a UPI link's data flits sent and
+// received (uncore_upi_N), a Zen 4 or Zen 5 data fabric's DRAM and xGMI
+// beats (amd_df), or an Arm CMN's requests to the memory controllers
+// (arm_cmn_N); nil for any other PMU.
 func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int, family string) ([]Counter, error) {
 	type event struct {
 		kind                      Kind
 		spec, dir, locality, link string
+		scale                     float64 // what a count is, in bytes (or requests)
 	}
 	var evs []event
 	switch {
 	case strings.HasPrefix(p.Name, "uncore_cha_"):
 		for _, e := range chaEvents {
-			evs = append(evs, event{LLCMissBytes, p.Name + "/" + e.terms + "/", e.dir, e.locality, ""})
+			evs = append(evs, event{LLCMissBytes, p.Name + "/" + e.terms + "/", e.dir, e.locality, "", casBytes})
 		}
 	case strings.HasPrefix(p.Name, "uncore_imc_"):
 		for _, alias := range p.AliasNames() {
 			if dir, ok := imcEvents[alias]; ok {
-				evs = append(evs, event{MemoryBytes, p.Name + "/" + alias + "/", dir, "", ""})
+				evs = append(evs, event{MemoryBytes, p.Name + "/" + alias + "/", dir, "", "", casBytes})
 			}
 		}
 	case strings.HasPrefix(p.Name, "amd_umc_"):
 		for _, e := range umcEvents {
-			evs = append(evs, event{MemoryBytes, p.Name + "/" + e.terms + "/", e.name, "", ""})
+			evs = append(evs, event{MemoryBytes, p.Name + "/" + e.terms + "/", e.name, "", "", casBytes})
 		}
 	case strings.HasPrefix(p.Name, "uncore_upi_"):
 		for _, e := range upiEvents {
-			evs = append(evs, event{UPIBytes, p.Name + "/" + e.terms + "/", e.dir, "", strings.TrimPrefix(p.Name, "uncore_upi_")})
+			evs = append(evs, event{UPIBytes, p.Name + "/" + e.terms + "/", e.dir, "", strings.TrimPrefix(p.Name, "uncore_upi_"), upiFlitBytes})
 		}
 	case CountsDRAM(p, family):
-		for _, e := range dfEvents() {
-			evs = append(evs, event{DRAMBytes, p.Name + "/" + e.terms + "/", e.dir, e.locality, ""})
+		for _, e := range dfEvents(family) {
+			evs = append(evs, event{DRAMBytes, p.Name + "/" + e.terms + "/", e.dir, e.locality, "", casBytes})
 		}
 		if len(p.CPUMask) > 1 { // packages with links between them
-			for _, l := range xgmiEvents() {
-				evs = append(evs, event{XGMIBytes, p.Name + "/" + l.terms + "/", "transmit", "", l.link})
+			for _, l := range xgmiEvents(family) {
+				evs = append(evs, event{XGMIBytes, p.Name + "/" + l.terms + "/", l.dir, "", l.link, casBytes})
 			}
 		}
+	case CountsMemoryRequests(p):
+		for _, e := range cmnEvents {
+			evs = append(evs, event{MemoryRequests, p.Name + "/" + e.alias + "/", e.name, "", "", 1})
+		}
+	case CountsDDR(p):
+		d := imxDDR[p.Identifier]
+		evs = append(evs, event{MemoryBytes, p.Name + "/" + d.read + "/", "read", "", "", d.bytes},
+			event{MemoryBytes, p.Name + "/" + d.write + "/", "write", "", "", d.bytes})
 	default:
 		return nil, nil
 	}
@@ -266,7 +375,10 @@ func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int, family string) ([
 		}
 		for _, r := range rs {
 			c := Counter{Kind: e.kind, PMU: p.Name, Event: strings.Trim(strings.TrimPrefix(e.spec, p.Name), "/"), Name: e.dir,
-				Attr: r.Attr, Scale: perCount(e.kind), Unit: "bytes", CPUs: r.CPUs, Locality: e.locality, Link: e.link}
+				Attr: r.Attr, Scale: e.scale, Unit: "bytes", CPUs: r.CPUs, Locality: e.locality, Link: e.link}
+			if e.kind == MemoryRequests {
+				c.Unit = "requests"
+			}
 			if c.CPUs == nil {
 				c.CPUs = slices.Clone(online)
 			}

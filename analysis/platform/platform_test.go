@@ -255,8 +255,8 @@ func TestUPIAsPublished(t *testing.T) {
 // of each direction and requester being exactly the terms of perf's
 // dram_*_data_for_*_processor metric (recommended.json, in the
 // reference), whose scale is 64 bytes a beat. On the package's CPU its
-// cpumask names. Zen 3's data fabric (another format) and Zen 5 (another
-// family, other events) count none.
+// cpumask names. Zen 3's data fabric (another format) counts none, and
+// Zen 5 (another family) counts its own events (TestZen5DataFabricAsPublished).
 func TestDRAMAsPublished(t *testing.T) {
 	data, err := os.ReadFile("testdata/amdzen4-data-fabric.json")
 	if err != nil {
@@ -376,7 +376,286 @@ func TestDRAMAsPublished(t *testing.T) {
 			t.Errorf("%s: DRAM counters %v (%v)", name, Has(cs, DRAMBytes), err)
 		}
 	}
-	if cs, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3}, "26"); err != nil || Has(cs, DRAMBytes) {
-		t.Errorf("Zen 5 (family 26): DRAM counters %v (%v): its data fabric's events are others", Has(cs, DRAMBytes), err)
+	if cs, err := Select(fixture.PMUs(t, fixture.AMDPlatform()), []int{0, 1, 2, 3}, "23"); err != nil || Has(cs, DRAMBytes) {
+		t.Errorf("Zen 2 (family 23) with a PerfMonV2 format: DRAM counters %v (%v)", Has(cs, DRAMBytes), err)
+	}
+}
+
+// dfConfigs are a data-fabric.json's events as amd_df configs, by perf's
+// name: the event select and umask placed by the PerfMonV2 format's bits
+// (amd/uncore.c's event14v2 and umask12).
+func dfConfigs(t *testing.T, path string) map[string]uint64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var df []struct{ EventName, EventCode, UMask string }
+	if err := json.Unmarshal(data, &df); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, e := range df {
+		ev, _ := strconv.ParseUint(strings.TrimPrefix(e.EventCode, "0x"), 16, 64)
+		um, _ := strconv.ParseUint(strings.TrimPrefix(e.UMask, "0x"), 16, 64)
+		out[e.EventName] = ev&0xff | (ev>>8)<<32 | (um&0xff)<<8 | (um>>8)<<24
+	}
+	return out
+}
+
+// Zen 5's data fabric: reads of every DRAM channel, which Zen 5 does not
+// split by requester (local_or_remote), and writes for the local and the
+// remote socket; on two packages also what each cross-socket link sends
+// and receives. Each event is held to perf's amdzen5 data-fabric.json
+// (transcribed in testdata), and each set of them, by direction and
+// requester or link direction, to the terms of the recommended.json
+// metric (in the reference) that sums them at 64 bytes a beat
+// (6.4e-5 MB): dram_read_bandwidth_for_local_or_remote_socket,
+// dram_write_bandwidth_for_{local,remote}_socket and
+// cross_socket_{outbound,inbound}_data_bandwidth_for_local_socket.
+// local_or_remote writes are not counted: local and remote add up to them.
+func TestZen5DataFabricAsPublished(t *testing.T) {
+	want := dfConfigs(t, "testdata/amdzen5-data-fabric.json")
+	metrics := reference.Metrics(t, filepath.Join(reference.Dir(t), "linux-pmu-events/x86/amdzen5/recommended.json"))
+	terms := map[[2]string][]string{}
+	for key, name := range map[[2]string]string{
+		{"read", "local_or_remote"}: "dram_read_bandwidth_for_local_or_remote_socket",
+		{"write", "local"}:          "dram_write_bandwidth_for_local_socket",
+		{"write", "remote"}:         "dram_write_bandwidth_for_remote_socket",
+		{"transmit", "link"}:        "cross_socket_outbound_data_bandwidth_for_local_socket",
+		{"receive", "link"}:         "cross_socket_inbound_data_bandwidth_for_local_socket",
+	} {
+		found := false
+		for _, m := range metrics {
+			if m.MetricName != name {
+				continue
+			}
+			found = true
+			if m.ScaleUnit != "6.4e-5MB/s" {
+				t.Errorf("%s: scale %s, not 64 bytes a beat", name, m.ScaleUnit)
+			}
+			sum, _, _ := strings.Cut(strings.Trim(m.MetricExpr, "()"), ") / duration_time")
+			for _, term := range strings.Split(sum, "+") {
+				terms[key] = append(terms[key], strings.TrimSpace(term))
+			}
+		}
+		if !found {
+			t.Fatalf("%s is not in Zen 5's recommended.json", name)
+		}
+	}
+	twoPackages := fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/cpumask": "0,2\n"})
+	cs, err := Select(fixture.PMUs(t, twoPackages), []int{0, 1, 2, 3}, "26")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[[2]string]map[uint64]bool{}
+	for _, c := range cs {
+		var key [2]string
+		switch c.Kind {
+		case DRAMBytes:
+			key = [2]string{c.Name, c.Locality}
+		case XGMIBytes:
+			key = [2]string{c.Name, "link"}
+		default:
+			continue
+		}
+		if got[key] == nil {
+			got[key] = map[uint64]bool{}
+		}
+		got[key][c.Attr.Config] = true
+		if c.Scale != 64 || c.PMU != "amd_df" || !reflect.DeepEqual(c.CPUs, []int{0, 2}) {
+			t.Errorf("%s %v: scale %v, PMU %s, CPUs %v; want 64 bytes on amd_df's CPUs 0 and 2", c.Event, key, c.Scale, c.PMU, c.CPUs)
+		}
+	}
+	if len(got) != len(terms) {
+		t.Errorf("counted %d kinds of data fabric traffic, the metrics %d: %v", len(got), len(terms), got)
+	}
+	for key, names := range terms {
+		configs := map[uint64]bool{}
+		for _, n := range names {
+			cfg, ok := want[n]
+			if !ok {
+				t.Errorf("%v: %s is not in data-fabric.json", key, n)
+			}
+			configs[cfg] = true
+		}
+		if !reflect.DeepEqual(got[key], configs) {
+			t.Errorf("%v: configs %v, want the metric's %d: %v", key, got[key], len(configs), configs)
+		}
+	}
+	// Zen 5's memory controllers: the same amd_umc CAS counts as Zen 4's,
+	// held to Zen 5's memory-controller.json and its umc_mem_*_bandwidth
+	// (64 bytes a CAS).
+	mc := reference.Events(t, "testdata/amdzen5-memory-controller.json")
+	codes := map[string]uint64{}
+	for _, e := range mc {
+		ev, _ := strconv.ParseUint(strings.TrimPrefix(e.EventCode, "0x"), 16, 64)
+		m, _ := strconv.ParseUint(strings.TrimPrefix(e.RdWrMask, "0x"), 16, 64)
+		codes[e.EventName] = ev | m<<8
+	}
+	for _, dir := range []string{"read", "write"} {
+		name := map[string]string{"read": "umc_mem_read_bandwidth", "write": "umc_mem_write_bandwidth"}[dir]
+		cas := map[string]string{"read": "umc_cas_cmd.rd", "write": "umc_cas_cmd.wr"}[dir]
+		ok := false
+		for _, m := range metrics {
+			ok = ok || m.MetricName == name && m.MetricExpr == "("+cas+" * 64) / 1e6 / duration_time"
+		}
+		if !ok {
+			t.Errorf("Zen 5's recommended.json has no %s of %s × 64", name, cas)
+		}
+		n := 0
+		for _, c := range cs {
+			if c.Kind == MemoryBytes && c.Name == dir {
+				n++
+				if c.Attr.Config != codes[cas] || c.Scale != 64 {
+					t.Errorf("%s %s: config %#x, scale %v; want %s's %#x, 64", c.PMU, dir, c.Attr.Config, c.Scale, cas, codes[cas])
+				}
+			}
+		}
+		if n != 2 {
+			t.Errorf("%d %s counters of the memory controllers, want 2", n, dir)
+		}
+	}
+}
+
+// An Arm CMN mesh counts its home nodes' requests to the memory
+// controllers and their retries: hnf_mc_reqs and hnf_mc_retries, held to
+// perf's cmn.json (node type 0x5, the HN-F, and eventid placed by
+// arm-cmn.c's format) and to the terms of its mc_message_retry_rate, for
+// the parts its Compat names (the identifier's part number); on the CPU
+// the cpumask names, one count a request. Not bytes: no memory bandwidth.
+// A CMN S3 (part 0x43e, whose HN-S events are others) counts none.
+func TestArmCMNAsPublished(t *testing.T) {
+	data, err := os.ReadFile("testdata/arm-cmn.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Events  []struct{ EventName, EventidCode, NodeType, Compat string }
+		Metrics []struct{ MetricName, MetricExpr, Compat string }
+	}
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	configs := map[string]uint64{}
+	for _, e := range ref.Events {
+		id, _ := strconv.ParseUint(strings.TrimPrefix(e.EventidCode, "0x"), 16, 64)
+		typ, _ := strconv.ParseUint(strings.TrimPrefix(e.NodeType, "0x"), 16, 64)
+		configs[e.EventName] = typ | id<<16
+		if e.Compat != "(434|436|43c|43a).*" {
+			t.Errorf("%s: Compat %s", e.EventName, e.Compat)
+		}
+	}
+	if len(ref.Metrics) != 1 || ref.Metrics[0].MetricExpr != "hnf_mc_retries / hnf_mc_reqs" {
+		t.Fatalf("mc_message_retry_rate: %+v", ref.Metrics)
+	}
+	cs, err := Select(fixture.PMUs(t, fixture.ArmCMNPlatform()), []int{0, 1, 2, 3}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Counter{}
+	for _, c := range cs {
+		if c.Kind == MemoryRequests {
+			got[c.Name] = c
+		}
+		if c.Kind == MemoryBytes {
+			t.Errorf("memory bytes counted from a CMN: %+v", c)
+		}
+	}
+	for name, event := range map[string]string{"sent": "hnf_mc_reqs", "retried": "hnf_mc_retries"} {
+		c := got[name]
+		if c.PMU != "arm_cmn_0" || c.Attr.Type != 10 || c.Attr.Config != configs[event] || c.Scale != 1 || !reflect.DeepEqual(c.CPUs, []int{0}) {
+			t.Errorf("%s (%s): %+v; want arm_cmn_0 type 10, config %#x, on CPU 0", name, event, c, configs[event])
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("%d memory controller counters, want sent and retried", len(got))
+	}
+	s3 := fixture.Merge(fixture.ArmCMNPlatform(), fixture.Host{"sys/bus/event_source/devices/arm_cmn_0/identifier": "43e00\n"})
+	if cs, err := Select(fixture.PMUs(t, s3), []int{0, 1, 2, 3}, ""); err != nil || Has(cs, MemoryRequests) {
+		t.Errorf("CMN S3: memory controller requests %v (%v), want none", Has(cs, MemoryRequests), err)
+	}
+}
+
+// An NXP i.MX 8M's DDR controller counts the bytes read and written: for
+// each part its identifier names, the events and bytes a count of perf's
+// imx8m*_ddr_{read,write}.all (metrics.json, transcribed in testdata):
+// read and write cycles × 16 on the 8M Mini and Quad, × 8 on the Nano
+// (the products in the MetricExpr); the enhanced AXI filter's byte count
+// for every master on the Plus (axid-read with axi_mask=0xffff,
+// axi_id=0, placed in config1 as the driver's format says). The cycle
+// events' codes are ddrc.json's. A part with no published formula (the
+// 8QXP's DDR PMU has no identifier) counts none.
+func TestIMX8MDDRAsPublished(t *testing.T) {
+	data, err := os.ReadFile("testdata/imx8m-ddr.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Events  []struct{ EventName, EventCode, Compat string }
+		Metrics []struct{ MetricName, MetricExpr, Compat string }
+	}
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	code := map[string]uint64{}
+	for _, e := range ref.Events {
+		v, _ := strconv.ParseUint(strings.TrimPrefix(e.EventCode, "0x"), 16, 64)
+		code[strings.TrimPrefix(e.EventName, "imx8mm_ddr.")] = v
+	}
+	type want struct {
+		config, config1 uint64
+		bytes           float64
+	}
+	wants := map[[2]string]want{} // (identifier, direction)
+	for _, m := range ref.Metrics {
+		dir := "read"
+		if strings.Contains(m.MetricName, "_write.") {
+			dir = "write"
+		}
+		w := want{bytes: 1}
+		event, product, _ := strings.Cut(m.MetricExpr, " * ")
+		if product != "" {
+			for _, f := range strings.Split(product, " * ") {
+				n, err := strconv.ParseFloat(f, 64)
+				if err != nil {
+					t.Fatalf("%s: %q", m.MetricName, m.MetricExpr)
+				}
+				w.bytes *= n
+			}
+			w.config = code[dir+"_cycles"]
+		} else if strings.HasPrefix(event, `imx8_ddr0@axid\-`+dir+`\,axi_mask\=0xffff\,axi_id\=0x0000@`) {
+			w.config = map[string]uint64{"read": 0x41, "write": 0x42}[dir] // the driver's axid-read and axid-write
+			w.config1 = 0xffff << 16
+		} else {
+			t.Fatalf("%s: %q is neither a product of cycles nor the AXI filter's bytes", m.MetricName, m.MetricExpr)
+		}
+		wants[[2]string{m.Compat, dir}] = w
+	}
+	if len(wants) != 8 {
+		t.Fatalf("%d formulas, want read and write of four parts", len(wants))
+	}
+	for _, part := range []string{"i.MX8MM", "i.MX8MN", "i.MX8MQ", "i.MX8MP"} {
+		cs, err := Select(fixture.PMUs(t, fixture.IMX8MPlatform(part)), []int{0, 1, 2, 3}, "")
+		if err != nil {
+			t.Fatal(part, err)
+		}
+		n := 0
+		for _, c := range cs {
+			if c.Kind != MemoryBytes {
+				continue
+			}
+			n++
+			w := wants[[2]string{part, c.Name}]
+			if c.PMU != "imx8_ddr0" || c.Attr.Config != w.config || c.Attr.Config1 != w.config1 || c.Scale != w.bytes || !reflect.DeepEqual(c.CPUs, []int{0}) {
+				t.Errorf("%s %s: config %#x/%#x, %v bytes a count, CPUs %v; want %#x/%#x, %v, [0]", part, c.Name, c.Attr.Config, c.Attr.Config1, c.Scale, c.CPUs, w.config, w.config1, w.bytes)
+			}
+		}
+		if n != 2 {
+			t.Errorf("%s: %d memory counters, want read and write", part, n)
+		}
+	}
+	if cs, err := Select(fixture.PMUs(t, fixture.IMX8MPlatform("i.MX8QXP")), []int{0, 1, 2, 3}, ""); err != nil || Has(cs, MemoryBytes) {
+		t.Errorf("an unknown part: memory bytes %v (%v)", Has(cs, MemoryBytes), err)
 	}
 }

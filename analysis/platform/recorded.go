@@ -47,22 +47,50 @@ func encodedEvents(family string) (Kind, []struct{ dir, locality, terms string }
 	return 0, nil
 }
 
-// dataFabric is the Zen 4 data fabric counter a recording's event is,
-// by perf's name (local_processor_read_data_beats_cs0,
-// local_socket_outbound_data_beats_link0) or, with pmuName amd_df, by its
-// encoding (term).
+// dfFamilies are the CPU families whose data fabric events a recording
+// may name; their encodings do not overlap where they differ in meaning
+// (Zen 4's and Zen 5's local and remote writes are the same events).
+var dfFamilies = []string{zen4Family, zen5Family}
+
+// dataFabric is the Zen 4 or Zen 5 data fabric counter a recording's
+// event is, by perf's name (local_processor_read_data_beats_cs0,
+// local_or_remote_socket_read_data_beats_dram_0,
+// local_socket_outbound_data_beats_link0) or, with pmuName amd_df, by
+// its encoding (term).
 func dataFabric(event, pmuName, term string) (Counter, bool) {
-	for _, e := range dfEvents() {
-		if event == e.name || pmuName == "amd_df" && sameTerms(term, e.terms) {
-			return Counter{Kind: DRAMBytes, PMU: pmuName, Event: cmp.Or(term, event), Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, true
+	for _, family := range dfFamilies {
+		for _, e := range dfEvents(family) {
+			if event == e.name || pmuName == "amd_df" && sameTerms(term, e.terms) {
+				return Counter{Kind: DRAMBytes, PMU: pmuName, Event: cmp.Or(term, event), Name: e.dir, Locality: e.locality, Scale: 1, Unit: "bytes"}, true
+			}
 		}
-	}
-	for _, l := range xgmiEvents() {
-		if event == "local_socket_outbound_data_beats_link"+l.link || pmuName == "amd_df" && sameTerms(term, l.terms) {
-			return Counter{Kind: XGMIBytes, PMU: pmuName, Event: cmp.Or(term, event), Name: "transmit", Link: l.link, Scale: 1, Unit: "bytes"}, true
+		for _, l := range xgmiEvents(family) {
+			if event == l.name || pmuName == "amd_df" && sameTerms(term, l.terms) {
+				return Counter{Kind: XGMIBytes, PMU: pmuName, Event: cmp.Or(term, event), Name: l.dir, Link: l.link, Scale: 1, Unit: "bytes"}, true
+			}
 		}
 	}
 	return Counter{}, false
+}
+
+// systemPMUEvent is the Arm CMN or NXP DDR counter a recording's event
+// is: an arm_cmn PMU's hnf_mc_reqs or hnf_mc_retries (or perf's event
+// list's name for it), in requests; or perf's i.MX 8M event list names
+// (imx8mm_ddr.read_cycles), which say the part and so the bytes a count
+// moves. A DDR controller's bare alias (imx8_ddr0/read-cycles/) does not
+// say the part, and is not taken.
+func systemPMUEvent(event, pmuName, term string) (c Counter, perCount float64, ok bool) {
+	for _, e := range cmnEvents {
+		if event == e.alias || strings.HasPrefix(pmuName, "arm_cmn") && term == e.alias {
+			return Counter{Kind: MemoryRequests, PMU: pmuName, Event: cmp.Or(term, event), Name: e.name, Scale: 1, Unit: "requests"}, 1, true
+		}
+	}
+	part, counter, found := strings.Cut(event, "_ddr.")
+	d := imxDDR["i.MX"+strings.ToUpper(strings.TrimPrefix(part, "imx"))]
+	if found && d.read == "read-cycles" && (counter == "read_cycles" || counter == "write_cycles") {
+		return Counter{Kind: MemoryBytes, Event: event, Name: strings.TrimSuffix(counter, "_cycles"), Scale: 1, Unit: "bytes"}, d.bytes, true
+	}
+	return Counter{}, 0, false
 }
 
 // perCount is the bytes one count of a memory event moves.
@@ -94,6 +122,13 @@ func Recorded(event, unit string) (c Counter, toCounter float64, ok bool, err er
 	}
 	if c, ok := dataFabric(event, pmuName, term); ok {
 		f, err := bytesPer(event, unit, casBytes)
+		return c, f, true, err
+	}
+	if c, perCount, ok := systemPMUEvent(event, pmuName, term); ok {
+		if c.Kind == MemoryRequests && unit != "" {
+			return c, 0, true, fmt.Errorf("event %s: unit %q: perf prints the CMN's requests without a unit", event, unit)
+		}
+		f, err := bytesPer(event, unit, perCount)
 		return c, f, true, err
 	}
 	if !found || term == "" {

@@ -11,16 +11,22 @@ import (
 // perf stat prints a counter as its count times its sysfs .scale, in its
 // .unit (the kernel drivers' files, transcribed in the fixtures); Recorded
 // must turn that back into what the live exporter exports, count × Scale,
-// for every platform counter of the Intel and AMD fixtures, named as perf
-// names it merged (uncore_imc/…/) and not (uncore_imc_0/…/).
+// for every platform counter of the Intel, AMD (Zen 4 and Zen 5) and Arm
+// CMN fixtures, named as perf names it merged (uncore_imc/…/) and not
+// (uncore_imc_0/…/).
 func TestRecordedUndoesPerfScaling(t *testing.T) {
-	for _, host := range []string{"intel", "amd"} {
-		tree := fixture.IntelPlatform()
-		if host == "amd" {
-			tree = fixture.AMDPlatform()
-		}
-		pmus := fixture.PMUs(t, tree)
-		cs, err := Select(pmus, []int{0, 1, 2, 3}, "25")
+	hosts := map[string]struct {
+		tree   fixture.Host
+		family string
+	}{
+		"intel": {fixture.IntelPlatform(), "6"},
+		"amd":   {fixture.AMDPlatform(), "25"},
+		"zen5":  {fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/cpumask": "0,2\n"}), "26"},
+		"cmn":   {fixture.ArmCMNPlatform(), ""},
+	}
+	for host, h := range hosts {
+		pmus := fixture.PMUs(t, h.tree)
+		cs, err := Select(pmus, []int{0, 1, 2, 3}, h.family)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,5 +84,41 @@ func TestRecordedByNameAndRefusals(t *testing.T) {
 		if _, _, ok, err := Recorded(bad[0], bad[1]); !ok || err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s in %q: ok %v, err %v", bad[0], bad[1], ok, err)
 		}
+	}
+}
+
+// perf's event list names say what they count: Zen 5's data fabric
+// events and link beats, the CMN's requests, and an i.MX 8M part's DDR
+// cycles, which name the part and so the bytes a cycle moves (16 on the
+// 8M Mini, 8 on the Nano, as their metrics multiply). A DDR controller's
+// bare alias does not name the part and is not taken; the CMN's requests
+// printed in a unit are an error.
+func TestRecordedSystemPMUNames(t *testing.T) {
+	for name, want := range map[string]struct {
+		kind          Kind
+		dir, locality string
+		perCount      float64
+	}{
+		"local_or_remote_socket_read_data_beats_dram_3": {DRAMBytes, "read", "local_or_remote", 64},
+		"remote_socket_write_data_beats_dram_11":        {DRAMBytes, "write", "remote", 64},
+		"local_socket_inbound_data_beats_link_2":        {XGMIBytes, "receive", "", 64},
+		"amd_df/event=0xd5f,umask=0xf3e/":               {XGMIBytes, "transmit", "", 64},
+		"hnf_mc_reqs":                                   {MemoryRequests, "sent", "", 1},
+		"arm_cmn_1/hnf_mc_retries/":                     {MemoryRequests, "retried", "", 1},
+		"imx8mm_ddr.read_cycles":                        {MemoryBytes, "read", "", 16},
+		"imx8mn_ddr.write_cycles":                       {MemoryBytes, "write", "", 8},
+	} {
+		c, f, ok, err := Recorded(name, "")
+		if !ok || err != nil || c.Kind != want.kind || c.Name != want.dir || c.Locality != want.locality || f != want.perCount {
+			t.Errorf("%s: %+v ×%v %v %v; want %+v", name, c, f, ok, err, want)
+		}
+	}
+	for _, notOurs := range []string{"imx8_ddr0/read-cycles/", "imx8mp_ddr.read_cycles", "imx8mm_ddr.cycles", "arm_cmn_0/hnf_cache_miss/"} {
+		if _, _, ok, err := Recorded(notOurs, ""); ok || err != nil {
+			t.Errorf("%s taken as a platform counter (%v)", notOurs, err)
+		}
+	}
+	if _, _, ok, err := Recorded("arm_cmn/hnf_mc_reqs/", "MiB"); !ok || err == nil {
+		t.Errorf("CMN requests in MiB: ok %v, err %v", ok, err)
 	}
 }

@@ -176,10 +176,19 @@ func TestPlatformFeatures(t *testing.T) {
 	twoPackages := fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/cpumask": "0,2\n"})
 	want(t, report(t, twoPackages, allWork), map[string]bool{NUMATraffic: true, UPITraffic: true})
 	zen3DF := fixture.Merge(fixture.AMDPlatform(), fixture.Host{"sys/bus/event_source/devices/amd_df/format/event": "config:0-7,32-35,59-60\n"})
-	if f := report(t, zen3DF, allWork).Feature(NUMATraffic); f.Available || !strings.Contains(f.Reason, "not Zen 4's PerfMonV2 data fabric") {
+	if f := report(t, zen3DF, allWork).Feature(NUMATraffic); f.Available || !strings.Contains(f.Reason, "not Zen 4's or Zen 5's PerfMonV2 data fabric") {
 		t.Errorf("numa_traffic on Zen 3's data fabric: %+v", f)
 	}
-	want(t, report(t, fixture.AMDZen3(), allWork), map[string]bool{MemoryBandwidth: false})
+	want(t, report(t, fixture.AMDZen3(), allWork), map[string]bool{MemoryBandwidth: false, MemoryRequests: false})
+	// An Arm server's CMN mesh counts requests to the memory controllers,
+	// not bytes, and check says so; an i.MX 8M's DDR controller counts
+	// bytes.
+	cmn := report(t, fixture.ArmCMNPlatform(), allWork)
+	want(t, cmn, map[string]bool{MemoryBandwidth: false, MemoryRequests: true})
+	if f := cmn.Feature(MemoryBandwidth); !strings.Contains(f.Reason, "the Arm CMN counts requests to the memory controllers, not bytes") {
+		t.Errorf("memory_bandwidth beside a CMN: %+v", f)
+	}
+	want(t, report(t, fixture.IMX8MPlatform("i.MX8MM"), allWork), map[string]bool{MemoryBandwidth: true, MemoryRequests: false})
 	r := report(t, fixture.NoPMU(), allWork)
 	want(t, r, map[string]bool{Energy: false, Frequency: false, CStates: false, MemoryBandwidth: false})
 	if f := r.Feature(Frequency); !strings.Contains(f.Reason, "offers tsc but not aperf and mperf") {

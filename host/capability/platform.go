@@ -19,15 +19,20 @@ const (
 	// CStates: the cstate_core or cstate_pkg PMU counts C-state residency.
 	CStates = "cstates"
 	// MemoryBandwidth: memory-controller PMUs count CAS commands (Intel
-	// uncore_imc_*, AMD Zen 4 amd_umc_*).
+	// uncore_imc_*, AMD Zen 4 and later amd_umc_*) or bytes (NXP i.MX 8M
+	// imx8_ddr*).
 	MemoryBandwidth = "memory_bandwidth"
+	// MemoryRequests: an Arm CMN mesh (arm_cmn_*) counts the requests its
+	// home nodes send to the memory controllers, and their retries.
+	MemoryRequests = "memory_requests"
 	// NUMATraffic: Intel's LLC slices (uncore_cha_*) count their misses'
-	// requests to local and remote memory, or AMD Zen 4's data fabric
-	// (amd_df) its DRAM's traffic for local and remote processors.
+	// requests to local and remote memory, or AMD Zen 4's and Zen 5's
+	// data fabric (amd_df) its DRAM's traffic for local and remote
+	// processors.
 	NUMATraffic = "numa_traffic"
 	// UPITraffic: Intel's UPI links (uncore_upi_*) count the data flits
-	// they send and receive between packages, or AMD Zen 4's data fabric
-	// the data its xGMI links send.
+	// they send and receive between packages, or AMD's data fabric the
+	// data its xGMI links send (Zen 4) or send and receive (Zen 5).
 	UPITraffic = "upi_traffic"
 )
 
@@ -68,18 +73,32 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool, family string
 		out = append(out, Feature{Name: CStates, Reason: "no cstate_core or cstate_pkg PMU" + vm,
 			Fix: "the kernel's cstate perf driver (CONFIG_PERF_EVENTS_INTEL_CSTATE) exposes them on Intel CPUs it knows; AMD has none"})
 	}
-	var imcs []string
+	var imcs, cmns []string
 	for name, p := range byName {
-		if (strings.HasPrefix(name, "uncore_imc_") && p.Aliases["cas_count_read"].Name != "") || strings.HasPrefix(name, "amd_umc_") {
+		if (strings.HasPrefix(name, "uncore_imc_") && p.Aliases["cas_count_read"].Name != "") || strings.HasPrefix(name, "amd_umc_") || platform.CountsDDR(p) {
 			imcs = append(imcs, name)
+		}
+		if platform.CountsMemoryRequests(p) {
+			cmns = append(cmns, name)
 		}
 	}
 	slices.Sort(imcs)
+	slices.Sort(cmns)
 	if len(imcs) > 0 {
 		out = append(out, Feature{Name: MemoryBandwidth, Available: true, Detail: strings.Join(imcs, ", ")})
 	} else {
-		out = append(out, Feature{Name: MemoryBandwidth, Reason: "no memory-controller PMU (uncore_imc_* with cas_count_read, amd_umc_*)" + vm,
-			Fix: "on bare metal the kernel's uncore driver exposes Intel's (CONFIG_PERF_EVENTS_INTEL_UNCORE) and, from Linux 6.10, AMD Zen 4's (amd_umc)"})
+		reason := "no memory-controller PMU (uncore_imc_* with cas_count_read, amd_umc_*, an i.MX 8M's imx8_ddr*)" + vm
+		if len(cmns) > 0 {
+			reason += "; the Arm CMN counts requests to the memory controllers, not bytes (memory_requests)"
+		}
+		out = append(out, Feature{Name: MemoryBandwidth, Reason: reason,
+			Fix: "on bare metal the kernel's uncore driver exposes Intel's (CONFIG_PERF_EVENTS_INTEL_UNCORE) and, from Linux 6.10, AMD Zen 4's and later (amd_umc); on NXP i.MX 8M, CONFIG_FSL_IMX8_DDR_PMU"})
+	}
+	if len(cmns) > 0 {
+		out = append(out, Feature{Name: MemoryRequests, Available: true, Detail: strings.Join(cmns, ", ") + " (hnf_mc_reqs, hnf_mc_retries)"})
+	} else {
+		out = append(out, Feature{Name: MemoryRequests, Reason: "no Arm CMN-600, CMN-650, CMN-700 or CI-700 PMU (arm_cmn_*) with hnf_mc_reqs" + vm,
+			Fix: "Arm servers with a CMN mesh expose it on bare metal with the kernel's arm-cmn driver (CONFIG_ARM_CMN)"})
 	}
 	var chas int
 	for name := range byName {
@@ -92,13 +111,13 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool, family string
 	case chas > 0:
 		out = append(out, Feature{Name: NUMATraffic, Available: true, Detail: fmt.Sprintf("%d uncore_cha PMUs", chas)})
 	case df != nil && platform.CountsDRAM(df, family):
-		out = append(out, Feature{Name: NUMATraffic, Available: true, Detail: "amd_df (Zen 4 data fabric: DRAM traffic by requester)"})
+		out = append(out, Feature{Name: NUMATraffic, Available: true, Detail: "amd_df (the data fabric of CPU family " + family + ": DRAM traffic by requester)"})
 	case df != nil:
-		out = append(out, Feature{Name: NUMATraffic, Reason: "the amd_df PMU is not Zen 4's PerfMonV2 data fabric (CPU family " + family + "): only Zen 4's DRAM events are known here",
-			Fix: "Zen 3's data fabric has other events and fewer counters; Zen 5's events are not transcribed yet"})
+		out = append(out, Feature{Name: NUMATraffic, Reason: "the amd_df PMU is not Zen 4's or Zen 5's PerfMonV2 data fabric (CPU family " + family + "): only their DRAM events are known here",
+			Fix: "Zen 3's data fabric has other events and fewer counters"})
 	default:
 		out = append(out, Feature{Name: NUMATraffic, Reason: "no uncore_cha PMU (Intel Xeon's LLC slices) or amd_df (AMD's data fabric)" + vm,
-			Fix: "Intel Xeon (Skylake-SP and later) or AMD Zen 4 on bare metal, with the kernel's uncore driver"})
+			Fix: "Intel Xeon (Skylake-SP and later) or AMD Zen 4 or Zen 5 on bare metal, with the kernel's uncore driver"})
 	}
 	var upis []string
 	for name := range byName {
@@ -113,8 +132,8 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool, family string
 	case df != nil && platform.CountsDRAM(df, family) && len(df.CPUMask) > 1:
 		out = append(out, Feature{Name: UPITraffic, Available: true, Detail: fmt.Sprintf("amd_df xGMI links of %d packages", len(df.CPUMask))})
 	default:
-		out = append(out, Feature{Name: UPITraffic, Reason: "no uncore_upi PMU (Intel Xeon's links between packages), no Zen 4 data fabric of several packages (AMD's xGMI links)" + vm,
-			Fix: "a multi-socket Intel Xeon (Skylake-SP and later) or AMD Zen 4 on bare metal, with the kernel's uncore driver"})
+		out = append(out, Feature{Name: UPITraffic, Reason: "no uncore_upi PMU (Intel Xeon's links between packages), no Zen 4 or Zen 5 data fabric of several packages (AMD's xGMI links)" + vm,
+			Fix: "a multi-socket Intel Xeon (Skylake-SP and later) or AMD Zen 4 or Zen 5 on bare metal, with the kernel's uncore driver"})
 	}
 	return out
 }

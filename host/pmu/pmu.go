@@ -41,6 +41,10 @@ type PMU struct {
 	// CPUMask lists the CPUs on which events of this PMU must be opened (the
 	// "cpumask" file of uncore PMUs: one CPU per socket); nil when absent.
 	CPUMask []int
+	// Identifier is the "identifier" file of a system PMU (Arm's CMN,
+	// NXP's DDR controllers): which part it is, as perf's event lists
+	// match it ("Compat"); empty when absent.
+	Identifier string
 }
 
 // Alias is a named event from events/NAME, with its optional .scale and .unit.
@@ -148,6 +152,9 @@ func Read(dir string) (*PMU, error) {
 		return nil, fmt.Errorf("PMU %s: %w", name, err)
 	}
 	if p.CPUMask, err = readCPUList(filepath.Join(dir, "cpumask")); err != nil {
+		return nil, fmt.Errorf("PMU %s: %w", name, err)
+	}
+	if p.Identifier, err = readTrim(filepath.Join(dir, "identifier")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("PMU %s: %w", name, err)
 	}
 	return p, nil

@@ -85,6 +85,17 @@ func TestDiscoverAMDAndArm(t *testing.T) {
 	if !arm.IsCore() || arm.Caps["slots"] != "0x00000004" || arm.Aliases["stall_backend"].Terms != "event=0x0024" {
 		t.Errorf("armv8_pmuv3_0 = %+v", arm)
 	}
+	if arm.Identifier != "" {
+		t.Errorf("armv8_pmuv3_0 identifier %q, want none", arm.Identifier)
+	}
+	sys, _ = fixture.Write(t, fixture.ArmCMNPlatform())
+	pmus, err = Discover(sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmn := byName(t, pmus, "arm_cmn_0"); cmn.Identifier != "43401" || !reflect.DeepEqual(cmn.CPUMask, []int{0}) || cmn.Formats["nodeid"].String() != "config:32-47" {
+		t.Errorf("arm_cmn_0 = %+v", cmn)
+	}
 	spe := byName(t, pmus, "arm_spe_0")
 	if f := spe.Formats["min_latency"]; f.Word != 2 || f.Width() != 12 {
 		t.Errorf("arm_spe_0 min_latency = %+v", f)

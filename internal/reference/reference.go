@@ -95,6 +95,7 @@ type Metric struct {
 	MetricName string
 	Formula    string
 	MetricExpr string
+	ScaleUnit  string // perf's: what one unit of MetricExpr is
 	Events     []struct{ Name, Alias string }
 }
 
