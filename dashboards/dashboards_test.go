@@ -267,7 +267,7 @@ func TestQueriesReturnData(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	replayAddr, liveAddr, promAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
-	// Four replays, whose instances are named replay-*: the skx node
+	// Replays, whose instances are named replay-*: the skx node
 	// (pods, Top-Down to level 3, PEBS memory samples); the Arm SPE example (its
 	// AUX event's losses); the platform PMUs of a two-socket node; and
 	// this project's VM (software events, timer samples with registers
@@ -281,6 +281,10 @@ func TestQueriesReturnData(t *testing.T) {
 		"--replay.samples=../examples/replay/n1-spe.data")
 	startProcess(t, filepath.Join(dir, "platform.log"), bin, "--web.listen-address="+platformAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-platform.csv", "--collector.platform.memory-peak=127968000000")
+	// An Arm server's CMN mesh: its requests to the memory controllers.
+	armAddr := testenv.FreeAddr(t)
+	startProcess(t, filepath.Join(dir, "arm.log"), bin, "--web.listen-address="+armAddr,
+		"--source=replay", "--replay.file=../examples/replay/arm-platform.csv")
 	startProcess(t, filepath.Join(dir, "vm.log"), bin, "--web.listen-address="+vmAddr,
 		"--source=replay", "--replay.file=../examples/replay/vm-software-events.csv",
 		"--replay.samples=../examples/replay/falseshare.data", "--replay.symfs=../examples/replay/symfs",
@@ -335,6 +339,8 @@ scrape_configs:
       - targets: [%q]
         labels: {instance: replay-platform}
       - targets: [%q]
+        labels: {instance: replay-arm}
+      - targets: [%q]
         labels: {instance: replay-vm}
       - targets: [%q]
         labels: {instance: replay-governed}
@@ -344,7 +350,7 @@ scrape_configs:
         labels: {instance: reuse-node}
       - targets: [%q]
         labels: {instance: stack-node}
-`, rules, replayAddr, speAddr, platformAddr, vmAddr, governedAddr, liveAddr, reuseAddr, stackAddr)
+`, rules, replayAddr, speAddr, platformAddr, armAddr, vmAddr, governedAddr, liveAddr, reuseAddr, stackAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgFile, []byte(cfg), 0o644)
 	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--enable-feature=native-histograms",
@@ -397,7 +403,7 @@ scrape_configs:
 		t.Errorf("%s: no data after 60 s\n%s", q.where, q.expr)
 	}
 	if t.Failed() {
-		for _, l := range []string{"replay.log", "spe.log", "platform.log", "vm.log", "live.log", "reuse.log", "stack.log", "prometheus.log"} {
+		for _, l := range []string{"replay.log", "spe.log", "platform.log", "arm.log", "vm.log", "live.log", "reuse.log", "stack.log", "prometheus.log"} {
 			b, _ := os.ReadFile(filepath.Join(dir, l))
 			t.Logf("%s:\n%s", l, tail(string(b), 2000))
 		}
@@ -421,12 +427,15 @@ var metricName = regexp.MustCompile(`pmu_[a-z0-9_]+`)
 
 // platformFeature is the capability a node-row query needs: energy for the
 // power PMU's counters, cstates for residency, frequency for aperf and
-// mperf, memory_bandwidth, numa_traffic and upi_traffic for the uncore's;
+// mperf, memory_bandwidth, memory_requests, numa_traffic and upi_traffic
+// for the uncore's;
 // "" for the others.
 func platformFeature(expr string) string {
 	switch {
 	case strings.Contains(expr, "pmu_node_energy"):
 		return "energy"
+	case strings.Contains(expr, "pmu_node_memory_controller"):
+		return "memory_requests"
 	case strings.Contains(expr, "pmu_node_memory"):
 		return "memory_bandwidth"
 	case strings.Contains(expr, "pmu_node_llc_miss") || strings.Contains(expr, "pmu_node_dram"):
