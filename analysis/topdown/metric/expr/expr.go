@@ -269,6 +269,16 @@ func (p *parser) errorf(format string, args ...any) error {
 	return &Error{Formula: p.src, Offset: p.tok.pos, Msg: fmt.Sprintf(format, args...)}
 }
 
+// allDigits says whether s is decimal digits only.
+func allDigits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
 func isNameStart(c byte) bool {
 	return c == '_' || c == '#' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
@@ -297,6 +307,15 @@ func (p *parser) next() error {
 			end++
 		}
 		text := s[p.pos:end]
+		if allDigits(text) && end < len(s) && isNameStart(s[end]) && s[end] != '#' {
+			// A name that starts with digits, as Intel's 4K_Aliasing does.
+			for end < len(s) && isNameByte(s[end]) {
+				end++
+			}
+			p.tok = token{kind: tName, text: s[p.pos:end], pos: start}
+			p.pos = end
+			return nil
+		}
 		v, err := parseNumber(text)
 		if err != nil {
 			p.tok = token{pos: start}

@@ -144,6 +144,10 @@ func TestNames(t *testing.T) {
 	if len(p.Names) != 2 || p.Names[0] != "UOPS_RETIRED.MS:c1:e1" || p.Names[1] != "#slots" {
 		t.Errorf("names = %v", p.Names)
 	}
+	// A name may start with digits (Intel's 4K_Aliasing); a number stays one.
+	if vars, err := Vars("(4k_aliasing > 0.2) & (l1_bound > 10) & 2 * 16 > 4e1"); err != nil || strings.Join(vars, "|") != "4k_aliasing|l1_bound" {
+		t.Errorf("Vars = %q, %v; want 4k_aliasing and l1_bound", vars, err)
+	}
 	vars, err := Vars(`d_ratio((6 * cpu@de_no_dispatch_per_slot.no_ops_from_frontend\,cmask\=0x6@), total_dispatch_slots) + topdown\-fe\-bound`)
 	want := []string{"cpu/de_no_dispatch_per_slot.no_ops_from_frontend,cmask=0x6/", "total_dispatch_slots", "topdown-fe-bound"}
 	if err != nil || strings.Join(vars, "|") != strings.Join(want, "|") {
