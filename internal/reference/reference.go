@@ -60,6 +60,10 @@ type Event struct {
 	EdgeDetect  string
 	AnyThread   string
 	Counter     string
+	// MSRIndex and MSRValue are Intel's extra register and its value: the
+	// offcore response (0x1a6,0x1a7), load latency (0x3f6), frontend
+	// (0x3f7).
+	MSRIndex, MSRValue string
 	// RdWrMask is AMD's UMC read/write selector (perf's JSON).
 	RdWrMask string
 }
