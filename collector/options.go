@@ -63,6 +63,7 @@ func (o *Options) Bind(serve *kingpin.CmdClause, judges ...*kingpin.CmdClause) {
 	serve.Flag("replay.uarch", "Top-Down tree of the recording host for --source=replay: "+strings.Join(topdown.Names(), ", ")+" (default: none, counts only).").StringVar(&o.replay.uarch)
 	serve.Flag("replay.smt", "Whether the recording host ran two threads per core (on or off).").Default("off").EnumVar(&o.replay.smt, "on", "off")
 	serve.Flag("replay.slots", "Slots per cycle of the recording host's cores, for trees that need it (Arm: the PMU's caps/slots).").Float64Var(&o.replay.slots)
+	serve.Flag("replay.tsc-hz", "The recording host's TSC frequency in Hz, for Intel's Top-Down nodes below level 3 that scale by the core frequency (contested_accesses, l3_hit_latency…).").Float64Var(&o.replay.tscHz)
 	serve.Flag("replay.samples", "perf.data file (perf mem record, perf c2c record) whose samples --source=replay serves as the sampling metrics and /debug/cachelines, read once at start.").StringVar(&o.replay.samples)
 	serve.Flag("replay.trace", "Access trace (TID R|W 0xADDR SIZE a line, as pmu_exporter reuse --trace reads it) whose ReuseTracker outcomes --source=replay serves as pmu_reuse_* (distances in accesses), run once at start on simulated debug registers.").StringVar(&o.replay.trace)
 	serve.Flag("replay.symfs", "Read the code of --replay.samples' timer samples (the instruction at each sampled IP) under this directory, as perf script --symfs: the recording host's /usr/bin/x is DIR/usr/bin/x.").PlaceHolder("DIR").StringVar(&o.replay.symfs)

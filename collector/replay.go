@@ -20,6 +20,7 @@ import (
 type replayFlags struct {
 	file, uarch, smt string
 	slots            float64
+	tscHz            float64
 	samples          string
 	// symfs is where the code of samples' timer samples is read.
 	symfs string
@@ -138,6 +139,12 @@ func replayTopdown(b *build) error {
 			return fmt.Errorf("the %s tree needs the core's slots per cycle: pass --replay.slots", f.replay.uarch)
 		}
 		params["#slots"] = f.replay.slots
+	}
+	if topdown.NeedsTSC(tree) {
+		if f.replay.tscHz <= 0 {
+			return fmt.Errorf("the %s tree's nodes below level 3 scale by the core frequency: pass --replay.tsc-hz (the recording host's TSC frequency) or a lower --collector.topdown.level", f.replay.uarch)
+		}
+		topdown.SetTSC(params, f.replay.tscHz)
 	}
 	b.replay.tree, b.replay.params, b.replay.uarch = tree, params, def.Name
 	return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
@@ -27,6 +28,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/kernel/platformcount"
 	"github.com/pmu-exporter/pmu_exporter/kernel/probe"
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
 	"github.com/pmu-exporter/pmu_exporter/plan/config"
@@ -67,6 +69,9 @@ type setup struct {
 	// midrs are the CPUs' MIDR_EL1 (arm64): how their Arm SPE data
 	// sources are encoded.
 	midrs map[int]uint64
+	// tscHz measures the TSC's frequency, for Intel's nodes below level 3
+	// (MeasureTSC on this host's PMUs; nil: measured so).
+	tscHz func() (float64, error)
 }
 
 // midr is cpu's MIDR_EL1, 0 where unknown.
@@ -303,6 +308,17 @@ func setupTree(sysfs string, s setup, t topdown.Target, userFile string, o treeO
 			return nil, errors.New("the core PMU reports no caps/slots")
 		}
 	}
+	if topdown.NeedsTSC(tree) {
+		measure := s.tscHz
+		if measure == nil {
+			measure = func() (float64, error) { return MeasureTSC(s.pmus, sysfs) }
+		}
+		hz, err := measure()
+		if err != nil {
+			return nil, fmt.Errorf("Top-Down below level 3 scales some nodes by the core frequency, from the TSC's rate: %w", err)
+		}
+		topdown.SetTSC(params, hz)
+	}
 	for _, e := range def.Events {
 		if strings.HasPrefix(e.Name, "PERF_METRICS.") {
 			info.Source = "perf_metrics"
@@ -526,4 +542,27 @@ func firstCorePMU(pmus []*pmu.PMU) string {
 		}
 	}
 	return ""
+}
+
+// tscWindow is how long measureTSC counts the TSC: a fifth of a second
+// gives its rate to a few parts per million.
+const tscWindow = 200 * time.Millisecond
+
+// MeasureTSC is the TSC's frequency in Hz: the msr PMU's tsc counted on
+// the first online CPU for tscWindow.
+func MeasureTSC(pmus []*pmu.PMU, sysfs string) (float64, error) {
+	online, err := host.OnlineCPUs(sysfs)
+	if err != nil || len(online) == 0 {
+		return 0, fmt.Errorf("no online CPU to count the TSC on (%v)", err)
+	}
+	cs, err := platform.Select(pmus, online[:1], "")
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range cs {
+		if c.PMU == "msr" && c.Event == "tsc" {
+			return platformcount.Rate(c, online[0], tscWindow)
+		}
+	}
+	return 0, errors.New("the msr PMU offers no tsc event")
 }

@@ -1,10 +1,12 @@
 package collector
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
@@ -107,6 +109,26 @@ func TestSetupTopdownLevels(t *testing.T) {
 	if g, d, cd, ok := levels(o); g != 6 || d != 3 || cd != 2 || !ok {
 		t.Errorf("level 3 of memory_bound: %d groups, levels %d and %d for cgroups (inputs counted %v); want 6, 3 and 2", g, d, cd, ok)
 	}
+	// Levels 4 to 6 (Intel's, generated in defs/deep): every group of
+	// skx.yaml (13) and of deep/skx.yaml (31), none redundant at this
+	// depth, their core-frequency nodes given the TSC's rate, as measured.
+	o.nodes, o.level = nil, 6
+	s.tscHz = func() (float64, error) { return 2.1e9, nil }
+	td, err := setupTopdown(o, f.sysfs, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := td.targets[0].params; p[topdown.ParamTSC] != 2.1e9 || p[topdown.ParamDuration] != 1000 {
+		t.Errorf("level 6 params %v, want the TSC's 2.1 GHz over 1000 ms", p)
+	}
+	if g, d, cd, ok := levels(o); g != 44 || d != 6 || cd != 2 || !ok {
+		t.Errorf("level 6: %d groups, levels %d and %d for cgroups (inputs counted %v); want 44, 6 and 2", g, d, cd, ok)
+	}
+	s.tscHz = func() (float64, error) { return 0, errors.New("no msr/tsc/ here") }
+	if _, err := setupTopdown(o, f.sysfs, s); err == nil || !strings.Contains(err.Error(), "no msr/tsc/ here") {
+		t.Errorf("level 6 without the TSC's rate: %v", err)
+	}
+	o.level = 3
 	o.nodes = []string{"no_such_node"}
 	if _, err := setupTopdown(o, f.sysfs, s); err == nil || !strings.Contains(err.Error(), `no node "no_such_node"`) {
 		t.Errorf("an unknown node: %v", err)

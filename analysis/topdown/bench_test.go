@@ -10,13 +10,13 @@ import (
 )
 
 // BenchmarkEvaluate256CPUs computes every metric of a tree to a level (2,
-// the default, and 3) for 256 CPUs, one evaluator per CPU as the live
+// the default, 3, and 6: Intel's deepest) for 256 CPUs, one evaluator per CPU as the live
 // collector keeps them: one op is one interval of a 256-CPU host.
 func BenchmarkEvaluate256CPUs(b *testing.B) {
 	for _, c := range []struct {
 		uarch string
 		level int
-	}{{"skx", 2}, {"spr", 2}, {"zen4", 2}, {"skx", 3}, {"spr", 3}} {
+	}{{"skx", 2}, {"spr", 2}, {"zen4", 2}, {"skx", 3}, {"spr", 3}, {"skx", 6}, {"spr", 6}} {
 		b.Run(c.uarch+"/level"+string(rune('0'+c.level)), func(b *testing.B) {
 			d, _ := Builtin(c.uarch)
 			cut, err := d.Prune(c.level, nil)
@@ -46,14 +46,14 @@ func BenchmarkEvaluate256CPUs(b *testing.B) {
 }
 
 // BenchmarkLiveUpdate256CPUs is one interval of live Top-Down on a 256-CPU
-// host, at level 2 and 3: every group's counts read, the tree evaluated per
+// host, at level 2, 3 and 6: every group's counts read, the tree evaluated per
 // CPU, and at level 3 each node whose events lie in a later group evaluated
 // again on that group's counts (its home).
 func BenchmarkLiveUpdate256CPUs(b *testing.B) {
 	for _, c := range []struct {
 		uarch string
 		level int
-	}{{"skx", 2}, {"skx", 3}, {"spr", 3}} {
+	}{{"skx", 2}, {"skx", 3}, {"spr", 3}, {"skx", 6}, {"spr", 6}} {
 		b.Run(c.uarch+"/level"+string(rune('0'+c.level)), func(b *testing.B) {
 			d, _ := Builtin(c.uarch)
 			cut, err := d.Prune(c.level, nil)
@@ -76,7 +76,9 @@ func BenchmarkLiveUpdate256CPUs(b *testing.B) {
 				groups = append(groups, eg)
 				snap.Groups = append(snap.Groups, gt)
 			}
-			live := NewLive(tr, groups, map[string]float64{"smt_on": 0})
+			params := map[string]float64{"smt_on": 0}
+			SetTSC(params, 2.1e9)
+			live := NewLive(tr, groups, params)
 			step := func(n uint64) {
 				for _, e := range snap.Events {
 					for cpu := range 256 {

@@ -93,3 +93,17 @@ func CheckFit(d *metric.Definition, pmus []*pmu.PMU, corePMU string, intel bool,
 	}
 	return nil
 }
+
+// GeneralPurposePerThread is how many general-purpose counters an Intel
+// P-core gives a thread with SMT on: 4 before Golden Cove (CPUID.0AH with
+// HT), 8 from it on (Sapphire Rapids, Emerald and Granite Rapids, Alder
+// Lake's P-cores); 0 for a tree it does not know.
+func GeneralPurposePerThread(uarch string) int {
+	switch uarch {
+	case "skl", "skx", "clx", "icl", "icx":
+		return 4
+	case "spr", "emr", "gnr", "adl":
+		return 8
+	}
+	return 0
+}

@@ -177,7 +177,7 @@ func TestPruneICXLevel2(t *testing.T) {
 	if got, want := names(two.Events), names(full.Events[:21]); !slices.Equal(got, want) {
 		t.Errorf("level 2 counts %v, want %v", got, want)
 	}
-	if len(two.Params) != 0 || !slices.Equal(full.Params, []string{"smt_on"}) {
+	if len(two.Params) != 0 || !slices.Equal(full.Params, []string{"smt_on", "SYSTEM_TSC_FREQ", "DURATIONTIMEINMILLISECONDS"}) {
 		t.Errorf("params %v at level 2, %v in all", two.Params, full.Params)
 	}
 	want := slices.Clone(full.Groups[:5])
@@ -189,15 +189,16 @@ func TestPruneICXLevel2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if icl.Levels() != 4 || full.Levels() != 4 || slices.ContainsFunc(icl.Metrics, func(m metric.Metric) bool { return m.Name == "l3_miss_bound" }) {
+	if icl.Levels() != 6 || full.Levels() != 6 || slices.ContainsFunc(icl.Metrics, func(m metric.Metric) bool { return m.Name == "l3_miss_bound" }) {
 		t.Errorf("icl goes to level %d, icx to %d; icl keeps icx's l3_miss_bound: %v", icl.Levels(), full.Levels(), icl.Metrics)
 	}
 }
 
 // Pruned to level 2, the spr tree counts its PERF_METRICS group alone, as
 // before level 3 was written, and srf its two groups; Emerald Rapids goes
-// on to level 3, and so do Granite Rapids and Alder Lake, whose different
-// nodes their override files replace, add or drop.
+// on to level 6 (Intel's deepest, generated in defs/deep), and so do
+// Granite Rapids and Alder Lake, whose different nodes their override
+// files replace, add or drop; the E-cores' trees stop at 3.
 func TestPruneSPRLevel2(t *testing.T) {
 	full, err := Builtin("spr")
 	if err != nil {
@@ -222,7 +223,7 @@ func TestPruneSPRLevel2(t *testing.T) {
 	if two, err := grt.Prune(2, nil); err != nil || !slices.Equal(names(two.Events), names(grt.Events[:9])) || !slices.EqualFunc(two.Groups, grt.Groups[:2], slices.Equal) {
 		t.Errorf("grt at level 2: %v in %v (%v)", names(two.Events), two.Groups, err)
 	}
-	for uarch, want := range map[string]int{"spr": 4, "emr": 4, "gnr": 4, "adl": 4, "srf": 3, "grt": 3} {
+	for uarch, want := range map[string]int{"spr": 6, "emr": 6, "gnr": 6, "adl": 6, "srf": 3, "grt": 3} {
 		d, err := Builtin(uarch)
 		if err != nil || d.Levels() != want {
 			t.Errorf("%s goes to level %d (%v), want %d", uarch, d.Levels(), err, want)

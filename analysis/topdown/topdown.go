@@ -16,7 +16,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 )
 
-//go:embed defs/*.yaml defs/overrides/*.yaml
+//go:embed defs/*.yaml defs/overrides/*.yaml defs/deep/*.yaml
 var defs embed.FS
 
 // sameTree maps micro-architectures to the family whose formulas they share
@@ -47,8 +47,30 @@ func Names() []string {
 	return names
 }
 
-// Builtin returns the definition for a micro-architecture name.
+// Builtin returns the definition for a micro-architecture name: the
+// hand-written tree (BuiltinAuthored) and, on Intel's P-cores, the nodes
+// below level 3 generated from Intel's metrics (defs/deep, by
+// internal/tmadeep).
 func Builtin(uarch string) (*metric.Definition, error) {
+	d, err := BuiltinAuthored(uarch)
+	if err != nil {
+		return nil, err
+	}
+	b, err := defs.ReadFile("defs/deep/" + uarch + ".yaml")
+	if err != nil {
+		return d, nil
+	}
+	deep, err := metric.Parse("topdown/defs/deep/"+uarch+".yaml", b)
+	if err != nil {
+		return nil, err
+	}
+	return d.Override(deep), nil
+}
+
+// BuiltinAuthored returns the hand-written definition for a
+// micro-architecture name: the family's tree (sameTree) with the part's
+// overrides.
+func BuiltinAuthored(uarch string) (*metric.Definition, error) {
 	file := uarch
 	if f, ok := sameTree[uarch]; ok {
 		file = f
@@ -72,4 +94,25 @@ func Builtin(uarch string) (*metric.Definition, error) {
 		return d.Override(over).Prune(0, nil)
 	}
 	return d, nil
+}
+
+// Intel's constants that its nodes below level 3 scale by the core
+// frequency with (contested_accesses, l3_hit_latency, local_mem…): its
+// formulas make the core's GHz as the turbo ratio times SYSTEM_TSC_FREQ /
+// 1e9 / (DURATIONTIMEINMILLISECONDS / 1000). Per CPU and interval that
+// quotient is the TSC's frequency, so the trees take SYSTEM_TSC_FREQ as
+// the TSC's rate in Hz over a 1000 ms duration (SetTSC).
+const (
+	ParamTSC      = "SYSTEM_TSC_FREQ"
+	ParamDuration = "DURATIONTIMEINMILLISECONDS"
+)
+
+// NeedsTSC says whether a tree has nodes scaled by the core frequency,
+// whose params SetTSC gives.
+func NeedsTSC(t *metric.Tree) bool { return t.Input(ParamTSC) >= 0 || t.Input(ParamDuration) >= 0 }
+
+// SetTSC gives params the TSC's frequency in Hz, as NeedsTSC's nodes take
+// it.
+func SetTSC(params map[string]float64, tscHz float64) {
+	params[ParamTSC], params[ParamDuration] = tscHz, 1000
 }

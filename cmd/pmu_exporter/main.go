@@ -132,6 +132,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
 	c.tdCmd.Flag("smt", "Whether the recording host ran two threads per core: on, off or auto (this host's).").Default("auto").EnumVar(&td.smt, "on", "off", "auto")
 	c.tdCmd.Flag("slots", "Slots per cycle of the recording host's cores (Arm: the PMU's caps/slots).").Float64Var(&td.slots)
+	c.tdCmd.Flag("tsc-hz", "The recording host's TSC frequency in Hz, for Intel's nodes below level 3 that scale by the core frequency; measured here where the tree is this host's.").Float64Var(&td.tscHz)
 	c.tdCmd.Flag("definitions", "YAML file with metrics that extend or override the built-in tree.").StringVar(&td.definitions)
 	c.tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
 	c.tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)

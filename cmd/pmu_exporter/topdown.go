@@ -11,6 +11,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/collector"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
@@ -20,6 +21,7 @@ import (
 type topdownFlags struct {
 	uarch, smt, format, definitions, input string
 	slots                                  float64
+	tscHz                                  float64
 	listEvents, intervals                  bool
 	// level and nodes cut the tree (metric.Prune): toplev's -l and --nodes.
 	level int
@@ -152,6 +154,20 @@ func topdownParams(f flags, td topdownFlags, tree *metric.Tree, auto bool, pmus 
 				return nil, fmt.Errorf("the %s tree needs the core's slots per cycle: pass --slots N (caps/slots of the recording host's PMU)", tree.Def.Name)
 			}
 			params["#slots"] = slots
+		}
+	}
+	if topdown.NeedsTSC(tree) {
+		switch {
+		case td.tscHz > 0:
+			topdown.SetTSC(params, td.tscHz)
+		case auto:
+			hz, err := collector.MeasureTSC(pmus, f.opts.Sysfs())
+			if err != nil {
+				return nil, fmt.Errorf("the %s tree's nodes below level 3 scale by the core frequency: %v; pass --tsc-hz", tree.Def.Name, err)
+			}
+			topdown.SetTSC(params, hz)
+		default:
+			return nil, fmt.Errorf("the %s tree's nodes below level 3 scale by the core frequency: pass --tsc-hz (the recording host's TSC frequency) or a lower --level", tree.Def.Name)
 		}
 	}
 	return params, nil

@@ -9,7 +9,9 @@ package platformcount
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
@@ -84,4 +86,32 @@ func Scaled(count, enabled, running uint64) uint64 {
 		return count
 	}
 	return uint64(math.Round(float64(count) * float64(enabled) / float64(running)))
+}
+
+// Rate is how fast a counter counts on one CPU, per second of the time
+// its event was enabled, over window: the msr PMU's tsc gives the TSC's
+// frequency, which Intel's Top-Down formulas below level 3 scale by. The
+// kernel's enabled time, not a clock read beside the counter, is the
+// denominator, so a late wake-up costs nothing.
+func Rate(pc platform.Counter, cpu int, window time.Duration) (float64, error) {
+	g, err := perf.OpenGroup([]eventspec.Attr{pc.Attr}, []string{pc.PMU + "/" + pc.Event + "/"}, perf.SystemWide(cpu))
+	if err != nil {
+		return 0, err
+	}
+	defer g.Close()
+	var v [1]uint64
+	enabled0, _, err := g.Read(v[:])
+	if err != nil {
+		return 0, err
+	}
+	count0 := v[0]
+	time.Sleep(window)
+	enabled1, running1, err := g.Read(v[:])
+	if err != nil {
+		return 0, err
+	}
+	if enabled1 <= enabled0 || running1 < enabled1 {
+		return 0, fmt.Errorf("%s/%s/ on CPU %d did not count throughout (enabled %d ns, running %d ns)", pc.PMU, pc.Event, cpu, enabled1, running1)
+	}
+	return float64(v[0]-count0) / (float64(enabled1-enabled0) / 1e9), nil
 }

@@ -66,6 +66,33 @@ func TestTSCCountsAsPerfStat(t *testing.T) {
 	}
 }
 
+// Rate of msr/tsc/ on a CPU is the TSC's frequency: what perf stat counts
+// of it on that CPU over sleep 1, within 2%, over a window of a fifth of
+// that (the kernel's enabled time its denominator).
+func TestRateIsTheTSCFrequency(t *testing.T) {
+	tsc := tscCounters(t)
+	perfBin := testenv.RequireTool(t, "perf")
+	cpu := tsc[0].CPUs[0]
+	hz, err := Rate(tsc[0], cpu, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(perfBin, "stat", "-x,", "-C", strconv.Itoa(cpu), "-e", "msr/tsc/", "--", "sleep", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("perf stat: %v\n%s", err, out)
+	}
+	var perfHz float64
+	for _, line := range strings.Split(string(bytes.TrimSpace(out)), "\n") {
+		if f := strings.Split(line, ","); len(f) > 2 && strings.HasPrefix(f[2], "msr/tsc") {
+			perfHz, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	t.Logf("CPU %d: Rate %.6g Hz, perf stat %.6g over sleep 1", cpu, hz, perfHz)
+	if perfHz == 0 || hz < 0.98*perfHz || hz > 1.02*perfHz {
+		t.Errorf("CPU %d: Rate %.6g Hz, perf stat counted %.6g in sleep 1\n%s", cpu, hz, perfHz, out)
+	}
+}
+
 // BenchmarkReadTSC reads the msr PMU's tsc on every online CPU, as the
 // platform collector does at each scrape: what one read of one platform
 // counter costs (ns/op over counters/op).

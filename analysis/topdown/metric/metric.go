@@ -42,6 +42,10 @@ type Definition struct {
 	// Drop names metrics an override removes from the tree it overrides
 	// (a part that lacks a node its family has).
 	Drop []string `yaml:"drop"`
+	// Uncounted names nodes of the published tree this definition does
+	// not count, its comment says why (Granite Rapids' nodes that rest on
+	// sampled retire latencies).
+	Uncounted []string `yaml:"uncounted"`
 }
 
 // Event is a counted input.
@@ -134,6 +138,7 @@ func (d *Definition) Override(o *Definition) *Definition {
 		o.Metrics, func(m Metric) string { return m.Name })
 	out.Groups = append(append([][]string(nil), d.Groups...), o.Groups...)
 	out.Params = append(append([]string(nil), d.Params...), o.Params...)
+	out.Uncounted = append(append([]string(nil), d.Uncounted...), o.Uncounted...)
 	return &out
 }
 

@@ -87,8 +87,42 @@ func (d *Definition) Prune(maxLevel int, nodes []string) (*Definition, error) {
 	}
 	out.Events = slices.DeleteFunc(slices.Clone(d.Events), func(e Event) bool { return !events[e.Name] })
 	out.Params = slices.DeleteFunc(slices.Clone(d.Params), func(p string) bool { return !events[p] })
-	out.Groups = groupsOf(d.Groups, events)
+	out.Groups = groupsOf(d.Groups, events, d.together(out.Metrics, byName))
 	return &out, nil
+}
+
+// together are the events each exact (not approximate) metric of kept
+// rests on through its formula, which must be counted in one group.
+func (d *Definition) together(kept []Metric, byName map[string]int) [][]string {
+	var out [][]string
+	for _, m := range kept {
+		if m.Approximate {
+			continue
+		}
+		seen := map[string]bool{}
+		var evs []string
+		var walk func(formula string)
+		walk = func(formula string) {
+			prog, err := expr.Compile(formula, func(string) (int, bool) { return 0, true })
+			if err != nil {
+				return // Compile reports it
+			}
+			for _, n := range prog.Names {
+				if seen[n] {
+					continue
+				}
+				seen[n] = true
+				if i, isMetric := byName[n]; isMetric {
+					walk(d.Metrics[i].Formula)
+				} else if d.isEvent(n) {
+					evs = append(evs, n)
+				}
+			}
+		}
+		walk(m.Formula)
+		out = append(out, evs)
+	}
+	return out
 }
 
 // selection says which nodes a user sees: levels 1 to maxLevel (0: all)
@@ -137,14 +171,21 @@ func names(m Metric) []string {
 }
 
 // groupsOf keeps the kept events of each group, less a group all of whose
-// events an earlier kept group already counts.
-func groupsOf(groups [][]string, kept map[string]bool) [][]string {
+// events an earlier kept group already counts, unless it is the first to
+// hold all of an exact metric's events together (a deeper node's group
+// whose events the levels above count, but apart).
+func groupsOf(groups [][]string, kept map[string]bool, together [][]string) [][]string {
 	var out [][]string
 	counted := map[string]bool{}
+	holds := func(g, evs []string) bool {
+		return !slices.ContainsFunc(evs, func(e string) bool { return !slices.Contains(g, e) })
+	}
 	for _, g := range groups {
 		in := slices.DeleteFunc(slices.Clone(g), func(e string) bool { return !kept[e] })
-		if !slices.ContainsFunc(in, func(e string) bool { return !counted[e] }) {
-			continue // nothing an earlier group does not count already
+		if !slices.ContainsFunc(in, func(e string) bool { return !counted[e] }) && !slices.ContainsFunc(together, func(evs []string) bool {
+			return len(evs) > 0 && holds(in, evs) && !slices.ContainsFunc(out, func(earlier []string) bool { return holds(earlier, evs) })
+		}) {
+			continue // nothing an earlier group does not count already, nor together
 		}
 		for _, e := range in {
 			counted[e] = true
