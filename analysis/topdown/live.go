@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
@@ -75,25 +74,36 @@ type Live struct {
 	params map[string]float64
 	// where each tree input is read: the first group that counts it
 	source map[string][2]string // input -> {group, event}
+	// inputs are source's inputs in name order, with their slots: what
+	// each CPU's pass reads, by index rather than by name.
+	inputs []liveInput
+	// metrics are the tree's metrics in evaluation order (Tree.Metrics
+	// copies them), and nodes the indexes of those of level 1 and deeper.
+	metrics []metric.Metric
+	nodeIdx []int
 	// homes are the groups other than their inputs' first that hold all
 	// of a non-approximate node's events, with those nodes: such a node is
 	// evaluated on its own group's counts, so that its ratios are of one
 	// counter schedule (level 3's numerators beside their own cycles).
-	homes      map[string][]string // group -> nodes
-	plans      map[string][]int    // group -> its nodes' evaluation plan
-	homeEvents map[string][]string // group -> the tree's events it counts
-	homePrev   map[homeKey]uint64  // as prev, for the home groups' own counts
-	homeOn     map[homeKey]uint64  // as prevOn, for the home groups
-	homeOut    map[string]float64  // homeValues' results, reused
-	homeNotRun map[string]bool
-	scratch    map[int]*metric.Evaluator // per CPU, for the home groups' passes
-	evals      map[int]*metric.Evaluator
-	prev       map[string]uint64 // group|event|cpu -> total at the last update
-	prevOn     map[string]uint64 // group|cpu -> running ns at the last update
+	homes    []homeGroup
+	homePrev map[int][]uint64 // per CPU, as prev for the home groups' events (offsets in homes)
+	homeOn   map[int][]uint64 // per CPU, as prevOn for each home group
+	// homeVal and homeRan are homeValues' results, by metric index: a
+	// node's value on its home group's counts, and whether that group
+	// ran (homeSet says which indexes it set this CPU).
+	homeVal []float64
+	homeRan []bool
+	homeSet []bool
+	scratch map[int]*metric.Evaluator // per CPU, for the home groups' passes
+	evals   map[int]*metric.Evaluator
+	prev    map[int][]uint64    // per CPU, per input: its total at the last update
+	prevOn  map[groupCPU]uint64 // a group's running ns on a CPU at the last update
+	perCPU  []map[int]uint64    // per input, this update's totals by CPU (reused)
+	runs    []map[int]uint64    // per input, its group's running ns by CPU (reused)
 
 	mu    sync.Mutex
-	slots map[int]float64            // per CPU
-	nodes map[int]map[string]float64 // per CPU, per metric
+	slots map[int]float64   // per CPU
+	nodes map[int][]float64 // per CPU, per metric (indexes of metrics)
 	// skipped counts the CPU intervals whose value of a node (or of slots)
 	// was left out, by reason: see NotComputed.
 	skipped map[NotComputed]uint64
@@ -115,8 +125,8 @@ const (
 // #slots and the like.
 func NewLive(t *metric.Tree, groups []eventspec.Group, params map[string]float64) *Live {
 	l := &Live{tree: t, params: params, source: map[string][2]string{}, evals: map[int]*metric.Evaluator{},
-		prev: map[string]uint64{}, prevOn: map[string]uint64{}, slots: map[int]float64{}, nodes: map[int]map[string]float64{},
-		skipped: map[NotComputed]uint64{}}
+		prev: map[int][]uint64{}, prevOn: map[groupCPU]uint64{}, slots: map[int]float64{}, nodes: map[int][]float64{},
+		skipped: map[NotComputed]uint64{}, metrics: t.Metrics()}
 	for _, g := range groups {
 		for _, ev := range g.Events {
 			if _, ok := l.source[ev.Name]; !ok {
@@ -124,21 +134,41 @@ func NewLive(t *metric.Tree, groups []eventspec.Group, params map[string]float64
 			}
 		}
 	}
-	l.homes, l.scratch = homeGroups(t, groups, l.source), map[int]*metric.Evaluator{}
-	l.plans = map[string][]int{}
-	for g, nodes := range l.homes {
-		l.plans[g] = t.Closure(nodes)
+	for _, name := range slices.Sorted(maps.Keys(l.source)) {
+		l.inputs = append(l.inputs, liveInput{name: name, slot: t.Input(name)})
 	}
-	l.homePrev, l.homeOn, l.homeEvents = map[homeKey]uint64{}, map[homeKey]uint64{}, map[string][]string{}
-	for _, g := range groups {
-		if _, home := l.homes[g.Name]; home {
-			for _, e := range g.Events {
-				if t.Input(e.Name) >= 0 {
-					l.homeEvents[g.Name] = append(l.homeEvents[g.Name], e.Name)
-				}
-			}
+	for i, m := range l.metrics {
+		if m.Level >= 1 {
+			l.nodeIdx = append(l.nodeIdx, i)
 		}
 	}
+	l.perCPU, l.runs = make([]map[int]uint64, len(l.inputs)), make([]map[int]uint64, len(l.inputs))
+	l.scratch, l.homePrev, l.homeOn = map[int]*metric.Evaluator{}, map[int][]uint64{}, map[int][]uint64{}
+	byName := map[string]int{}
+	for i, m := range l.metrics {
+		byName[m.Name] = i
+	}
+	homes := homeGroups(t, groups, l.source)
+	offset := 0
+	for _, g := range groups {
+		nodes, home := homes[g.Name]
+		if !home {
+			continue
+		}
+		hg := homeGroup{name: g.Name, plan: t.Closure(nodes), offset: offset}
+		for _, n := range nodes {
+			hg.nodes = append(hg.nodes, byName[n])
+		}
+		for _, e := range g.Events {
+			if i := t.Input(e.Name); i >= 0 {
+				hg.events = append(hg.events, liveInput{name: e.Name, slot: i})
+			}
+		}
+		hg.perCPU = make([]map[int]uint64, len(hg.events))
+		offset += len(hg.events)
+		l.homes = append(l.homes, hg)
+	}
+	l.homeVal, l.homeRan, l.homeSet = make([]float64, len(l.metrics)), make([]bool, len(l.metrics)), make([]bool, len(l.metrics))
 	return l
 }
 
@@ -167,6 +197,30 @@ func homeGroups(t *metric.Tree, groups []eventspec.Group, source map[string][2]s
 	return homes
 }
 
+// homeGroup is a group other than their inputs' first that holds all of
+// some exact nodes' events: they are evaluated on its own counts.
+type homeGroup struct {
+	name   string
+	nodes  []int            // the nodes' metric indexes
+	plan   []int            // their evaluation plan (Tree.Closure)
+	events []liveInput      // the tree's events it counts
+	offset int              // where its events' previous totals start in homePrev
+	perCPU []map[int]uint64 // per event, this update's totals by CPU
+	run    map[int]uint64   // this update's running ns by CPU; nil: split or absent
+}
+
+// liveInput is a tree input Live reads: its name and evaluator slot.
+type liveInput struct {
+	name string
+	slot int
+}
+
+// groupCPU is a counting group on a CPU.
+type groupCPU struct {
+	group string
+	cpu   int
+}
+
 // Update folds in the interval since the previous snapshot.
 func (l *Live) Update(s model.Snapshot) {
 	totals := map[[2]string]model.EventTotals{}
@@ -178,17 +232,30 @@ func (l *Live) Update(s model.Snapshot) {
 	for _, g := range s.Groups {
 		running[g.Name] = g.RunningNS
 	}
-	// A group the PMU could not schedule together is counted one event per
-	// group, named <group>/<event> (perfcount splits it): read those instead.
-	for input, src := range l.source {
+	for i, in := range l.inputs {
+		src := l.source[in.name]
+		// A group the PMU could not schedule together is counted one event
+		// per group, named <group>/<event> (perfcount splits it): read
+		// those instead, from their own start.
 		if _, ok := totals[src]; !ok {
 			if split := [2]string{src[0] + "/" + src[1], src[1]}; totals[split].PerCPU != nil {
-				l.source[input] = split
+				l.source[in.name] = split
 				src = split
+				for _, prev := range l.prev {
+					prev[i] = 0
+				}
 			}
 		}
-		for cpu := range totals[src].PerCPU {
+		l.perCPU[i], l.runs[i] = totals[src].PerCPU, running[src[0]]
+		for cpu := range l.perCPU[i] {
 			cpus[cpu] = true
+		}
+	}
+	for h := range l.homes {
+		hg := &l.homes[h]
+		hg.run = running[hg.name]
+		for j, e := range hg.events {
+			hg.perCPU[j] = totals[[2]string{hg.name, e.name}].PerCPU
 		}
 	}
 	order := make([]int, 0, len(cpus))
@@ -209,26 +276,24 @@ func (l *Live) Update(s model.Snapshot) {
 				}
 			}
 			l.evals[cpu] = ev
+			l.prev[cpu] = make([]uint64, len(l.inputs))
 		}
+		prev := l.prev[cpu]
 		ev.Reset()
 		complete := true // every input of the tree was counted this interval
-		for input, src := range l.source {
-			key := src[0] + "|" + src[1] + "|" + strconv.Itoa(cpu)
-			runKey := src[0] + "|" + strconv.Itoa(cpu)
-			cur, ok := totals[src].PerCPU[cpu]
-			run := running[src[0]][cpu]
-			if !ok || run == l.prevOn[runKey] {
+		for i, in := range l.inputs {
+			cur, ok := l.perCPU[i][cpu]
+			if !ok || l.runs[i][cpu] == l.prevOn[groupCPU{l.source[in.name][0], cpu}] {
 				complete = false
 				continue // the group did not run this interval: the input is missing
 			}
-			ev.Set(l.tree.Input(input), float64(cur-l.prev[key]))
-			l.prev[key] = cur
+			ev.Set(in.slot, float64(cur-prev[i]))
+			prev[i] = cur
 		}
-		home, homeNotRun := l.homeValues(cpu, ev, totals, running)
-		for _, src := range l.source {
-			runKey := src[0] + "|" + strconv.Itoa(cpu)
-			if r, ok := running[src[0]][cpu]; ok {
-				l.prevOn[runKey] = r
+		l.homeValues(cpu, ev)
+		for i, in := range l.inputs {
+			if r, ok := l.runs[i][cpu]; ok {
+				l.prevOn[groupCPU{l.source[in.name][0], cpu}] = r
 			}
 		}
 		ev.Eval()
@@ -241,25 +306,23 @@ func (l *Live) Update(s model.Snapshot) {
 		}
 		l.slots[cpu] += slots
 		if l.nodes[cpu] == nil {
-			l.nodes[cpu] = map[string]float64{}
+			l.nodes[cpu] = make([]float64, len(l.metrics))
 		}
-		for _, m := range l.tree.Metrics() {
-			if m.Level < 1 {
-				continue
-			}
-			v := ev.Value(m.Name)
-			if homeNotRun[m.Name] {
-				continue
-			}
-			if hv, ok := home[m.Name]; ok {
-				v = hv
+		acc := l.nodes[cpu]
+		for _, i := range l.nodeIdx {
+			v := ev.ValueAt(i)
+			if l.homeSet[i] {
+				if !l.homeRan[i] {
+					continue
+				}
+				v = l.homeVal[i]
 			}
 			if r := l.invalid(v, complete); r != "" {
-				l.skipped[NotComputed{m.Name, r}]++
+				l.skipped[NotComputed{l.metrics[i].Name, r}]++
 				continue
 			}
 			if !math.IsNaN(v) {
-				l.nodes[cpu][m.Name] += v * slots
+				acc[i] += v * slots
 			}
 		}
 	}
@@ -267,58 +330,51 @@ func (l *Live) Update(s model.Snapshot) {
 
 // homeValues evaluates the nodes of each home group on that group's own
 // counts this interval (the other inputs as ev has them, before ev is
-// evaluated): their values by name, and those whose group did not run
-// (not computed, as a missing input). A group the engine split has no one
-// schedule, and is left to ev.
-func (l *Live) homeValues(cpu int, ev *metric.Evaluator, totals map[[2]string]model.EventTotals, running map[string]map[int]uint64) (out map[string]float64, notRun map[string]bool) {
+// evaluated) into homeVal, with homeRan false for those whose group did
+// not run (not computed, as a missing input). A group the engine split
+// has no one schedule, and is left to ev.
+func (l *Live) homeValues(cpu int, ev *metric.Evaluator) {
+	clear(l.homeSet)
 	if len(l.homes) == 0 {
-		return nil, nil
+		return
 	}
-	if l.homeOut == nil {
-		l.homeOut, l.homeNotRun = map[string]float64{}, map[string]bool{}
+	prev, on := l.homePrev[cpu], l.homeOn[cpu]
+	if prev == nil {
+		last := l.homes[len(l.homes)-1]
+		prev, on = make([]uint64, last.offset+len(last.events)), make([]uint64, len(l.homes))
+		l.homePrev[cpu], l.homeOn[cpu] = prev, on
 	}
-	out, notRun = l.homeOut, l.homeNotRun // reused: read before the next CPU's
-	clear(out)
-	clear(notRun)
-	for group, nodes := range l.homes {
-		run, ok := running[group][cpu]
+	sc := l.scratch[cpu]
+	if sc == nil {
+		sc = l.tree.NewEvaluator()
+		l.scratch[cpu] = sc
+	}
+	for h := range l.homes {
+		hg := &l.homes[h]
+		run, ok := hg.run[cpu]
 		if !ok {
 			continue // split, or not on this CPU: the first groups' counts stand
 		}
-		on := homeKey{group, "", cpu}
-		ran := run != l.homeOn[on]
-		l.homeOn[on] = run
-		sc := l.scratch[cpu]
-		if sc == nil {
-			sc = l.tree.NewEvaluator()
-			l.scratch[cpu] = sc
-		}
+		ran := run != on[h]
+		on[h] = run
 		sc.CopyInputs(ev)
-		for _, e := range l.homeEvents[group] {
-			cur, counted := totals[[2]string{group, e}].PerCPU[cpu]
+		for j, e := range hg.events {
+			cur, counted := hg.perCPU[j][cpu]
 			if !counted {
 				continue // as ev has it
 			}
-			key := homeKey{group, e, cpu}
-			v := float64(cur - l.homePrev[key])
-			l.homePrev[key] = cur
+			v := float64(cur - prev[hg.offset+j])
+			prev[hg.offset+j] = cur
 			if !ran {
 				v = math.NaN() // the group did not run: its nodes are not computed
 			}
-			sc.Set(l.tree.Input(e), v)
+			sc.Set(e.slot, v)
 		}
-		sc.EvalSome(l.plans[group])
-		for _, n := range nodes {
-			out[n], notRun[n] = sc.Value(n), !ran
+		sc.EvalSome(hg.plan)
+		for _, n := range hg.nodes {
+			l.homeVal[n], l.homeRan[n], l.homeSet[n] = sc.ValueAt(n), ran, true
 		}
 	}
-	return out, notRun
-}
-
-// homeKey is a home group's event (or, "", its running time) on a CPU.
-type homeKey struct {
-	group, event string
-	cpu          int
 }
 
 // invalid says why v cannot be added to a counter: negative, or NaN although
@@ -351,10 +407,9 @@ func (l *Live) Totals() (slots float64, nodes []Node, violations map[string]uint
 	perCPU, byCPU, violations := l.TotalsPerCPU()
 	slots, nodes = SumCPUs(perCPU, byCPU)
 	if nodes == nil { // no CPU yet: every node at zero
-		for _, m := range l.tree.Metrics() {
-			if m.Level >= 1 {
-				nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, ChildrenEstimated: m.ChildrenEstimated})
-			}
+		for _, i := range l.nodeIdx {
+			m := &l.metrics[i]
+			nodes = append(nodes, Node{Name: m.Name, Parent: m.Parent, Level: m.Level, ChildrenEstimated: m.ChildrenEstimated})
 		}
 	}
 	return slots, nodes, violations
@@ -383,10 +438,9 @@ func (l *Live) TotalsPerCPU() (slots map[int]float64, nodes map[int][]Node, viol
 	slots, nodes, violations = map[int]float64{}, map[int][]Node{}, map[string]uint64{}
 	for cpu, s := range l.slots {
 		slots[cpu] = s
-		for _, m := range l.tree.Metrics() {
-			if m.Level >= 1 {
-				nodes[cpu] = append(nodes[cpu], Node{Name: m.Name, Parent: m.Parent, Level: m.Level, ChildrenEstimated: m.ChildrenEstimated, Slots: l.nodes[cpu][m.Name]})
-			}
+		for _, i := range l.nodeIdx {
+			m := &l.metrics[i]
+			nodes[cpu] = append(nodes[cpu], Node{Name: m.Name, Parent: m.Parent, Level: m.Level, ChildrenEstimated: m.ChildrenEstimated, Slots: l.nodes[cpu][i]})
 		}
 	}
 	for _, ev := range l.evals {

@@ -519,6 +519,10 @@ func (e *Evaluator) Value(name string) float64 {
 	return e.values[e.t.nodes[i].slot]
 }
 
+// ValueAt is Value of the i-th metric of Metrics (evaluation order), for
+// callers that read every metric each interval and keep no names.
+func (e *Evaluator) ValueAt(i int) float64 { return e.values[e.t.nodes[i].slot] }
+
 // Above reports whether a metric's threshold holds (false when it has none).
 func (e *Evaluator) Above(name string) bool {
 	i, ok := e.t.byName[name]
