@@ -228,41 +228,10 @@ func (l *Live) Update(s model.Snapshot) {
 		totals[[2]string{e.Group, e.Event}] = e
 	}
 	running := map[string]map[int]uint64{}
-	cpus := map[int]bool{}
 	for _, g := range s.Groups {
 		running[g.Name] = g.RunningNS
 	}
-	for i, in := range l.inputs {
-		src := l.source[in.name]
-		// A group the PMU could not schedule together is counted one event
-		// per group, named <group>/<event> (perfcount splits it): read
-		// those instead, from their own start.
-		if _, ok := totals[src]; !ok {
-			if split := [2]string{src[0] + "/" + src[1], src[1]}; totals[split].PerCPU != nil {
-				l.source[in.name] = split
-				src = split
-				for _, prev := range l.prev {
-					prev[i] = 0
-				}
-			}
-		}
-		l.perCPU[i], l.runs[i] = totals[src].PerCPU, running[src[0]]
-		for cpu := range l.perCPU[i] {
-			cpus[cpu] = true
-		}
-	}
-	for h := range l.homes {
-		hg := &l.homes[h]
-		hg.run = running[hg.name]
-		for j, e := range hg.events {
-			hg.perCPU[j] = totals[[2]string{hg.name, e.name}].PerCPU
-		}
-	}
-	order := make([]int, 0, len(cpus))
-	for c := range cpus {
-		order = append(order, c)
-	}
-	sort.Ints(order)
+	order := l.resolve(totals, running)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -297,33 +266,79 @@ func (l *Live) Update(s model.Snapshot) {
 			}
 		}
 		ev.Eval()
-		slots := ev.Value("slots")
-		if r := l.invalid(slots, complete); r != "" {
-			l.skipped[NotComputed{"slots", r}]++
-		}
-		if math.IsNaN(slots) || slots <= 0 {
-			continue
-		}
-		l.slots[cpu] += slots
-		if l.nodes[cpu] == nil {
-			l.nodes[cpu] = make([]float64, len(l.metrics))
-		}
-		acc := l.nodes[cpu]
-		for _, i := range l.nodeIdx {
-			v := ev.ValueAt(i)
-			if l.homeSet[i] {
-				if !l.homeRan[i] {
-					continue
+		l.accumulate(cpu, ev, complete)
+	}
+}
+
+// resolve points each input (and each home group's event) at this
+// snapshot's totals by CPU, following groups the engine split, and
+// returns the CPUs that counted any, in order.
+func (l *Live) resolve(totals map[[2]string]model.EventTotals, running map[string]map[int]uint64) []int {
+	cpus := map[int]bool{}
+	for i, in := range l.inputs {
+		src := l.source[in.name]
+		// A group the PMU could not schedule together is counted one event
+		// per group, named <group>/<event> (perfcount splits it): read
+		// those instead, from their own start.
+		if _, ok := totals[src]; !ok {
+			if split := [2]string{src[0] + "/" + src[1], src[1]}; totals[split].PerCPU != nil {
+				l.source[in.name] = split
+				src = split
+				for _, prev := range l.prev {
+					prev[i] = 0
 				}
-				v = l.homeVal[i]
 			}
-			if r := l.invalid(v, complete); r != "" {
-				l.skipped[NotComputed{l.metrics[i].Name, r}]++
+		}
+		l.perCPU[i], l.runs[i] = totals[src].PerCPU, running[src[0]]
+		for cpu := range l.perCPU[i] {
+			cpus[cpu] = true
+		}
+	}
+	for h := range l.homes {
+		hg := &l.homes[h]
+		hg.run = running[hg.name]
+		for j, e := range hg.events {
+			hg.perCPU[j] = totals[[2]string{hg.name, e.name}].PerCPU
+		}
+	}
+	order := make([]int, 0, len(cpus))
+	for c := range cpus {
+		order = append(order, c)
+	}
+	sort.Ints(order)
+	return order
+}
+
+// accumulate adds a CPU's evaluated interval to its slot counters: each
+// node's fraction (on its home group's counts where it has one) times
+// the interval's slots, leaving out what invalid says cannot be added.
+func (l *Live) accumulate(cpu int, ev *metric.Evaluator, complete bool) {
+	slots := ev.Value("slots")
+	if r := l.invalid(slots, complete); r != "" {
+		l.skipped[NotComputed{"slots", r}]++
+	}
+	if math.IsNaN(slots) || slots <= 0 {
+		return
+	}
+	l.slots[cpu] += slots
+	if l.nodes[cpu] == nil {
+		l.nodes[cpu] = make([]float64, len(l.metrics))
+	}
+	acc := l.nodes[cpu]
+	for _, i := range l.nodeIdx {
+		v := ev.ValueAt(i)
+		if l.homeSet[i] {
+			if !l.homeRan[i] {
 				continue
 			}
-			if !math.IsNaN(v) {
-				acc[i] += v * slots
-			}
+			v = l.homeVal[i]
+		}
+		if r := l.invalid(v, complete); r != "" {
+			l.skipped[NotComputed{l.metrics[i].Name, r}]++
+			continue
+		}
+		if !math.IsNaN(v) {
+			acc[i] += v * slots
 		}
 	}
 }
