@@ -33,8 +33,8 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 )
 
-// platform is where a tree's published files are and how many
-// general-purpose counters a thread has with SMT on.
+// platform is where a tree's published files are: its metrics and its
+// core events.
 type platform struct{ metrics, events string }
 
 // platforms are the Intel P-core trees by uarch, with their intel-perfmon
@@ -192,12 +192,63 @@ var comparison = regexp.MustCompile(`([a-z]) > ([0-9.]+)`)
 
 func (g *gen) add(m intelMetric) error {
 	node := metric.Metric{Name: name(m.MetricName), Level: m.Level, ChildrenEstimated: true}
+	named, parent, err := thresholdMetrics(m)
+	if err != nil {
+		return err
+	}
+	// A threshold that does not name the parent: the full tree's (whose
+	// newer names may differ from the part's: the threshold's are the
+	// part's own).
+	node.Parent = cmpOr(parent, g.parents[node.Name])
+	if slices.Contains(g.skipped, node.Parent) { // under a node not counted
+		g.skipped = append(g.skipped, node.Name)
+		return nil
+	}
+	if !g.have[node.Parent] {
+		return fmt.Errorf("parent %q is not in the tree", node.Parent)
+	}
+	g.have[node.Name] = true
+	formula, needs, err := g.formula(m)
+	if err != nil {
+		return err
+	}
+	node.Formula = percentToFraction(formula)
+	if node.Threshold, err = threshold(m, named); err != nil {
+		return err
+	}
+	g.nodes = append(g.nodes, node)
+	g.needs = append(g.needs, needs)
+	return nil
+}
+
+// thresholdMetrics are the metrics Intel's threshold names (the node and
+// its ancestors, their level in the dots before their names), as our
+// names by alias, and among them the node's parent ("" if none is).
+func thresholdMetrics(m intelMetric) (named map[string]string, parent string, err error) {
+	named = map[string]string{}
+	for _, tm := range m.Threshold.ThresholdMetrics {
+		sub := thresholdName.FindStringSubmatch(tm.Value)
+		if sub == nil {
+			return nil, "", fmt.Errorf("threshold metric %q", tm.Value)
+		}
+		named[tm.Alias] = name(sub[2])
+		if len(sub[1])/2+1 == m.Level-1 {
+			parent = name(sub[2])
+		}
+	}
+	return named, parent, nil
+}
+
+// formula is Intel's formula with its aliases named: the events (added to
+// the tree's), Intel's constants as the tree's params or numbers; and the
+// events it needs.
+func (g *gen) formula(m intelMetric) (string, []string, error) {
 	subst := map[string]string{}
 	var needs []string
 	for _, e := range m.Events {
 		ev, err := g.event(e.Name)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		subst[e.Alias] = ev
 		needs = append(needs, ev)
@@ -215,7 +266,7 @@ func (g *gen) add(m intelMetric) error {
 			}
 		default:
 			if _, err := strconv.ParseFloat(c.Name, 64); err != nil {
-				return fmt.Errorf("constant %s: not a number, and not one tmadeep knows", c.Name)
+				return "", nil, fmt.Errorf("constant %s: not a number, and not one tmadeep knows", c.Name)
 			}
 			subst[c.Alias] = c.Name
 		}
@@ -232,52 +283,27 @@ func (g *gen) add(m intelMetric) error {
 		return tok
 	})
 	if len(unknown) > 0 {
-		return fmt.Errorf("formula %q names %v, which are neither events nor constants", m.Formula, unknown)
+		return "", nil, fmt.Errorf("formula %q names %v, which are neither events nor constants", m.Formula, unknown)
 	}
-	node.Formula = percentToFraction(formula)
-	// The parent and the threshold: Intel's threshold names the node and
-	// its ancestors, their level in the dots before their names.
-	levels := map[string]string{} // alias → our name
-	for _, tm := range m.Threshold.ThresholdMetrics {
-		sub := thresholdName.FindStringSubmatch(tm.Value)
-		if sub == nil {
-			return fmt.Errorf("threshold metric %q", tm.Value)
-		}
-		levels[tm.Alias] = name(sub[2])
-		if len(sub[1])/2+1 == m.Level-1 {
-			node.Parent = name(sub[2])
-		}
-	}
-	if node.Parent == "" {
-		// A threshold that does not name the parent: the full tree's
-		// (whose newer names may differ from the part's: the threshold's
-		// are the part's own).
-		node.Parent = g.parents[node.Name]
-	}
-	if slices.Contains(g.skipped, node.Parent) { // under a node not counted
-		g.skipped = append(g.skipped, node.Name)
-		return nil
-	}
-	if !g.have[node.Parent] {
-		return fmt.Errorf("parent %q is not in the tree", node.Parent)
-	}
-	g.have[node.Name] = true
-	threshold := comparison.ReplaceAllStringFunc(m.Threshold.Formula, func(s string) string {
+	return formula, needs, nil
+}
+
+// threshold is Intel's threshold with its metrics named and its
+// percentages as fractions.
+func threshold(m intelMetric, named map[string]string) (string, error) {
+	t := comparison.ReplaceAllStringFunc(m.Threshold.Formula, func(s string) string {
 		sub := comparison.FindStringSubmatch(s)
 		pct, _ := strconv.ParseFloat(sub[2], 64)
-		n, ok := levels[sub[1]]
+		n, ok := named[sub[1]]
 		if !ok {
 			return s
 		}
 		return fmt.Sprintf("(%s > %s)", n, strconv.FormatFloat(pct/100, 'f', -1, 64))
 	})
-	if leftover.MatchString(threshold) {
-		return fmt.Errorf("threshold %q: an alias left unnamed in %q", m.Threshold.Formula, threshold)
+	if leftover.MatchString(t) {
+		return "", fmt.Errorf("threshold %q: an alias left unnamed in %q", m.Threshold.Formula, t)
 	}
-	node.Threshold = strings.Join(strings.Fields(threshold), " ")
-	g.nodes = append(g.nodes, node)
-	g.needs = append(g.needs, needs)
-	return nil
+	return strings.Join(strings.Fields(t), " "), nil
 }
 
 // csvParents reads TMA_Metrics-full.csv's hierarchy: each node's name
