@@ -1,0 +1,6 @@
+package hostgate
+
+const (
+	Watchpoints = "watchpoints"
+	CPUHotplug  = "cpu_hotplug"
+)

@@ -1,0 +1,3 @@
+package watch
+
+func TrapCost(n int) int { return n }
