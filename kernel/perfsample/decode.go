@@ -126,9 +126,10 @@ func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
 
 // open opens the file pid maps as name, through the process's root (its
 // container's filesystem), keyed by device and inode so that one file
-// mapped by many processes is read once.
+// mapped by many processes is read once. Only a regular file, and never
+// blocking (openRegular): the process controls what the name is now.
 func (d *Decoder) open(pid uint32, name string) (codemap.File, string, error) {
-	f, err := os.Open(fmt.Sprintf("%s/%d/root%s", d.proc, pid, name))
+	f, err := openRegular(fmt.Sprintf("%s/%d/root", d.proc, pid), name)
 	if err != nil {
 		return nil, "", err
 	}
