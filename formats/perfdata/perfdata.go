@@ -118,6 +118,10 @@ type File struct {
 	stale     bool
 	// z decodes perf record -z's compressed records, once one is met.
 	z *zstreamer
+	// pending is a pipe-mode stream's first data record, read ahead by
+	// Open to take in the attrs and features before it, which Next returns
+	// first.
+	pending []byte
 	// bo is the recording host's byte order, which the header and the
 	// records are in; swapped says it is big-endian, and every record is
 	// turned little-endian as it is read (perfrecord.Swap*).
@@ -193,6 +197,9 @@ func Open(r io.Reader) (*File, error) {
 			r = io.NewSectionReader(ra, pipeHeaderSize, 1<<62)
 		}
 		f.data = bufio.NewReaderSize(r, 1<<16)
+		if err := f.readAhead(); err != nil {
+			return nil, err
+		}
 		return f, nil
 	case headerSize:
 	default:
@@ -461,6 +468,23 @@ func (f *File) index() error {
 	return nil
 }
 
+// readAhead reads a pipe-mode stream up to its first data record, so that
+// Events, Names and the features written before it (HEADER_ATTR and
+// HEADER_FEATURE records) are known once Open returns, as in a file's
+// header; the record is kept for Next. A stream of attrs alone has Events
+// and no records.
+func (f *File) readAhead() error {
+	rec, err := f.Next()
+	switch {
+	case err == io.EOF:
+		return f.index()
+	case err != nil:
+		return err
+	}
+	f.pending = append([]byte(nil), rec...)
+	return nil
+}
+
 // Next returns the data section's next record, header included, valid
 // until the following call; io.EOF after the last. Kernel records (and
 // perf's own, such as FINISHED_ROUND) are returned as they are; pipe-mode
@@ -471,6 +495,10 @@ func (f *File) index() error {
 // (COMPRESSED, COMPRESSED2: zstd) are returned decompressed, in the file's
 // order (compressed.go).
 func (f *File) Next() ([]byte, error) {
+	if rec := f.pending; rec != nil {
+		f.pending = nil
+		return rec, nil
+	}
 	for {
 		rec, raw, err := f.record()
 		if err != nil {
