@@ -15,6 +15,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
+	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
 )
 
 // Options are what is counted, where from and by which collectors, bound to
@@ -62,15 +63,15 @@ func (o *Options) Bind(serve *kingpin.CmdClause, judges ...*kingpin.CmdClause) {
 	serve.Flag("replay.file", "perf stat -I recording to play back with --source=replay (perf stat -x, or -j; -A per-CPU and -G cgroup columns are used when present), looping at the end.").StringVar(&o.replay.file)
 	serve.Flag("replay.uarch", "Top-Down tree of the recording host for --source=replay: "+strings.Join(topdown.Names(), ", ")+" (default: none, counts only).").StringVar(&o.replay.uarch)
 	serve.Flag("replay.smt", "Whether the recording host ran two threads per core (on or off).").Default("off").EnumVar(&o.replay.smt, "on", "off")
-	serve.Flag("replay.slots", "Slots per cycle of the recording host's cores, for trees that need it (Arm: the PMU's caps/slots).").Float64Var(&o.replay.slots)
-	serve.Flag("replay.tsc-hz", "The recording host's TSC frequency in Hz, for Intel's Top-Down nodes below level 3 that scale by the core frequency (contested_accesses, l3_hit_latency…).").Float64Var(&o.replay.tscHz)
+	flagrange.Float64(serve.Flag("replay.slots", "Slots per cycle of the recording host's cores, for trees that need it (Arm: the PMU's caps/slots)."), &o.replay.slots, "", 0, 64)
+	flagrange.Float64(serve.Flag("replay.tsc-hz", "The recording host's TSC frequency in Hz, for Intel's Top-Down nodes below level 3 that scale by the core frequency (contested_accesses, l3_hit_latency…)."), &o.replay.tscHz, "", 0, 1e12)
 	serve.Flag("replay.samples", "perf.data file (perf mem record, perf c2c record) whose samples --source=replay serves as the sampling metrics and /debug/cachelines, read once at start.").StringVar(&o.replay.samples)
 	serve.Flag("replay.trace", "Access trace (TID R|W 0xADDR SIZE a line, as pmu_exporter reuse --trace reads it) whose ReuseTracker outcomes --source=replay serves as pmu_reuse_* (distances in accesses), run once at start on simulated debug registers.").StringVar(&o.replay.trace)
 	serve.Flag("replay.symfs", "Read the code of --replay.samples' timer samples (the instruction at each sampled IP) under this directory, as perf script --symfs: the recording host's /usr/bin/x is DIR/usr/bin/x.").PlaceHolder("DIR").StringVar(&o.replay.symfs)
 	serve.Flag("replay.validation", "The output of `pmu_exporter validate --format json` on the recording host, served as pmu_event_validation_* and pmu_event_multiplex_error_ratio: how far its events could be trusted.").PlaceHolder("FILE").StringVar(&o.replay.validation)
-	serve.Flag("replay.trap-cost", "What one trap of --replay.trace's watchpoints costs its thread (e.g. the recording host's pmu_comm_watchpoint_trap_cost_seconds): the trace's ReuseTracker then runs under the watchpoint governor, within --collector.comm.watch-budget of the CPU time its accesses give (a fifth field on every line), and serves the governor's pmu_comm_watchpoint_* as live. 0: ungoverned.").Default("0s").DurationVar(&o.replay.trapCost)
+	flagrange.Duration(serve.Flag("replay.trap-cost", "What one trap of --replay.trace's watchpoints costs its thread (e.g. the recording host's pmu_comm_watchpoint_trap_cost_seconds): the trace's ReuseTracker then runs under the watchpoint governor, within --collector.comm.watch-budget of the CPU time its accesses give (a fifth field on every line), and serves the governor's pmu_comm_watchpoint_* as live. 0: ungoverned."), &o.replay.trapCost, "0s", 0, time.Second)
 	serve.Flag("replay.self", "Scrapes of the recording host's exporter (two or more, each after a line '# scraped at UNIX_SECONDS'; internal/examplegen/self/record.sh makes one) whose own eBPF attribution families (pmu_self_bpf_*, pmu_cgroup_switches_missed_total), which a replay does not run, are served as that host had them: counters rising at their rate between the first and the last scrape.").PlaceHolder("FILE").StringVar(&o.replay.self)
-	serve.Flag("replay.trace-period", "Each thread's accesses between the samples taken of --replay.trace, on average.").Default("1000").Uint64Var(&o.replay.tracePeriod)
+	flagrange.Uint64(serve.Flag("replay.trace-period", "Each thread's accesses between the samples taken of --replay.trace, on average."), &o.replay.tracePeriod, "1000", 1, 1<<40)
 	serve.Flag("kubernetes.node-name", "This node's name: with it, pod and container names come from the Kubernetes API (pods of this node only; in a DaemonSet from the downward API, spec.nodeName). Without it, cgroup series carry pod UIDs and container IDs.").
 		Envar("NODE_NAME").StringVar(&o.k8sNode)
 	serve.Flag("kubernetes.kubeconfig", "kubeconfig for the Kubernetes API (default: the in-cluster service account).").StringVar(&o.kubeconfig)

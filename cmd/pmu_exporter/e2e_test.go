@@ -545,7 +545,7 @@ func TestCheckInUserNamespace(t *testing.T) {
 
 func TestBadFlags(t *testing.T) {
 	out, err := exec.Command(binary, "--collector.counting.interval=-1s").CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--collector.counting.interval must be positive") {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--collector.counting.interval=-1s: outside the range it takes, [10ms, 1h0m0s]") {
 		t.Errorf("negative interval: %v %s", err, out)
 	}
 	out, err = exec.Command(binary, "--collector.sampling.ring-pages=3").CombinedOutput()

@@ -6,6 +6,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
 )
 
 const defaultAddress = ":9893"
@@ -103,17 +105,14 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	serve := app.Command("serve", "Count events and serve /metrics (the default).").Default()
 	serve.Flag("otlp.endpoint", "Also push every metric over OTLP to this receiver URL (http://collector:4318; with --otlp.protocol=grpc, http://collector:4317), with OpenTelemetry's resource and k8s attribute names.").StringVar(&f.otlp.endpoint)
 	serve.Flag("otlp.protocol", "OTLP transport: http/protobuf or grpc.").Default("http/protobuf").EnumVar(&f.otlp.protocol, "http/protobuf", "grpc")
-	serve.Flag("otlp.interval", "How often metrics are pushed over OTLP.").Default("30s").DurationVar(&f.otlp.interval)
+	flagrange.Duration(serve.Flag("otlp.interval", "How often metrics are pushed over OTLP."), &f.otlp.interval, "30s", 100*time.Millisecond, time.Hour)
 	serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.telemetryPath)
-	serve.Flag("web.max-requests", "Maximum number of parallel scrape requests; further ones are answered 503 and counted in promhttp_metric_handler_requests_total{code=\"503\"} (0: no limit).").
-		Default("40").IntVar(&f.maxRequests)
-	serve.Flag("web.idle-timeout", "How long an idle keep-alive connection is kept before the exporter closes it (its file descriptors are needed for perf events).").
-		Default("30s").DurationVar(&f.idleTimeout)
-	serve.Flag("web.write-timeout", "Longest time to write one response, longer than the slowest scrape.").Default("2m").DurationVar(&f.writeTimeout)
+	flagrange.Int(serve.Flag("web.max-requests", "Maximum number of parallel scrape requests; further ones are answered 503 and counted in promhttp_metric_handler_requests_total{code=\"503\"} (0: no limit)."), &f.maxRequests, "40", 0, 1<<16)
+	flagrange.Duration(serve.Flag("web.idle-timeout", "How long an idle keep-alive connection is kept before the exporter closes it (its file descriptors are needed for perf events)."), &f.idleTimeout, "30s", time.Second, time.Hour)
+	flagrange.Duration(serve.Flag("web.write-timeout", "Longest time to write one response, longer than the slowest scrape."), &f.writeTimeout, "2m", time.Second, time.Hour)
 	serve.Flag("web.enable-debug", "Serve /debug/cachelines and /debug/comm (pids, tids, addresses and binary paths) and Go's /debug/pprof/, under the same web configuration (TLS, basic auth) as the metrics. Off by default: anyone who reaches the port could read them.").
 		BoolVar(&f.debug)
-	serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").
-		Envar("GOMAXPROCS").Default("1").IntVar(&f.gomaxprocs)
+	flagrange.Int(serve.Flag("runtime.gomaxprocs", "The target number of CPUs Go will run on (GOMAXPROCS); one keeps a per-node agent's own wake-ups cheap, as in node_exporter.").Envar("GOMAXPROCS"), &f.gomaxprocs, "1", 1, 1<<16)
 	f.web = webflag.AddFlags(serve, defaultAddress)
 	f.log = &promslog.Config{}
 
@@ -123,7 +122,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.valCmd.Flag("event", "Also validate this event (perf syntax; repeatable).").StringsVar(&c.vf.Events)
 	c.valCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&c.vf.Format, "text", "json")
 	c.valCmd.Flag("quick", "Fewer and smaller sizes (what serve --validate.on-start runs).").BoolVar(&c.vf.Quick)
-	c.valCmd.Flag("cpu", "CPU to run the kernels on (default: the last online CPU).").Default("-1").IntVar(&c.vf.CPU)
+	flagrange.Int(c.valCmd.Flag("cpu", "CPU to run the kernels on (default: the last online CPU)."), &c.vf.CPU, "-1", -1, 1<<20)
 	// check and validate judge what serve would run with the same collector flags.
 	f.opts.Bind(serve, c.check, c.valCmd)
 	logFlags(f.log, serve, c.check, c.valCmd)
@@ -131,12 +130,12 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.tdCmd = app.Command("topdown", "Compute Top-Down (levels 1 and 2; --level for more) from a `perf stat -x,` or `perf stat -j` recording (FILE, or - for standard input).")
 	c.tdCmd.Flag("uarch", "Micro-architecture of the recording host: "+strings.Join(topdown.Names(), ", ")+" (default: this host's).").StringVar(&td.uarch)
 	c.tdCmd.Flag("smt", "Whether the recording host ran two threads per core: on, off or auto (this host's).").Default("auto").EnumVar(&td.smt, "on", "off", "auto")
-	c.tdCmd.Flag("slots", "Slots per cycle of the recording host's cores (Arm: the PMU's caps/slots).").Float64Var(&td.slots)
-	c.tdCmd.Flag("tsc-hz", "The recording host's TSC frequency in Hz, for Intel's nodes below level 3 that scale by the core frequency; measured here where the tree is this host's.").Float64Var(&td.tscHz)
+	flagrange.Float64(c.tdCmd.Flag("slots", "Slots per cycle of the recording host's cores (Arm: the PMU's caps/slots)."), &td.slots, "", 0, 64)
+	flagrange.Float64(c.tdCmd.Flag("tsc-hz", "The recording host's TSC frequency in Hz, for Intel's nodes below level 3 that scale by the core frequency; measured here where the tree is this host's."), &td.tscHz, "", 0, 1e12)
 	c.tdCmd.Flag("definitions", "YAML file with metrics that extend or override the built-in tree.").StringVar(&td.definitions)
 	c.tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
 	c.tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
-	c.tdCmd.Flag("level", "The deepest level to compute (0: every level the tree has), as toplev's -l; --list-events then records what it needs.").Default("2").IntVar(&td.level)
+	flagrange.Int(c.tdCmd.Flag("level", "The deepest level to compute (0: every level the tree has), as toplev's -l; --list-events then records what it needs."), &td.level, "2", 0, 6)
 	c.tdCmd.Flag("nodes", "Below level 1, only these nodes' subtrees and their ancestors (comma-separated or repeated), as toplev's --nodes.").StringsVar(&td.nodes)
 	c.tdCmd.Flag("intervals", "Also print the tree of every interval, CPU and cgroup before the summary of the whole run (--format json has both always).").BoolVar(&td.intervals)
 	c.tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
@@ -151,9 +150,9 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.c2cCmd = app.Command("c2c", "Report the cache lines threads share, true and false sharing, from the memory samples of a perf.data file (perf c2c record, perf mem record), as /debug/cachelines does live.")
 	c.c2cCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream from standard input.").Short('i').Default("perf.data").StringVar(&cf.input)
 	c.c2cCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&cf.format, "text", "json")
-	c.c2cCmd.Flag("lines", "How many of the hottest lines to show.").Default("20").IntVar(&cf.lines)
+	flagrange.Int(c.c2cCmd.Flag("lines", "How many of the hottest lines to show."), &cf.lines, "20", 1, 1<<24)
 	c.c2cCmd.Flag("display", "Rank lines by loads another core's cache served: any (HITM and peer snoops), or as perf c2c report -d: tot (HITM), lcl (local HITM), rmt (remote HITM), peer (peer snoops, Arm's), listing only the lines that have some.").Short('d').Default("any").EnumVar(&cf.display, cacheline.DisplayNames...)
-	c.c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full.").Default("4096").IntVar(&cf.max)
+	flagrange.Int(c.c2cCmd.Flag("max-lines", "Cache lines held at once; the coldest half is dropped when full."), &cf.max, "4096", 2, 1<<24)
 	c.c2cCmd.Flag("symfs", "Read the recorded code (for the instruction at each sample's IP) under this directory, as perf script --symfs: the recording host's /usr/bin/x is DIR/usr/bin/x.").PlaceHolder("DIR").StringVar(&cf.symfs)
 	c.c2cCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&cf.input)
 
@@ -161,20 +160,20 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.commCmd = app.Command("comm", "Print ComDetective's communication matrices (thread × thread and CPU × CPU; all, true and false sharing) of a recording: perf record -e cpu-clock:u --user-regs="+amd64UserRegs+" (addresses decoded from the sampled instructions, no precise PMU needed), or perf mem record / perf c2c record.")
 	c.commCmd.Flag("input", "perf.data file to read; - reads a pipe-mode stream from standard input.").Short('i').Default("perf.data").StringVar(&mf.input)
 	c.commCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&mf.format, "text", "json")
-	c.commCmd.Flag("lines", "How many of the most shared lines to show per process.").Default("10").IntVar(&mf.lines)
-	c.commCmd.Flag("window", "How many of a reader's own samples a published store stays fresh for ("+comdetect.WindowHelp()+").").Default("0").IntVar(&mf.window)
-	c.commCmd.Flag("pid", "Only this process (0: all).").Default("0").IntVar(&mf.pid)
+	flagrange.Int(c.commCmd.Flag("lines", "How many of the most shared lines to show per process."), &mf.lines, "10", 1, 1<<24)
+	flagrange.Int(c.commCmd.Flag("window", "How many of a reader's own samples a published store stays fresh for ("+comdetect.WindowHelp()+")."), &mf.window, "0", 0, 1<<20)
+	flagrange.Int(c.commCmd.Flag("pid", "Only this process (0: all)."), &mf.pid, "0", 0, 1<<22)
 	c.commCmd.Flag("symfs", "Read the recorded code (for the instruction at each sample's IP) under this directory, as perf script --symfs: the recording host's /usr/bin/x is DIR/usr/bin/x.").PlaceHolder("DIR").StringVar(&mf.symfs)
 	c.commCmd.Arg("file", "perf.data file to read instead of --input; - reads standard input.").StringVar(&mf.input)
 
 	rf := &c.rf
 	c.reuseCmd = app.Command("reuse", "Run ReuseTracker (sampled accesses, hardware watchpoints: reuse distances and invalidations) over an access trace, one access per line: TID R|W 0xADDR SIZE [NS] (NS, the thread's CPU time, is read and not used: distances are in accesses), with the debug registers' semantics.")
 	c.reuseCmd.Flag("trace", "Trace file; - reads standard input.").Default("-").StringVar(&rf.trace)
-	c.reuseCmd.Flag("period", "Each thread's accesses between samples, on average (uniform in [period/2, 3·period/2]).").Default("1000").Uint64Var(&rf.period)
-	c.reuseCmd.Flag("arm-delay", "Accesses (of any thread) before a new watchpoint takes effect.").Default("0").Uint64Var(&rf.armDelay)
-	c.reuseCmd.Flag("seed", "Seed of the sampling and reservoir randomisation.").Default("1").Uint64Var(&rf.seed)
-	c.reuseCmd.Flag("slots", "Debug registers per thread.").Default("4").IntVar(&rf.slots)
-	c.reuseCmd.Flag("own", "Of each thread's --slots, how many watch its own sampled accesses alone (private mode): they see its next touch but not another thread's store, which the others (global, armed in every thread) see; 0 is the thesis' all global.").Default(strconv.Itoa(reuse.DefaultOwn)).IntVar(&rf.own)
+	flagrange.Uint64(c.reuseCmd.Flag("period", "Each thread's accesses between samples, on average (uniform in [period/2, 3·period/2])."), &rf.period, "1000", 1, 1<<40)
+	flagrange.Uint64(c.reuseCmd.Flag("arm-delay", "Accesses (of any thread) before a new watchpoint takes effect."), &rf.armDelay, "0", 0, 1<<40)
+	flagrange.Uint64(c.reuseCmd.Flag("seed", "Seed of the sampling and reservoir randomisation."), &rf.seed, "1", 0, math.MaxUint64)
+	flagrange.Int(c.reuseCmd.Flag("slots", "Debug registers per thread."), &rf.slots, "4", 1, 64)
+	flagrange.Int(c.reuseCmd.Flag("own", "Of each thread's --slots, how many watch its own sampled accesses alone (private mode): they see its next touch but not another thread's store, which the others (global, armed in every thread) see; 0 is the thesis' all global."), &rf.own, strconv.Itoa(reuse.DefaultOwn), 0, 64)
 	c.reuseCmd.Flag("mode", "private: reuse by the same thread; shared: by another thread of the same cache domain (--domain).").Default("private").EnumVar(&rf.mode, "private", "shared")
 	c.reuseCmd.Flag("domain", "Threads' cache domains for --mode shared: TID=D,... (threads not listed share no cache).").StringVar(&rf.domains)
 	c.reuseCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&rf.format, "text", "json")
