@@ -219,3 +219,46 @@ func Table(r Report, uses []Use) string {
 	}
 	return b.String()
 }
+
+// Elsewhere is a feature absent here proven on another machine the run
+// made for it (QEMU's emulated x86, whose debug registers trap, where this
+// guest's do not): where, and what its tests did there.
+type Elsewhere struct {
+	Feature, Where, Result string
+}
+
+// FormatElsewhere is the line scripts/test appends for each.
+func FormatElsewhere(e Elsewhere) string {
+	return e.Feature + "\t" + e.Where + "\t" + e.Result + "\n"
+}
+
+// ParseElsewhere reads the lines FormatElsewhere wrote; a malformed line
+// or an unknown feature is an error naming it.
+func ParseElsewhere(log string) ([]Elsewhere, error) {
+	var out []Elsewhere
+	for i, line := range strings.Split(strings.TrimRight(log, "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		if len(f) != 3 || !slices.Contains(Features, f[0]) {
+			return nil, fmt.Errorf("elsewhere line %d: %q is not feature<TAB>where<TAB>result", i+1, line)
+		}
+		out = append(out, Elsewhere{Feature: f[0], Where: f[1], Result: f[2]})
+	}
+	return out, nil
+}
+
+// ElsewhereTable says, under Table, where each feature absent here was
+// proven instead.
+func ElsewhereTable(es []Elsewhere) string {
+	if len(es) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("Proven elsewhere in this run:\n")
+	for _, e := range es {
+		fmt.Fprintf(&b, "  %-18s %s: %s\n", e.Feature, e.Where, e.Result)
+	}
+	return b.String()
+}

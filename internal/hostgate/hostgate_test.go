@@ -100,3 +100,22 @@ func TestTable(t *testing.T) {
 		t.Errorf("a malformed line: %v", err)
 	}
 }
+
+// Where a feature absent here was proven instead is read back as written
+// and said under the table; a line of an unknown feature is refused.
+func TestElsewhere(t *testing.T) {
+	e := Elsewhere{Watchpoints, "QEMU TCG -cpu max, vmlinuz-6.1.0-56-amd64", "./kernel/watch: 12 passed, 0 failed, 0 skipped"}
+	es, err := ParseElsewhere(FormatElsewhere(e))
+	if err != nil || len(es) != 1 || es[0] != e {
+		t.Fatalf("%v, %v", es, err)
+	}
+	if want := "  watchpoints        QEMU TCG -cpu max, vmlinuz-6.1.0-56-amd64: ./kernel/watch: 12 passed"; !strings.Contains(ElsewhereTable(es), want) {
+		t.Errorf("no %q in\n%s", want, ElsewhereTable(es))
+	}
+	if ElsewhereTable(nil) != "" {
+		t.Error("a table of nothing proven elsewhere")
+	}
+	if _, err := ParseElsewhere("wings\there\tok\n"); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("an unknown feature: %v", err)
+	}
+}

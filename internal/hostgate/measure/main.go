@@ -5,7 +5,13 @@
 // them, and exits 1 where a probe and its oracle disagree.
 //
 //	measure -o FILE           judge, write FILE, print the verdicts
-//	measure -table FILE LOG   print the end-of-run table of FILE and the gate log LOG
+//	measure -table FILE LOG [ELSEWHERE]
+//	                          print the end-of-run table of FILE and the gate
+//	                          log LOG, and where features absent here were
+//	                          proven instead (hostgate.Elsewhere lines)
+//	measure -state FEATURE FILE
+//	                          print FEATURE's state in FILE (present, absent,
+//	                          DISPUTED)
 //	measure write N           (for the watchpoint oracle) store N times to a global
 package main
 
@@ -33,13 +39,24 @@ func main() {
 		return
 	}
 	out := flag.String("o", "", "write the verdicts (JSON) here")
-	table := flag.Bool("table", false, "print the table of the verdicts FILE and the gate log LOG (arguments)")
+	table := flag.Bool("table", false, "print the table of the verdicts FILE and the gate log LOG (arguments), and the ELSEWHERE lines (optional third)")
+	state := flag.Bool("state", false, "print the state of FEATURE in the verdicts FILE (arguments)")
 	flag.Parse()
 	if *table {
-		if err := printTable(flag.Arg(0), flag.Arg(1)); err != nil {
+		if err := printTable(flag.Arg(0), flag.Arg(1), flag.Arg(2)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		return
+	}
+	if *state {
+		r, err := hostgate.Read(flag.Arg(1))
+		v, ok := r.Verdict(flag.Arg(0))
+		if err != nil || !ok {
+			fmt.Fprintln(os.Stderr, "host gate: no verdict on", flag.Arg(0), err)
+			os.Exit(1)
+		}
+		fmt.Println(v.State())
 		return
 	}
 	if *out == "" {
@@ -77,7 +94,7 @@ func write(n int) uintptr {
 	return addrOfWatched()
 }
 
-func printTable(verdicts, log string) error {
+func printTable(verdicts, log, elsewhere string) error {
 	r, err := hostgate.Read(verdicts)
 	if err != nil {
 		return err
@@ -91,6 +108,17 @@ func printTable(verdicts, log string) error {
 		return fmt.Errorf("%s: %w", filepath.Base(log), err)
 	}
 	fmt.Print(hostgate.Table(r, uses))
+	if elsewhere == "" {
+		return nil
+	}
+	if b, err = os.ReadFile(elsewhere); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	es, err := hostgate.ParseElsewhere(string(b))
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(elsewhere), err)
+	}
+	fmt.Print(hostgate.ElsewhereTable(es))
 	return nil
 }
 
