@@ -104,6 +104,9 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("decode-cache", "", "Memory the address decoder may keep of the instructions it decoded (those sampled, each process's own), beyond which those not sampled lately are dropped and decoded again if sampled again: pmu_address_decode_cache_bytes.", func(fc *kingpin.FlagClause) {
 					flagrange.Bytes(fc, &f.comm.decodeCache, "32MiB", units.KiB, 16*units.GiB)
 				})
+				o.Flag("symbol-cache", "", "Memory the address decoder may keep of the sampled binaries' symbol tables, DWARF line tables and Go pclntabs (a process can declare a table of any size); a table that would pass it is not read, once the binaries no process maps are closed, and the binary's code is decoded without it: pmu_address_symbol_cache_bytes, pmu_address_symbol_tables_refused_total.", func(fc *kingpin.FlagClause) {
+					flagrange.Bytes(fc, &f.comm.symbolCache, "64MiB", units.MiB, 16*units.GiB)
+				})
 				o.Flag("max-watched-threads", "", "Threads given watchpoint events at most (each holds one fd per debug register, a task-clock and a ring).", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.comm.maxWatched, "256", 1, 1<<16) })
 				o.Flag("cgroup", "", "Sample only this cgroup's tasks (path below the perf_event hierarchy, as in /proc/<pid>/cgroup; repeatable), with perf's cgroup mode: other workloads are not sampled at all. Default: every task.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.comm.cgroups) })
 			}},

@@ -44,6 +44,8 @@ type commFlags struct {
 	reuseClock string
 	// decodeCache bounds the decoder's cache of decoded instructions.
 	decodeCache units.Base2Bytes
+	// symbolCache bounds what it keeps of the sampled binaries' tables.
+	symbolCache units.Base2Bytes
 }
 
 // liveComm runs the address sampler: cpu-clock in user mode on every CPU
@@ -74,6 +76,7 @@ func setupComm(b *build) error {
 		return err
 	}
 	dec.SetDecodeCache(int(o.decodeCache))
+	dec.SetSymbolBudget(int64(o.symbolCache))
 	dec.SetDomains(llcDomains(b).Of)
 	stats := samplestat.New(len(cfgs), b.f.sampling.maxLines)
 	stats.SetSharingWindow(b.f.sampling.sharingWindow)

@@ -324,7 +324,9 @@ func llcOf(caches []perfdata.Cache) map[uint32]string {
 }
 
 func (r *replayedComm) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
-	f(r.det, r.acc.Resolver.Outcomes())
+	out := r.acc.Resolver.Outcomes()
+	out.SymbolBytes, out.SymbolsRefused = r.acc.Code.Bytes(), r.acc.Code.Refused()
+	f(r.det, out)
 }
 
 // Domains are the communication between the recording host's LLC

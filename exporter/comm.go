@@ -27,6 +27,7 @@ type CommCollector struct {
 	widths                       *prometheus.Desc
 	window, domains, period      *prometheus.Desc
 	cacheBytes, cacheEvicted     *prometheus.Desc
+	symbolBytes, symbolsRefused  *prometheus.Desc
 	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
 	source                       string          // the sampler whose accesses the detections come from
 	watch                        *Watch          // nil: no watchpoints
@@ -52,6 +53,10 @@ func NewComm(src CommSource) *CommCollector {
 			"Memory the address decoder keeps of the sampled instructions it decoded and their functions' decoding passes, as it estimates it; bounded by --collector.comm.decode-cache (per decoder: the address sampler's, and ReuseTracker's where it runs)."),
 		cacheEvicted: desc("address_decode_cache_evicted_total",
 			"Decoded instructions the address decoder dropped for its memory bound, those not sampled since the cache last turned over; one sampled again is decoded again. A fast rise means the bound is below the node's working set of sampled code."),
+		symbolBytes: desc("address_symbol_cache_bytes",
+			"Memory the address decoder keeps of the sampled binaries' symbol tables, DWARF line tables and Go pclntabs, as it estimates it; bounded by --collector.comm.symbol-cache."),
+		symbolsRefused: desc("address_symbol_tables_refused_total",
+			"Symbol, line and pclntab tables the address decoder left unread because reading them would pass --collector.comm.symbol-cache (a binary may declare a table of any size); the binary's code is decoded without them, from the sampled IP on."),
 		window: desc("comm_window_samples",
 			"How many of a reader's own samples a published store stays fresh for."),
 		period: desc("comm_sample_period_seconds",
@@ -173,6 +178,8 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.window
 	ch <- c.cacheBytes
 	ch <- c.cacheEvicted
+	ch <- c.symbolBytes
+	ch <- c.symbolsRefused
 	ch <- c.domains
 	if c.periods != nil {
 		ch <- c.period
@@ -208,6 +215,8 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(det.Window()))
 		ch <- prometheus.MustNewConstMetric(c.cacheBytes, prometheus.GaugeValue, float64(out.CacheBytes))
 		ch <- prometheus.MustNewConstMetric(c.cacheEvicted, prometheus.CounterValue, float64(out.Evicted))
+		ch <- prometheus.MustNewConstMetric(c.symbolBytes, prometheus.GaugeValue, float64(out.SymbolBytes))
+		ch <- prometheus.MustNewConstMetric(c.symbolsRefused, prometheus.CounterValue, float64(out.SymbolsRefused))
 	})
 	if c.periods != nil {
 		for i, ns := range c.periods() {

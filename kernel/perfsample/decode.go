@@ -435,12 +435,22 @@ func (d *Decoder) SetDecodeCache(n int) {
 	}
 }
 
+// SetSymbolBudget bounds what the decoder keeps of the sampled binaries'
+// symbol tables, line tables and Go pclntabs to about n bytes
+// (codemap.Map.SetBudget): a process declares a symbol table of any size.
+func (d *Decoder) SetSymbolBudget(n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.code.SetBudget(n)
+}
+
 // View runs f with the detector and the resolver's counts held still;
 // the decode cache's size and evictions are both resolvers'.
 func (d *Decoder) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := d.resolver.Outcomes()
+	out.SymbolBytes, out.SymbolsRefused = d.code.Bytes(), d.code.Refused()
 	if d.reuseResolver != nil {
 		out.CacheBytes += d.reuseResolver.CacheBytes()
 		out.Evicted += d.reuseResolver.Evicted

@@ -49,6 +49,10 @@ type Map struct {
 	files map[string]*binary // by Opener key
 	names map[fileName]*binary
 	idle  []*binary // in files, mapped by no known process: oldest first
+	// budget bounds what the open binaries' tables cost (estimated bytes),
+	// used is what they cost, refused counts tables left unread for it.
+	budget, used int64
+	refused      uint64
 }
 
 // MaxIdle is how many files no process maps stay open at most.
@@ -74,6 +78,10 @@ type binary struct {
 	err    error
 	key    string // in Map.files; "" for a file that failed to open
 	refs   int    // names (process, mapped name) resolving to it
+	// lim is what elf.File reads through: each table's read is bounded
+	// by what was reserved for it. cost is what b's tables cost.
+	lim  *limitedReaderAt
+	cost int64
 }
 
 type symbol struct {
@@ -84,7 +92,7 @@ type symbol struct {
 // New resolves through maps, opening files with open; mem, when set, reads
 // code from the processes' memory rather than from the files.
 func New(maps *addrmap.Maps, open Opener, mem MemReader) *Map {
-	return &Map{Maps: maps, open: open, mem: mem, files: map[string]*binary{}, names: map[fileName]*binary{}}
+	return &Map{Maps: maps, open: open, mem: mem, files: map[string]*binary{}, names: map[fileName]*binary{}, budget: DefaultBudget}
 }
 
 // Close closes the opened files.
@@ -97,6 +105,7 @@ func (m *Map) Close() error {
 	m.files = map[string]*binary{}
 	m.names = map[fileName]*binary{}
 	m.idle = nil
+	m.used = 0
 	return nil
 }
 
@@ -135,6 +144,8 @@ func (m *Map) OpenFiles() int { return len(m.files) }
 func (m *Map) closeFile(b *binary) {
 	b.f.Close()
 	delete(m.files, b.key)
+	m.used -= b.cost
+	b.cost, b.syms, b.lines, b.gotab, b.ef = 0, nil, nil, nil, nil
 }
 
 // kernelStart is where x86-64 and arm64 kernel addresses begin.
@@ -189,7 +200,7 @@ func (m *Map) binary(pid uint32, name string) *binary {
 		m.names[k] = b
 		return b
 	}
-	b := load(f)
+	b := m.load(f)
 	if b.err != nil {
 		m.names[k] = b
 		return b
@@ -199,28 +210,30 @@ func (m *Map) binary(pid uint32, name string) *binary {
 	return b
 }
 
-// load reads an ELF file's segments and function symbols.
-func load(f File) *binary {
-	ef, err := elf.NewFile(f)
+// load reads an ELF file's segments and function symbols, each table
+// only where the budget has room for it (reserve).
+func (m *Map) load(f File) *binary {
+	lim := &limitedReaderAt{r: f, left: min(headerBudget, max(m.budget-m.used, 0))}
+	ef, err := elf.NewFile(lim)
 	if err != nil {
 		f.Close()
-		return &binary{err: fmt.Errorf("not an ELF file: %w", err)}
+		return &binary{err: fmt.Errorf("not an ELF file, or headers over the symbol budget: %w", err)}
 	}
-	b := &binary{f: f, ef: ef}
+	b := &binary{f: f, ef: ef, lim: lim}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
 			b.loads = append(b.loads, p.ProgHeader)
 		}
 	}
-	syms, err := ef.Symbols()
+	syms, err := m.symbols(b, ".symtab", ".strtab", ef.Symbols)
 	if (err != nil || len(syms) == 0) && ef.Section(".gopclntab") != nil {
 		// A stripped Go binary (go build -ldflags=-s, go test, go run): its
 		// pclntab has every function; a cgo one's dynamic symbols only name
 		// its imports.
-		b.goFuncs(ef)
+		m.goFuncs(b)
 	} else {
 		if err != nil || len(syms) == 0 {
-			syms, _ = ef.DynamicSymbols()
+			syms, _ = m.symbols(b, ".dynsym", ".dynstr", ef.DynamicSymbols)
 		}
 		for _, s := range syms {
 			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
@@ -229,16 +242,37 @@ func load(f File) *binary {
 		}
 	}
 	slices.SortFunc(b.syms, func(x, y symbol) int { return cmp.Compare(x.addr, y.addr) })
+	b.syms = slices.Clip(b.syms)
+	m.charge(b, symbolBytes(b.syms))
 	return b
 }
 
+// symbols reads a symbol table where the budget has room for its peak.
+func (m *Map) symbols(b *binary, table, strings string, read func() ([]elf.Symbol, error)) ([]elf.Symbol, error) {
+	peak := symtabPeakBytes(b.ef, table, strings)
+	if peak == 0 {
+		return nil, elf.ErrNoSymbols
+	}
+	if !m.reserve(peak, b) {
+		return nil, errOverBudget
+	}
+	b.lim.left = peak
+	return read()
+}
+
 // goLines reads a Go binary's pclntab, which -s keeps: function bounds
-// and source lines without a symbol table or DWARF.
-func (b *binary) goLines(ef *elf.File) *gosym.Table {
-	pcln, text := ef.Section(".gopclntab"), ef.Section(".text")
+// and source lines without a symbol table or DWARF; where the budget has
+// room for it.
+func (m *Map) goLines(b *binary) *gosym.Table {
+	pcln, text := b.ef.Section(".gopclntab"), b.ef.Section(".text")
 	if pcln == nil || text == nil {
 		return nil
 	}
+	peak := tablePeak * int64(pcln.Size)
+	if !m.reserve(peak, b) {
+		return nil
+	}
+	b.lim.left = peak
 	data, err := pcln.Data()
 	if err != nil {
 		return nil
@@ -248,11 +282,12 @@ func (b *binary) goLines(ef *elf.File) *gosym.Table {
 		return nil
 	}
 	b.gotab = tab
+	m.charge(b, peak)
 	return tab
 }
 
-func (b *binary) goFuncs(ef *elf.File) {
-	tab := b.goLines(ef)
+func (m *Map) goFuncs(b *binary) {
+	tab := m.goLines(b)
 	if tab == nil {
 		return
 	}
@@ -353,7 +388,7 @@ func (m *Map) Symbolize(pid uint32, ip uint64) Symbol {
 	}
 	if s, ok := b.function(vaddr); ok {
 		sym := Symbol{Name: s.name, Offset: vaddr - s.addr, DSO: mp.Name}
-		sym.Source = b.source(vaddr)
+		sym.Source = m.source(b, vaddr)
 		return sym
 	}
 	return Symbol{DSO: mp.Name, Offset: ip - mp.Start + mp.PgOff}
@@ -369,12 +404,13 @@ type lineEntry struct {
 }
 
 // source is file:line of vaddr: from Go's pclntab, else DWARF's line
-// tables (C and C++ built with -g), else "".
-func (b *binary) source(vaddr uint64) string {
+// tables (C and C++ built with -g), else "", each read on first use where
+// the budget has room for it.
+func (m *Map) source(b *binary, vaddr uint64) string {
 	if !b.goRead {
 		b.goRead = true
 		if b.gotab == nil {
-			b.goLines(b.ef)
+			m.goLines(b)
 		}
 	}
 	if b.gotab != nil {
@@ -383,13 +419,17 @@ func (b *binary) source(vaddr uint64) string {
 		}
 		return ""
 	}
-	return b.dwarfSource(vaddr)
+	return m.dwarfSource(b, vaddr)
 }
 
-func (b *binary) dwarfSource(vaddr uint64) string {
+func (m *Map) dwarfSource(b *binary, vaddr uint64) string {
 	if !b.read {
 		b.read = true
-		b.lines = dwarfLines(b.ef)
+		if peak := dwarfPeakBytes(b.ef); peak > 0 && m.reserve(peak, b) {
+			b.lim.left = peak
+			b.lines = slices.Clip(dwarfLines(b.ef))
+			m.charge(b, lineBytes(b.lines))
+		}
 	}
 	i, found := slices.BinarySearchFunc(b.lines, vaddr, func(e lineEntry, a uint64) int { return cmp.Compare(e.addr, a) })
 	if !found {

@@ -120,14 +120,15 @@ func TestDWARFLinesAgreeWithPclntab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := load(f)
+	m := New(addrmap.New(), nil, nil)
+	b := m.load(f)
 	defer f.Close()
 	// Its symbol table gives the functions; the pclntab waits for the
 	// first source line asked for.
 	if b.gotab != nil {
 		t.Errorf("the pclntab of a binary with symbols was read before any source line was asked for")
 	}
-	b.source(b.syms[0].addr)
+	m.source(b, b.syms[0].addr)
 	if b.gotab == nil || len(b.syms) < 1000 {
 		t.Fatalf("pclntab %v, %d functions", b.gotab != nil, len(b.syms))
 	}
@@ -139,7 +140,7 @@ func TestDWARFLinesAgreeWithPclntab(t *testing.T) {
 		pc := s.addr + s.size/2
 		file, line, _ := b.gotab.PCToLine(pc)
 		compared++
-		if got := b.dwarfSource(pc); got == fmt.Sprintf("%s:%d", file, line) {
+		if got := m.dwarfSource(b, pc); got == fmt.Sprintf("%s:%d", file, line) {
 			agree++
 		} else if compared-agree <= 5 {
 			t.Logf("%s+%#x: DWARF %s, pclntab %s:%d", s.name, pc-s.addr, got, file, line)

@@ -196,6 +196,11 @@ type Outcomes struct {
 	// Evicted the instructions its bound dropped.
 	CacheBytes int
 	Evicted    uint64
+	// SymbolBytes is what the decoder's code map keeps of the sampled
+	// binaries' symbol and line tables (estimated), and SymbolsRefused the
+	// tables it left unread for its bound: the decoder adds them.
+	SymbolBytes    int64
+	SymbolsRefused uint64
 }
 
 // Outcomes copies the counts.
