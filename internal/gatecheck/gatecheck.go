@@ -81,7 +81,6 @@ func (f Finding) String() string {
 // functions.
 type Module struct {
 	Path     string
-	Root     string
 	features map[string]string // hostgate's constant names → feature names
 	funcs    map[funcKey]*function
 	// methods maps a directory and a method's name to its declarations.
@@ -119,7 +118,7 @@ func Load(root, hostgateDir string) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Module{Path: modPath, Root: root, funcs: map[funcKey]*function{}, methods: map[string]map[string][]funcKey{}, dirs: map[string]string{}}
+	m := &Module{Path: modPath, funcs: map[funcKey]*function{}, methods: map[string]map[string][]funcKey{}, dirs: map[string]string{}}
 	fset := token.NewFileSet()
 	files := map[string][]*ast.File{}
 	names := map[*ast.File]string{}

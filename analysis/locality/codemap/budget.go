@@ -40,15 +40,13 @@ func (m *Map) Bytes() int64 { return m.used }
 func (m *Map) Refused() uint64 { return m.refused }
 
 // reserve makes room for a table of the given peak cost, closing the
-// binaries no process maps if it must; false when even then it does not
-// fit, which is counted. keep is the binary being read, not to be closed.
-func (m *Map) reserve(peak int64, keep *binary) bool {
+// binaries no process maps if it must (the binary being read is mapped,
+// so never among them); false when even then it does not fit, which is
+// counted.
+func (m *Map) reserve(peak int64) bool {
 	for m.used+peak > m.budget && len(m.idle) > 0 {
-		b := m.idle[0]
+		m.closeFile(m.idle[0])
 		m.idle = m.idle[1:]
-		if b != keep {
-			m.closeFile(b)
-		}
 	}
 	if m.used+peak > m.budget {
 		m.refused++

@@ -253,7 +253,7 @@ func (m *Map) symbols(b *binary, table, strings string, read func() ([]elf.Symbo
 	if peak == 0 {
 		return nil, elf.ErrNoSymbols
 	}
-	if !m.reserve(peak, b) {
+	if !m.reserve(peak) {
 		return nil, errOverBudget
 	}
 	b.lim.left = peak
@@ -269,7 +269,7 @@ func (m *Map) goLines(b *binary) *gosym.Table {
 		return nil
 	}
 	peak := tablePeak * int64(pcln.Size)
-	if !m.reserve(peak, b) {
+	if !m.reserve(peak) {
 		return nil
 	}
 	b.lim.left = peak
@@ -425,7 +425,7 @@ func (m *Map) source(b *binary, vaddr uint64) string {
 func (m *Map) dwarfSource(b *binary, vaddr uint64) string {
 	if !b.read {
 		b.read = true
-		if peak := dwarfPeakBytes(b.ef); peak > 0 && m.reserve(peak, b) {
+		if peak := dwarfPeakBytes(b.ef); peak > 0 && m.reserve(peak) {
 			b.lim.left = peak
 			b.lines = slices.Clip(dwarfLines(b.ef))
 			m.charge(b, lineBytes(b.lines))
