@@ -127,7 +127,7 @@ func replayOf(t *testing.T, samples string) (*Pipeline, []*dto.MetricFamily) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	mfs, err := NewRegistry(p).Gather()
+	mfs, err := NewRegistry(p, 0).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,11 +126,11 @@ func setupComm(b *build) error {
 		if cgNames != nil {
 			ids = cgNames
 		}
-		p.collectors = append(p.collectors, reuseCollector(b, o, dec, ids))
+		p.add("comm", reuseCollector(b, o, dec, ids))
 	}
-	p.collectors = append(p.collectors, coll)
+	p.add("comm", coll)
 	if !p.hasHandler("/debug/cachelines") { // no precise sampler: this one feeds the table
-		p.collectors = append(p.collectors, exporter.NewSampling(set, stats))
+		p.add("comm", exporter.NewSampling(set, stats))
 		p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return nil })})
 	}
 	p.handlers = append(p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N, ?pod=NAME)", commHandler(dec, podOfPID(b.f.procfs, b.names))})

@@ -124,6 +124,7 @@ func (c *commSamplers) open(target string, regs registers) error {
 		MIDR: b.s.midr, AuxBytes: b.f.sampling.auxKiB << 10,
 		Governor:  sampling.NewGovernor(b.f.comm.budget/share, b.s.facts.MaxSampleRate),
 		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
+		BeginPass: func() func() { return b.p.health.Begin("comm") },
 		Decoder:   c.dec,
 	}
 	root, v1 := cgroupRoot(b.f.cgroups, *b.s)

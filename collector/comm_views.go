@@ -244,7 +244,7 @@ func replayComm(b *build) error {
 		coll.PerCgroup(stats, cgroups, nil)
 	}
 	b.p.closers = append(b.p.closers, acc.Close)
-	b.p.collectors = append(b.p.collectors, coll)
+	b.p.add("comm", coll)
 	b.p.handlers = append(b.p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N)", commHandler(r, func(uint32) []string { return nil })})
 	return nil
 }

@@ -82,7 +82,7 @@ func goldenText(t *testing.T, args []string) string {
 	for range 3 {
 		p.step()
 	}
-	mfs, err := NewRegistry(p).Gather()
+	mfs, err := NewRegistry(p, 0).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,9 +93,9 @@ func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 		running = append(running, name)
 	}
 	b.p.health = exporter.NewHealth(running...)
-	b.p.collectors = append(b.p.collectors, b.p.health)
+	b.p.add("exporter", b.p.health)
 	b.p.self = exporter.NewSelfCost()
-	b.p.collectors = append(b.p.collectors, b.p.self)
+	b.p.add("exporter", b.p.self)
 	b.calibrateReads()
 	if f.validateOnStart {
 		b.validateOnStart()
@@ -154,7 +154,7 @@ func liveTopdownCollector(b *build) error {
 		}
 		return nil
 	}})
-	b.p.collectors = append(b.p.collectors, exporter.NewTopdown(td.trees, b.f.perCPU))
+	b.p.add("topdown", exporter.NewTopdown(td.trees, b.f.perCPU))
 	return nil
 }
 
@@ -206,13 +206,13 @@ func liveCgroup(b *build) error {
 			pods := podmeta.New(client, f.k8sNode, logger)
 			b.p.startPods = func(ctx context.Context) { go pods.Run(ctx) }
 			b.names = pods // set only here: a nil *podmeta.Index must stay a nil interface
-			b.p.collectors = append(b.p.collectors, exporter.NewPodMeta(pods))
+			b.p.add("cgroup", exporter.NewPodMeta(pods))
 		}
 	}
 	if perfMode != nil {
-		b.p.collectors = append(b.p.collectors, exporter.NewCgroup(perfMode, b.names, exporter.PerfCgroupMode))
+		b.p.add("cgroup", exporter.NewCgroup(perfMode, b.names, exporter.PerfCgroupMode))
 	} else {
-		b.p.collectors = append(b.p.collectors, exporter.NewCgroup(attributor, b.names, exporter.AttributedByBPF))
+		b.p.add("cgroup", exporter.NewCgroup(attributor, b.names, exporter.AttributedByBPF))
 	}
 	return nil
 }
@@ -249,9 +249,17 @@ func (b *build) startEngine() {
 			p.health.Time(st.collector, func() error { return st.run(snap) })
 		}
 	}
+	// A cycle that never ends (a read hung in the kernel) fails
+	// /-/healthy (Pipeline.Stuck).
+	opts.AroundCycle = func(work func()) {
+		end := p.health.Begin("counting")
+		defer end()
+		work()
+	}
 	if p.self != nil {
 		var own *selftest.ThreadCounters
 		tried := false
+		counted := opts.AroundCycle
 		opts.AroundCycle = func(work func()) {
 			if !tried { // on the reading thread, which Run keeps
 				tried = true
@@ -261,11 +269,11 @@ func (b *build) startEngine() {
 				}
 			}
 			if own == nil {
-				work()
+				counted(work)
 				return
 			}
 			a, err := own.Read()
-			work()
+			counted(work)
 			z, err2 := own.Read()
 			if err == nil && err2 == nil {
 				p.self.AddRead(z.TaskClock-a.TaskClock, z.Instructions-a.Instructions, z.Cycles-a.Cycles, z.HasInstructions, z.HasCycles)
@@ -294,9 +302,8 @@ func (b *build) startEngine() {
 		}
 		return measuring(engine.Snapshot())
 	}
-	p.collectors = append(p.collectors,
-		exporter.New(engine, b.s.report, exporter.Options{PerCPU: f.perCPU, ConfigErrors: len(b.s.configErrors), Source: "perf_event"}),
-		readDuration)
+	p.add("counting", exporter.New(engine, b.s.report, exporter.Options{PerCPU: f.perCPU, ConfigErrors: len(b.s.configErrors), Source: "perf_event"}))
+	p.add("counting", readDuration)
 }
 
 // runBeside runs main and every one of beside until ctx ends, and returns

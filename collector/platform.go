@@ -29,12 +29,21 @@ func livePlatform(b *build) error {
 		return errors.New("no platform PMU (power, msr, cstate_core, cstate_pkg) on this host")
 	}
 	c, err := platformcount.Open(cs)
+	if c.Opened() == 0 {
+		if err == nil {
+			err = errors.New("no CPU to open them on")
+		}
+		// Nothing to read is not a collector that works: it fails
+		// (pmu_collector_success 0), and says why.
+		b.log.Warn("platform counters: none opened", "counters", len(cs), "err", err)
+		return fmt.Errorf("none of %d platform counters opened: %w", len(cs), err)
+	}
 	if err != nil {
 		b.log.Warn("some platform counters did not open", "err", err)
 	}
-	b.log.Info("platform counters", "counters", len(cs), "open", c.Opened())
+	b.log.Info("platform counters", "counters", len(cs), "open_counter_cpus", c.Opened())
 	b.p.closers = append(b.p.closers, c.Close)
-	b.p.collectors = append(b.p.collectors, exporter.NewPlatform(c, host.PackageOf(b.f.sysfs)).WithRead(func(took time.Duration, err error) {
+	b.p.add("platform", exporter.NewPlatform(c, host.PackageOf(b.f.sysfs)).WithRead(func(took time.Duration, err error) {
 		b.p.health.Observe("platform", took, err)
 	}).WithMemoryPeak(b.f.memoryPeak))
 	return nil

@@ -184,21 +184,22 @@ func (b *build) startReplay(running []string) {
 	report := capability.Report{CorePMU: f.replay.uarch, Features: recordedFeatures(r.rec, b.replay.sampler)}
 	player := replay.NewPlayer(r.rec, r.tree, r.params)
 	if r.tree != nil {
-		p.collectors = append(p.collectors, exporter.NewTopdown([]exporter.TopdownTree{{Src: player.Topdown(),
+		p.add("topdown", exporter.NewTopdown([]exporter.TopdownTree{{Src: player.Topdown(),
 			Info: exporter.TopdownInfo{Uarch: r.uarch, Source: "replay", SMT: f.replay.smt}}}, f.perCPU))
 	}
-	p.collectors = append(p.collectors, exporter.New(player, report, exporter.Options{PerCPU: f.perCPU, Source: "replay"}))
+	p.add("counting", exporter.New(player, report, exporter.Options{PerCPU: f.perCPU, Source: "replay"}))
 	if r.platform {
 		view := player.Platform()
-		p.collectors = append(p.collectors, exporter.NewPlatform(view, view.PackageOf).WithMemoryPeak(f.memoryPeak))
+		p.add("platform", exporter.NewPlatform(view, view.PackageOf).WithMemoryPeak(f.memoryPeak))
 	}
 	if cg := player.Cgroups(); r.cgroups && cg != nil {
-		p.collectors = append(p.collectors, exporter.NewCgroup(cg, cg, exporter.Recorded))
+		p.add("cgroup", exporter.NewCgroup(cg, cg, exporter.Recorded))
 	}
 	b.log.Warn("serving a recording, not this host's counters", "file", f.replay.file, "intervals", len(r.rec.Intervals), "per_cpu", r.rec.PerCPU, "cgroups", r.rec.Cgroups)
 	readDuration := exporter.NewReadDurationHistogram()
 	p.health = exporter.NewHealth(running...)
-	p.collectors = append(p.collectors, readDuration, p.health)
+	p.add("counting", readDuration)
+	p.add("exporter", p.health)
 	if slices.Contains(running, "sampling") {
 		p.health.Observe("sampling", b.sampled, nil) // read once, at start
 	}

@@ -37,7 +37,7 @@ func TestReplayValidationServesTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	mfs, err := NewRegistry(p).Gather()
+	mfs, err := NewRegistry(p, 0).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func replayReuse(b *build) error {
 		rc.WithCaches(l1d, l2, llc)
 		b.log.Info("replay trace: miss ratios at the caches of --replay.samples' host", "l1d", l1d, "l2", l2, "llc", llc)
 	}
-	b.p.collectors = append(b.p.collectors, rc)
+	b.p.add("comm", rc)
 	// The simulated registers' totals, as live: every trap is
 	// ReuseTracker's; the governor's where one governed them.
 	watch := exporter.WatchStats{Traps: r.Traps, Reuse: r.Traps, Arms: r.Arms, ReuseThreads: len(r.Threads())}
@@ -69,7 +69,7 @@ func replayReuse(b *build) error {
 		watch.CPU, watch.Cost, watch.Denied = tot.CPU, tot.Spent, tot.Denied
 		b.log.Info("replay trace: governed", "budget", gov.Budget(), "trap_cost", b.f.replay.trapCost, "traps", tot.Traps, "denied", tot.Denied)
 	}
-	b.p.collectors = append(b.p.collectors, exporter.NewWatch(func() exporter.WatchStats { return watch }))
+	b.p.add("comm", exporter.NewWatch(func() exporter.WatchStats { return watch }))
 	return nil
 }
 

@@ -82,6 +82,7 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 		// A skipped record is counted in pmu_sampling_errors_total; the pass
 		// still succeeded.
 		AfterRead: func(took time.Duration, _ int) { p.health.Observe("sampling", took, nil) },
+		BeginPass: func() func() { return p.health.Begin("sampling") },
 	})
 	for _, fl := range failures {
 		logger.Warn("sampling event not opened", "event", fl.Event, "cpu", fl.CPU, "err", fl.Err)
@@ -99,7 +100,7 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 		cgNames = &cgroupNames{r: cgroupid.New(root), gone: map[uint64]time.Time{}}
 		coll.PerCgroup(cgNames, names)
 	}
-	p.collectors = append(p.collectors, coll)
+	p.add("sampling", coll)
 	p.closers = append(p.closers, func() { smp.Close() })
 	p.cpuResets = append(p.cpuResets, smp.ResetCPU)
 	p.beside = append(p.beside, func(ctx context.Context) {
@@ -355,7 +356,7 @@ func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, log
 		return fmt.Errorf("--replay.samples: %s has no samples", path)
 	}
 	logger.Warn("serving the samples of a perf.data file, not this host's", "file", path, "samples", samples, "malformed", bad, "events", len(cfgs))
-	p.collectors = append(p.collectors, exporter.NewSampling(cfgs, stats))
+	p.add("sampling", exporter.NewSampling(cfgs, stats))
 	p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return maps.Name })})
 	return nil
 }

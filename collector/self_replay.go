@@ -46,7 +46,7 @@ func (b *build) replaySelf(path string) error {
 	if err != nil {
 		return fmt.Errorf("--replay.self: %s: %w", path, err)
 	}
-	b.p.collectors = append(b.p.collectors, s)
+	b.p.add("exporter", s)
 	b.log.Info("replay: the recording host's own eBPF families", "file", path, "families", len(last.families), "span", last.at.Sub(first.at))
 	return nil
 }

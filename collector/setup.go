@@ -346,7 +346,9 @@ func setupTree(sysfs string, s setup, t topdown.Target, userFile string, o treeO
 // Pipeline is what serve exports: its collectors, the loop that feeds them,
 // whether its first values are in, and what to release at the end.
 type Pipeline struct {
-	collectors []prometheus.Collector
+	// parts are the exporter collectors, each with the collector that
+	// built it (pmu_scrape_stale_total's part).
+	parts      []part
 	run        func(ctx context.Context)
 	ready      func() (bool, string)
 	closers    []func()
@@ -389,11 +391,35 @@ func (p *Pipeline) Close() {
 	}
 }
 
+// part is an exporter collector and the collector that built it.
+type part struct {
+	name string
+	c    prometheus.Collector
+}
+
+// add exports c as part of the named collector.
+func (p *Pipeline) add(name string, c prometheus.Collector) {
+	p.parts = append(p.parts, part{name, c})
+}
+
 // NewRegistry holds the pipeline's collectors and the exporter's own: build
-// information, the Go runtime and the process.
-func NewRegistry(p *Pipeline) *prometheus.Registry {
+// information, the Go runtime and the process. Each collector's metrics
+// are collected within timeout (exporter.Bounded; 0: unbounded, as tests
+// that gather once may ask), so that a scrape never waits on a
+// collector whose source is held up.
+func NewRegistry(p *Pipeline, timeout time.Duration) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(p.collectors...)
+	stale := exporter.NewStaleScrapes()
+	for _, pt := range p.parts {
+		if timeout > 0 {
+			reg.MustRegister(exporter.NewBounded(pt.c, pt.name, timeout, stale))
+		} else {
+			reg.MustRegister(pt.c)
+		}
+	}
+	if timeout > 0 {
+		reg.MustRegister(stale)
+	}
 	reg.MustRegister(
 		versioncollector.NewCollector("pmu"),
 		collectors.NewGoCollector(),
@@ -423,6 +449,30 @@ func measuring(s perfcount.Snapshot) (bool, string) {
 
 // Run feeds the collectors until ctx ends.
 func (p *Pipeline) Run(ctx context.Context) { p.run(ctx) }
+
+// Stuck names the collectors with a cycle that has run longer than bound,
+// with how long (exporter.Health.Stuck): /-/healthy fails on any.
+func (p *Pipeline) Stuck(bound time.Duration) map[string]time.Duration {
+	if p.health == nil {
+		return nil
+	}
+	return p.health.Stuck(time.Now(), bound)
+}
+
+// FreeFDs is how many more file descriptors the process may open now
+// under its open-file limit, and that limit; false where either is not
+// known or there is no limit.
+func (p *Pipeline) FreeFDs() (free int64, limit uint64, ok bool) {
+	limit, err := rlimit.OpenFiles()
+	if err != nil || limit == rlimit.Unlimited {
+		return 0, limit, false
+	}
+	open, err := rlimit.OpenFDs()
+	if err != nil {
+		return 0, limit, false
+	}
+	return int64(limit) - int64(open), limit, true
+}
 
 // Ready says whether the first values are in, or why not.
 func (p *Pipeline) Ready() (bool, string) { return p.ready() }

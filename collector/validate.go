@@ -168,7 +168,7 @@ func (b *build) validateOnStart() {
 		defer mu.Unlock()
 		return rows
 	})
-	b.p.collectors = append(b.p.collectors, vc)
+	b.p.add("validate", vc)
 	b.p.beside = append(b.p.beside, func(ctx context.Context) {
 		groups := b.s.groups
 		if b.td != nil {
@@ -505,6 +505,6 @@ func (b *build) replayValidation(path string) error {
 		}
 	}
 	b.log.Info("replay: validation of the recording host", "file", path, "events", len(doc.Events), "multiplexing", len(doc.Multiplexed))
-	b.p.collectors = append(b.p.collectors, vc)
+	b.p.add("validate", vc)
 	return nil
 }

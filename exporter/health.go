@@ -1,6 +1,9 @@
 package exporter
 
 import (
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +18,16 @@ type Health struct {
 	mu                sync.Mutex
 	last              map[string]result
 	names             []string
+	// running are the cycles begun and not ended, by ticket: a cycle
+	// that never ends (a read that hangs) is what Stuck finds.
+	running map[uint64]started
+	ticket  uint64
+}
+
+// started is a running cycle: its collector and when it began.
+type started struct {
+	name string
+	at   time.Time
 }
 
 type result struct {
@@ -26,7 +39,7 @@ type result struct {
 // enabled collector that could not start is among them: it reports 0): each
 // is 0 (failed, or not run yet) until its first cycle succeeds.
 func NewHealth(names ...string) *Health {
-	h := &Health{last: map[string]result{}, names: names,
+	h := &Health{last: map[string]result{}, names: names, running: map[uint64]started{},
 		success:  desc("collector_success", "Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).", "collector"),
 		duration: desc("collector_duration_seconds", "How long the collector's latest cycle took.", "collector"),
 	}
@@ -45,10 +58,58 @@ func (h *Health) Observe(name string, d time.Duration, err error) {
 	}
 }
 
+// Begin marks a cycle of the named collector begun; end marks it ended
+// (its outcome is Observe's). Until then the cycle is running, and Stuck
+// names it once it has run too long.
+func (h *Health) Begin(name string) (end func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ticket++
+	ticket := h.ticket
+	h.running[ticket] = started{name, time.Now()}
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.running, ticket)
+	}
+}
+
+// Stuck names the collectors with a cycle begun more than bound before
+// now and not ended, in order, with how long the oldest has run: a read
+// hung in the kernel (a file on a stalled FUSE or NFS mount), a lock
+// never released. A collector that is idle, with no cycle running, is
+// never stuck.
+func (h *Health) Stuck(now time.Time, bound time.Duration) map[string]time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out map[string]time.Duration
+	for _, c := range h.running {
+		if ran := now.Sub(c.at); ran > bound && ran > out[c.name] {
+			if out == nil {
+				out = map[string]time.Duration{}
+			}
+			out[c.name] = ran
+		}
+	}
+	return out
+}
+
+// StuckText says which collectors are stuck and for how long, sorted,
+// for /-/healthy's body and the log ("" when none).
+func StuckText(stuck map[string]time.Duration) string {
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(stuck)) {
+		parts = append(parts, n+" for "+stuck[n].Round(time.Millisecond).String())
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Time runs one cycle of the named collector and records it.
 func (h *Health) Time(name string, cycle func() error) {
+	end := h.Begin(name)
 	start := time.Now()
 	err := cycle()
+	end()
 	h.Observe(name, time.Since(start), err)
 }
 

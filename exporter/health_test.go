@@ -39,3 +39,30 @@ pmu_collector_success{collector="counting"} 1
 		t.Error(err)
 	}
 }
+
+// TestHealthStuck: a cycle begun and never ended is stuck once it has run
+// past the bound, and only then; one that ended, or a collector with no
+// cycle running, never is.
+func TestHealthStuck(t *testing.T) {
+	h := NewHealth("counting", "comm")
+	h.Time("counting", func() error { return nil })
+	endComm := h.Begin("comm")
+	endOther := h.Begin("comm")
+	endOther()
+	now := time.Now()
+	if s := h.Stuck(now, time.Minute); len(s) != 0 {
+		t.Fatalf("stuck before the bound: %v", s)
+	}
+	later := now.Add(90 * time.Second)
+	s := h.Stuck(later, time.Minute)
+	if len(s) != 1 || s["comm"] < 90*time.Second || s["comm"] > 91*time.Second {
+		t.Fatalf("90 s after comm's cycle began, bound 1 m: stuck %v, want comm for 90 s", s)
+	}
+	if got := StuckText(s); !strings.HasPrefix(got, "comm for 1m30") {
+		t.Errorf("StuckText = %q", got)
+	}
+	endComm()
+	if s := h.Stuck(later, time.Minute); len(s) != 0 {
+		t.Errorf("stuck after the cycle ended: %v", s)
+	}
+}

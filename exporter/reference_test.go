@@ -34,6 +34,7 @@ func everyCollector() []prometheus.Collector {
 		NewComm(nil).WithPeriods(func() []uint64 { return nil }).WithWatch(func() WatchStats { return WatchStats{} }).PerCgroup(samplestat.New(0, 1), noCgroups{}, nil),
 		NewComm(nil).WithSource("pebs"),
 		NewHealth(),
+		NewStaleScrapes(),
 		NewPlatform(nil, nil),
 		NewReuse(nil, nil, nil),
 		NewSampling(noSampling{}, nil).PerCgroup(noCgroups{}, nil),

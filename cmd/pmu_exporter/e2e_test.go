@@ -73,6 +73,35 @@ type exporterProc struct {
 	addr string
 	cmd  *exec.Cmd
 	log  *logBuffer
+	// stopped is terminate's outcome, once: how long the exporter took to
+	// exit after SIGTERM, and why it did not exit cleanly.
+	stopped   sync.Once
+	stopTook  time.Duration
+	stopError error
+}
+
+// terminate sends SIGTERM and waits up to limit for the exporter to exit
+// (killing it after); the first call's outcome is every call's.
+func (p *exporterProc) terminate(limit time.Duration) (time.Duration, error) {
+	p.stopped.Do(func() {
+		start := time.Now()
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- p.cmd.Wait() }()
+		select {
+		case err := <-done:
+			p.stopTook = time.Since(start)
+			if err != nil {
+				p.stopError = fmt.Errorf("exporter did not exit cleanly on SIGTERM: %w", err)
+			}
+		case <-time.After(limit):
+			p.stopTook = time.Since(start)
+			p.cmd.Process.Kill()
+			<-done
+			p.stopError = fmt.Errorf("exporter still running %v after SIGTERM", limit)
+		}
+	})
+	return p.stopTook, p.stopError
 }
 
 // logBuffer holds what a process wrote: exec's copying goroutine writes it
@@ -139,17 +168,8 @@ func startWrapped(t *testing.T, cred *syscall.Credential, wrapper []string, args
 		if t.Failed() { // what the exporter said, for a failure on a noisy machine
 			t.Logf("the exporter's log:\n%s", p.log.tail(8<<10))
 		}
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- p.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("exporter did not exit cleanly on SIGTERM: %v\n%s", err, p.log)
-			}
-		case <-time.After(10 * time.Second):
-			p.cmd.Process.Kill()
-			t.Errorf("exporter ignored SIGTERM")
+		if _, err := p.terminate(10 * time.Second); err != nil {
+			t.Errorf("%v\n%s", err, p.log)
 		}
 	})
 	deadline := time.Now().Add(10 * time.Second)
@@ -351,6 +371,13 @@ func TestServeUnprivileged(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "CAP_PERFMON") {
 		t.Errorf("log does not say how to fix permissions:\n%s", p.log)
+	}
+	// A collector that opened nothing has not succeeded (issue 56: the
+	// platform collector said 1 with nothing open).
+	for _, m := range mfs["pmu_collector_success"].GetMetric() {
+		if m.GetGauge().GetValue() != 0 {
+			t.Errorf("pmu_collector_success%v = 1 for nobody, who may open nothing system-wide", m.GetLabel())
+		}
 	}
 }
 

@@ -48,6 +48,11 @@ type Options struct {
 	// AfterRead, if set, hears of each pass over the rings: how long it took
 	// and how many records it skipped as bad.
 	AfterRead func(took time.Duration, skipped int)
+	// BeginPass, if set, hears that a pass (the rings' read, and the
+	// following and governing after it) begins; the function it returns,
+	// that it has ended. A pass that never ends (a read of a sampled
+	// binary hung in the kernel) is then seen (exporter.Health.Stuck).
+	BeginPass func() (end func())
 	// Decoder resolves the samples of Decode configs (the address sampler).
 	Decoder *Decoder
 	// WakeEach wakes the reader at every sample of Decode configs (the
@@ -574,49 +579,66 @@ func (s *Sampler) Run(ctx context.Context) error {
 	poll := max(s.opts.Poll, time.Millisecond)
 	govern := time.NewTicker(max(s.opts.Govern, 10*time.Millisecond))
 	defer govern.Stop()
-	g := newGoverning(s)
-	logged := map[string]bool{}
-	measured := time.Now() // Open measured the clock offset
+	r := &running{g: newGoverning(s), logged: map[string]bool{}, measured: time.Now() /* Open measured the clock offset */, govern: govern.C}
 	for ctx.Err() == nil {
 		if _, err := s.poller.Wait(int(poll / time.Millisecond)); err != nil {
 			return err
 		}
-		// A bad record is counted (pmu_sampling_errors_total) and skipped;
-		// the first of each kind is logged.
-		start := time.Now()
-		skipped := s.ReadAll()
-		if s.opts.AfterRead != nil {
-			s.opts.AfterRead(time.Since(start), len(skipped))
+		end := func() {}
+		if s.opts.BeginPass != nil {
+			end = s.opts.BeginPass()
 		}
-		for _, e := range skipped {
-			if !logged[e.Reason] && s.opts.Logger != nil {
-				logged[e.Reason] = true
-				s.opts.Logger.Warn("sampling: record skipped; further ones are only counted in pmu_sampling_errors_total", "reason", e.Reason, "err", e.Err)
-			}
-		}
-		select {
-		case <-govern.C:
-			if err := s.follow(); err != nil {
-				return err
-			}
-			// The clocks drift apart (NTP slews CLOCK_MONOTONIC only, by
-			// 500 ppm at most): measured again every clockEvery.
-			if time.Since(measured) >= clockEvery {
-				measured = time.Now()
-				if err := s.measureClock(); err != nil && !logged["clock"] && s.opts.Logger != nil {
-					logged["clock"] = true
-					s.opts.Logger.Warn("sampling: clock offset not measured again; the last one stays", "err", err)
-				}
-			}
-			if err := g.step(); err != nil {
-				return err
-			}
-		case <-s.opts.Hotplug:
-			if err := s.follow(); err != nil {
-				return err
-			}
-		default:
+		err := s.pass(r)
+		end()
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// running is what Run keeps from one pass to the next.
+type running struct {
+	g        *governing
+	logged   map[string]bool // the kinds of skipped records logged
+	measured time.Time       // when the clock offset was last measured
+	govern   <-chan time.Time
+}
+
+// pass reads every ring once and, when it is time, follows the online
+// CPUs and governs the periods.
+func (s *Sampler) pass(r *running) error {
+	// A bad record is counted (pmu_sampling_errors_total) and skipped;
+	// the first of each kind is logged.
+	start := time.Now()
+	skipped := s.ReadAll()
+	if s.opts.AfterRead != nil {
+		s.opts.AfterRead(time.Since(start), len(skipped))
+	}
+	for _, e := range skipped {
+		if !r.logged[e.Reason] && s.opts.Logger != nil {
+			r.logged[e.Reason] = true
+			s.opts.Logger.Warn("sampling: record skipped; further ones are only counted in pmu_sampling_errors_total", "reason", e.Reason, "err", e.Err)
+		}
+	}
+	select {
+	case <-r.govern:
+		if err := s.follow(); err != nil {
+			return err
+		}
+		// The clocks drift apart (NTP slews CLOCK_MONOTONIC only, by
+		// 500 ppm at most): measured again every clockEvery.
+		if time.Since(r.measured) >= clockEvery {
+			r.measured = time.Now()
+			if err := s.measureClock(); err != nil && !r.logged["clock"] && s.opts.Logger != nil {
+				r.logged["clock"] = true
+				s.opts.Logger.Warn("sampling: clock offset not measured again; the last one stays", "err", err)
+			}
+		}
+		return r.g.step()
+	case <-s.opts.Hotplug:
+		return s.follow()
+	default:
+		return nil
+	}
 }

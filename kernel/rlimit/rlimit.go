@@ -4,6 +4,7 @@
 package rlimit
 
 import (
+	"os"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -55,4 +56,18 @@ func KiB(v uint64) string {
 		return "unlimited"
 	}
 	return strconv.FormatUint(v>>10, 10) + " KiB"
+}
+
+// OpenFDs is how many file descriptors the process holds now.
+func OpenFDs() (int, error) {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return 0, err
+	}
+	return len(names) - 1, nil // less the directory's own
 }

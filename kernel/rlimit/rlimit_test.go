@@ -1,6 +1,7 @@
 package rlimit
 
 import (
+	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -38,5 +39,29 @@ func TestRaiseMemlock(t *testing.T) {
 func TestKiB(t *testing.T) {
 	if KiB(64<<10) != "64 KiB" || KiB(Unlimited) != "unlimited" {
 		t.Errorf("KiB: %q, %q", KiB(64<<10), KiB(Unlimited))
+	}
+}
+
+// OpenFDs follows the descriptors this test opens and closes.
+func TestOpenFDs(t *testing.T) {
+	before, err := OpenFDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs []*os.File
+	for range 5 {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+	}
+	during, _ := OpenFDs()
+	for _, f := range fs {
+		f.Close()
+	}
+	after, _ := OpenFDs()
+	if during != before+5 || after != before {
+		t.Errorf("open fds %d, with 5 more opened %d, closed again %d", before, during, after)
 	}
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+)
+
+// TestServeHostileFIFO is issue 56's first finding, as the issue asks it
+// to be tested: an ordinary user (nobody) maps a library, renames it
+// away, puts a FIFO at its path and spins inside the library, beside the
+// exporter at its defaults, whose address sampler then samples code that
+// the mapping names a FIFO. Before the fix, the decoder blocked in the
+// FIFO's open holding its lock, and every scrape after it hung, for good.
+// Now, during and after: every scrape answers within 5 s with every part
+// fresh (pmu_scrape_stale_total stays 0: nothing waited on a stuck
+// collector), /-/healthy answers 200, the samples in the library are
+// counted as unreadable_code, and SIGTERM ends the exporter within 5 s.
+func TestServeHostileFIFO(t *testing.T) {
+	requireDecoder(t)
+	testenv.RequireRoot(t)
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	// nobody makes its FIFO here.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lib, swap := filepath.Join(dir, "libspin.so"), filepath.Join(dir, "fifoswap")
+	for _, build := range [][]string{
+		{"-O2", "-shared", "-fPIC", "-o", lib, "testdata/fifoswap/spin.c"},
+		{"-O2", "-o", swap, "testdata/fifoswap/main.c", "-ldl"},
+	} {
+		if out, err := exec.Command(gcc, build...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", build, err, out)
+		}
+	}
+	p := start(t, nil)
+	_, mfs := p.scrape(t)
+	unreadable0, _ := value(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
+
+	hostile := exec.Command(swap, lib, "6")
+	hostile.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := hostile.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile.Stderr = os.Stderr
+	if err := hostile.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "swapped\n" {
+		hostile.Wait()
+		t.Fatalf("fifoswap said %q, not swapped", line)
+	}
+	if fi, err := os.Lstat(lib); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("%s is not a FIFO now: %v %v", lib, fi, err)
+	}
+	var wg sync.WaitGroup
+	exited := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(exited)
+		hostile.Wait()
+	}()
+	probe := &prober{t: t, addr: p.addr, client: &http.Client{Timeout: 5 * time.Second}}
+	for running := true; running; {
+		select {
+		case <-exited:
+			running = false
+		case <-time.After(250 * time.Millisecond):
+			probe.once()
+		}
+	}
+	wg.Wait()
+	for range 8 { // after it has gone
+		probe.once()
+		time.Sleep(250 * time.Millisecond)
+	}
+	last := probe.once()
+	unreadable, _ := value(t, last, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
+	t.Logf("%d scrapes, the slowest %v; unreadable_code samples %v -> %v", probe.scrapes, probe.slowest, unreadable0, unreadable)
+	if unreadable <= unreadable0 {
+		t.Errorf("no sample counted as unreadable_code while the library's path was a FIFO (%v -> %v): the test did not reach the decoder's open", unreadable0, unreadable)
+	}
+	took, err := p.terminate(5 * time.Second)
+	if err != nil {
+		t.Errorf("after the FIFO: %v (SIGTERM answered in %v)", err, took)
+	}
+	t.Logf("SIGTERM to exit: %v", took)
+}
+
+// prober scrapes /metrics and asks /-/healthy, each within its client's
+// timeout, and fails the test on a slow or failed answer or a stale part.
+type prober struct {
+	t       *testing.T
+	addr    string
+	client  *http.Client
+	scrapes int
+	slowest time.Duration
+}
+
+// once scrapes and asks for health once; it returns the scrape's families.
+func (p *prober) once() map[string]*dto.MetricFamily {
+	t := p.t
+	t.Helper()
+	start := time.Now()
+	resp, err := p.client.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %d: %v after %v", p.scrapes+1, err, time.Since(start))
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("scrape %d: %s %v", p.scrapes+1, resp.Status, err)
+	}
+	p.scrapes++
+	p.slowest = max(p.slowest, took)
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("scrape %d: %v", p.scrapes, err)
+	}
+	for _, m := range mfs["pmu_scrape_stale_total"].GetMetric() {
+		if v := m.GetCounter().GetValue(); v != 0 {
+			t.Errorf("scrape %d: pmu_scrape_stale_total%v = %v: a collector's part waited past --web.collect-timeout", p.scrapes, m.GetLabel(), v)
+		}
+	}
+	h, err := p.client.Get("http://" + p.addr + "/-/healthy")
+	if err != nil {
+		t.Fatalf("/-/healthy: %v", err)
+	}
+	hb, _ := io.ReadAll(h.Body)
+	h.Body.Close()
+	if h.StatusCode != 200 {
+		t.Errorf("/-/healthy: %s %s", h.Status, hb)
+	}
+	return mfs
+}

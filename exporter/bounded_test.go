@@ -1,0 +1,83 @@
+package exporter
+
+import (
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// gated is a collector whose Collect sends its value, then waits until
+// the gate is open (a source whose lock a hung read holds).
+type gated struct {
+	desc    *prometheus.Desc
+	value   atomic.Int64
+	gate    chan struct{}
+	entered atomic.Int32
+}
+
+func (g *gated) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *gated) Collect(ch chan<- prometheus.Metric) {
+	g.entered.Add(1)
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.CounterValue, float64(g.value.Load()))
+	<-g.gate
+}
+
+// TestBoundedServesLastWhileStuck: a collector that completes is served
+// fresh; one that hangs is served its last complete values within the
+// bound, each such scrape counted, one Collect running at most however
+// many scrapes come; once it is free again, fresh values return.
+func TestBoundedServesLastWhileStuck(t *testing.T) {
+	g := &gated{desc: prometheus.NewDesc("x_total", "x", nil, nil), gate: make(chan struct{})}
+	close(g.gate)
+	stale := NewStaleScrapes()
+	b := NewBounded(g, "comm", 50*time.Millisecond, stale)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(b, stale)
+	g.value.Store(7)
+	want := func(x string) {
+		t.Helper()
+		exp := "# HELP x_total x\n# TYPE x_total counter\n" + x
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(exp), "x_total"); err != nil {
+			t.Error(err)
+		}
+	}
+	want("x_total 7\n")
+	if got := testutil.ToFloat64(stale); got != 0 {
+		t.Errorf("pmu_scrape_stale_total = %v after a scrape within the bound, want 0", got)
+	}
+
+	g.gate = make(chan struct{}) // the source hangs from now on
+	g.value.Store(9)
+	before := runtime.NumGoroutine()
+	start := time.Now()
+	for range 5 {
+		want("x_total 7\n")
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("5 scrapes of a stuck collector took %v; each is bounded by 50 ms", took)
+	}
+	if n := g.entered.Load(); n != 2 {
+		t.Errorf("Collect entered %d times; want 2 (one complete, one stuck for all 5 scrapes)", n)
+	}
+	if got := testutil.ToFloat64(stale); got != 5 {
+		t.Errorf("pmu_scrape_stale_total = %v after 5 stuck scrapes, want 5", got)
+	}
+	if grew := runtime.NumGoroutine() - before; grew > 2 {
+		t.Errorf("%d goroutines more while stuck; want the one Collect's (and its drain)", grew)
+	}
+	close(g.gate) // free: the stuck Collect ends, the next is fresh
+	deadline := time.Now().Add(2 * time.Second)
+	for g.entered.Load() < 3 && time.Now().Before(deadline) {
+		if _, err := reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("x_total 9\n")
+}
+
