@@ -348,10 +348,10 @@ func setupTree(sysfs string, s setup, t topdown.Target, userFile string, o treeO
 type Pipeline struct {
 	// parts are the exporter collectors, each with the collector that
 	// built it (pmu_scrape_stale_total's part).
-	parts      []part
-	run        func(ctx context.Context)
-	ready      func() (bool, string)
-	closers    []func()
+	parts   []part
+	run     func(ctx context.Context)
+	ready   func() (bool, string)
+	closers []func()
 	// startPods starts the pod-name informer (nil without the API).
 	startPods func(ctx context.Context)
 	// handlers are extra endpoints (/debug/cachelines).

@@ -80,4 +80,3 @@ func TestBoundedServesLastWhileStuck(t *testing.T) {
 	}
 	want("x_total 9\n")
 }
-
