@@ -203,7 +203,8 @@ type treeStatus struct {
 }
 
 // RunCheck writes what this host can measure with these options, as text
-// or json (format), and returns the exit code: 0 if the exporter can run.
+// or json (format), and returns the exit code: 0 if the exporter can run
+// with every group of its configuration, 1 if not.
 func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 	s := discover(f)
 	var tds topdownStatus
@@ -258,7 +259,9 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 	} else {
 		res.writeText(stdout)
 	}
-	if !s.report.Runnable {
+	if !s.report.Runnable || len(s.configErrors) > 0 {
+		// A configuration problem leaves groups uncounted: the
+		// configuration is not one to deploy.
 		return 1
 	}
 	return 0

@@ -8,6 +8,8 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
 )
 
 // Options are what is counted, where from and by which collectors, bound to
@@ -122,6 +125,44 @@ func (o *Options) Validate() error {
 			fmt.Sprint(o.sampling.budget) + " and " + fmt.Sprint(o.sampling.period))
 	}
 	return nil
+}
+
+// CheckPaths refuses a path flag that names the wrong thing, before
+// anything is read through it: a sysfs without the CPUs, a procfs
+// without processes, a cgroupfs that is no cgroup hierarchy, a config
+// file or kubeconfig that is not there. Each error names its flag.
+func (o *Options) CheckPaths() error {
+	var errs []error
+	want := func(flag, path, inside, what string) {
+		if _, err := os.Stat(filepath.Join(path, inside)); err != nil {
+			errs = append(errs, fmt.Errorf("--%s=%s is not %s: no %s there (%w)", flag, path, what, inside, err))
+		}
+	}
+	want("path.sysfs", o.sysfs, "devices/system/cpu/online", "a sysfs")
+	want("path.procfs", o.procfs, "self/stat", "a procfs")
+	if o.cgroups.fsPath != "" {
+		want("path.cgroupfs", o.cgroups.fsPath, "cgroup.procs", "a cgroup hierarchy")
+	}
+	regular := func(flag, path string) {
+		if path == "" {
+			return
+		}
+		fi, err := os.Stat(path)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--%s: %w", flag, err))
+		case !fi.Mode().IsRegular():
+			errs = append(errs, fmt.Errorf("--%s=%s is not a regular file (%s)", flag, path, fi.Mode().Type()))
+		}
+	}
+	regular("config.file", o.configFile)
+	regular("kubernetes.kubeconfig", o.kubeconfig)
+	if len(errs) == 0 && o.kubeconfig != "" {
+		if _, err := podmeta.Client(o.kubeconfig); err != nil {
+			errs = append(errs, fmt.Errorf("--kubernetes.kubeconfig=%s: %w", o.kubeconfig, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Sysfs and Procfs are the host paths (--path.sysfs, --path.procfs).

@@ -15,7 +15,8 @@ import (
 
 // Linux capability numbers (include/uapi/linux/capability.h).
 const (
-	CapSysAdmin = 21
+	CapSysPtrace = 19
+	CapSysAdmin  = 21
 	CapPerfmon  = 38
 	CapBPF      = 39
 )
@@ -40,6 +41,9 @@ type Facts struct {
 	ParanoidKnown bool
 	MaxSampleRate int
 	NMIWatchdog   bool
+	// PtraceScope is Yama's kernel.yama.ptrace_scope (-1: no Yama): at 3
+	// no process may read another's memory, CAP_SYS_PTRACE or not.
+	PtraceScope int
 	CapEff        uint64
 	CapKnown      bool
 	Euid          int
@@ -121,6 +125,10 @@ func Read(procRoot, sysRoot string) Facts {
 	}
 	if v, err := readInt(filepath.Join(kernel, "perf_event_max_sample_rate")); err == nil {
 		f.MaxSampleRate = v
+	}
+	f.PtraceScope = -1
+	if v, err := readInt(filepath.Join(kernel, "yama", "ptrace_scope")); err == nil {
+		f.PtraceScope = v
 	}
 	if v, err := readInt(filepath.Join(kernel, "nmi_watchdog")); err == nil {
 		f.NMIWatchdog = v != 0

@@ -402,6 +402,39 @@ func TestServeBadConfigKeepsGoodGroups(t *testing.T) {
 	if want := cfg + `:6:14: event \"cyclez\": unknown event \"cyclez\"; did you mean \"cycles\"?`; !strings.Contains(p.log.String(), want) {
 		t.Errorf("log lacks %q:\n%s", want, p.log)
 	}
+	// check judges the same configuration: it says what will not be
+	// counted, and exits 1 (issue 56: it said so and exited 0).
+	out, err := exec.Command(binary, "check", "--config.file="+cfg).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "Configuration problems (these groups will not be counted)") {
+		t.Errorf("check of a configuration with a bad group: %v\n%s", err, out)
+	}
+}
+
+// TestPathFlagsNamingTheWrongThing: a path flag that names something
+// other than what it is for stops serve, check and validate at start
+// (exit 2) with the flag, the path and what is missing there, rather
+// than a report about none of the CPUs or a cgroup hierarchy at /proc.
+func TestPathFlagsNamingTheWrongThing(t *testing.T) {
+	garbage := filepath.Join(t.TempDir(), "kubeconfig")
+	os.WriteFile(garbage, []byte("not: [a kubeconfig"), 0o644)
+	for _, c := range []struct{ flag, says string }{
+		{"--path.sysfs=/nonexistent", "--path.sysfs=/nonexistent is not a sysfs: no devices/system/cpu/online there"},
+		{"--path.procfs=/sys", "--path.procfs=/sys is not a procfs: no self/stat there"},
+		{"--path.cgroupfs=/proc", "--path.cgroupfs=/proc is not a cgroup hierarchy: no cgroup.procs there"},
+		{"--config.file=/nonexistent.yaml", "--config.file: stat /nonexistent.yaml: no such file or directory"},
+		{"--config.file=/proc", "--config.file=/proc is not a regular file"},
+	} {
+		for _, cmd := range [][]string{{c.flag}, {"check", c.flag}, {"validate", "--quick", c.flag}} {
+			out, err := exec.Command(binary, cmd...).CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.says) {
+				t.Errorf("%v: %v\n%s", cmd, err, out)
+			}
+		}
+	}
+	out, err := exec.Command(binary, "--kubernetes.node-name=n", "--kubernetes.kubeconfig="+garbage).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--kubernetes.kubeconfig="+garbage+": kubernetes client configuration") {
+		t.Errorf("a kubeconfig that is none: %v\n%s", err, out)
+	}
 }
 
 func TestServeBasicAuth(t *testing.T) {

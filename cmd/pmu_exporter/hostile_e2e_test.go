@@ -154,3 +154,54 @@ func (p *prober) once() map[string]*dto.MetricFamily {
 	}
 	return mfs
 }
+
+// TestServeWithoutSysPtrace: root without CAP_SYS_PTRACE (a container
+// that did not add it) cannot read the code of another user's process.
+// It says so in check, once in the log, and in
+// pmu_capability{feature="code_reads"}; a process of nobody's that it
+// samples ends as unreadable_code.
+func TestServeWithoutSysPtrace(t *testing.T) {
+	requireDecoder(t)
+	testenv.RequireRoot(t)
+	setpriv := testenv.RequireTool(t, "setpriv")
+	gcc := testenv.RequireTool(t, "gcc")
+	drop := []string{setpriv, "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace"}
+	out, _ := exec.Command(drop[0], append(drop[1:], binary, "check")...).CombinedOutput()
+	if !strings.Contains(string(out), "[no]  code_reads          no CAP_SYS_PTRACE") || strings.Contains(string(out), "CAP_SYS_PTRACE\n") {
+		t.Errorf("check without CAP_SYS_PTRACE does not say code_reads is missing:\n%s", out)
+	}
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		os.Chmod(d, 0o755)
+	}
+	lib, swap := filepath.Join(dir, "libspin.so"), filepath.Join(dir, "fifoswap")
+	for _, build := range [][]string{
+		{"-O2", "-shared", "-fPIC", "-o", lib, "testdata/fifoswap/spin.c"},
+		{"-O2", "-o", swap, "testdata/fifoswap/main.c", "-ldl"},
+	} {
+		if out, err := exec.Command(gcc, build...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", build, err, out)
+		}
+	}
+	p := startWrapped(t, nil, drop)
+	_, mfs := p.scrape(t)
+	if v := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": "code_reads"}); v != 0 {
+		t.Errorf(`pmu_capability{feature="code_reads"} = %v without CAP_SYS_PTRACE`, v)
+	}
+	if n := strings.Count(p.log.String(), `msg="capability missing" feature=code_reads reason="no CAP_SYS_PTRACE`); n != 1 {
+		t.Errorf("the log says code_reads is missing %d times, want once:\n%s", n, p.log.tail(4<<10))
+	}
+	unreadable0, _ := value(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
+	// nobody's process, in its own code for a second; fifoswap's FIFO
+	// goes in a directory nobody cannot write, so it stops there.
+	hostile := exec.Command(swap, lib, "1")
+	hostile.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	hostile.CombinedOutput()
+	time.Sleep(300 * time.Millisecond)
+	_, mfs = p.scrape(t)
+	unreadable, _ := value(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
+	t.Logf("unreadable_code samples %v -> %v", unreadable0, unreadable)
+	if unreadable <= unreadable0 {
+		t.Errorf("no sample of nobody's process counted unreadable without CAP_SYS_PTRACE (%v -> %v)", unreadable0, unreadable)
+	}
+}

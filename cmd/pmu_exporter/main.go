@@ -124,7 +124,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	f.web = webflag.AddFlags(serve, defaultAddress)
 	f.log = &promslog.Config{}
 
-	c.check = app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run.")
+	c.check = app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run with every group its configuration asks for, 1 if not, 2 for a flag or path that names the wrong thing.")
 	c.check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
 	c.valCmd = app.Command("validate", "Run validation kernels whose counts are known in advance (CAT): for each event the exporter would count, and those of --event, the slope of its count over a sweep of sizes, r² and goodness; pass, fail, or not measurable here and why. Exit 1 if an event failed.")
 	c.valCmd.Flag("event", "Also validate this event (perf syntax; repeatable).").StringsVar(&c.vf.Events)
@@ -227,8 +227,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case c.check.FullCommand():
+		if err := f.opts.CheckPaths(); err != nil {
+			fmt.Fprintf(stderr, "pmu_exporter check: %v\n", err)
+			return 2
+		}
 		return collector.RunCheck(*f.opts, f.checkFormat, stdout, stderr)
 	case c.valCmd.FullCommand():
+		if err := f.opts.CheckPaths(); err != nil {
+			fmt.Fprintf(stderr, "pmu_exporter validate: %v\n", err)
+			return 2
+		}
 		return collector.RunValidate(*f.opts, c.vf, stdout, stderr)
 	case c.tdCmd.FullCommand():
 		return runTopdown(f, td, os.Stdin, stdout, stderr)
@@ -241,7 +249,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case c.reuseCmd.FullCommand():
 		return runReuse(c.rf, os.Stdin, stdout, stderr)
 	default:
-		if err := f.opts.Validate(); err != nil {
+		err := f.opts.Validate()
+		if err == nil && f.opts.Source() != "replay" {
+			err = f.opts.CheckPaths()
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "pmu_exporter: %v\n", err)
 			return 2
 		}

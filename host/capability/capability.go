@@ -29,6 +29,10 @@ const (
 	// sampled instruction's memory operand gives the data address without
 	// a precise PMU.
 	AddressSampling = "address_sampling"
+	// CodeReads: the address sampler may read the code and mappings of
+	// every process it samples (/proc/PID/mem, /proc/PID/root), those of
+	// other users too: CAP_SYS_PTRACE.
+	CodeReads = "code_reads"
 	EBPF            = "ebpf"
 	CgroupEvents    = "cgroup_events"
 	// CgroupAttribution is judged by serve and check, which load the eBPF
@@ -130,8 +134,15 @@ func Build(f host.Facts, pmus []*pmu.PMU, counters host.Counters, p Probes) Repo
 	r.add(spe)
 	r.add(breakpointFeature(p.Breakpoint(), byName, privilege))
 	if p.AddressSampling != nil {
-		r.add(feature(AddressSampling, p.AddressSampling(), "user-mode timer samples carry the registers: data addresses from the sampled instructions, no precise PMU needed",
-			"needs perf_event_paranoid <= 2 or CAP_PERFMON, PERF_SAMPLE_REGS_USER (Linux 3.7, x86-64 or arm64), and CAP_SYS_PTRACE to read other processes' code"))
+		err := p.AddressSampling()
+		if err == nil && sw != nil {
+			// This thread's samples carry registers, but the address
+			// sampler samples every CPU's tasks.
+			err = fmt.Errorf("the address sampler samples every CPU, which is refused: %w", sw)
+		}
+		r.add(feature(AddressSampling, err, "user-mode timer samples carry the registers: data addresses from the sampled instructions, no precise PMU needed",
+			"needs CAP_PERFMON (or perf_event_paranoid <= 0) to sample every CPU, and PERF_SAMPLE_REGS_USER (Linux 3.7, x86-64 or arm64)"))
+		r.add(codeReadsFeature(f))
 	}
 	bpfFix := "eBPF needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) and a kernel with CONFIG_BPF_SYSCALL"
 	r.add(feature(EBPF, p.EBPF(), "perf_event BPF programs load", bpfFix))
@@ -170,7 +181,7 @@ func newReport(f host.Facts, counters host.Counters) Report {
 	for _, c := range []struct {
 		n    uint
 		name string
-	}{{host.CapPerfmon, "CAP_PERFMON"}, {host.CapBPF, "CAP_BPF"}, {host.CapSysAdmin, "CAP_SYS_ADMIN"}} {
+	}{{host.CapPerfmon, "CAP_PERFMON"}, {host.CapBPF, "CAP_BPF"}, {host.CapSysAdmin, "CAP_SYS_ADMIN"}, {host.CapSysPtrace, "CAP_SYS_PTRACE"}} {
 		if f.HasCap(c.n) {
 			r.Caps = append(r.Caps, c.name)
 		}
@@ -316,6 +327,24 @@ func feature(name string, err error, detail, fix string) Feature {
 		return Feature{Name: name, Available: true, Detail: detail}
 	}
 	return Feature{Name: name, Reason: err.Error(), Fix: fixFor(err, fix)}
+}
+
+// codeReadsFeature judges whether the address sampler may read every
+// sampled process's code: without it, the samples of other users'
+// processes end as unreadable_code (pmu_address_samples_total).
+func codeReadsFeature(f host.Facts) Feature {
+	const detail = "CAP_SYS_PTRACE: the address sampler reads the code and mappings of every process it samples, other users' too"
+	switch {
+	case !f.CapKnown:
+		return Feature{Name: CodeReads, Reason: "the process's capabilities could not be read", Fix: "give the exporter CAP_SYS_PTRACE"}
+	case !f.HasCap(host.CapSysPtrace):
+		return Feature{Name: CodeReads, Reason: "no CAP_SYS_PTRACE: the code of processes of other users cannot be read, and their samples end as unreadable_code",
+			Fix: "add SYS_PTRACE to the container's capabilities (the Helm chart does), or run as root outside a container"}
+	case f.PtraceScope >= 3:
+		return Feature{Name: CodeReads, Reason: "kernel.yama.ptrace_scope is 3: no process may read another's memory, CAP_SYS_PTRACE or not; samples end as unreadable_code",
+			Fix: "kernel.yama.ptrace_scope=2 (or lower) lets CAP_SYS_PTRACE read; 3 cannot be lowered without a reboot"}
+	}
+	return Feature{Name: CodeReads, Available: true, Detail: detail}
 }
 
 // ErrNotSupported marks a probe's error as the kernel lacking the feature

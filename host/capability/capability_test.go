@@ -128,11 +128,13 @@ func TestUnprivileged(t *testing.T) {
 	denied := func() error {
 		return &model.OpenError{Event: "probe", Err: unix.EACCES, Reason: model.ReasonPermission}
 	}
-	p := Probes{Hardware: ok, SystemWide: denied, Breakpoint: ok, EBPF: func() error { return unix.EPERM }, Cgroup: denied, AddressSampling: denied}
+	// This thread's own samples carry its registers (paranoid 2 allows
+	// it), but the address sampler samples every CPU: not available.
+	p := Probes{Hardware: ok, SystemWide: denied, Breakpoint: ok, EBPF: func() error { return unix.EPERM }, Cgroup: denied, AddressSampling: ok}
 	r := report(t, fixture.IntelSkylake(), p)
 	want(t, r, map[string]bool{SystemWide: false, EBPF: false, CgroupEvents: false, HardwareCounters: true, AddressSampling: false})
-	if fix := r.Feature(AddressSampling).Fix; !strings.Contains(fix, "CAP_SYS_PTRACE") {
-		t.Errorf("address sampling fix = %q", fix)
+	if f := r.Feature(AddressSampling); !strings.Contains(f.Reason, "samples every CPU") || !strings.Contains(f.Fix, "CAP_PERFMON") {
+		t.Errorf("address sampling: reason %q, fix %q", f.Reason, f.Fix)
 	}
 	if r.Runnable {
 		t.Error("runnable without system-wide counting")
@@ -196,5 +198,27 @@ func TestPlatformFeatures(t *testing.T) {
 	}
 	if f := r.Feature(Energy); !strings.Contains(f.Reason, "no power PMU") {
 		t.Errorf("energy without RAPL: %q", f.Reason)
+	}
+}
+
+// code_reads follows CAP_SYS_PTRACE in the effective set and Yama's
+// ptrace_scope: what the kernel checks before /proc/PID/mem of another
+// user's process is read.
+func TestCodeReads(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		facts host.Facts
+		avail bool
+		says  string
+	}{
+		{"with CAP_SYS_PTRACE", host.Facts{CapKnown: true, CapEff: 1 << host.CapSysPtrace, PtraceScope: 1}, true, ""},
+		{"without", host.Facts{CapKnown: true, CapEff: 1<<host.CapPerfmon | 1<<host.CapBPF, PtraceScope: -1}, false, "no CAP_SYS_PTRACE"},
+		{"ptrace_scope 3", host.Facts{CapKnown: true, CapEff: 1 << host.CapSysPtrace, PtraceScope: 3}, false, "ptrace_scope is 3"},
+		{"unknown", host.Facts{}, false, "could not be read"},
+	} {
+		f := codeReadsFeature(c.facts)
+		if f.Name != CodeReads || f.Available != c.avail || !strings.Contains(f.Reason, c.says) || (!f.Available && f.Fix == "") {
+			t.Errorf("%s: %+v", c.name, f)
+		}
 	}
 }
