@@ -17,8 +17,8 @@ import (
 const (
 	CapSysPtrace = 19
 	CapSysAdmin  = 21
-	CapPerfmon  = 38
-	CapBPF      = 39
+	CapPerfmon   = 38
+	CapBPF       = 39
 )
 
 // CPU identifies the processor.
@@ -43,14 +43,14 @@ type Facts struct {
 	NMIWatchdog   bool
 	// PtraceScope is Yama's kernel.yama.ptrace_scope (-1: no Yama): at 3
 	// no process may read another's memory, CAP_SYS_PTRACE or not.
-	PtraceScope int
-	CapEff        uint64
-	CapKnown      bool
-	Euid          int
-	Cgroup2Mount  string // where cgroup v2 is mounted, "" if not
-	CgroupV1Perf  string // where v1's perf_event controller is mounted, "" if not
-	OnlineCPUs    []int
-	Errors        []error
+	PtraceScope  int
+	CapEff       uint64
+	CapKnown     bool
+	Euid         int
+	Cgroup2Mount string // where cgroup v2 is mounted, "" if not
+	CgroupV1Perf string // where v1's perf_event controller is mounted, "" if not
+	OnlineCPUs   []int
+	Errors       []error
 }
 
 // HasCap reports whether the process holds an effective capability.

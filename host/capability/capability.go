@@ -32,9 +32,9 @@ const (
 	// CodeReads: the address sampler may read the code and mappings of
 	// every process it samples (/proc/PID/mem, /proc/PID/root), those of
 	// other users too: CAP_SYS_PTRACE.
-	CodeReads = "code_reads"
-	EBPF            = "ebpf"
-	CgroupEvents    = "cgroup_events"
+	CodeReads    = "code_reads"
+	EBPF         = "ebpf"
+	CgroupEvents = "cgroup_events"
 	// CgroupAttribution is judged by serve and check, which load the eBPF
 	// attribution program: it is not in Build's report.
 	CgroupAttribution = "cgroup_attribution"
