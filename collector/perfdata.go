@@ -4,9 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/formats/spe"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 )
 
 // openPerfData opens a perf.data file, or a pipe-mode stream on stdin for
@@ -28,7 +28,8 @@ func OpenPerfData(path string, stdin io.Reader) (file *perfdata.File, close func
 		return nil, close, errors.New("- (standard input) is not a file here: name the perf.data file")
 	}
 	if path != "-" {
-		f, err := os.Open(path)
+		// perf.data is read as it goes (no ceiling): only a regular file.
+		f, err := safeopen.Regular(path)
 		if err != nil {
 			return nil, close, err
 		}
@@ -186,11 +187,13 @@ type Accesses struct {
 func NewAccesses(arch, symfs string) (*Accesses, error) {
 	maps := addrmap.New()
 	code := codemap.New(maps, func(_ uint32, name string) (codemap.File, string, error) {
-		path := name
+		// The recording names the files: resolved inside --replay.symfs
+		// (a name with ../ or a link stays in it), a regular file only.
 		if symfs != "" {
-			path = filepath.Join(symfs, name)
+			f, err := safeopen.InRoot(symfs, "/"+strings.TrimPrefix(name, "/"))
+			return f, name, err
 		}
-		f, err := os.Open(path)
+		f, err := safeopen.Regular(name)
 		return f, name, err
 	}, nil)
 	res, err := memop.NewResolver(code, arch)

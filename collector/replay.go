@@ -13,6 +13,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/replay"
 )
 
@@ -90,9 +91,9 @@ func replayCounting(b *build) error {
 	if f.replay.file == "" {
 		return errors.New("--source=replay needs --replay.file")
 	}
-	file, err := os.Open(f.replay.file)
+	file, err := safeopen.Input("--replay.file", f.replay.file, safeopen.Recording, nil)
 	if err != nil {
-		return fmt.Errorf("--replay.file: %w", err)
+		return err
 	}
 	defer file.Close()
 	rec, err := replay.Load(f.replay.file, file)

@@ -3,7 +3,6 @@ package collector
 import (
 	"bufio"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 )
 
@@ -28,9 +28,9 @@ import (
 // --replay.trap-cost, each run is governed as live (governed).
 func replayReuse(b *build) error {
 	path := b.f.replay.trace
-	file, err := os.Open(path)
+	file, err := safeopen.Input("--replay.trace", path, safeopen.Trace, nil)
 	if err != nil {
-		return fmt.Errorf("--replay.trace: %w", err)
+		return err
 	}
 	defer file.Close()
 	gov, err := b.traceGovernor()
@@ -107,7 +107,7 @@ func traceTimed(path string, period uint64, gov *governor.Governor) (*reuse.Trac
 	if timed, err := firstAccessTimed(path); err != nil || !timed {
 		return nil, err
 	}
-	file, err := os.Open(path)
+	file, err := safeopen.Input("--replay.trace", path, safeopen.Trace, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func traceTimed(path string, period uint64, gov *governor.Governor) (*reuse.Trac
 // firstAccessTimed says whether a trace's first access has its fifth
 // field, the thread's CPU time.
 func firstAccessTimed(path string) (bool, error) {
-	file, err := os.Open(path)
+	file, err := safeopen.Input("--replay.trace", path, safeopen.Trace, nil)
 	if err != nil {
 		return false, err
 	}

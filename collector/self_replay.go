@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 )
 
 // scrapedAt opens each scrape of a --replay.self file.
@@ -33,7 +33,7 @@ func selfFamily(name string) bool {
 // (internal/examplegen/self/record.sh); the first and the last are served
 // (exporter.Scraped), counters rising at their rate between the two.
 func (b *build) replaySelf(path string) error {
-	data, err := os.ReadFile(path)
+	data, err := safeopen.ReadInput("--replay.self", path, safeopen.Document, nil)
 	if err != nil {
 		return fmt.Errorf("--replay.self: %w", err)
 	}

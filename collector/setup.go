@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -30,6 +29,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/kernel/platformcount"
 	"github.com/pmu-exporter/pmu_exporter/kernel/probe"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
 	"github.com/pmu-exporter/pmu_exporter/plan/config"
 	"github.com/pmu-exporter/pmu_exporter/plan/profile"
@@ -94,8 +94,11 @@ func discover(f Options) setup {
 
 	cfg := &config.Config{DefaultProfile: true}
 	if f.configFile != "" {
-		var err error
-		if cfg, err = config.Load(f.configFile); err != nil {
+		b, err := safeopen.ReadInput("--config.file", f.configFile, safeopen.YAML, nil)
+		if err == nil {
+			cfg, err = config.Parse(f.configFile, b)
+		}
+		if err != nil {
 			s.configErrors = append(s.configErrors, unjoin(err)...)
 			if cfg == nil {
 				cfg = &config.Config{DefaultProfile: true}
@@ -275,7 +278,7 @@ func setupTree(sysfs string, s setup, t topdown.Target, userFile string, o treeO
 	}
 	var err error
 	if userFile != "" {
-		b, rerr := os.ReadFile(userFile)
+		b, rerr := safeopen.ReadInput("--collector.topdown.definitions", userFile, safeopen.YAML, nil)
 		if rerr != nil {
 			return nil, &metric.UserError{File: userFile, Err: rerr}
 		}

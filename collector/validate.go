@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cpubind"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
 )
 
@@ -472,7 +472,7 @@ func writeValidation(w io.Writer, cpu int, rows []validate.Result, rep capabilit
 // pmu_event_multiplex_error_ratio. An error names the file and what in it
 // is wrong.
 func (b *build) replayValidation(path string) error {
-	data, err := os.ReadFile(path)
+	data, err := safeopen.ReadInput("--replay.validation", path, safeopen.Document, nil)
 	if err != nil {
 		return fmt.Errorf("--replay.validation: %w", err)
 	}

@@ -100,7 +100,11 @@ func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float6
 	}
 	var order []key
 	byKey := map[key][]perfstat.Sample{}
+	seen := map[int]bool{} // the input slots the recording has
 	for _, s := range samples {
+		if slot := match.Input(s.Event); slot >= 0 {
+			seen[slot] = true
+		}
 		k := key{fmt.Sprint(s.Time), s.CPU, s.Cgroup}
 		if _, seen := byKey[k]; !seen {
 			order = append(order, k)
@@ -136,17 +140,10 @@ func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float6
 	}
 	// Say once, for the whole file, what could not be computed and why.
 	for _, in := range t.Inputs {
-		seen := false
-		for _, s := range samples {
-			if match.Input(s.Event) == t.Input(in) {
-				seen = true
-				break
-			}
-		}
 		_, isParam := params[in]
 		switch {
 		case isParam:
-		case !seen:
+		case !seen[t.Input(in)]:
 			notes = append(notes, fmt.Sprintf("input %s is not in the recording; metrics that need it are left out (see --list-events)", in))
 		case missing[in] != "":
 			notes = append(notes, fmt.Sprintf("input %s was %s in some intervals; metrics that need it are left out there", in, missing[in]))

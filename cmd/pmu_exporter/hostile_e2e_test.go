@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net/http"
 	"os"
@@ -203,5 +204,65 @@ func TestServeWithoutSysPtrace(t *testing.T) {
 	t.Logf("unreadable_code samples %v -> %v", unreadable0, unreadable)
 	if unreadable <= unreadable0 {
 		t.Errorf("no sample of nobody's process counted unreadable without CAP_SYS_PTRACE (%v -> %v)", unreadable0, unreadable)
+	}
+}
+
+// TestInputsRefusedBeforeRead: every file a user names is opened only
+// if it is a regular file within its kind's ceiling, and refused at once
+// otherwise with the flag, the size and the ceiling (issue 56: a 200 MB
+// definitions file took 3.1 GB and was still parsing after 150 s; a FIFO
+// given as a file blocked for ever). The oversized files are sparse: the
+// test writes nothing to speak of.
+func TestInputsRefusedBeforeRead(t *testing.T) {
+	dir := t.TempDir()
+	sparse := func(name string, size int64) string {
+		p := filepath.Join(dir, name)
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := sparse("defs.yaml", 200<<20)
+	csv := sparse("big.csv", 300<<20)
+	trace := sparse("trace.txt", 5<<30)
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"topdown", "--uarch=spr", "--definitions=" + yaml, "-"}, "--definitions " + yaml + ": too large: 209715200 bytes, over the 16 MiB it may be"},
+		{[]string{"topdown", "--uarch=spr", csv}, "topdown FILE " + csv + ": too large: 314572800 bytes, over the 256 MiB it may be"},
+		{[]string{"topdown", "--uarch=spr", fifo}, "topdown FILE: open " + fifo + ": not a regular file"},
+		{[]string{"reuse", "--trace=" + trace}, "--trace " + trace + ": too large: 5368709120 bytes, over the 4 GiB it may be"},
+		{[]string{"samples", fifo}, "open " + fifo + ": not a regular file"},
+		{[]string{"check", "--config.file=" + yaml}, "--config.file " + yaml + ": too large"},
+		{[]string{"--source=replay", "--replay.file=" + csv, "--web.listen-address=127.0.0.1:0"}, "--replay.file " + csv + ": too large: 314572800 bytes, over the 256 MiB it may be"},
+	} {
+		cmd := exec.Command(binary, c.args...)
+		var buf bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(buf.String(), c.says) {
+				t.Errorf("%v: %v, want an error saying %q:\n%s", c.args, err, c.says, buf.String())
+			}
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Errorf("%v: still running after 10 s:\n%s", c.args, buf.String())
+		}
 	}
 }

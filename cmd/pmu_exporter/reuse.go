@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 )
 
 // reuseFlags are the options of `pmu_exporter reuse`.
@@ -119,15 +119,11 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 			return -1 - int(tid) // a thread nobody placed shares no cache
 		}
 	}
-	in := stdin
-	if rf.trace != "-" {
-		f, err := os.Open(rf.trace)
-		if err != nil {
-			return fail(err)
-		}
-		defer f.Close()
-		in = f
+	in, err := safeopen.Input("--trace", rf.trace, safeopen.Trace, stdin)
+	if err != nil {
+		return fail(err)
 	}
+	defer in.Close()
 	r := reuse.NewReplay(o)
 	if err := r.Run(bufio.NewReaderSize(in, 1<<16)); err != nil {
 		return fail(err)

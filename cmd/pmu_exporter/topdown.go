@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 )
 
 // topdownFlags are the options of `pmu_exporter topdown`.
@@ -55,7 +55,7 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		return fail("%v", err)
 	}
 	if td.definitions != "" {
-		b, err := os.ReadFile(td.definitions)
+		b, err := safeopen.ReadInput("--definitions", td.definitions, safeopen.YAML, nil)
 		if err != nil {
 			return fail("%v", err)
 		}
@@ -86,16 +86,15 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 	if err != nil {
 		return fail("%v", err)
 	}
-	var in io.Reader = stdin
-	name := "standard input"
-	if td.input != "-" && td.input != "" { // kingpin hands a lone "-" over as ""
-		file, err := os.Open(td.input)
-		if err != nil {
-			return fail("%v", err)
-		}
-		defer file.Close()
-		in, name = file, td.input
+	path, name := td.input, td.input
+	if path == "" { // kingpin hands a lone "-" over as ""
+		path, name = "-", "standard input"
 	}
+	in, err := safeopen.Input("topdown FILE", path, safeopen.Recording, stdin)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer in.Close()
 	samples, readErr := perfstat.Parse(in)
 	if len(samples) == 0 && readErr == nil {
 		return fail("%s holds no perf stat values (record with the command from --list-events)", name)

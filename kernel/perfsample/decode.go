@@ -25,6 +25,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/kernel/procmaps"
+	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
 )
 
@@ -127,9 +128,9 @@ func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
 // open opens the file pid maps as name, through the process's root (its
 // container's filesystem), keyed by device and inode so that one file
 // mapped by many processes is read once. Only a regular file, and never
-// blocking (openRegular): the process controls what the name is now.
+// blocking (safeopen.InRoot): the process controls what the name is now.
 func (d *Decoder) open(pid uint32, name string) (codemap.File, string, error) {
-	f, err := openRegular(fmt.Sprintf("%s/%d/root", d.proc, pid), name)
+	f, err := safeopen.InRoot(fmt.Sprintf("%s/%d/root", d.proc, pid), name)
 	if err != nil {
 		return nil, "", err
 	}
