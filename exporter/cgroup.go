@@ -92,7 +92,7 @@ const (
 func NewCgroup(src CgroupSource, names PodNames, how Attribution) *CgroupCollector {
 	return &CgroupCollector{src: src, names: names, attribution: how, labels: map[string]*cgroupLabels{},
 		perfModeFDs: desc("cgroup_perf_mode_fds", "File descriptors held by perf's cgroup mode (one per event per CPU per allow-listed cgroup), the fallback when eBPF is not permitted."),
-		events: desc("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --collector.cgroup.max-series.",
+		events: desc("cgroup_events_total", "Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup=\"other\" holds the cgroups beyond --collector.cgroup.max-series; cgroup=\"gone\" those removed before the exporter read their path (a cgroup that lived less than --collector.counting.interval), whose counts are in their ancestors' series too.",
 			append(identityLabels[:], "event")...),
 		slots: desc("cgroup_slots_total", "Pipeline slots of the cgroup over which Top-Down was computed, summed over CPUs.", identityLabels[:]...),
 		nodeSlots: desc("cgroup_topdown_slots_total", "Slots of the cgroup attributed to a Top-Down node: its fraction of each interval's slots, accumulated.",

@@ -21,6 +21,12 @@ type Reading struct {
 // Other names the series holding every cgroup beyond MaxSeries.
 const Other = "other"
 
+// Gone names the series holding the cgroups that were gone by the first
+// read that held them (a cgroup that lived less than a read interval):
+// their paths can no longer be read, so no series of their own can name
+// them. Their counts are in their ancestors' too, as every cgroup's are.
+const Gone = "gone"
+
 // Options bound the table.
 type Options struct {
 	MaxSeries int           // cgroups with series of their own; the rest go to Other
@@ -36,6 +42,7 @@ type entry struct {
 	prev     []Reading
 	total    []float64 // scaled, cumulative
 	shown    bool      // has its own series (kept until it vanishes: no flapping)
+	unnamed  bool      // gone before its path was read: counted into Gone
 	born     time.Time
 	lastSeen time.Time
 }
@@ -46,25 +53,30 @@ type Table struct {
 	events int
 	byID   map[uint64]*entry
 	other  []float64 // cumulative counts of the cgroups folded into Other
+	gone   []float64 // cumulative counts of the cgroups gone before named
 }
 
 // New makes a table for events events per cgroup.
 func New(events int, opts Options) *Table {
-	return &Table{opts: opts, events: events, byID: map[uint64]*entry{}, other: make([]float64, events)}
+	return &Table{opts: opts, events: events, byID: map[uint64]*entry{}, other: make([]float64, events), gone: make([]float64, events)}
 }
 
 // Update folds in one read of every cgroup the kernel holds: readings by
 // cgroup id, and path resolves an id to its path ("" and false once the
-// cgroup is gone).
-func (t *Table) Update(now time.Time, readings map[uint64][]Reading, path func(uint64) (string, bool)) {
+// cgroup is gone). current says whether the hierarchy was read after the
+// readings: then an id path cannot resolve is a cgroup removed, whose
+// counts go to Gone; if not, it waits for a later update.
+func (t *Table) Update(now time.Time, readings map[uint64][]Reading, path func(uint64) (string, bool), current bool) {
 	for id, rs := range readings {
 		e := t.byID[id]
 		if e == nil {
 			p, ok := path(id)
-			if !ok {
-				continue // gone before we first saw it: nothing to label it with
+			if !ok && !current {
+				continue // perhaps a cgroup the walk did not reach: later
 			}
-			e = &entry{path: p, prev: make([]Reading, t.events), total: make([]float64, t.events), born: now}
+			// Gone before we first saw it: nothing to label it with, so
+			// its counts go to Gone, followed as any cgroup's are.
+			e = &entry{path: p, unnamed: !ok, prev: make([]Reading, t.events), total: make([]float64, t.events), born: now}
 			t.byID[id] = e
 		}
 		e.lastSeen = now
@@ -76,7 +88,10 @@ func (t *Table) Update(now time.Time, readings map[uint64][]Reading, path func(u
 			if dr := r.Running - p.Running; dr > 0 {
 				d := float64(counting.Scale(r.Counter-p.Counter, r.Enabled-p.Enabled, dr))
 				e.total[i] += d
-				if !e.shown {
+				switch {
+				case e.unnamed:
+					t.gone[i] += d
+				case !e.shown:
 					t.other[i] += d
 				}
 			}
@@ -103,9 +118,10 @@ func (t *Table) promote(now time.Time) {
 	shown := 0
 	var waiting []uint64
 	for id, e := range t.byID {
-		if e.shown {
+		switch {
+		case e.shown:
 			shown++
-		} else {
+		case !e.unnamed:
 			waiting = append(waiting, id)
 		}
 	}
@@ -151,8 +167,8 @@ type Series struct {
 	Counts []float64
 }
 
-// Series returns the cgroups with series of their own, then Other (only once
-// something was folded into it).
+// Series returns the cgroups with series of their own, then Other and
+// Gone (each only once something was folded into it).
 func (t *Table) Series() []Series {
 	var out []Series
 	for id, e := range t.byID {
@@ -161,10 +177,15 @@ func (t *Table) Series() []Series {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	for _, v := range t.other {
-		if v > 0 {
-			out = append(out, Series{Path: Other, Counts: append([]float64(nil), t.other...)})
-			break
+	for _, folded := range []struct {
+		path   string
+		counts []float64
+	}{{Other, t.other}, {Gone, t.gone}} {
+		for _, v := range folded.counts {
+			if v > 0 {
+				out = append(out, Series{Path: folded.path, Counts: append([]float64(nil), folded.counts...)})
+				break
+			}
 		}
 	}
 	return out

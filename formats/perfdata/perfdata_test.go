@@ -202,18 +202,29 @@ func FuzzOpen(f *testing.F) {
 	// perf record -z: samples in compressed records, a round between.
 	f.Add(buildFile(zrecords(f, [][]byte{append(sample(10, 300, 0xa), sample(11, 100, 0xb)...), sample(10, 400, 0xc)},
 		[][][]byte{{finishedRound()}}, 40, false)...))
+	// Pipe mode, as a stream (perf record -o - | ...) and from a file.
+	var p bytes.Buffer
+	p.Write(put.AppendUint64(put.AppendUint64(nil, magic), pipeHeaderSize))
+	p.Write(userRecord(TypeHeaderAttr, put.AppendUint64(attr(unix.PERF_COUNT_SW_PAGE_FAULTS), 5)))
+	p.Write(userRecord(TypeHeaderAttr, put.AppendUint64(attr(unix.PERF_COUNT_SW_CPU_CLOCK), 6)))
+	p.Write(sample(6, 10, 0x1000))
+	f.Add(p.Bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		file, err := Open(bytes.NewReader(b))
-		if err != nil {
-			return
-		}
-		var s perfrecord.Sample
-		file.Ordered(func(rec []byte) error {
-			if i, err := file.Events.ForSample(rec); err == nil {
-				perfrecord.DecodeSample(rec, &file.Events.Layouts[i], &s)
+		// Both ways a file comes: one that can be read at any offset,
+		// and a stream (standard input), which pipe mode is read as.
+		for _, r := range []io.Reader{bytes.NewReader(b), io.MultiReader(bytes.NewReader(b))} {
+			file, err := Open(r)
+			if err != nil {
+				continue
 			}
-			return nil
-		})
+			var s perfrecord.Sample
+			file.Ordered(func(rec []byte) error {
+				if i, err := file.Events.ForSample(rec); err == nil {
+					perfrecord.DecodeSample(rec, &file.Events.Layouts[i], &s)
+				}
+				return nil
+			})
+		}
 	})
 }
 

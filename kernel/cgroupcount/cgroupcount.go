@@ -264,9 +264,9 @@ func (a *Attributor) Cycle(online []int) {
 	own := readings
 	readings = a.rollup.Update(own, a.ancestorsOf)
 	current := a.resolve(now, readings)
-	a.table.Update(now, readings, a.resolver.Path)
+	a.table.Update(now, readings, a.resolver.Path, current)
 	if unattributed != nil {
-		a.unattr.Update(now, map[uint64][]cgroupattr.Reading{0: unattributed}, func(uint64) (string, bool) { return "", true })
+		a.unattr.Update(now, map[uint64][]cgroupattr.Reading{0: unattributed}, func(uint64) (string, bool) { return "", true }, true)
 	}
 	forgotten := 0
 	if current {
@@ -415,7 +415,7 @@ func (a *Attributor) publish(series []cgroupattr.Series, tracked int) {
 	}
 	for _, sr := range series {
 		c := Cgroup{Path: sr.Path, Events: a.events(sr.Counts)}
-		if sr.Path != cgroupattr.Other {
+		if sr.Path != cgroupattr.Other && sr.Path != cgroupattr.Gone {
 			c.Identity, _ = podcgroup.Parse(sr.Path)
 		}
 		byName := map[string]int{}

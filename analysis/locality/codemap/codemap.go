@@ -449,11 +449,23 @@ func dwarfLines(ef *elf.File) []lineEntry {
 	}
 	var out []lineEntry
 	r := d.Reader()
-	for {
+	// Each entry takes a byte of .debug_info at least, and the reader
+	// moves forward: a file whose sibling offsets lead it round (found
+	// by FuzzBinary) ends the walk rather than holding the decoder.
+	left, last := int64(1), dwarf.Offset(0)
+	if s := ef.Section(".debug_info"); s != nil {
+		left += int64(s.Size)
+	}
+	lineBytes := int64(1)
+	if s := ef.Section(".debug_line"); s != nil {
+		lineBytes += int64(s.Size)
+	}
+	for ; left > 0; left-- {
 		cu, err := r.Next()
-		if err != nil || cu == nil {
+		if err != nil || cu == nil || (cu.Offset <= last && last != 0) {
 			break
 		}
+		last = cu.Offset
 		if cu.Tag != dwarf.TagCompileUnit {
 			r.SkipChildren()
 			continue
@@ -461,7 +473,8 @@ func dwarfLines(ef *elf.File) []lineEntry {
 		lr, err := d.LineReader(cu)
 		if err == nil && lr != nil {
 			var e dwarf.LineEntry
-			for lr.Next(&e) == nil {
+			// A row takes an opcode byte of .debug_line at least.
+			for rows := lineBytes; rows > 0 && lr.Next(&e) == nil; rows-- {
 				le := lineEntry{addr: e.Address, line: e.Line, end: e.EndSequence}
 				if e.File != nil {
 					le.file = e.File.Name
