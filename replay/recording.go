@@ -8,8 +8,6 @@
 package replay
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"math"
@@ -53,15 +51,15 @@ type Pod struct {
 // Load parses a recording. It must have intervals (-I) and, if any sample
 // names a CPU, all must (-A). An error names the file and line.
 func Load(name string, r io.Reader) (*Recording, error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	rec := &Recording{Name: name, Pods: map[string]Pod{}}
-	if err := rec.readComments(b); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	samples, err := perfstat.Parse(bytes.NewReader(b))
+	var samples []perfstat.Sample
+	leading := true // still in the file's leading comment block
+	err := perfstat.ScanLines(r, func(n int, line string) error {
+		return rec.comment(n, line, &leading)
+	}, func(s perfstat.Sample) error {
+		samples = append(samples, s)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -97,39 +95,34 @@ func Load(name string, r io.Reader) (*Recording, error) {
 	return rec, nil
 }
 
-// readComments keeps the leading comment block and the "# pod" lines.
-func (rec *Recording) readComments(b []byte) error {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	leading := true
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, "#") {
-			leading = leading && line == ""
-			continue
-		}
-		text := strings.TrimSpace(strings.TrimPrefix(line, "#"))
-		if leading {
-			rec.Header = append(rec.Header, text)
-		}
-		f := strings.Fields(text)
-		if len(f) == 0 || f[0] != "pod" {
-			continue
-		}
-		if len(f) < 4 {
-			return fmt.Errorf("line %d: want \"# pod UID NAMESPACE NAME [CONTAINER-ID=NAME ...]\", got %q", n, line)
-		}
-		p := Pod{Namespace: f[2], Name: f[3], Containers: map[string]string{}}
-		for _, c := range f[4:] {
-			id, cname, ok := strings.Cut(c, "=")
-			if !ok || id == "" || cname == "" {
-				return fmt.Errorf("line %d: container %q is not CONTAINER-ID=NAME", n, c)
-			}
-			p.Containers[id] = cname
-		}
-		rec.Pods[f[1]] = p
+// comment keeps what line n says if it is a comment: the file's leading
+// comment block (while leading), and the "# pod" lines.
+func (rec *Recording) comment(n int, line string, leading *bool) error {
+	if !strings.HasPrefix(line, "#") {
+		*leading = false
+		return nil
 	}
-	return sc.Err()
+	text := strings.TrimSpace(strings.TrimPrefix(line, "#"))
+	if *leading {
+		rec.Header = append(rec.Header, text)
+	}
+	f := strings.Fields(text)
+	if len(f) == 0 || f[0] != "pod" {
+		return nil
+	}
+	if len(f) < 4 {
+		return fmt.Errorf("line %d: want \"# pod UID NAMESPACE NAME [CONTAINER-ID=NAME ...]\", got %q", n, line)
+	}
+	p := Pod{Namespace: f[2], Name: f[3], Containers: map[string]string{}}
+	for _, c := range f[4:] {
+		id, cname, ok := strings.Cut(c, "=")
+		if !ok || id == "" || cname == "" {
+			return fmt.Errorf("line %d: container %q is not CONTAINER-ID=NAME", n, c)
+		}
+		p.Containers[id] = cname
+	}
+	rec.Pods[f[1]] = p
+	return nil
 }
 
 // cpuNumber turns perf's "CPU3" into 3.

@@ -90,72 +90,167 @@ type Interval struct {
 // CPU and cgroup (perf -G), in input order. params gives smt_on, #slots and the like. A metric whose
 // inputs perf did not count is left out, and notes say which and why.
 func Offline(t *metric.Tree, samples []perfstat.Sample, params map[string]float64) ([]Interval, []string) {
-	match := NewMatcher(t)
-	ev := t.NewEvaluator()
-	var notes []string
-	ignored := map[string]bool{}
-	missing := map[string]string{} // input -> why
-	type key struct {
-		time, cpu, cgroup string
-	}
-	var order []key
-	byKey := map[key][]perfstat.Sample{}
-	seen := map[int]bool{} // the input slots the recording has
-	for _, s := range samples {
-		if slot := match.Input(s.Event); slot >= 0 {
-			seen[slot] = true
-		}
-		k := key{fmt.Sprint(s.Time), s.CPU, s.Cgroup}
-		if _, seen := byKey[k]; !seen {
-			order = append(order, k)
-		}
-		byKey[k] = append(byKey[k], s)
-	}
 	var out []Interval
-	for _, k := range order {
-		ev.Reset()
-		for name, v := range params {
-			if i := t.Input(name); i >= 0 {
-				ev.Set(i, v)
-			}
-		}
-		group := byKey[k]
-		for _, s := range group {
-			slot := match.Input(s.Event)
+	s := NewStream(t, params, func(iv Interval) { out = append(out, iv) })
+	for _, smp := range samples {
+		s.Add(smp)
+	}
+	_, notes := s.Close()
+	return out, notes
+}
+
+// Stream evaluates a tree over perf stat samples as they are read, as
+// Offline and Summarize do over them all: each interval (per CPU and
+// cgroup) is handed on once a sample of a later time comes, and the
+// summaries are running sums, so that a recording is held one interval
+// at a time. perf stat -I prints an interval's lines together; a time
+// seen again after others is evaluated again, apart.
+type Stream struct {
+	t      *metric.Tree
+	params map[string]float64
+	match  *Matcher
+	ev     *metric.Evaluator
+	emit   func(Interval)
+	// The current time's samples, by key in the order first seen.
+	time  string
+	order []streamKey
+	byKey map[streamKey][]perfstat.Sample
+	// For the notes: the input slots the recording has, the events no
+	// input takes, and the inputs perf did not count somewhere (why).
+	seen    map[int]bool
+	ignored map[string]bool
+	missing map[string]string
+	// The summaries' running sums, by cgroup in the order first seen.
+	sums     map[string]*runningSums
+	sumOrder []string
+}
+
+type streamKey struct{ cpu, cgroup string }
+
+// runningSums are one cgroup's inputs summed over the run so far.
+type runningSums struct {
+	sum           []float64
+	seen, missing []bool
+	intervals     int // (interval, CPU) pairs
+}
+
+// NewStream evaluates t with params, handing each interval to emit.
+func NewStream(t *metric.Tree, params map[string]float64, emit func(Interval)) *Stream {
+	return &Stream{t: t, params: params, match: NewMatcher(t), ev: t.NewEvaluator(), emit: emit,
+		byKey: map[streamKey][]perfstat.Sample{}, seen: map[int]bool{}, ignored: map[string]bool{},
+		missing: map[string]string{}, sums: map[string]*runningSums{}}
+}
+
+// Add takes the next sample in input order.
+func (s *Stream) Add(smp perfstat.Sample) {
+	if tm := fmt.Sprint(smp.Time); tm != s.time {
+		s.flush()
+		s.time = tm
+	}
+	k := streamKey{smp.CPU, smp.Cgroup}
+	if _, ok := s.byKey[k]; !ok {
+		s.order = append(s.order, k)
+	}
+	s.byKey[k] = append(s.byKey[k], smp)
+	slot := s.match.Input(smp.Event)
+	if slot >= 0 {
+		s.seen[slot] = true
+	}
+	a := s.sums[smp.Cgroup]
+	if a == nil {
+		n := len(s.t.Inputs)
+		a = &runningSums{sum: make([]float64, n), seen: make([]bool, n), missing: make([]bool, n)}
+		s.sums[smp.Cgroup] = a
+		s.sumOrder = append(s.sumOrder, smp.Cgroup)
+	}
+	switch {
+	case slot < 0:
+	case smp.Missing():
+		a.missing[slot] = true
+	default:
+		a.seen[slot] = true
+		a.sum[slot] += smp.Value
+	}
+}
+
+// flush evaluates the current time's intervals and hands them on.
+func (s *Stream) flush() {
+	for _, k := range s.order {
+		s.sums[k.cgroup].intervals++
+		s.reset()
+		group := s.byKey[k]
+		for _, smp := range group {
+			slot := s.match.Input(smp.Event)
 			if slot < 0 {
-				ignored[s.Event] = true
+				s.ignored[smp.Event] = true
 				continue
 			}
-			if s.Missing() {
-				missing[t.Inputs[slot]] = s.Status
+			if smp.Missing() {
+				s.missing[s.t.Inputs[slot]] = smp.Status
 			}
-			ev.Set(slot, s.Value)
+			s.ev.Set(slot, smp.Value)
 		}
 		iv := Interval{Time: group[0].Time, CPU: k.cpu, Cgroup: k.cgroup}
 		if iv.CPU == "" {
 			iv.CPU = "all"
 		}
-		iv.Metrics, iv.Above = evalNodes(t, ev)
-		out = append(out, iv)
+		iv.Metrics, iv.Above = evalNodes(s.t, s.ev)
+		s.emit(iv)
 	}
-	// Say once, for the whole file, what could not be computed and why.
-	for _, in := range t.Inputs {
-		_, isParam := params[in]
+	s.order = s.order[:0]
+	clear(s.byKey)
+}
+
+// reset clears the evaluator to the parameters alone.
+func (s *Stream) reset() {
+	s.ev.Reset()
+	for name, v := range s.params {
+		if i := s.t.Input(name); i >= 0 {
+			s.ev.Set(i, v)
+		}
+	}
+}
+
+// Close hands on the last intervals, and returns the summaries
+// (Summarize's) and the notes (Offline's): said once, for the whole
+// recording, what could not be computed and why.
+func (s *Stream) Close() ([]Summary, []string) {
+	s.flush()
+	var notes []string
+	for _, in := range s.t.Inputs {
+		_, isParam := s.params[in]
 		switch {
 		case isParam:
-		case !seen[t.Input(in)]:
+		case !s.seen[s.t.Input(in)]:
 			notes = append(notes, fmt.Sprintf("input %s is not in the recording; metrics that need it are left out (see --list-events)", in))
-		case missing[in] != "":
-			notes = append(notes, fmt.Sprintf("input %s was %s in some intervals; metrics that need it are left out there", in, missing[in]))
+		case s.missing[in] != "":
+			notes = append(notes, fmt.Sprintf("input %s was %s in some intervals; metrics that need it are left out there", in, s.missing[in]))
 		}
 	}
 	var ign []string
-	for e := range ignored {
+	for e := range s.ignored {
 		ign = append(ign, e)
 	}
 	sort.Strings(ign)
 	if len(ign) > 0 {
-		notes = append(notes, "events not used by the "+t.Def.Name+" tree: "+strings.Join(ign, ", "))
+		notes = append(notes, "events not used by the "+s.t.Def.Name+" tree: "+strings.Join(ign, ", "))
+	}
+	var out []Summary
+	for _, cg := range s.sumOrder {
+		a := s.sums[cg]
+		s.reset()
+		sm := Summary{Cgroup: cg, Intervals: a.intervals, Counts: map[string]float64{}}
+		for slot, in := range s.t.Inputs {
+			switch {
+			case a.missing[slot]:
+				sm.Partial = append(sm.Partial, in)
+			case a.seen[slot]:
+				s.ev.Set(slot, a.sum[slot])
+				sm.Counts[in] = a.sum[slot]
+			}
+		}
+		sm.Metrics, sm.Above = evalNodes(s.t, s.ev)
+		out = append(out, sm)
 	}
 	return out, notes
 }
@@ -197,57 +292,12 @@ type Summary struct {
 // Summarize is the tree over the whole of samples, one Summary per cgroup
 // in input order.
 func Summarize(t *metric.Tree, samples []perfstat.Sample, params map[string]float64) []Summary {
-	match := NewMatcher(t)
-	ev := t.NewEvaluator()
-	type sums struct {
-		sum           []float64
-		seen, missing []bool
-		intervals     map[string]bool
+	st := NewStream(t, params, func(Interval) {})
+	for _, smp := range samples {
+		st.Add(smp)
 	}
-	var order []string
-	by := map[string]*sums{}
-	for _, s := range samples {
-		a := by[s.Cgroup]
-		if a == nil {
-			n := len(t.Inputs)
-			a = &sums{sum: make([]float64, n), seen: make([]bool, n), missing: make([]bool, n), intervals: map[string]bool{}}
-			by[s.Cgroup] = a
-			order = append(order, s.Cgroup)
-		}
-		a.intervals[fmt.Sprint(s.Time)+"\x00"+s.CPU] = true
-		slot := match.Input(s.Event)
-		switch {
-		case slot < 0:
-		case s.Missing():
-			a.missing[slot] = true
-		default:
-			a.seen[slot] = true
-			a.sum[slot] += s.Value
-		}
-	}
-	var out []Summary
-	for _, cg := range order {
-		a := by[cg]
-		ev.Reset()
-		for name, v := range params {
-			if i := t.Input(name); i >= 0 {
-				ev.Set(i, v)
-			}
-		}
-		sm := Summary{Cgroup: cg, Intervals: len(a.intervals), Counts: map[string]float64{}}
-		for slot, in := range t.Inputs {
-			switch {
-			case a.missing[slot]:
-				sm.Partial = append(sm.Partial, in)
-			case a.seen[slot]:
-				ev.Set(slot, a.sum[slot])
-				sm.Counts[in] = a.sum[slot]
-			}
-		}
-		sm.Metrics, sm.Above = evalNodes(t, ev)
-		out = append(out, sm)
-	}
-	return out
+	sums, _ := st.Close()
+	return sums
 }
 
 // PerfArgs returns the perf stat -e arguments that record what a tree needs, one

@@ -95,14 +95,26 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		return fail("%v", err)
 	}
 	defer in.Close()
-	samples, readErr := perfstat.Parse(in)
-	if len(samples) == 0 && readErr == nil {
-		return fail("%s holds no perf stat values (record with the command from --list-events)", name)
-	}
-	intervals, notes := topdown.Offline(tree, samples, params)
-	computed := false
-	for _, iv := range intervals {
+	// The recording is read as it goes: one interval's samples at a time
+	// (topdown.Stream); only the intervals' results are kept, and only
+	// where they are printed.
+	var intervals []topdown.Interval
+	computed, keep := false, td.format == "json" || td.intervals
+	stream := topdown.NewStream(tree, params, func(iv topdown.Interval) {
 		computed = computed || len(iv.Metrics) > 0
+		if keep {
+			intervals = append(intervals, iv)
+		}
+	})
+	read := 0
+	readErr := perfstat.Scan(in, func(s perfstat.Sample) error {
+		read++
+		stream.Add(s)
+		return nil
+	})
+	summaries, notes := stream.Close()
+	if read == 0 && readErr == nil {
+		return fail("%s holds no perf stat values (record with the command from --list-events)", name)
 	}
 	if !computed && readErr == nil {
 		return fail("no metric of the %s tree could be computed from %s: wrong --uarch, or recorded without the events of --list-events", uarch, name)
@@ -110,7 +122,6 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 	for _, n := range notes {
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
-	summaries := topdown.Summarize(tree, samples, params)
 	if td.format == "json" {
 		writeTopdownJSON(stdout, uarch, tree, intervals, summaries)
 	} else {

@@ -47,13 +47,39 @@ func (s Sample) Missing() bool { return math.IsNaN(s.Value) }
 // naming its number, and the samples before it are returned too.
 func Parse(r io.Reader) ([]Sample, error) {
 	var out []Sample
+	err := Scan(r, func(s Sample) error {
+		out = append(out, s)
+		return nil
+	})
+	return out, err
+}
+
+// Scan reads as Parse does, handing each sample to fn as its line is read,
+// so that a recording of any length is read in the memory of one line; an
+// error from fn stops it and is returned.
+func Scan(r io.Reader, fn func(Sample) error) error {
+	return ScanLines(r, nil, fn)
+}
+
+// ScanLines is Scan that also hands each line that is not blank to onLine,
+// numbered and trimmed, before it is parsed (a comment is handed on
+// only there): for a reader of what the comments say, in the same pass.
+func ScanLines(r io.Reader, onLine func(n int, text string) error, fn func(Sample) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	n := 0
 	for sc.Scan() {
 		n++
 		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		if line == "" {
+			continue
+		}
+		if onLine != nil {
+			if err := onLine(n, line); err != nil {
+				return err
+			}
+		}
+		if strings.HasPrefix(line, "#") {
 			continue
 		}
 		var s Sample
@@ -67,18 +93,20 @@ func Parse(r io.Reader) ([]Sample, error) {
 			continue
 		}
 		if err != nil {
-			return out, fmt.Errorf("line %d: %w", n, err)
+			return fmt.Errorf("line %d: %w", n, err)
 		}
 		s.Line = n
-		out = append(out, s)
+		if err := fn(s); err != nil {
+			return err
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return out, fmt.Errorf("line %d: longer than 1 MiB, which no line of perf stat output is", n+1)
+			return fmt.Errorf("line %d: longer than 1 MiB, which no line of perf stat output is", n+1)
 		}
-		return out, fmt.Errorf("line %d: %w", n+1, err)
+		return fmt.Errorf("line %d: %w", n+1, err)
 	}
-	return out, nil
+	return nil
 }
 
 var errSkip = fmt.Errorf("skip")
