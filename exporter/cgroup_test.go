@@ -46,7 +46,7 @@ func TestCgroupCollector(t *testing.T) {
 	// entry: that one keeps the UID.
 	c := NewCgroup(fixedCgroups{}, names{"0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c/aaaa": {"shop", "cart-7f9", "app"}}, AttributedByBPF)
 	want := `
-# HELP pmu_cgroup_events_total Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup="other" holds the cgroups beyond --collector.cgroup.max-series.
+# HELP pmu_cgroup_events_total Event counts attributed to a cgroup (and to its ancestors) in the kernel at each cgroup switch, scaled for multiplexing per interval, summed over CPUs. cgroup="other" holds the cgroups beyond --collector.cgroup.max-series; cgroup="gone" those removed before the exporter read their path (a cgroup that lived less than --collector.counting.interval), whose counts are in their ancestors' series too.
 # TYPE pmu_cgroup_events_total counter
 pmu_cgroup_events_total{cgroup="/kubepods.slice/pod",container="",event="cpu-clock",namespace="",pod="0d7a6b2c-3e41-4f5a-9b8c-1d2e3f4a5b6c"} 3e+09
 pmu_cgroup_events_total{cgroup="/kubepods.slice/pod/ctr",container="app",event="cpu-clock",namespace="shop",pod="cart-7f9"} 2e+09
