@@ -28,6 +28,7 @@ type CommCollector struct {
 	window, domains, period      *prometheus.Desc
 	cacheBytes, cacheEvicted     *prometheus.Desc
 	symbolBytes, symbolsRefused  *prometheus.Desc
+	readsTimedOut                *prometheus.Desc
 	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
 	source                       string          // the sampler whose accesses the detections come from
 	watch                        *Watch          // nil: no watchpoints
@@ -57,6 +58,8 @@ func NewComm(src CommSource) *CommCollector {
 			"Memory the address decoder keeps of the sampled binaries' symbol tables, DWARF line tables and Go pclntabs, as it estimates it; bounded by --collector.comm.symbol-cache."),
 		symbolsRefused: desc("address_symbol_tables_refused_total",
 			"Symbol, line and pclntab tables the address decoder left unread because reading them would pass --collector.comm.symbol-cache (a binary may declare a table of any size); the binary's code is decoded without them, from the sampled IP on."),
+		readsTimedOut: desc("address_code_reads_timed_out_total",
+			"Reads of sampled code, maps and binaries the address decoder gave up on for not returning within a second (a file on a stalled FUSE or NFS mount): the sample ends as unreadable_code, that file is not read again, and past 16 such reads held in the kernel at once no code is read until they return."),
 		window: desc("comm_window_samples",
 			"How many of a reader's own samples a published store stays fresh for."),
 		period: desc("comm_sample_period_seconds",
@@ -180,6 +183,7 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.cacheEvicted
 	ch <- c.symbolBytes
 	ch <- c.symbolsRefused
+	ch <- c.readsTimedOut
 	ch <- c.domains
 	if c.periods != nil {
 		ch <- c.period
@@ -217,6 +221,7 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.cacheEvicted, prometheus.CounterValue, float64(out.Evicted))
 		ch <- prometheus.MustNewConstMetric(c.symbolBytes, prometheus.GaugeValue, float64(out.SymbolBytes))
 		ch <- prometheus.MustNewConstMetric(c.symbolsRefused, prometheus.CounterValue, float64(out.SymbolsRefused))
+		ch <- prometheus.MustNewConstMetric(c.readsTimedOut, prometheus.CounterValue, float64(out.ReadsTimedOut))
 	})
 	if c.periods != nil {
 		for i, ns := range c.periods() {

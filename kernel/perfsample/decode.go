@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -109,6 +110,8 @@ type Decoder struct {
 	gov *governor.Governor
 	// cacheBytes bounds what each resolver keeps of decoded code.
 	cacheBytes int
+	// deadline bounds each open and read of what a process maps.
+	deadline *safeopen.Deadline
 }
 
 // NewDecoder reads processes under proc (/proc).
@@ -117,7 +120,8 @@ func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("address sampler: %w", err)
 	}
-	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det, domains: map[DomainPair]*comdetect.Cell{}, cacheBytes: memop.DefaultCacheBytes}
+	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det, domains: map[DomainPair]*comdetect.Cell{}, cacheBytes: memop.DefaultCacheBytes,
+		deadline: &safeopen.Deadline{Budget: readBudget, MaxAbandoned: maxAbandoned}}
 	d.code = codemap.New(d.maps, d.open, d.readMem)
 	if d.resolver, err = memop.NewResolver(d, runtime.GOARCH); err != nil {
 		return nil, fmt.Errorf("address sampler: %w", err)
@@ -129,8 +133,12 @@ func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
 // container's filesystem), keyed by device and inode so that one file
 // mapped by many processes is read once. Only a regular file, and never
 // blocking (safeopen.InRoot): the process controls what the name is now.
+// Its open and every read of it are bounded in time (safeopen.Deadline):
+// the file may be on a mount that stalls.
 func (d *Decoder) open(pid uint32, name string) (codemap.File, string, error) {
-	f, err := safeopen.InRoot(fmt.Sprintf("%s/%d/root", d.proc, pid), name)
+	f, err := d.deadline.Open(func() (*os.File, error) {
+		return safeopen.InRoot(fmt.Sprintf("%s/%d/root", d.proc, pid), name)
+	})
 	if err != nil {
 		return nil, "", err
 	}
@@ -140,18 +148,25 @@ func (d *Decoder) open(pid uint32, name string) (codemap.File, string, error) {
 			key = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 		}
 	}
-	return f, key, nil
+	return d.deadline.Timed(f), key, nil
 }
 
-// readMem reads pid's memory at addr.
+// readMem reads pid's memory at addr, bounded in time: a page backed by
+// a file on a stalled mount holds the read in the kernel.
 func (d *Decoder) readMem(pid uint32, addr uint64, b []byte) (int, error) {
-	f, err := os.Open(fmt.Sprintf("%s/%d/mem", d.proc, pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	return f.ReadAt(b, int64(addr))
+	return d.deadline.ReadAt(func() (io.ReaderAt, io.Closer, error) {
+		f, err := os.Open(fmt.Sprintf("%s/%d/mem", d.proc, pid))
+		return f, f, err
+	}, b, int64(addr))
 }
+
+// How long the decoder waits for a read of what a process maps, and how
+// many reads given up on it lets the kernel hold before it reads no code
+// at all until they return.
+const (
+	readBudget   = time.Second
+	maxAbandoned = 16
+)
 
 // Text implements memop.Code: it reads pid's mappings when ip lies in none
 // known (a new process, or a new mapping).
@@ -452,6 +467,7 @@ func (d *Decoder) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
 	defer d.mu.Unlock()
 	out := d.resolver.Outcomes()
 	out.SymbolBytes, out.SymbolsRefused = d.code.Bytes(), d.code.Refused()
+	out.ReadsTimedOut = d.deadline.TimedOut()
 	if d.reuseResolver != nil {
 		out.CacheBytes += d.reuseResolver.CacheBytes()
 		out.Evicted += d.reuseResolver.Evicted

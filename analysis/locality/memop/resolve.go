@@ -201,6 +201,10 @@ type Outcomes struct {
 	// tables it left unread for its bound: the decoder adds them.
 	SymbolBytes    int64
 	SymbolsRefused uint64
+	// ReadsTimedOut are the reads of code, maps and binaries given up on
+	// for not returning in time (a stalled mount, a fault never served):
+	// the decoder adds them.
+	ReadsTimedOut uint64
 }
 
 // Outcomes copies the counts.

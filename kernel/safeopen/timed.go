@@ -1,0 +1,209 @@
+package safeopen
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrReadTimeout: a read that did not return within its budget. The read
+// goes on in the kernel (a read cannot be taken back); the reader has
+// given up on it.
+var ErrReadTimeout = errors.New("read did not return in time")
+
+// Deadline bounds reads in time: a file on a stalled FUSE or NFS mount,
+// or a page of a process's memory that a fault handler never serves,
+// holds a read in the kernel for as long as its owner wishes. Each read
+// runs on a goroutine of its own, into a buffer of its own, and is waited
+// for at most Budget; one that has not returned by then is abandoned and
+// counted, and its goroutine ends whenever the kernel returns it. At most
+// MaxAbandoned are outstanding: past that every read fails at once, so
+// that a process cannot make the exporter pile up goroutines and
+// descriptors.
+type Deadline struct {
+	Budget       time.Duration
+	MaxAbandoned int64
+
+	outstanding atomic.Int64 // abandoned reads not yet returned
+	timedOut    atomic.Uint64
+}
+
+// TimedOut is how many reads were abandoned so far.
+func (d *Deadline) TimedOut() uint64 { return d.timedOut.Load() }
+
+// Outstanding is how many abandoned reads the kernel still holds.
+func (d *Deadline) Outstanding() int64 { return d.outstanding.Load() }
+
+// ReadAt reads len(p) bytes at off of what open gives (opened on the
+// read's goroutine: an open may hang as a read does), within the budget.
+// What open gave is closed after the read, by whichever goroutine ends
+// last.
+func (d *Deadline) ReadAt(open func() (io.ReaderAt, io.Closer, error), p []byte, off int64) (int, error) {
+	if n := d.outstanding.Load(); n >= d.MaxAbandoned {
+		return 0, fmt.Errorf("%w: %d earlier reads still held in the kernel", ErrReadTimeout, n)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	buf := make([]byte, len(p)) // the abandoned read writes here, never into p
+	var mu sync.Mutex
+	abandoned := false
+	done := make(chan result, 1)
+	go func() {
+		r, c, err := open()
+		n := 0
+		if err == nil {
+			n, err = r.ReadAt(buf, off)
+			if c != nil {
+				c.Close()
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			d.outstanding.Add(-1)
+			return
+		}
+		done <- result{n, err}
+	}()
+	timer := time.NewTimer(d.Budget)
+	defer timer.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-timer.C:
+		mu.Lock()
+		select {
+		case r = <-done: // it returned as the budget ran out
+		default:
+			abandoned = true
+			d.outstanding.Add(1)
+			d.timedOut.Add(1)
+			mu.Unlock()
+			return 0, fmt.Errorf("%w (%v)", ErrReadTimeout, d.Budget)
+		}
+		mu.Unlock()
+	}
+	copy(p, buf[:r.n])
+	return r.n, r.err
+}
+
+// Open runs open within the budget (an open on a stalled mount hangs as
+// a read does); a file an abandoned open gives later is closed.
+func (d *Deadline) Open(open func() (*os.File, error)) (*os.File, error) {
+	if n := d.outstanding.Load(); n >= d.MaxAbandoned {
+		return nil, fmt.Errorf("%w: %d earlier reads still held in the kernel", ErrReadTimeout, n)
+	}
+	type result struct {
+		f   *os.File
+		err error
+	}
+	var mu sync.Mutex
+	abandoned := false
+	done := make(chan result, 1)
+	go func() {
+		f, err := open()
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			d.outstanding.Add(-1)
+			if f != nil {
+				f.Close()
+			}
+			return
+		}
+		done <- result{f, err}
+	}()
+	timer := time.NewTimer(d.Budget)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.f, r.err
+	case <-timer.C:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-done:
+		return r.f, r.err
+	default:
+	}
+	abandoned = true
+	d.outstanding.Add(1)
+	d.timedOut.Add(1)
+	return nil, fmt.Errorf("open: %w (%v)", ErrReadTimeout, d.Budget)
+}
+
+// File is an open file whose reads are bounded by a Deadline. Once one of
+// its reads has been abandoned it is not read again (every later read
+// fails at once), and it is closed when that read returns.
+type File struct {
+	f     ReaderAtCloser
+	d     *Deadline
+	mu    sync.Mutex
+	stuck bool
+	users int  // reads running, and the owner until Close
+	owner bool // Close not called yet
+}
+
+// ReaderAtCloser is what a File reads.
+type ReaderAtCloser interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// Timed bounds f's reads by d.
+func (d *Deadline) Timed(f ReaderAtCloser) *File {
+	return &File{f: f, d: d, users: 1, owner: true}
+}
+
+// ReadAt reads within the deadline's budget.
+func (t *File) ReadAt(p []byte, off int64) (int, error) {
+	t.mu.Lock()
+	if t.stuck {
+		t.mu.Unlock()
+		return 0, fmt.Errorf("%w: an earlier read of this file is still held", ErrReadTimeout)
+	}
+	t.users++
+	t.mu.Unlock()
+	n, err := t.d.ReadAt(func() (io.ReaderAt, io.Closer, error) { return t.f, closerFunc(t.release), nil }, p, off)
+	if errors.Is(err, ErrReadTimeout) {
+		t.mu.Lock()
+		t.stuck = true
+		t.mu.Unlock()
+	}
+	return n, err
+}
+
+// Close closes the file once no read of it is held.
+func (t *File) Close() error {
+	t.mu.Lock()
+	if !t.owner {
+		t.mu.Unlock()
+		return nil
+	}
+	t.owner = false
+	t.mu.Unlock()
+	return t.release()
+}
+
+// release lets go of one use; the last closes the file.
+func (t *File) release() error {
+	t.mu.Lock()
+	t.users--
+	last := t.users == 0
+	t.mu.Unlock()
+	if last {
+		return t.f.Close()
+	}
+	return nil
+}
+
+type closerFunc func() error
+
+func (c closerFunc) Close() error { return c() }
