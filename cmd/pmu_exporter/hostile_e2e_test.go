@@ -34,23 +34,7 @@ import (
 func TestServeHostileFIFO(t *testing.T) {
 	requireDecoder(t)
 	testenv.RequireRoot(t)
-	gcc := testenv.RequireTool(t, "gcc")
-	dir := t.TempDir()
-	// nobody makes its FIFO here.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lib, swap := filepath.Join(dir, "libspin.so"), filepath.Join(dir, "fifoswap")
-	for _, build := range [][]string{
-		{"-O2", "-shared", "-fPIC", "-o", lib, "testdata/fifoswap/spin.c"},
-		{"-O2", "-o", swap, "testdata/fifoswap/main.c", "-ldl"},
-	} {
-		if out, err := exec.Command(gcc, build...).CombinedOutput(); err != nil {
-			t.Fatalf("gcc %v: %v\n%s", build, err, out)
-		}
-	}
+	lib, swap := buildFIFOSwap(t, 0o777) // nobody makes its FIFO there
 	p := start(t, nil)
 	_, mfs := p.scrape(t)
 	unreadable0, _ := value(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
@@ -105,6 +89,29 @@ func TestServeHostileFIFO(t *testing.T) {
 		t.Errorf("after the FIFO: %v (SIGTERM answered in %v)", err, took)
 	}
 	t.Logf("SIGTERM to exit: %v", took)
+}
+
+// buildFIFOSwap builds testdata/fifoswap's library and program with gcc
+// into a directory of the given mode (with its parent), for nobody to run.
+func buildFIFOSwap(t *testing.T, mode os.FileMode) (lib, swap string) {
+	t.Helper()
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lib, swap = filepath.Join(dir, "libspin.so"), filepath.Join(dir, "fifoswap")
+	for _, build := range [][]string{
+		{"-O2", "-shared", "-fPIC", "-o", lib, "testdata/fifoswap/spin.c"},
+		{"-O2", "-o", swap, "testdata/fifoswap/main.c", "-ldl"},
+	} {
+		if out, err := exec.Command(gcc, build...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", build, err, out)
+		}
+	}
+	return lib, swap
 }
 
 // prober scrapes /metrics and asks /-/healthy, each within its client's
@@ -165,25 +172,12 @@ func TestServeWithoutSysPtrace(t *testing.T) {
 	requireDecoder(t)
 	testenv.RequireRoot(t)
 	setpriv := testenv.RequireTool(t, "setpriv")
-	gcc := testenv.RequireTool(t, "gcc")
 	drop := []string{setpriv, "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace"}
 	out, _ := exec.Command(drop[0], append(drop[1:], binary, "check")...).CombinedOutput()
 	if !strings.Contains(string(out), "[no]  code_reads          no CAP_SYS_PTRACE") || strings.Contains(string(out), "CAP_SYS_PTRACE\n") {
 		t.Errorf("check without CAP_SYS_PTRACE does not say code_reads is missing:\n%s", out)
 	}
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		os.Chmod(d, 0o755)
-	}
-	lib, swap := filepath.Join(dir, "libspin.so"), filepath.Join(dir, "fifoswap")
-	for _, build := range [][]string{
-		{"-O2", "-shared", "-fPIC", "-o", lib, "testdata/fifoswap/spin.c"},
-		{"-O2", "-o", swap, "testdata/fifoswap/main.c", "-ldl"},
-	} {
-		if out, err := exec.Command(gcc, build...).CombinedOutput(); err != nil {
-			t.Fatalf("gcc %v: %v\n%s", build, err, out)
-		}
-	}
+	lib, swap := buildFIFOSwap(t, 0o755) // nobody cannot make its FIFO there
 	p := startWrapped(t, nil, drop)
 	_, mfs := p.scrape(t)
 	if v := mustValue(t, mfs, "pmu_capability", map[string]string{"feature": "code_reads"}); v != 0 {
