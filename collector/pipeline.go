@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupcount"
@@ -88,11 +89,20 @@ func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 		s.report.Features = append(s.report.Features, feat)
 		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
 	}
-	for name, err := range failed { // each factory has said why, once
-		logger.Debug("collector not running; pmu_collector_success is 0", "collector", name, "reason", err)
-		running = append(running, name)
+	var unavailable []string
+	for _, c := range f.collectors.Collectors() { // each factory has said why, once
+		switch err := failed[c.Name]; {
+		case err == nil:
+		case registry.IsUnavailable(err):
+			logger.Debug("collector unavailable on this host; pmu_collector_available is 0", "collector", c.Name, "reason", err)
+			unavailable = append(unavailable, c.Name)
+		default:
+			logger.Debug("collector not running; pmu_collector_success is 0", "collector", c.Name, "reason", err)
+			running = append(running, c.Name)
+		}
 	}
 	b.p.health = exporter.NewHealth(running...)
+	b.p.health.SetUnavailable(unavailable...)
 	b.p.add("exporter", b.p.health)
 	b.p.self = exporter.NewSelfCost()
 	b.p.add("exporter", b.p.self)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kernel/platformcount"
@@ -26,7 +27,7 @@ func livePlatform(b *build) error {
 	}
 	if len(cs) == 0 {
 		b.log.Info("no platform PMU counters on this host", "see", "pmu_exporter check: energy, frequency, cstates")
-		return errors.New("no platform PMU (power, msr, cstate_core, cstate_pkg) on this host")
+		return registry.Unavailable("no platform PMU (power, msr, cstate_core, cstate_pkg) on this host")
 	}
 	c, err := platformcount.Open(cs)
 	if c.Opened() == 0 {

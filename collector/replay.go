@@ -11,6 +11,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
@@ -47,8 +48,13 @@ type replayFlags struct {
 func replayPipeline(f Options, logger *slog.Logger) (*Pipeline, error) {
 	b := &build{f: &f, log: logger, p: &Pipeline{}, replay: &replayBuild{}}
 	running, failed := f.collectors.Build(b, true)
+	var unrecorded []string
 	for _, c := range f.collectors.Collectors() { // in order: the first error is the one to report
-		if err := failed[c.Name]; err != nil && !errors.Is(err, errNotRecorded) {
+		switch err := failed[c.Name]; {
+		case err == nil:
+		case errors.Is(err, errNotRecorded):
+			unrecorded = append(unrecorded, c.Name)
+		default:
 			b.p.Close()
 			return nil, err
 		}
@@ -65,7 +71,7 @@ func replayPipeline(f Options, logger *slog.Logger) (*Pipeline, error) {
 			return nil, err
 		}
 	}
-	b.startReplay(running)
+	b.startReplay(running, unrecorded)
 	return b.p, nil
 }
 
@@ -83,7 +89,7 @@ type replayBuild struct {
 
 // errNotRecorded marks a collector that has nothing to play from this
 // recording and these Options (no tree named, no cgroup column, no samples).
-var errNotRecorded = errors.New("nothing to replay")
+var errNotRecorded error = &registry.UnavailableError{Reason: "nothing to replay"}
 
 // replayCounting loads the recording.
 func replayCounting(b *build) error {
@@ -180,7 +186,7 @@ func replaySampling(b *build) error {
 // startReplay builds the player over what the factories gathered; it plays
 // counting, Top-Down and cgroups at each recorded interval, and they report
 // their health together.
-func (b *build) startReplay(running []string) {
+func (b *build) startReplay(running, unrecorded []string) {
 	f, p, r := b.f, b.p, b.replay
 	report := capability.Report{CorePMU: f.replay.uarch, Features: recordedFeatures(r.rec, b.replay.sampler)}
 	player := replay.NewPlayer(r.rec, r.tree, r.params)
@@ -199,6 +205,7 @@ func (b *build) startReplay(running []string) {
 	b.log.Warn("serving a recording, not this host's counters", "file", f.replay.file, "intervals", len(r.rec.Intervals), "per_cpu", r.rec.PerCPU, "cgroups", r.rec.Cgroups)
 	readDuration := exporter.NewReadDurationHistogram()
 	p.health = exporter.NewHealth(running...)
+	p.health.SetUnavailable(unrecorded...)
 	p.add("counting", readDuration)
 	p.add("exporter", p.health)
 	if slices.Contains(running, "sampling") {

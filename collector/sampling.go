@@ -19,6 +19,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -67,8 +68,11 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath stri
 	for _, m := range missing {
 		logger.Warn("memory sampling not available", "what", m.What, "reason", m.Why)
 	}
+	if len(cfgs) == 0 && len(o.events) == 0 {
+		return registry.Unavailable("no precise memory sampling here and no --collector.sampling.event")
+	}
 	if len(cfgs) == 0 {
-		return errors.New("no precise memory sampling here and no --collector.sampling.event")
+		return errors.New("none of --collector.sampling.event could be planned here")
 	}
 	stats := samplestat.New(len(cfgs), o.maxLines)
 	stats.SetSharingWindow(o.sharingWindow)

@@ -20,6 +20,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
@@ -206,7 +207,7 @@ func setupTopdown(o treeOptions, sysfs string, s setup) (*liveTopdown, error) {
 	default:
 		t, err := topdown.ForHost(s.facts.CPU, s.pmus)
 		if err != nil && o.definitions == "" {
-			return nil, err
+			return nil, registry.Unavailable("%v", err) // no tree for this CPU
 		}
 		targets = t
 		if err != nil { // the definitions file is the whole tree

@@ -71,7 +71,7 @@ func New(src Source, report capability.Report, opts Options) *Collector {
 		notRunning: desc("group_not_running_intervals_total", "Read intervals, summed over CPUs, in which the group never got the counters and so produced no value.",
 			"group"),
 		groupCPUs:    desc("group_cpus", "Number of CPUs on which the event group is open.", "group"),
-		openFailures: desc("group_open_failures", "Number of CPUs on which the event group could not be opened, by reason.", "group", "reason"),
+		openFailures: desc("group_open_failures", "Number of CPUs on which the event group could not be opened, by reason; a reason that did not happen has no series.", "group", "reason"),
 		capability:   desc("capability", "Whether this host offers a measurement feature (1) or not (0); `pmu_exporter check` says why and how to fix it.", "feature"),
 		info: desc("info", "Processor identity and core PMU, and where the counts come from (source: perf_event, or replay of a recording), always 1.",
 			"vendor", "family", "model", "stepping", "pmu_name", "hypervisor", "source"),
@@ -110,8 +110,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.groupTimes(ch, c.running, g.Name, g.RunningNS)
 		ch <- prometheus.MustNewConstMetric(c.notRunning, prometheus.CounterValue, float64(g.NotRunning), g.Name)
 		ch <- prometheus.MustNewConstMetric(c.groupCPUs, prometheus.GaugeValue, float64(g.OpenCPUs), g.Name)
+		// Only the reasons that happened: seven zeros per group on every
+		// host would be a third of a replay's series (issue 57).
 		for _, r := range OpenFailureReasons {
-			ch <- prometheus.MustNewConstMetric(c.openFailures, prometheus.GaugeValue, float64(g.Failures[r]), g.Name, string(r))
+			if n := g.Failures[r]; n > 0 {
+				ch <- prometheus.MustNewConstMetric(c.openFailures, prometheus.GaugeValue, float64(n), g.Name, string(r))
+			}
 		}
 	}
 	for _, f := range c.report.Features {

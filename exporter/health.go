@@ -14,7 +14,10 @@ import (
 // long it took, exported as node_exporter exports its collectors' scrapes
 // (pmu_collector_success, pmu_collector_duration_seconds).
 type Health struct {
-	success, duration *prometheus.Desc
+	success, duration, available *prometheus.Desc
+	// unavailable are the enabled collectors this host cannot run (no
+	// success or duration: they do not fail).
+	unavailable []string
 	mu                sync.Mutex
 	last              map[string]result
 	names             []string
@@ -42,11 +45,19 @@ func NewHealth(names ...string) *Health {
 	h := &Health{last: map[string]result{}, names: names, running: map[uint64]started{},
 		success:  desc("collector_success", "Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).", "collector"),
 		duration: desc("collector_duration_seconds", "How long the collector's latest cycle took.", "collector"),
+		available: desc("collector_available", "Whether the enabled collector can run on this host (1), or not, for a reason pmu_exporter check names (0: no Top-Down tree for this CPU, no precise sampler, no platform PMU; in replay, nothing recorded for it). pmu_collector_success and pmu_collector_duration_seconds cover the available ones only: a collector that cannot run here has not failed.", "collector"),
 	}
 	for _, n := range names {
 		h.last[n] = result{}
 	}
 	return h
+}
+
+// SetUnavailable names the enabled collectors this host cannot run.
+func (h *Health) SetUnavailable(names ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unavailable = append(h.unavailable, names...)
 }
 
 // Observe records a cycle of the named collector.
@@ -117,6 +128,7 @@ func (h *Health) Time(name string, cycle func() error) {
 func (h *Health) Describe(ch chan<- *prometheus.Desc) {
 	ch <- h.success
 	ch <- h.duration
+	ch <- h.available
 }
 
 // Collect sends every enabled collector's latest cycle.
@@ -131,5 +143,9 @@ func (h *Health) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(h.success, prometheus.GaugeValue, ok, n)
 		ch <- prometheus.MustNewConstMetric(h.duration, prometheus.GaugeValue, r.seconds, n)
+		ch <- prometheus.MustNewConstMetric(h.available, prometheus.GaugeValue, 1, n)
+	}
+	for _, n := range h.unavailable {
+		ch <- prometheus.MustNewConstMetric(h.available, prometheus.GaugeValue, 0, n)
 	}
 }

@@ -24,7 +24,7 @@ pmu_collector_duration_seconds{collector="counting"} 0.0015
 pmu_collector_success{collector="cgroup"} 0
 pmu_collector_success{collector="counting"} 1
 `
-	if err := testutil.CollectAndCompare(h, strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(h, strings.NewReader(want), "pmu_collector_success", "pmu_collector_duration_seconds"); err != nil {
 		t.Error(err)
 	}
 	// A later success replaces the failure.
@@ -36,6 +36,23 @@ pmu_collector_success{collector="cgroup"} 1
 pmu_collector_success{collector="counting"} 1
 `
 	if err := testutil.CollectAndCompare(h, strings.NewReader(want), "pmu_collector_success"); err != nil {
+		t.Error(err)
+	}
+	// A collector this host cannot run is not a failed one: it has no
+	// success or duration, and is marked unavailable.
+	h.SetUnavailable("topdown")
+	want = `
+# HELP pmu_collector_available Whether the enabled collector can run on this host (1), or not, for a reason pmu_exporter check names (0: no Top-Down tree for this CPU, no precise sampler, no platform PMU; in replay, nothing recorded for it). pmu_collector_success and pmu_collector_duration_seconds cover the available ones only: a collector that cannot run here has not failed.
+# TYPE pmu_collector_available gauge
+pmu_collector_available{collector="cgroup"} 1
+pmu_collector_available{collector="counting"} 1
+pmu_collector_available{collector="topdown"} 0
+# HELP pmu_collector_success Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).
+# TYPE pmu_collector_success gauge
+pmu_collector_success{collector="cgroup"} 1
+pmu_collector_success{collector="counting"} 1
+`
+	if err := testutil.CollectAndCompare(h, strings.NewReader(want), "pmu_collector_success", "pmu_collector_available"); err != nil {
 		t.Error(err)
 	}
 }

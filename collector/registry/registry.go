@@ -7,6 +7,7 @@
 package registry
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -168,6 +169,24 @@ func (r *Registry[B]) Build(b B, replay bool) (running []string, failed map[stri
 		running = append(running, c.Name)
 	}
 	return running, failed
+}
+
+// UnavailableError is a collector that cannot run on this host for a
+// reason check names (no Top-Down tree for this CPU, no precise sampler,
+// no platform PMU; in replay, nothing recorded for it): not a failure.
+type UnavailableError struct{ Reason string }
+
+func (e *UnavailableError) Error() string { return e.Reason }
+
+// Unavailable says a collector cannot run here, and why.
+func Unavailable(format string, a ...any) error {
+	return &UnavailableError{Reason: fmt.Sprintf(format, a...)}
+}
+
+// IsUnavailable says whether err is (or wraps) an UnavailableError.
+func IsUnavailable(err error) bool {
+	var u *UnavailableError
+	return errors.As(err, &u)
 }
 
 // Status is a collector as check reports it.
