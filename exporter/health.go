@@ -18,9 +18,9 @@ type Health struct {
 	// unavailable are the enabled collectors this host cannot run (no
 	// success or duration: they do not fail).
 	unavailable []string
-	mu                sync.Mutex
-	last              map[string]result
-	names             []string
+	mu          sync.Mutex
+	last        map[string]result
+	names       []string
 	// running are the cycles begun and not ended, by ticket: a cycle
 	// that never ends (a read that hangs) is what Stuck finds.
 	running map[uint64]started
@@ -43,8 +43,8 @@ type result struct {
 // is 0 (failed, or not run yet) until its first cycle succeeds.
 func NewHealth(names ...string) *Health {
 	h := &Health{last: map[string]result{}, names: names, running: map[uint64]started{},
-		success:  desc("collector_success", "Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).", "collector"),
-		duration: desc("collector_duration_seconds", "How long the collector's latest cycle took.", "collector"),
+		success:   desc("collector_success", "Whether the collector's latest cycle succeeded (1) or failed or has not run yet (0).", "collector"),
+		duration:  desc("collector_duration_seconds", "How long the collector's latest cycle took.", "collector"),
 		available: desc("collector_available", "Whether the enabled collector can run on this host (1), or not, for a reason pmu_exporter check names (0: no Top-Down tree for this CPU, no precise sampler, no platform PMU; in replay, nothing recorded for it). pmu_collector_success and pmu_collector_duration_seconds cover the available ones only: a collector that cannot run here has not failed.", "collector"),
 	}
 	for _, n := range names {
