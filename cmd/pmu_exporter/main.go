@@ -177,6 +177,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	rf := &c.rf
 	c.reuseCmd = app.Command("reuse", "Run ReuseTracker (sampled accesses, hardware watchpoints: reuse distances and invalidations) over an access trace, one access per line: TID R|W 0xADDR SIZE [NS] (NS, the thread's CPU time, is read and not used: distances are in accesses), with the debug registers' semantics.")
 	c.reuseCmd.Flag("trace", "Trace file; - reads standard input.").Default("-").StringVar(&rf.trace)
+	c.reuseCmd.Arg("file", "Trace file to read instead of --trace, as samples, c2c and comm take theirs; - reads standard input.").StringVar(&rf.trace)
 	flagrange.Uint64(c.reuseCmd.Flag("period", "Each thread's accesses between samples, on average (uniform in [period/2, 3·period/2])."), &rf.period, "1000", 1, 1<<40)
 	flagrange.Uint64(c.reuseCmd.Flag("arm-delay", "Accesses (of any thread) before a new watchpoint takes effect."), &rf.armDelay, "0", 0, 1<<40)
 	flagrange.Uint64(c.reuseCmd.Flag("seed", "Seed of the sampling and reservoir randomisation."), &rf.seed, "1", 0, math.MaxUint64)

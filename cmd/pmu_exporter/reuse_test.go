@@ -42,6 +42,12 @@ func TestReuseCommandOnTrace(t *testing.T) {
 	if code := run([]string{"reuse", "--trace", path, "--period", "64", "--format", "json"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
+	// The trace as an argument, as samples, c2c and comm take their files
+	// (issue 57): the same run.
+	var asArg bytes.Buffer
+	if code := run([]string{"reuse", "--period", "64", "--format", "json", path}, &asArg, &stderr); code != 0 || asArg.String() != stdout.String() {
+		t.Errorf("reuse FILE: exit %d, %d bytes against --trace's %d: %s", code, asArg.Len(), stdout.Len(), stderr.String())
+	}
 	var out reuseJSON
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("%v: %s", err, stdout.String())

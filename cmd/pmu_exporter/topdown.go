@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -36,6 +38,24 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		return 1
 	}
 	uarch, auto := td.uarch, td.uarch == ""
+	path, name := td.input, td.input
+	if path == "" { // kingpin hands a lone "-" over as ""
+		path, name = "-", "standard input"
+	}
+	var in *bufio.Reader
+	if !td.listEvents {
+		file, err := safeopen.Input("topdown FILE", path, safeopen.Recording, stdin)
+		if err != nil {
+			return fail("%v", err)
+		}
+		defer file.Close()
+		in = bufio.NewReaderSize(file, headerPeek)
+		if u, ok := uarchInHeader(in); auto && ok {
+			// The recording says where it was made: not this host.
+			uarch, auto = u, false
+			fmt.Fprintf(stderr, "note: --uarch %s, as %s's header names it\n", u, name)
+		}
+	}
 	corePMU := topdown.HybridPMU(uarch) // where a hybrid part's tree is recorded
 	var pmus []*pmu.PMU                 // this host's, consulted only when the tree is detected here
 	if auto {
@@ -86,15 +106,6 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 	if err != nil {
 		return fail("%v", err)
 	}
-	path, name := td.input, td.input
-	if path == "" { // kingpin hands a lone "-" over as ""
-		path, name = "-", "standard input"
-	}
-	in, err := safeopen.Input("topdown FILE", path, safeopen.Recording, stdin)
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer in.Close()
 	// The recording is read as it goes: one interval's samples at a time
 	// (topdown.Stream); only the intervals' results are kept, and only
 	// where they are printed.
@@ -106,15 +117,19 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 			intervals = append(intervals, iv)
 		}
 	})
-	read := 0
+	read, hardware := 0, false
 	readErr := perfstat.Scan(in, func(s perfstat.Sample) error {
 		read++
+		hardware = hardware || !softwareEvent(s.Event)
 		stream.Add(s)
 		return nil
 	})
 	summaries, notes := stream.Close()
 	if read == 0 && readErr == nil {
 		return fail("%s holds no perf stat values (record with the command from --list-events)", name)
+	}
+	if !computed && readErr == nil && !hardware {
+		return fail("%s holds software events only (a host without a PMU, as most VMs): Top-Down needs the core PMU's events; record where perf stat -e instructions counts, with the command from --list-events", name)
 	}
 	if !computed && readErr == nil {
 		return fail("no metric of the %s tree could be computed from %s: wrong --uarch, or recorded without the events of --list-events", uarch, name)
@@ -132,6 +147,52 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		return fail("%s: %v", name, readErr)
 	}
 	return 0
+}
+
+// softwareEvents are the kernel's software events, as perf stat prints
+// them: a recording of only these was made where no PMU counts.
+var softwareEvents = map[string]bool{
+	"cpu-clock": true, "task-clock": true, "page-faults": true, "faults": true, "minor-faults": true,
+	"major-faults": true, "context-switches": true, "cs": true, "cpu-migrations": true, "migrations": true,
+	"alignment-faults": true, "emulation-faults": true, "dummy": true, "bpf-output": true, "cgroup-switches": true,
+	"duration_time": true, "user_time": true, "system_time": true,
+}
+
+// softwareEvent says whether perf's name for an event is a software
+// event's, with or without modifiers (task-clock:u).
+func softwareEvent(name string) bool {
+	base, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(name)), ":")
+	return softwareEvents[base]
+}
+
+// headerPeek is how much of a recording is looked at for its header.
+const headerPeek = 64 << 10
+
+// uarchNamed finds a tree's name in a header line: --uarch=X,
+// --replay.uarch=X, or "(X)" after a CPU's name.
+var uarchNamed = regexp.MustCompile(`--(?:replay\.)?uarch[= ]([a-z0-9-]+)|\(([a-z0-9-]+)\)`)
+
+// uarchInHeader is the Top-Down tree a recording's leading comment lines
+// name, if they name one of the built-in trees (examplegen's recordings
+// do; a recording whose header says where it was made may).
+func uarchInHeader(r *bufio.Reader) (string, bool) {
+	head, _ := r.Peek(headerPeek) // fewer at the end of the input
+	known := topdown.Names()
+	for _, line := range strings.Split(string(head), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		for _, m := range uarchNamed.FindAllStringSubmatch(line, -1) {
+			if u := m[1] + m[2]; slices.Contains(known, u) {
+				return u, true
+			}
+		}
+	}
+	return "", false
 }
 
 func topdownParams(f flags, td topdownFlags, tree *metric.Tree, auto bool, pmus []*pmu.PMU, stderr io.Writer) (map[string]float64, error) {

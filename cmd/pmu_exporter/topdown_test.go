@@ -181,3 +181,27 @@ func topdownAtLevel(t *testing.T, uarch, metrics string, level, nodes int) {
 		t.Error("level 3 printed at the default level")
 	}
 }
+
+// A recording whose header names the tree it was made for is computed with
+// that tree without --uarch, exactly as with it (issue 57: this host's
+// tree was used, and computed nothing); a recording of software events
+// only is told apart from a wrong tree.
+func TestTopdownTreeFromHeader(t *testing.T) {
+	const file = "../../examples/replay/skx-synthetic.csv"
+	var named, given, stderr strings.Builder
+	if code := run([]string{"topdown", "--smt", "off", file}, &named, &stderr); code != 0 {
+		t.Fatalf("without --uarch: exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "note: --uarch skx, as "+file+"'s header names it") {
+		t.Errorf("no note of the tree the header names: %s", stderr.String())
+	}
+	given.Reset()
+	if code := run([]string{"topdown", "--uarch", "skx", "--smt", "off", file}, &given, &stderr); code != 0 || given.String() != named.String() {
+		t.Errorf("--uarch skx: exit %d, output differs from the header's tree:\n%s\n---\n%s", code, given.String(), named.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"topdown", "--uarch", "skx", "--smt", "off", "../../examples/replay/vm-software-events.csv"}, &given, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "holds software events only") {
+		t.Errorf("software events only: exit %d: %s", code, stderr.String())
+	}
+}
