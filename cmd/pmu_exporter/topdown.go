@@ -37,12 +37,12 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "pmu_exporter topdown: "+format+"\n", args...)
 		return 1
 	}
-	uarch, auto := td.uarch, td.uarch == ""
 	path, name := td.input, td.input
 	if path == "" { // kingpin hands a lone "-" over as ""
 		path, name = "-", "standard input"
 	}
 	var in *bufio.Reader
+	header := ""
 	if !td.listEvents {
 		file, err := safeopen.Input("topdown FILE", path, safeopen.Recording, stdin)
 		if err != nil {
@@ -50,37 +50,98 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		}
 		defer file.Close()
 		in = bufio.NewReaderSize(file, headerPeek)
-		if u, ok := uarchInHeader(in); auto && ok {
-			// The recording says where it was made: not this host.
-			uarch, auto = u, false
-			fmt.Fprintf(stderr, "note: --uarch %s, as %s's header names it\n", u, name)
-		}
+		header, _ = uarchInHeader(in)
 	}
-	corePMU := topdown.HybridPMU(uarch) // where a hybrid part's tree is recorded
-	var pmus []*pmu.PMU                 // this host's, consulted only when the tree is detected here
-	if auto {
-		pmus, _ = pmu.Discover(f.opts.Sysfs()) // a PMU that cannot be read just leaves less to detect
-		targets, err := topdown.ForHost(host.Read(f.opts.Procfs(), f.opts.Sysfs()).CPU, pmus)
+	ch, err := chooseTree(f, td, header, name, stderr)
+	if err != nil {
+		return fail("%v", err)
+	}
+	def, tree, err := buildTree(td, ch.uarch, stderr)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if td.listEvents {
+		fmt.Fprintf(stdout, "perf stat -x, -I 1000 -a %s -- sleep 10 2> recording.csv\n", shellJoin(topdown.PerfArgs(def, ch.corePMU)))
+		return 0
+	}
+	params, err := topdownParams(f, td, tree, ch.auto, ch.pmus, stderr)
+	if err != nil {
+		return fail("%v", err)
+	}
+	r := evaluate(in, tree, params, td.format == "json" || td.intervals)
+	switch {
+	case r.read == 0 && r.err == nil:
+		return fail("%s holds no perf stat values (record with the command from --list-events)", name)
+	case !r.computed && r.err == nil && !r.hardware:
+		return fail("%s holds software events only (a host without a PMU, as most VMs): Top-Down needs the core PMU's events; record where perf stat -e instructions counts, with the command from --list-events", name)
+	case !r.computed && r.err == nil:
+		return fail("no metric of the %s tree could be computed from %s: wrong --uarch, or recorded without the events of --list-events", ch.uarch, name)
+	}
+	for _, n := range r.notes {
+		fmt.Fprintf(stderr, "note: %s\n", n)
+	}
+	if td.format == "json" {
+		writeTopdownJSON(stdout, ch.uarch, tree, r.intervals, r.summaries)
+	} else {
+		writeTopdownTable(stdout, tree, r.intervals, r.summaries, r.notes, td.intervals)
+	}
+	if r.err != nil {
+		// Everything read before the bad line was computed and printed above.
+		return fail("%s: %v", name, r.err)
+	}
+	return 0
+}
+
+// treeChoice is the tree a recording is computed with: its name, the core
+// PMU it is recorded on (hybrids), and whether it is this host's (auto),
+// with this host's PMUs then.
+type treeChoice struct {
+	uarch, corePMU string
+	auto           bool
+	pmus           []*pmu.PMU
+}
+
+// chooseTree takes --uarch, else the tree the recording's header names,
+// else this host's.
+func chooseTree(f flags, td topdownFlags, header, name string, stderr io.Writer) (treeChoice, error) {
+	ch := treeChoice{uarch: td.uarch}
+	switch {
+	case ch.uarch != "":
+	case header != "": // the recording says where it was made: not this host
+		ch.uarch = header
+		fmt.Fprintf(stderr, "note: --uarch %s, as %s's header names it\n", header, name)
+	default:
+		ch.auto = true
+		ch.pmus, _ = pmu.Discover(f.opts.Sysfs()) // a PMU that cannot be read just leaves less to detect
+		targets, err := topdown.ForHost(host.Read(f.opts.Procfs(), f.opts.Sysfs()).CPU, ch.pmus)
 		if err != nil {
-			return fail("%v on this host; pass --uarch (one of %s) for a recording made elsewhere", err, strings.Join(topdown.Names(), ", "))
+			return ch, fmt.Errorf("%v on this host; pass --uarch (one of %s) for a recording made elsewhere", err, strings.Join(topdown.Names(), ", "))
 		}
-		uarch, corePMU = targets[0].Uarch, targets[0].PMU
-		fmt.Fprintf(stderr, "note: --uarch %s, detected on this host; pass --uarch for a recording made elsewhere\n", uarch)
+		ch.uarch, ch.corePMU = targets[0].Uarch, targets[0].PMU
+		fmt.Fprintf(stderr, "note: --uarch %s, detected on this host; pass --uarch for a recording made elsewhere\n", ch.uarch)
 		if len(targets) > 1 {
 			fmt.Fprintf(stderr, "note: this hybrid host's E-cores use --uarch %s; a recording has one core type's events\n", targets[1].Uarch)
 		}
+		return ch, nil
 	}
+	ch.corePMU = topdown.HybridPMU(ch.uarch) // where a hybrid part's tree is recorded
+	return ch, nil
+}
+
+// buildTree is the built-in tree, extended by --definitions and cut to
+// --level and --nodes, and compiled.
+func buildTree(td topdownFlags, uarch string, stderr io.Writer) (*metric.Definition, *metric.Tree, error) {
 	def, err := topdown.Builtin(uarch)
 	if err != nil {
-		return fail("%v", err)
+		return nil, nil, err
 	}
 	if td.definitions != "" {
 		b, err := safeopen.ReadInput("--definitions", td.definitions, safeopen.YAML, nil)
 		if err != nil {
-			return fail("%v", err)
+			return nil, nil, err
 		}
 		if def, _, err = metric.Extend(def, td.definitions, b); err != nil {
-			return fail("%v", err)
+			return nil, nil, err
 		}
 	}
 	var nodes []string
@@ -91,62 +152,41 @@ func runTopdown(f flags, td topdownFlags, stdin io.Reader, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "note: the %s tree goes to level %d, not %d\n", uarch, def.Levels(), td.level)
 	}
 	if def, err = def.Prune(td.level, nodes); err != nil {
-		return fail("--level, --nodes: %v", err)
+		return nil, nil, fmt.Errorf("--level, --nodes: %w", err)
 	}
 	tree, err := def.Compile()
-	if err != nil {
-		return fail("%v", err)
-	}
-	if td.listEvents {
-		fmt.Fprintf(stdout, "perf stat -x, -I 1000 -a %s -- sleep 10 2> recording.csv\n", shellJoin(topdown.PerfArgs(def, corePMU)))
-		return 0
-	}
+	return def, tree, err
+}
 
-	params, err := topdownParams(f, td, tree, auto, pmus, stderr)
-	if err != nil {
-		return fail("%v", err)
-	}
-	// The recording is read as it goes: one interval's samples at a time
-	// (topdown.Stream); only the intervals' results are kept, and only
-	// where they are printed.
-	var intervals []topdown.Interval
-	computed, keep := false, td.format == "json" || td.intervals
+// evaluated is what evaluate made of a recording.
+type evaluated struct {
+	intervals          []topdown.Interval // kept only when asked
+	summaries          []topdown.Summary
+	notes              []string
+	read               int  // samples
+	computed, hardware bool // some node computed; some event not a software one
+	err                error
+}
+
+// evaluate reads the recording as it goes, one interval's samples at a
+// time (topdown.Stream); only the intervals' results are kept, and only
+// with keep.
+func evaluate(in io.Reader, tree *metric.Tree, params map[string]float64, keep bool) evaluated {
+	var r evaluated
 	stream := topdown.NewStream(tree, params, func(iv topdown.Interval) {
-		computed = computed || len(iv.Metrics) > 0
+		r.computed = r.computed || len(iv.Metrics) > 0
 		if keep {
-			intervals = append(intervals, iv)
+			r.intervals = append(r.intervals, iv)
 		}
 	})
-	read, hardware := 0, false
-	readErr := perfstat.Scan(in, func(s perfstat.Sample) error {
-		read++
-		hardware = hardware || !softwareEvent(s.Event)
+	r.err = perfstat.Scan(in, func(s perfstat.Sample) error {
+		r.read++
+		r.hardware = r.hardware || !softwareEvent(s.Event)
 		stream.Add(s)
 		return nil
 	})
-	summaries, notes := stream.Close()
-	if read == 0 && readErr == nil {
-		return fail("%s holds no perf stat values (record with the command from --list-events)", name)
-	}
-	if !computed && readErr == nil && !hardware {
-		return fail("%s holds software events only (a host without a PMU, as most VMs): Top-Down needs the core PMU's events; record where perf stat -e instructions counts, with the command from --list-events", name)
-	}
-	if !computed && readErr == nil {
-		return fail("no metric of the %s tree could be computed from %s: wrong --uarch, or recorded without the events of --list-events", uarch, name)
-	}
-	for _, n := range notes {
-		fmt.Fprintf(stderr, "note: %s\n", n)
-	}
-	if td.format == "json" {
-		writeTopdownJSON(stdout, uarch, tree, intervals, summaries)
-	} else {
-		writeTopdownTable(stdout, tree, intervals, summaries, notes, td.intervals)
-	}
-	if readErr != nil {
-		// Everything read before the bad line was computed and printed above.
-		return fail("%s: %v", name, readErr)
-	}
-	return 0
+	r.summaries, r.notes = stream.Close()
+	return r
 }
 
 // softwareEvents are the kernel's software events, as perf stat prints
