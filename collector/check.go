@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -189,12 +190,21 @@ func writeSelf(w io.Writer, st selfStatus) {
 	fmt.Fprintf(w, "\nSelf-perturbation (CPU %d): a group read costs %s (median of 1,000; min %s, IQR %s)\n", st.CPU,
 		time.Duration(st.NullReadMedian*1e9), time.Duration(st.NullReadMin*1e9), time.Duration(st.NullReadIQR*1e9))
 	names := slices.Sorted(maps.Keys(st.PerExtraRead))
-	var parts []string
+	var parts, noise []string
 	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %+.2f", n, st.PerExtraRead[n]))
+		// Less with more reads is the machine's other work, not the
+		// reads': said as noise, not as a negative cost (issue 57).
+		if v := st.PerExtraRead[n]; v < 0 {
+			noise = append(noise, n)
+		} else {
+			parts = append(parts, fmt.Sprintf("%s +%.2f", n, v))
+		}
 	}
 	fmt.Fprintf(w, "  each read (every 10 ms against every 100 ms, over 1 s) adds to that CPU's counts: %s (the reader itself switched %.2f times a read)\n",
-		strings.Join(parts, ", "), st.ReaderSwitches)
+		cmp.Or(strings.Join(parts, ", "), "nothing measurable"), st.ReaderSwitches)
+	if len(noise) > 0 {
+		fmt.Fprintf(w, "  %s: fewer with more reads, the machine's other work outweighing the reads' (check --format json has the values)\n", strings.Join(noise, ", "))
+	}
 }
 
 type treeStatus struct {

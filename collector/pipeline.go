@@ -65,7 +65,7 @@ type step struct {
 // collector that the host allows, each missing piece logged with its reason
 // and reported as pmu_collector_success 0.
 func livePipeline(f Options, logger *slog.Logger) *Pipeline {
-	raiseMemlock(logger)
+	raiseMemlock(logger, host.HoldsCap(f.procfs, host.CapIPCLock))
 	s := discover(f)
 	b := &build{f: &f, log: logger, s: &s, p: &Pipeline{}, online: host.NewOnlineCPUsReader(f.sysfs)}
 	b.p.closers = append(b.p.closers, func() { b.online.Close() })

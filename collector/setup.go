@@ -156,9 +156,13 @@ func fdNote(groups []perfcount.GroupSpec, online []int) string {
 // raiseMemlock lifts the locked-memory limit as far as the process may,
 // before any ring, AUX area or BPF map is made (rlimit.RaiseMemlock), and
 // says what it did.
-func raiseMemlock(logger *slog.Logger) {
+func raiseMemlock(logger *slog.Logger, ipcLock bool) {
 	from, to, err := rlimit.RaiseMemlock()
 	switch {
+	case err != nil && ipcLock:
+		// CAP_IPC_LOCK exempts perf rings and BPF maps from the limit: not
+		// raising it (no CAP_SYS_RESOURCE) costs nothing.
+		logger.Debug("locked-memory limit unchanged (no CAP_SYS_RESOURCE); CAP_IPC_LOCK exempts perf rings and BPF maps from it", "limit", rlimit.KiB(from))
 	case err != nil:
 		logger.Info("locked-memory limit unchanged: perf rings beyond kernel.perf_event_mlock_kb need CAP_IPC_LOCK, or CAP_SYS_RESOURCE to raise it", "limit", rlimit.KiB(from), "err", err)
 	case from != to:

@@ -15,6 +15,7 @@ import (
 
 // Linux capability numbers (include/uapi/linux/capability.h).
 const (
+	CapIPCLock   = 14
 	CapSysPtrace = 19
 	CapSysAdmin  = 21
 	CapPerfmon   = 38
@@ -51,6 +52,21 @@ type Facts struct {
 	CgroupV1Perf string // where v1's perf_event controller is mounted, "" if not
 	OnlineCPUs   []int
 	Errors       []error
+}
+
+// HoldsCap says whether this process holds capability c in its effective
+// set now, as procfs (under procRoot) says; false where it cannot be read.
+func HoldsCap(procRoot string, c uint) bool {
+	fs, err := procfs.NewFS(procRoot)
+	if err != nil {
+		return false
+	}
+	self, err := fs.Self()
+	if err != nil {
+		return false
+	}
+	st, err := self.NewStatus()
+	return err == nil && st.CapEff&(1<<c) != 0
 }
 
 // HasCap reports whether the process holds an effective capability.

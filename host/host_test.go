@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +156,29 @@ func affinityCPUs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return set.Count()
+}
+
+// HoldsCap agrees with the CapEff line of this process's status, read
+// here by hand, for every capability.
+func TestHoldsCap(t *testing.T) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eff uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			if eff, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for c := uint(0); c < 41; c++ {
+		if got, want := HoldsCap("/proc", c), eff&(1<<c) != 0; got != want {
+			t.Errorf("capability %d: HoldsCap %v, CapEff %#x says %v", c, got, eff, want)
+		}
+	}
+	if HoldsCap("/nonexistent", CapSysAdmin) {
+		t.Error("a procfs that is not there holds a capability")
+	}
 }

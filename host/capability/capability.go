@@ -314,7 +314,7 @@ func breakpointFeature(bpErr error, byName map[string]*pmu.PMU, privilege string
 		return Feature{Name: Breakpoints, Reason: "no breakpoint PMU", Fix: "the kernel lacks CONFIG_HAVE_HW_BREAKPOINT"}
 	}
 	bp := feature(Breakpoints, bpErr, "hardware watchpoints fire (a write watchpoint counted at least 990 of 1000 writes)", privilege)
-	if errors.Is(bpErr, ErrNotSupported) {
+	if errors.Is(bpErr, ErrNotSupported) || errors.Is(bpErr, ErrNotInHardware) {
 		bp.Fix = "watchpoints need the CPU's debug registers: KVM passes them to guests; where a hypervisor does not, run on bare metal or another instance type"
 	}
 	return bp
@@ -351,6 +351,11 @@ func codeReadsFeature(f host.Facts) Feature {
 // (kernel/probe wraps cilium/ebpf's with it).
 var ErrNotSupported = errors.New("not supported by this kernel")
 
+// ErrNotInHardware marks a probe's error as the machine lacking what the
+// kernel supports: watchpoints that open but do not fire where a
+// hypervisor keeps the debug registers from its guests.
+var ErrNotInHardware = errors.New("not provided by this machine")
+
 func fixFor(err error, privilege string) string {
 	var oe *model.OpenError
 	if errors.As(err, &oe) && oe.Reason != model.ReasonPermission {
@@ -358,6 +363,9 @@ func fixFor(err error, privilege string) string {
 	}
 	if errors.Is(err, ErrNotSupported) {
 		return "the kernel does not support this"
+	}
+	if errors.Is(err, ErrNotInHardware) {
+		return "the machine does not provide this: run on bare metal or another instance type"
 	}
 	return privilege
 }

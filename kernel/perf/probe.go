@@ -82,9 +82,9 @@ func ProbeBreakpoint() error {
 	switch n := binary.LittleEndian.Uint64(b[:]); {
 	case n == 0:
 		return fmt.Errorf("%w: a write watchpoint opened but counted 0 of %d writes: the debug registers do not reach this machine (a hypervisor that does not pass them through)",
-			capability.ErrNotSupported, probeWrites)
+			capability.ErrNotInHardware, probeWrites)
 	case n < probeWrites*99/100:
-		return fmt.Errorf("%w: a write watchpoint counted %d of %d writes: most traps are lost here", capability.ErrNotSupported, n, probeWrites)
+		return fmt.Errorf("%w: a write watchpoint counted %d of %d writes: most traps are lost here", capability.ErrNotInHardware, n, probeWrites)
 	}
 	return nil
 }

@@ -113,7 +113,11 @@ func chase(ev Event, e validate.Expectation, quick bool) (validate.Result, error
 	case quick:
 		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, "the pointer chase runs in the full validation only (pmu_exporter validate)"), nil
 	case capacity == 0 || ev.Caches.LLC == 0:
-		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, fmt.Sprintf("this CPU's %s and last-level cache sizes are not both known (caches: %s)", e.Cache, ev.CacheSource)), nil
+		what := "this CPU's " + e.Cache + " and last-level cache sizes are not both known"
+		if e.Cache == "LLC" { // one cache, not two (issue 57: "LLC and last-level")
+			what = "this CPU's last-level cache size is not known"
+		}
+		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, fmt.Sprintf("%s (caches: %s)", what, ev.CacheSource)), nil
 	}
 	kern := PointerChase(ev.Caches.L1d, ev.Caches.LLC)
 	counts, err := Measure(ev.CPU, ev.Counter, kern)
