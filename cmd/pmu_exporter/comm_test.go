@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
 	"github.com/pmu-exporter/pmu_exporter/collector"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
+	"github.com/pmu-exporter/pmu_exporter/internal/reference"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -486,6 +488,43 @@ func TestCommSaysWhyNothingResolved(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q: want exit 1 saying %q and %q", cmd, code, stderr.String(), want, reason)
 		}
 	}
+	if !strings.Contains(unresolvedHint(memopOutcomes(0, 5), ""), "--user-regs=") {
+		t.Error("samples without registers: the hint is not to record them")
+	}
+}
+
+// A recording with registers whose code is not here (examples/replay's
+// falseshare.data, recorded with --user-regs elsewhere) is told to look
+// for the code with --symfs, not to record again (issue 57).
+func TestCommHintFitsTheCase(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"comm", "../../examples/replay/falseshare.data"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "pass --symfs DIR") || strings.Contains(stderr.String(), "--user-regs") {
+		t.Errorf("exit %d: %s", code, stderr.String())
+	}
+	if h := unresolvedHint(memopOutcomes(10, 0), "/srv/host"); !strings.Contains(h, "under --symfs /srv/host") {
+		t.Errorf("code unreadable under --symfs: %s", h)
+	}
+	// Processes with no detection are counted, not printed as empty
+	// sections (issue 57: 1,087 of them in 11,958 lines).
+	stdout.Reset()
+	if code := run([]string{"comm", filepath.Join(reference.Recordings(t), "perf.data.weight_struct")}, &stdout, &stderr); code != 0 {
+		t.Fatalf("weight_struct: exit %d", code)
+	}
+	if out := stdout.String(); !strings.Contains(out, "1087 processes with no detection are not shown") || strings.Count(out, "\n") > 100 {
+		t.Errorf("weight_struct: %d lines:\n%s", strings.Count(out, "\n"), out)
+	}
+	if volumeUnit("decode") == volumeUnit("pebs") || !strings.Contains(volumeUnit("decode"), "nanoseconds") {
+		t.Errorf("the timer samples' volumes are not said in nanoseconds: %q", volumeUnit("decode"))
+	}
+}
+
+// memopOutcomes are outcomes with so many samples unreadable and so many
+// without registers.
+func memopOutcomes(unreadable, noRegs uint64) memop.Outcomes {
+	var o memop.Outcomes
+	o.Unresolved[memop.Unreadable], o.Unresolved[memop.NoRegisters] = unreadable, noRegs
+	return o
 }
 
 // A recording whose events perf opened on fewer CPUs than were online when
