@@ -98,6 +98,8 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	app := kingpin.New("pmu_exporter", "Counts CPU performance events on every CPU and exports them to Prometheus.")
 	app.UsageWriter(stderr)
 	app.ErrorWriter(stderr)
+	app.UsageFuncs(helpFuncs)
+	app.UsageTemplate(helpTemplate)
 	// --help and --version end the program: kingpin asks to exit, and run
 	// returns instead (without it, the default command would go on).
 	app.Terminate(func(code int) {
