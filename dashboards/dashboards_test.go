@@ -36,7 +36,7 @@ type dashboard struct {
 }
 
 type variable struct {
-	Name, Type string
+	Name, Type, Label string
 	Query      any        `json:"query"`
 	Datasource *reference `json:"datasource"`
 	Options    []struct {
@@ -47,9 +47,16 @@ type variable struct {
 type reference struct{ Type, UID string }
 
 type panel struct {
-	ID         int        `json:"id"`
-	Title      string     `json:"title"`
-	Datasource *reference `json:"datasource"`
+	ID          int        `json:"id"`
+	Type        string     `json:"type"`
+	Title       string     `json:"title"`
+	Description string     `json:"description"`
+	Datasource  *reference `json:"datasource"`
+	FieldConfig struct {
+		Defaults struct {
+			Unit string `json:"unit"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
 	Targets    []struct {
 		Expr       string     `json:"expr"`
 		Datasource *reference `json:"datasource"`
@@ -185,6 +192,53 @@ func TestModel(t *testing.T) {
 			for _, r := range refs {
 				if r == nil || r.Type != "prometheus" || r.UID != "${datasource}" {
 					t.Errorf("%s / %s: datasource %+v, want the ${datasource} variable", f, p.Title, r)
+				}
+			}
+		}
+	}
+}
+
+// TestConventions holds the dashboards to the ecosystem's mixins (issue
+// 57): datasource, cluster, job and instance variables first, in that
+// order, instance built from pmu_info (a series every host has, PMU or
+// not) and labelled for what it is; every panel with a description and a
+// unit; every query of a node's series scoped by cluster, job and
+// instance; one title prefix.
+func TestConventions(t *testing.T) {
+	scoped := `cluster=~"$cluster",job=~"$job",instance=~"$instance"`
+	for f, d := range load(t) {
+		if !strings.HasPrefix(d.Title, "PMU / ") {
+			t.Errorf("%s: title %q does not begin \"PMU / \"", f, d.Title)
+		}
+		var names []string
+		for _, v := range d.Templating.List {
+			names = append(names, v.Name)
+		}
+		if len(names) < 4 || strings.Join(names[:4], ",") != "datasource,cluster,job,instance" {
+			t.Errorf("%s: variables %v; want datasource, cluster, job, instance first", f, names)
+		}
+		for _, v := range d.Templating.List {
+			q, _ := v.Query.(map[string]any)
+			text, _ := q["query"].(string)
+			if v.Name == "instance" && (!strings.HasPrefix(text, "label_values(pmu_info{") || v.Label != "Instance") {
+				t.Errorf("%s: instance variable %q from %q; want Instance, from pmu_info", f, v.Label, text)
+			}
+			if v.Name == "node" {
+				t.Errorf("%s: a variable named node selects a Top-Down node, not a node", f)
+			}
+		}
+		for _, p := range d.Panels {
+			if p.Type == "row" {
+				continue
+			}
+			if p.Description == "" || p.FieldConfig.Defaults.Unit == "" {
+				t.Errorf("%s / %s: description %q, unit %q: want both", f, p.Title, p.Description, p.FieldConfig.Defaults.Unit)
+			}
+			for _, tg := range p.Targets {
+				// A recording rule's series aggregated over instances
+				// (namespace:...) has none to scope.
+				if !strings.Contains(tg.Expr, ":pmu_") && strings.Count(tg.Expr, "instance=~") != strings.Count(tg.Expr, scoped) {
+					t.Errorf("%s / %s: a selector not scoped by cluster, job and instance: %s", f, p.Title, tg.Expr)
 				}
 			}
 		}
@@ -353,7 +407,9 @@ scrape_configs:
 `, rules, replayAddr, speAddr, platformAddr, armAddr, vmAddr, governedAddr, liveAddr, reuseAddr, stackAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgFile, []byte(cfg), 0o644)
-	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--enable-feature=native-histograms",
+	// Without native histograms (issue 57): every panel reads classic
+	// buckets, as a Prometheus that does not ingest native ones has.
+	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
 
 	var all []query
