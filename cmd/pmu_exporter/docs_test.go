@@ -69,7 +69,7 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 	peers := map[string]bool{"collector.disable-defaults": true, "collector.perf": true,
 		"collector.perf.disable-hardware-profilers": true, "collector.perf.disable-cache-profilers": true}
 	docs, _ := filepath.Glob("../../docs/*.md")
-	docs = append(docs, "../../README.md", "../../DEVELOPERS.md")
+	docs = append(docs, "../../README.md", "../../DEVELOPERS.md", "../../CHANGELOG.md")
 	metricRef := regexp.MustCompile(`([a-z_]+:)?\bpmu_[a-z0-9_]*[a-z0-9]\b(:[a-z0-9_]+)?(\*?)`)
 	flagRef := regexp.MustCompile(`--(?:no-)?([a-z][a-z0-9-]*(?:\.[a-z0-9-]*[a-z0-9])+)(-?\*?)`)
 	flagRow := regexp.MustCompile("(?m)^\\| `--([a-z0-9.-]+)` \\| `([^`]*)` \\|")
