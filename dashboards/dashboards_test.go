@@ -37,9 +37,9 @@ type dashboard struct {
 
 type variable struct {
 	Name, Type, Label string
-	Query      any        `json:"query"`
-	Datasource *reference `json:"datasource"`
-	Options    []struct {
+	Query             any        `json:"query"`
+	Datasource        *reference `json:"datasource"`
+	Options           []struct {
 		Value string `json:"value"`
 	} `json:"options"`
 }
@@ -57,7 +57,7 @@ type panel struct {
 			Unit string `json:"unit"`
 		} `json:"defaults"`
 	} `json:"fieldConfig"`
-	Targets    []struct {
+	Targets []struct {
 		Expr       string     `json:"expr"`
 		Datasource *reference `json:"datasource"`
 	} `json:"targets"`
