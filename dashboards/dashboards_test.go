@@ -198,6 +198,9 @@ func TestModel(t *testing.T) {
 	}
 }
 
+// nativeOnly are PromQL's functions of native histograms.
+var nativeOnly = regexp.MustCompile(`\bhistogram_(sum|count|fraction|avg|stddev|stdvar)\(`)
+
 // TestConventions holds the dashboards to the ecosystem's mixins (issue
 // 57): datasource, cluster, job and instance variables first, in that
 // order, instance built from pmu_info (a series every host has, PMU or
@@ -235,6 +238,11 @@ func TestConventions(t *testing.T) {
 				t.Errorf("%s / %s: description %q, unit %q: want both", f, p.Title, p.Description, p.FieldConfig.Defaults.Unit)
 			}
 			for _, tg := range p.Targets {
+				// Classic buckets only: a Prometheus without native
+				// histograms has no other.
+				if nativeOnly.MatchString(tg.Expr) || strings.Contains(tg.Expr, "histogram_quantile(") && !strings.Contains(tg.Expr, "_bucket{") {
+					t.Errorf("%s / %s: a query of native histograms: %s", f, p.Title, tg.Expr)
+				}
 				// A recording rule's series aggregated over instances
 				// (namespace:...) has none to scope.
 				if !strings.Contains(tg.Expr, ":pmu_") && strings.Count(tg.Expr, "instance=~") != strings.Count(tg.Expr, scoped) {
