@@ -90,6 +90,14 @@ type cli struct {
 	terminated                   int // exit code --help or --version asked for; -1: none
 }
 
+// bindServeLimits declares what bounds serve's HTTP front end and its
+// health: connections, a collector's time in a scrape, a cycle's time.
+func bindServeLimits(serve *kingpin.CmdClause, f *flags) {
+	flagrange.Int(serve.Flag("web.max-connections", "Most HTTP connections open at once, on each listen address; more wait in the kernel's backlog, holding none of the exporter's file descriptors, which are for perf events. Lowered at start to half the descriptors the open-file limit leaves free once the collectors have opened theirs. Clients that hold every connection without sending a request delay scrapes until the 10 s header timeout closes theirs."), &f.maxConns, "1024", 1, 1<<16)
+	flagrange.Duration(serve.Flag("web.collect-timeout", "Longest a scrape waits for one collector's metrics; past it, that collector's metrics of the last complete collection are served and counted in pmu_scrape_stale_total{part} (a read stuck in the kernel, a lock held), so /metrics answers whatever a collector does."), &f.collectTimeout, "2s", 10*time.Millisecond, time.Minute)
+	flagrange.Duration(serve.Flag("collector.cycle-timeout", "/-/healthy answers 503, naming the collector, while a collector's cycle (a read of the counters, a pass over the sampling rings) has run longer than this: the liveness probe then restarts an exporter stuck in the kernel."), &f.cycleTimeout, "1m", time.Second, 24*time.Hour)
+}
+
 // newApp declares every command and flag, bound to c.
 func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	f, td, sf, cf := &c.f, &c.td, &c.sf, &c.cf
@@ -116,9 +124,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.telemetryPath)
 	flagrange.Int(serve.Flag("web.max-requests", "Maximum number of parallel scrape requests; further ones are answered 503 and counted in promhttp_metric_handler_requests_total{code=\"503\"} (0: no limit)."), &f.maxRequests, "40", 0, 1<<16)
 	flagrange.Duration(serve.Flag("web.idle-timeout", "How long an idle keep-alive connection is kept before the exporter closes it (its file descriptors are needed for perf events)."), &f.idleTimeout, "30s", time.Second, time.Hour)
-	flagrange.Int(serve.Flag("web.max-connections", "Most HTTP connections open at once, on each listen address; more wait in the kernel's backlog, holding none of the exporter's file descriptors, which are for perf events. Lowered at start to half the descriptors the open-file limit leaves free once the collectors have opened theirs. Clients that hold every connection without sending a request delay scrapes until the 10 s header timeout closes theirs."), &f.maxConns, "1024", 1, 1<<16)
-	flagrange.Duration(serve.Flag("web.collect-timeout", "Longest a scrape waits for one collector's metrics; past it, that collector's metrics of the last complete collection are served and counted in pmu_scrape_stale_total{part} (a read stuck in the kernel, a lock held), so /metrics answers whatever a collector does."), &f.collectTimeout, "2s", 10*time.Millisecond, time.Minute)
-	flagrange.Duration(serve.Flag("collector.cycle-timeout", "/-/healthy answers 503, naming the collector, while a collector's cycle (a read of the counters, a pass over the sampling rings) has run longer than this: the liveness probe then restarts an exporter stuck in the kernel."), &f.cycleTimeout, "1m", time.Second, 24*time.Hour)
+	bindServeLimits(serve, f)
 	flagrange.Duration(serve.Flag("web.write-timeout", "Longest time to write one response, longer than the slowest scrape."), &f.writeTimeout, "2m", time.Second, time.Hour)
 	serve.Flag("web.enable-debug", "Serve /debug/cachelines and /debug/comm (pids, tids, addresses and binary paths) and Go's /debug/pprof/, under the same web configuration (TLS, basic auth) as the metrics. Off by default: anyone who reaches the port could read them.").
 		BoolVar(&f.debug)
