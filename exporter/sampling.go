@@ -30,6 +30,7 @@ type Sampling struct {
 	memory  bool
 
 	samples, lost, throttled, filtered, auxLost, period *prometheus.Desc
+	periodEvents, periodSeconds                         *prometheus.Desc
 	errors                                              *prometheus.Desc
 	memSamples, memAccesses, latency, sharing           *prometheus.Desc
 
@@ -64,9 +65,11 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 		filtered:  desc("sampling_filtered_total", "Samples dropped because they had no data address (IBS op samples every op, Arm SPE records branches and other ops; only loads and stores have one).", ev...),
 		auxLost: desc("sampling_aux_lost_total",
 			"AUX records of an AUX event (Arm SPE) that say its records were lost (PERF_AUX_FLAG_*): reason=truncated (the AUX area was full; the event stopped until the exporter enabled it again), collision (the unit's records collided), partial (the data has gaps).", append(ev, "reason")...),
-		errors:     desc("sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped), aux (an AUX event, Arm SPE, that could not be stopped and started again to flush its records or after its area filled).", "reason"),
-		period:     desc("sampling_period", "The event's sampling period now in force, as the governor set it (events, or ns for cpu-clock).", ev...),
-		memSamples: desc("mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class...),
+		errors:        desc("sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped), aux (an AUX event, Arm SPE, that could not be stopped and started again to flush its records or after its area filled).", "reason"),
+		period:        desc("sampling_period", "Deprecated, kept for one release (CHANGELOG.md): pmu_sampling_period_events and pmu_sampling_period_seconds, one unit each. The event's sampling period now in force (events, or ns for cpu-clock).", ev...),
+		periodEvents:  desc("sampling_period_events", "The event's sampling period now in force, as the governor set it, in events: for the events that count (not the clocks).", ev...),
+		periodSeconds: desc("sampling_period_seconds", "The clock event's sampling period now in force, as the governor set it, in seconds of CPU time (cpu-clock, task-clock: the address sampler's timer).", ev...),
+		memSamples:    desc("mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class...),
 		memAccesses: desc("mem_accesses_estimated_total",
 			"Memory accesses estimated from the samples: each sample stands for its sampling period.", class...),
 		latency: desc("mem_load_latency_cycles", "Latency of the sampled loads in core cycles (PEBS load latency above --collector.sampling.ldlat, IBS DC miss latency), as a native histogram, with classic buckets at the powers of two."),
@@ -107,7 +110,7 @@ func (s *Sampling) cgroupLabels(id uint64) []string {
 
 // Describe sends the descriptors.
 func (s *Sampling) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.samples, s.lost, s.throttled, s.filtered, s.auxLost, s.period, s.errors, s.memSamples, s.memAccesses, s.latency, s.sharing} {
+	for _, d := range []*prometheus.Desc{s.samples, s.lost, s.throttled, s.filtered, s.auxLost, s.period, s.periodEvents, s.periodSeconds, s.errors, s.memSamples, s.memAccesses, s.latency, s.sharing} {
 		ch <- d
 	}
 	if s.cgroups != nil {
@@ -136,7 +139,13 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 				counter(s.auxLost, e.AuxLost[k], c.Name, c.PMU, reason)
 			}
 		}
-		ch <- prometheus.MustNewConstMetric(s.period, prometheus.GaugeValue, float64(s.src.Period(i)), c.Name, c.PMU)
+		period := s.src.Period(i)
+		ch <- prometheus.MustNewConstMetric(s.period, prometheus.GaugeValue, float64(period), c.Name, c.PMU)
+		if c.PeriodIsTime() {
+			ch <- prometheus.MustNewConstMetric(s.periodSeconds, prometheus.GaugeValue, float64(period)/1e9, c.Name, c.PMU)
+		} else {
+			ch <- prometheus.MustNewConstMetric(s.periodEvents, prometheus.GaugeValue, float64(period), c.Name, c.PMU)
+		}
 	}
 	if snap.Lost > 0 {
 		counter(s.lost, snap.Lost, "", "")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
@@ -23,8 +24,9 @@ func (p plan) Period(i int) uint64        { return p[i].Period * 2 }
 
 func TestSamplingMetrics(t *testing.T) {
 	cfgs := plan{{Name: "mem-loads", PMU: "cpu", Period: 1000, Memory: true}, {Name: "ibs_op", PMU: "ibs_op", Period: 4096, Memory: true, AddrOnly: true},
-		{Name: "arm_spe", PMU: "arm_spe_0", Period: 4096, Memory: true, Aux: true}}
-	stats := samplestat.New(3, 64)
+		{Name: "arm_spe", PMU: "arm_spe_0", Period: 4096, Memory: true, Aux: true},
+		{Name: "cpu-clock", PMU: "software", Period: 500000, Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK}}}
+	stats := samplestat.New(4, 64)
 	hit := datasrc.DataSrc{Op: datasrc.OpLoad, Lvl: datasrc.LvlHit | datasrc.LvlL3, LvlNum: datasrc.LvlNumL3, Snoop: datasrc.SnoopHITM}.Encode()
 	b := stats.Lock()
 	for range 3 {
@@ -70,6 +72,19 @@ func TestSamplingMetrics(t *testing.T) {
 		one("pmu_sampling_period", loads).GetGauge().GetValue() != 2000 || one("pmu_sampling_throttled_total", map[string]string{"event": "ibs_op"}).GetCounter().GetValue() != 1 ||
 		one("pmu_sampling_filtered_total", map[string]string{"event": "ibs_op"}).GetCounter().GetValue() != 1 {
 		t.Errorf("sampling families wrong: %v", got)
+	}
+	// One unit per family (issue 57): the clock's period in seconds (the
+	// plan doubled its 500,000 ns), the counting events' in events.
+	clock := map[string]string{"event": "cpu-clock"}
+	if one("pmu_sampling_period_seconds", clock).GetGauge().GetValue() != 0.001 || one("pmu_sampling_period_events", loads).GetGauge().GetValue() != 2000 {
+		t.Errorf("periods: %v %v", got["pmu_sampling_period_seconds"], got["pmu_sampling_period_events"])
+	}
+	for _, m := range got["pmu_sampling_period_events"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetValue() == "cpu-clock" {
+				t.Errorf("cpu-clock's period in events: %v", m)
+			}
+		}
 	}
 	spe := func(reason string) map[string]string { return map[string]string{"event": "arm_spe", "reason": reason} }
 	if one("pmu_sampling_aux_lost_total", spe("truncated")).GetCounter().GetValue() != 2 || one("pmu_sampling_aux_lost_total", spe("collision")).GetCounter().GetValue() != 1 ||

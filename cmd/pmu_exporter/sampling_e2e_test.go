@@ -42,7 +42,7 @@ func TestServeSampling(t *testing.T) {
 	time.Sleep(600 * time.Millisecond) // two of the reader's poll periods
 	body, after := p.scrape(t)
 	grew := mustValue(t, after, "pmu_sampling_samples_total", ev) + mustValue(t, after, "pmu_sampling_lost_total", ev) - b0
-	period := mustValue(t, after, "pmu_sampling_period", ev)
+	period := mustValue(t, after, "pmu_sampling_period_events", ev)
 	// The governor raises a period only where samples come faster than
 	// half of perf_event_max_sample_rate on a CPU over one of its 500 ms
 	// intervals, or cost more than the budget, which takes more still. A

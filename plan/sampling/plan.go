@@ -107,6 +107,13 @@ func Precise(pmus []*pmu.PMU, o Options) ([]Config, error) {
 const DecodeSampleType = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID |
 	unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_REGS_USER
 
+// PeriodIsTime says whether the period counts nanoseconds (the software
+// clocks, cpu-clock and task-clock) rather than events.
+func (c Config) PeriodIsTime() bool {
+	return c.Attr.Type == unix.PERF_TYPE_SOFTWARE &&
+		(c.Attr.Config == unix.PERF_COUNT_SW_CPU_CLOCK || c.Attr.Config == unix.PERF_COUNT_SW_TASK_CLOCK)
+}
+
 // Decoded is the address sampler: cpu-clock in user mode every period ns on
 // every CPU, with the user registers of regs (memop.RegsMask).
 func Decoded(period uint64, cgroup bool, regs uint64) Config {
