@@ -220,9 +220,6 @@ func TestAccuracyOnRIBench(t *testing.T) {
 // shrinks as the run goes on: the interval of the multi-modal case's
 // dominant bin seen by halfway is narrower at the end than then.
 func TestAccuracyOnLongTraces(t *testing.T) {
-	if testing.Short() {
-		t.Skip("5 M accesses a run")
-	}
 	var sum float64
 	runs := 0
 	for _, period := range []uint64{1000, 250} {

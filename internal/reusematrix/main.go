@@ -1,14 +1,4 @@
-package reuse
-
-import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"testing"
-)
-
-// TestMatrix runs the whole matrix of docs/sampling.md (scripts/reuse-matrix):
+// Command reusematrix runs the whole matrix of docs/sampling.md (scripts/reuse-matrix):
 // RIBench's five shapes at the thesis' distances (SCALES=16: 1 Ki to 16 Ki)
 // or short ones (1: 64 to 1 Ki), with and without invalidations, 1, 2 and
 // 8 threads (THREADS overrides), ≥ 5 M accesses a run, 5 seeds, at the
@@ -19,15 +9,23 @@ import (
 // the thesis' (HT: Reservoir, Horvitz–Thompson's weights). A line per
 // setting with each seed's S by each, the default's not resolved share (nr)
 // and its invalidated share against the trace's; then the means.
-func TestMatrix(t *testing.T) {
-	if os.Getenv("PMU_EXPORTER_REUSE_MATRIX") == "" {
-		t.Skip("the whole matrix: scripts/reuse-matrix")
-	}
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
+)
+
+func main() {
 	periods := envList("PERIODS", []int{1000, 250})
 	threadCounts := envList("THREADS", []int{1, 2, 8})
 	scales := envList("SCALES", []int{16})
-	pol := map[string]Replacement{"": Auto, "keeper": Keeper, "reservoir": Reservoir, "patient": Patient, "eager": Eager}[os.Getenv("POL")]
-	own := DefaultOwn
+	pol := map[string]reuse.Replacement{"": reuse.Auto, "keeper": reuse.Keeper, "reservoir": reuse.Reservoir, "patient": reuse.Patient, "eager": reuse.Eager}[os.Getenv("POL")]
+	own := reuse.DefaultOwn
 	if v := os.Getenv("OWN"); v != "" {
 		own, _ = strconv.Atoi(v)
 	}
@@ -45,30 +43,30 @@ func TestMatrix(t *testing.T) {
 	for _, scale := range scales {
 		for _, inval := range []float64{0, 0.3} {
 			for _, threads := range threadCounts {
-				for _, base := range Cases {
+				for _, base := range reuse.Cases {
 					c := base.Scaled(uint64(scale))
 					c.Invalidate = inval
 					c.Outer = c.OuterFor(threads, n)
 					for _, period := range periods {
 						var line string
 						for seed := uint64(1); seed <= 5; seed++ {
-							run := func(o Options) (*Tracker, Truth) {
+							run := func(o reuse.Options) (*reuse.Tracker, reuse.Truth) {
 								o.Seed = seed
-								r := NewReplay(ReplayOptions{Options: o, Period: uint64(period), Unsampled: Remote})
+								r := reuse.NewReplay(reuse.ReplayOptions{Options: o, Period: uint64(period), Unsampled: reuse.Remote})
 								truth := c.Generate(threads, seed*7, r.Access)
 								r.Finish()
 								return r.Tracker, truth
 							}
-							tr, truth := run(Options{Replacement: pol, Own: own})
+							tr, truth := run(reuse.Options{Replacement: pol, Own: own})
 							e := tr.Estimate()
 							bins, nr := e.Fractions()
-							saj := Accuracy(truth.Fractions(), bins)
-							g, _ := run(Options{})
+							saj := reuse.Accuracy(truth.Fractions(), bins)
+							g, _ := run(reuse.Options{})
 							ge := g.Estimate()
 							gb, _ := ge.Fractions()
-							sg := Accuracy(truth.Fractions(), gb)
-							ht, _ := run(Options{Replacement: Reservoir})
-							sht := Accuracy(truth.Fractions(), Normalized(ht.HT.Distance[:]))
+							sg := reuse.Accuracy(truth.Fractions(), gb)
+							ht, _ := run(reuse.Options{Replacement: reuse.Reservoir})
+							sht := reuse.Accuracy(truth.Fractions(), reuse.Normalized(ht.HT.Distance[:]))
 							trueInv := float64(truth.Invalidated) / float64(truth.Accesses)
 							for i, s := range []float64{saj, sg, sht} {
 								sums[i][period] += s
