@@ -43,100 +43,78 @@ func (d *Deadline) Outstanding() int64 { return d.outstanding.Load() }
 // What open gave is closed after the read, by whichever goroutine ends
 // last.
 func (d *Deadline) ReadAt(open func() (io.ReaderAt, io.Closer, error), p []byte, off int64) (int, error) {
-	if n := d.outstanding.Load(); n >= d.MaxAbandoned {
-		return 0, fmt.Errorf("%w: %d earlier reads still held in the kernel", ErrReadTimeout, n)
-	}
-	type result struct {
-		n   int
-		err error
-	}
 	buf := make([]byte, len(p)) // the abandoned read writes here, never into p
-	var mu sync.Mutex
-	abandoned := false
-	done := make(chan result, 1)
-	go func() {
+	n, err := within(d, func() (int, error) {
 		r, c, err := open()
-		n := 0
-		if err == nil {
-			n, err = r.ReadAt(buf, off)
-			if c != nil {
-				c.Close()
-			}
+		if err != nil {
+			return 0, err
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if abandoned {
-			d.outstanding.Add(-1)
-			return
+		if c != nil {
+			defer c.Close()
 		}
-		done <- result{n, err}
-	}()
-	timer := time.NewTimer(d.Budget)
-	defer timer.Stop()
-	var r result
-	select {
-	case r = <-done:
-	case <-timer.C:
-		mu.Lock()
-		select {
-		case r = <-done: // it returned as the budget ran out
-		default:
-			abandoned = true
-			d.outstanding.Add(1)
-			d.timedOut.Add(1)
-			mu.Unlock()
-			return 0, fmt.Errorf("%w (%v)", ErrReadTimeout, d.Budget)
-		}
-		mu.Unlock()
-	}
-	copy(p, buf[:r.n])
-	return r.n, r.err
+		return r.ReadAt(buf, off)
+	}, nil)
+	copy(p, buf[:n])
+	return n, err
 }
 
 // Open runs open within the budget (an open on a stalled mount hangs as
 // a read does); a file an abandoned open gives later is closed.
 func (d *Deadline) Open(open func() (*os.File, error)) (*os.File, error) {
+	return within(d, open, func(f *os.File) {
+		if f != nil {
+			f.Close()
+		}
+	})
+}
+
+// within runs op on a goroutine of its own and waits at most d's budget
+// for it. Past that, op is abandoned and counted, and release (if any)
+// gets what it returns whenever it does; past MaxAbandoned outstanding,
+// op is not run at all.
+func within[T any](d *Deadline, op func() (T, error), release func(T)) (T, error) {
+	var zero T
 	if n := d.outstanding.Load(); n >= d.MaxAbandoned {
-		return nil, fmt.Errorf("%w: %d earlier reads still held in the kernel", ErrReadTimeout, n)
+		return zero, fmt.Errorf("%w: %d earlier reads still held in the kernel", ErrReadTimeout, n)
 	}
 	type result struct {
-		f   *os.File
+		v   T
 		err error
 	}
 	var mu sync.Mutex
 	abandoned := false
 	done := make(chan result, 1)
 	go func() {
-		f, err := open()
+		v, err := op()
 		mu.Lock()
 		defer mu.Unlock()
 		if abandoned {
 			d.outstanding.Add(-1)
-			if f != nil {
-				f.Close()
+			if release != nil {
+				release(v)
 			}
 			return
 		}
-		done <- result{f, err}
+		done <- result{v, err}
 	}()
 	timer := time.NewTimer(d.Budget)
 	defer timer.Stop()
 	select {
 	case r := <-done:
-		return r.f, r.err
+		return r.v, r.err
 	case <-timer.C:
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	select {
-	case r := <-done:
-		return r.f, r.err
+	case r := <-done: // it returned as the budget ran out
+		return r.v, r.err
 	default:
 	}
 	abandoned = true
 	d.outstanding.Add(1)
 	d.timedOut.Add(1)
-	return nil, fmt.Errorf("open: %w (%v)", ErrReadTimeout, d.Budget)
+	return zero, fmt.Errorf("%w (%v)", ErrReadTimeout, d.Budget)
 }
 
 // File is an open file whose reads are bounded by a Deadline. Once one of
