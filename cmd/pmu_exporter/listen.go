@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -64,11 +65,11 @@ func listen(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	var n uint32
-	if _, err := fmt.Sscanf(port, "%d", &n); err != nil {
+	n, err := strconv.ParseUint(port, 10, 32)
+	if err != nil {
 		return nil, fmt.Errorf("vsock port %q: %w", port, err)
 	}
-	return vsock.Listen(n, nil)
+	return vsock.Listen(uint32(n), nil)
 }
 
 // limitedLog is the HTTP server's error log (a failed accept, a TLS

@@ -13,6 +13,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfstat"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
@@ -181,28 +182,12 @@ func evaluate(in io.Reader, tree *metric.Tree, params map[string]float64, keep b
 	})
 	r.err = perfstat.Scan(in, func(s perfstat.Sample) error {
 		r.read++
-		r.hardware = r.hardware || !softwareEvent(s.Event)
+		r.hardware = r.hardware || !eventspec.CountsWithoutPMU(s.Event)
 		stream.Add(s)
 		return nil
 	})
 	r.summaries, r.notes = stream.Close()
 	return r
-}
-
-// softwareEvents are the kernel's software events, as perf stat prints
-// them: a recording of only these was made where no PMU counts.
-var softwareEvents = map[string]bool{
-	"cpu-clock": true, "task-clock": true, "page-faults": true, "faults": true, "minor-faults": true,
-	"major-faults": true, "context-switches": true, "cs": true, "cpu-migrations": true, "migrations": true,
-	"alignment-faults": true, "emulation-faults": true, "dummy": true, "bpf-output": true, "cgroup-switches": true,
-	"duration_time": true, "user_time": true, "system_time": true,
-}
-
-// softwareEvent says whether perf's name for an event is a software
-// event's, with or without modifiers (task-clock:u).
-func softwareEvent(name string) bool {
-	base, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(name)), ":")
-	return softwareEvents[base]
 }
 
 // headerPeek is how much of a recording is looked at for its header.

@@ -246,3 +246,17 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// The kernel's software events and perf's tool events are counted
+// without a PMU, with their modifiers too; hardware, cache and raw ones
+// are not.
+func TestCountsWithoutPMU(t *testing.T) {
+	for name, want := range map[string]bool{
+		"task-clock": true, "cpu-clock:u": true, " Context-Switches ": true, "duration_time": true, "cgroup-switches": true,
+		"cycles": false, "instructions:u": false, "L1-dcache-load-misses": false, "r01c4": false, "cpu/event=0x3c/": false, "": false,
+	} {
+		if got := CountsWithoutPMU(name); got != want {
+			t.Errorf("CountsWithoutPMU(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -1,5 +1,7 @@
 package eventspec
 
+import "strings"
+
 // Generic event numbers from include/uapi/linux/perf_event.h. They are ABI: the
 // kernel maps them to each PMU's own encoding.
 
@@ -41,4 +43,17 @@ var cacheOps = map[string][2]uint64{
 	"loads": {0, 0}, "load-misses": {0, 1},
 	"stores": {1, 0}, "store-misses": {1, 1},
 	"prefetches": {2, 0}, "prefetch-misses": {2, 1},
+}
+
+// toolEvents are perf's own events, which perf counts itself (perf stat's
+// duration_time, user_time, system_time).
+var toolEvents = map[string]bool{"duration_time": true, "user_time": true, "system_time": true}
+
+// CountsWithoutPMU says whether name, as perf prints it (modifiers such
+// as :u aside), is an event no PMU counts: a software or a tool event. A
+// recording of only these was made where no PMU counts.
+func CountsWithoutPMU(name string) bool {
+	base, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(name)), ":")
+	_, sw := softwareEvents[base]
+	return sw || toolEvents[base]
 }
