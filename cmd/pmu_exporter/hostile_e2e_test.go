@@ -37,7 +37,7 @@ func TestServeHostileFIFO(t *testing.T) {
 	lib, swap := buildFIFOSwap(t, 0o777) // nobody makes its FIFO there
 	p := start(t, nil)
 	_, mfs := p.scrape(t)
-	unreadable0, _ := value(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
+	unreadable0 := unreadableCode(t, mfs)
 
 	hostile := exec.Command(swap, lib, "6")
 	hostile.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
@@ -79,7 +79,7 @@ func TestServeHostileFIFO(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	last := probe.once()
-	unreadable, _ := value(t, last, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
+	unreadable := unreadableCode(t, last)
 	t.Logf("%d scrapes, the slowest %v; unreadable_code samples %v -> %v", probe.scrapes, probe.slowest, unreadable0, unreadable)
 	if unreadable <= unreadable0 {
 		t.Errorf("no sample counted as unreadable_code while the library's path was a FIFO (%v -> %v): the test did not reach the decoder's open", unreadable0, unreadable)
@@ -89,6 +89,20 @@ func TestServeHostileFIFO(t *testing.T) {
 		t.Errorf("after the FIFO: %v (SIGTERM answered in %v)", err, took)
 	}
 	t.Logf("SIGTERM to exit: %v", took)
+}
+
+// unreadableCode counts the samples whose code the decoder could not
+// read: the address sampler's unreadable_code outcome; or, on a host
+// whose precise PMU samples instead (PEBS, IBS, SPE: the comm collector's
+// default there), its samples whose width went unknown, which the decoder
+// reads from the same code (kernel IPs among them: a floor still holds).
+func unreadableCode(t *testing.T, mfs map[string]*dto.MetricFamily) float64 {
+	t.Helper()
+	if v, ok := value(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"}); ok {
+		return v
+	}
+	v, _ := value(t, mfs, "pmu_comm_access_widths_total", map[string]string{"outcome": "unknown"})
+	return v
 }
 
 // buildFIFOSwap builds testdata/fifoswap's library and program with gcc
@@ -188,7 +202,7 @@ func TestServeWithoutSysPtrace(t *testing.T) {
 	if n := strings.Count(p.log.String(), `msg="capability missing" feature=code_reads reason="no CAP_SYS_PTRACE`); n != 1 {
 		t.Errorf("the log says code_reads is missing %d times, want once:\n%s", n, p.log.tail(4<<10))
 	}
-	unreadable0, _ := value(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
+	unreadable0 := unreadableCode(t, mfs)
 	// nobody's process, in its own code for a second; fifoswap's FIFO
 	// goes in a directory nobody cannot write, so it stops there.
 	hostile := exec.Command(swap, lib, "1")
@@ -196,7 +210,7 @@ func TestServeWithoutSysPtrace(t *testing.T) {
 	hostile.CombinedOutput()
 	time.Sleep(300 * time.Millisecond)
 	_, mfs = p.scrape(t)
-	unreadable, _ := value(t, mfs, "pmu_address_samples_total", map[string]string{"outcome": "unreadable_code"})
+	unreadable := unreadableCode(t, mfs)
 	t.Logf("unreadable_code samples %v -> %v", unreadable0, unreadable)
 	if unreadable <= unreadable0 {
 		t.Errorf("no sample of nobody's process counted unreadable without CAP_SYS_PTRACE (%v -> %v)", unreadable0, unreadable)
