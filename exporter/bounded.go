@@ -65,7 +65,7 @@ func (b *Bounded) Collect(ch chan<- prometheus.Metric) {
 // collect gathers one complete Collect of inner into last, then closes
 // done.
 func (b *Bounded) collect(done chan struct{}) {
-	got := make(chan prometheus.Metric, 64)
+	got := make(chan prometheus.Metric, 1024)
 	var ms []prometheus.Metric
 	drained := make(chan struct{})
 	go func() {
