@@ -218,7 +218,7 @@ func commCollector(b *build, o commFlags, dec *perfsample.Decoder, det *comdetec
 // host's cache sizes where the distances are counted in accesses.
 func reuseCollector(b *build, o commFlags, dec *perfsample.Decoder, ids exporter.CgroupIDs) *exporter.ReuseCollector {
 	rc := exporter.NewReuse(dec, ids, b.names)
-	if o.reuseClock == reuse.UnitAccesses && len(b.s.facts.OnlineCPUs) > 0 {
+	if o.reuseClock == reuse.ClockAccesses && len(b.s.facts.OnlineCPUs) > 0 {
 		// Miss ratios at this host's caches (the first online CPU's).
 		cpu := b.s.facts.OnlineCPUs[0]
 		if c, err := host.ReadCacheFacts(b.f.sysfs, cpu, b.s.facts.CPU.Vendor, cpuidOn(cpu)); err != nil {
@@ -324,9 +324,9 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 			// spec, or accesses: the host's loads and stores, or
 			// events the user says count them (accesses=EVENTS).
 			spec := o.reuseClock
-			if s, ok := strings.CutPrefix(spec, reuse.UnitAccesses+"="); ok {
-				spec, o.reuseClock = s, reuse.UnitAccesses
-			} else if spec == reuse.UnitAccesses {
+			if s, ok := strings.CutPrefix(spec, reuse.ClockAccesses+"="); ok {
+				spec, o.reuseClock = s, reuse.ClockAccesses
+			} else if spec == reuse.ClockAccesses {
 				// A node without them still measures reuse, on the
 				// next best clock, and says so.
 				var unit string
@@ -335,7 +335,7 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 				switch unit {
 				case "":
 					b.log.Warn("reuse distances on the thread's CPU time, not in accesses: no stack distances or miss ratios", "reason", why)
-				case reuse.UnitAccesses:
+				case reuse.ClockAccesses:
 				default:
 					b.log.Warn("reuse distances in retired instructions, not in accesses: no stack distances or miss ratios", "reason", why)
 				}

@@ -97,7 +97,7 @@ func bestReuseClock(cpu host.CPU, pmus []*pmu.PMU, probe func(eventspec.Attr) er
 	spec, why = accessClock(cpu, pmus)
 	if why == nil {
 		if why = openAll(spec, pmus, probe); why == nil {
-			return spec, reuse.UnitAccesses, nil
+			return spec, reuse.ClockAccesses, nil
 		}
 	}
 	if errors.Is(why, errNoCore) || errors.Is(why, errHybrid) {

@@ -214,15 +214,13 @@ func (c *commSamplers) resetCPU(cpu int) {
 	}
 }
 
-// periods are the samplers' periods, in target order.
-func (c *commSamplers) periods() []uint64 {
-	var out []uint64
-	for _, t := range c.targets() {
-		c.mu.Lock()
-		if cs := c.running[t]; cs != nil {
-			out = append(out, cs.smp.Period(0))
-		}
-		c.mu.Unlock()
+// periods are the samplers' periods, by target.
+func (c *commSamplers) periods() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]uint64, len(c.running))
+	for t, cs := range c.running {
+		out[t] = cs.smp.Period(0)
 	}
 	return out
 }
@@ -261,13 +259,18 @@ func (c *commSamplers) run(ctx context.Context, annotated podAnnotations) {
 }
 
 // Configs and Period make the set the sampling collector's source: one
-// event, at the period of the first sampler (or the configured one).
+// event, at the period of the first sampler by target (or the configured
+// one).
 func (c *commSamplers) Configs() []sampling.Config { return c.cfgs }
 
 // Period implements exporter.SamplingSource.
 func (c *commSamplers) Period(int) uint64 {
-	if p := c.periods(); len(p) > 0 {
-		return p[0]
+	if t := c.targets(); len(t) > 0 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if cs := c.running[t[0]]; cs != nil {
+			return cs.smp.Period(0)
+		}
 	}
 	return c.cfgs[0].Period
 }

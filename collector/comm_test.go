@@ -31,12 +31,12 @@ func TestCommConfigsPreferPrecise(t *testing.T) {
 	}{
 		{"skylake", fixture.IntelSkylake(), taken, "pebs", []string{"mem-loads", "mem-stores"}},
 		{"zen3", fixture.AMDZen3(), taken, "ibs", []string{"ibs_op"}},
-		{"no PMU", fixture.NoPMU(), flags, "decode", []string{"decode"}},
+		{"no PMU", fixture.NoPMU(), flags, "decode", []string{"cpu-clock"}},
 		// SPE admits one event per CPU: the sampling collector's, where it
 		// takes it.
 		{"neoverse, sampling collector off", fixture.ArmNeoverseN1(), samplingFlags{period: 10007, spe: true}, "spe", []string{"arm_spe"}},
-		{"neoverse, SPE left to others", fixture.ArmNeoverseN1(), flags, "decode", []string{"decode"}},
-		{"neoverse, SPE the sampling collector's", fixture.ArmNeoverseN1(), taken, "decode", []string{"decode"}},
+		{"neoverse, SPE left to others", fixture.ArmNeoverseN1(), flags, "decode", []string{"cpu-clock"}},
+		{"neoverse, SPE the sampling collector's", fixture.ArmNeoverseN1(), taken, "decode", []string{"cpu-clock"}},
 	} {
 		cfgs, source, err := commConfigs(fixture.PMUs(t, c.host), 1e6, c.flags, true)
 		if err != nil {

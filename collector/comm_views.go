@@ -238,7 +238,7 @@ func replayComm(b *build) error {
 	if source == "decode" && period.n > 0 {
 		// The timer's period, as live: what a sample stands for, in ns.
 		ns := uint64(period.sum / float64(period.n))
-		coll.WithPeriods(func() []uint64 { return []uint64{ns} })
+		coll.WithPeriods(func() map[string]uint64 { return map[string]uint64{"": ns} })
 	}
 	if stats != nil {
 		coll.PerCgroup(stats, cgroups, nil)

@@ -10,7 +10,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 )
@@ -21,7 +20,7 @@ import (
 // sampling each thread every --replay.trace-period accesses, and serves
 // its outcomes as pmu_reuse_* with the distances in accesses, and where
 // the trace gives each access its thread's CPU time (a fifth field) in
-// that time too (unit thread_cpu_seconds, as live), as the cgroup
+// that time too (clock thread_cpu, as live), as the cgroup
 // "replay:" and the file's name, and its registers' arms and traps as
 // pmu_comm_watchpoint_*; with miss ratios at the caches of
 // --replay.samples' host where its HEADER_CACHE sizes them. With
@@ -37,7 +36,7 @@ func replayReuse(b *build) error {
 	if err != nil {
 		return err
 	}
-	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Unit: reuse.UnitAccesses}, Period: b.f.replay.tracePeriod, Governor: gov})
+	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Clock: reuse.ClockAccesses}, Period: b.f.replay.tracePeriod, Governor: gov})
 	if err := r.Run(bufio.NewReaderSize(file, 1<<16)); err != nil {
 		return fmt.Errorf("--replay.trace: %w", err)
 	}
@@ -112,7 +111,7 @@ func traceTimed(path string, period uint64, gov *governor.Governor) (*reuse.Trac
 		return nil, err
 	}
 	defer file.Close()
-	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Unit: perfsample.UnitThreadCPU}, Period: period, Timed: true, Governor: gov})
+	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Seed: 1, Own: reuse.DefaultOwn, Clock: reuse.ClockThreadCPU}, Period: period, Timed: true, Governor: gov})
 	if err := r.Run(bufio.NewReaderSize(file, 1<<16)); err != nil {
 		return nil, err
 	}

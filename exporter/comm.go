@@ -1,8 +1,6 @@
 package exporter
 
 import (
-	"strconv"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
@@ -33,9 +31,9 @@ type CommCollector struct {
 	// sampler decodes timer samples (source decode), estimated accesses
 	// where a precise PMU samples.
 	volSeconds, volAccesses, domSeconds, domAccesses *prometheus.Desc
-	periods                                          func() []uint64 // the samplers' periods in ns (nil: not exported)
-	source                                           string          // the sampler whose accesses the detections come from
-	watch                                            *Watch          // nil: no watchpoints
+	periods                                          func() map[string]uint64 // the samplers' periods in ns by target cgroup (nil: not exported)
+	source                                           string                   // the sampler whose accesses the detections come from
+	watch                                            *Watch                   // nil: no watchpoints
 
 	stats                 *samplestat.Stats // per-cgroup sharing (nil: none)
 	cgroups               CgroupIDs
@@ -68,7 +66,7 @@ func NewComm(src CommSource) *CommCollector {
 		window: desc("comm_window_samples",
 			"How many of a reader's own samples a published store stays fresh for."),
 		period: desc("comm_sample_period_seconds",
-			"CPU time between two of the address sampler's samples on a CPU, as its governor set it (cpu-clock's period), per sampler (one, or one per --collector.comm.cgroup).", "sampler"),
+			"CPU time between two of the address sampler's samples on a CPU, as its governor set it (cpu-clock's period), per sampler: by the cgroup it samples (one per --collector.comm.cgroup or annotated pod; cgroup=\"\" for the sampler of every task).", "cgroup"),
 		volSeconds: desc("comm_sampled_seconds_total",
 			"Communication between threads estimated from the address sampler's detections (timer samples resolved from their registers), by kind: the CPU time the detecting samples stand for, the sum of their periods.", "kind"),
 		volAccesses: desc("comm_accesses_estimated_total",
@@ -167,8 +165,9 @@ func (c *CommCollector) WithSource(source string) *CommCollector {
 	return c
 }
 
-// WithPeriods exports the samplers' periods (ns).
-func (c *CommCollector) WithPeriods(f func() []uint64) *CommCollector {
+// WithPeriods exports the samplers' periods (ns), by the cgroup each
+// samples ("": every task).
+func (c *CommCollector) WithPeriods(f func() map[string]uint64) *CommCollector {
 	c.periods = f
 	return c
 }
@@ -268,8 +267,8 @@ func (c *CommCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.readsTimedOut, prometheus.CounterValue, float64(out.ReadsTimedOut))
 	})
 	if c.periods != nil {
-		for i, ns := range c.periods() {
-			ch <- prometheus.MustNewConstMetric(c.period, prometheus.GaugeValue, float64(ns)/1e9, strconv.Itoa(i))
+		for target, ns := range c.periods() {
+			ch <- prometheus.MustNewConstMetric(c.period, prometheus.GaugeValue, float64(ns)/1e9, target)
 		}
 	}
 	if c.watch != nil {

@@ -31,7 +31,7 @@ func everyCollector() []prometheus.Collector {
 		NewReadDurationHistogram(),
 		NewCgroup(nil, nil, AttributedByBPF),
 		NewPodMeta(nil),
-		NewComm(nil).WithPeriods(func() []uint64 { return nil }).WithWatch(func() WatchStats { return WatchStats{} }).PerCgroup(samplestat.New(0, 1), noCgroups{}, nil),
+		NewComm(nil).WithPeriods(func() map[string]uint64 { return nil }).WithWatch(func() WatchStats { return WatchStats{} }).PerCgroup(samplestat.New(0, 1), noCgroups{}, nil),
 		NewComm(nil).WithSource("pebs").PerCgroup(samplestat.New(0, 1), noCgroups{}, nil),
 		NewHealth(),
 		NewStaleScrapes(),

@@ -32,7 +32,7 @@ func TestReuseSharesAndObserved(t *testing.T) {
 	if got := perfsample.ReuseClock(1e9); got != 1<<30 {
 		t.Fatalf("ReuseClock(1 s) = %d, want 2^30", got)
 	}
-	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 4, Unit: perfsample.UnitThreadCPU})
+	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 4, Clock: reuse.ClockThreadCPU})
 	tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: perfsample.ReuseClock(1e9)})
 	tr.Trapped(reuse.Hit{TID: 1, Clock: perfsample.ReuseClock(1e9 + 3000), Addr: 0x1000, Size: 4, Kind: reuse.Read}) // RAW, temporal
 	tr.Sample(reuse.Use{TID: 1, Addr: 0x2000, Size: 8, Kind: reuse.Write, Clock: perfsample.ReuseClock(2e9)})
@@ -49,14 +49,6 @@ func TestReuseSharesAndObserved(t *testing.T) {
 	close(ch)
 	kinds := map[string]float64{}
 	shares, outcomes, watches := map[string]float64{}, map[string]float64{}, map[string]float64{}
-	label := func(out *dto.Metric, name string) string {
-		for _, lp := range out.GetLabel() {
-			if lp.GetName() == name {
-				return lp.GetValue()
-			}
-		}
-		return ""
-	}
 	var observed *dto.Histogram
 	for m := range ch {
 		var out dto.Metric
@@ -65,8 +57,8 @@ func TestReuseSharesAndObserved(t *testing.T) {
 		}
 		switch m.Desc() {
 		case c.timeShare:
-			if label(&out, "mode") != "private" || label(&out, "unit") != "thread_cpu_seconds" {
-				t.Errorf("labels %v, want mode private, unit thread_cpu_seconds (the tracker's clock)", out.GetLabel())
+			if label(&out, "mode") != "private" || label(&out, "clock") != "thread_cpu" {
+				t.Errorf("labels %v, want mode private, clock thread_cpu (the tracker's clock)", out.GetLabel())
 			}
 			shares[label(&out, "bucket")+" "+label(&out, "bound")] = out.GetGauge().GetValue()
 		case c.outcomeShare:
@@ -208,7 +200,7 @@ func TestReuseCountersNeverGoDown(t *testing.T) {
 // the powers of two of counts: a
 // reuse 3 events after its use is in (2, 4], native bucket 2.
 func TestReuseEventDistance(t *testing.T) {
-	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 1, Unit: "page-faults"})
+	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 1, Clock: "page-faults"})
 	tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: 100})
 	tr.Trapped(reuse.Hit{TID: 1, Clock: 103})
 	c := NewReuse(oneTracker{t: tr}, nil, nil)
@@ -239,10 +231,8 @@ func TestReuseEventDistance(t *testing.T) {
 		}
 		if m.Desc() == c.observedEvents {
 			h = out.Histogram
-			for _, lp := range out.GetLabel() {
-				if lp.GetName() == "unit" && lp.GetValue() != "page-faults" {
-					t.Errorf("unit %q", lp.GetValue())
-				}
+			if label(&out, "clock") != "page-faults" {
+				t.Errorf("clock %q, want page-faults (the events counted)", label(&out, "clock"))
 			}
 		}
 	}
@@ -268,7 +258,7 @@ func TestReuseEventDistance(t *testing.T) {
 func TestReuseStackDistances(t *testing.T) {
 	const n = 2048
 	rng := rand.New(rand.NewPCG(5, 6))
-	r := reuse.NewReplay(reuse.ReplayOptions{Period: 64, Options: reuse.Options{Seed: 1, Unit: reuse.UnitAccesses}})
+	r := reuse.NewReplay(reuse.ReplayOptions{Period: 64, Options: reuse.Options{Seed: 1, Clock: reuse.ClockAccesses}})
 	run := func(accesses int) {
 		for range accesses {
 			r.Access(reuse.Access{TID: 1, Addr: 0x1000 + 64*rng.Uint64N(n), Size: 8})
@@ -338,7 +328,7 @@ func TestReuseStackDistances(t *testing.T) {
 // its series; a cgroup still reported keeps its buckets.
 func TestReuseStackDistancesForgetCgroupsGone(t *testing.T) {
 	tracker := func() *reuse.Tracker {
-		tr := reuse.New(nopBackend{}, reuse.Options{Slots: 1, Unit: reuse.UnitAccesses})
+		tr := reuse.New(nopBackend{}, reuse.Options{Slots: 1, Clock: reuse.ClockAccesses})
 		tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: 100})
 		tr.Trapped(reuse.Hit{TID: 1, Clock: 164})
 		return tr
@@ -363,5 +353,65 @@ func TestReuseStackDistancesForgetCgroupsGone(t *testing.T) {
 	src.live, src.gone = nil, nil
 	if n := histograms(); n != 0 || len(c.stack.placed) != 0 {
 		t.Errorf("after the cgroup was forgotten: %d stack histograms, %d cgroups placed; want none", n, len(c.stack.placed))
+	}
+}
+
+// label is the value of m's label name ("" where it has none).
+func label(m *dto.Metric, name string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue()
+		}
+	}
+	return ""
+}
+
+// One trace's watches timed on two clocks (a trace replay's accesses and
+// thread CPU time): the distances and their estimates come once per clock,
+// labelled by it, and the raw counts once, so that sum() over a cgroup's
+// series counts each trap once: here 2 samples, 1 reuse, 1 invalidation.
+func TestReuseCountsWatchesOnceAcrossClocks(t *testing.T) {
+	tracker := func(clock string, at uint64) *reuse.Tracker {
+		tr := reuse.New(nopBackend{}, reuse.Options{Slots: 4, Clock: clock})
+		tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: 100})
+		tr.Trapped(reuse.Hit{TID: 1, Clock: 100 + at})
+		tr.Sample(reuse.Use{TID: 1, Addr: 0x2000, Size: 8, Kind: reuse.Read, Clock: 200 + at})
+		tr.Trapped(reuse.Hit{TID: 2, Clock: 300 + at}) // another thread's store
+		return tr
+	}
+	src := &trackers{live: []*reuse.Tracker{tracker(reuse.ClockThreadCPU, 1<<20), tracker(reuse.ClockAccesses, 64)}}
+	c := NewReuse(src, nil, nil)
+	ch := make(chan prometheus.Metric, 200)
+	c.Collect(ch)
+	close(ch)
+	sums, clocks := map[*prometheus.Desc]float64{}, map[*prometheus.Desc]map[string]bool{}
+	for m := range ch {
+		var out dto.Metric
+		if err := m.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		if out.Counter != nil {
+			sums[m.Desc()] += out.GetCounter().GetValue()
+		}
+		if clocks[m.Desc()] == nil {
+			clocks[m.Desc()] = map[string]bool{}
+		}
+		clocks[m.Desc()][label(&out, "clock")] = true
+	}
+	for d, want := range map[*prometheus.Desc]float64{c.samples: 2, c.invalidations: 1, c.watches: 2} {
+		if sums[d] != want {
+			t.Errorf("%v summed over the series: %v, want %v (each watch once)", d, sums[d], want)
+		}
+		if clocks[d][""] != true || len(clocks[d]) != 1 {
+			t.Errorf("%v: clock labels %v, want none (raw counts are the clocks')", d, clocks[d])
+		}
+	}
+	for d, want := range map[*prometheus.Desc]string{c.timeShare: reuse.ClockThreadCPU, c.eventShare: reuse.ClockAccesses} {
+		if len(clocks[d]) != 1 || !clocks[d][want] {
+			t.Errorf("%v: clocks %v, want only %s", d, clocks[d], want)
+		}
+	}
+	if len(clocks[c.outcomeShare]) != 2 {
+		t.Errorf("outcome shares for clocks %v, want both: each estimate weighs ages on its own clock", clocks[c.outcomeShare])
 	}
 }

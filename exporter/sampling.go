@@ -28,6 +28,7 @@ type Sampling struct {
 	stats   *samplestat.Stats
 	started time.Time
 	memory  bool
+	sampler string // the configs' sampler (plan/sampling: address or memory)
 
 	samples, lost, throttled, filtered, auxLost, period *prometheus.Desc
 	periodEvents, periodSeconds                         *prometheus.Desc
@@ -56,7 +57,9 @@ type CgroupIDs interface {
 
 // NewSampling builds the collector.
 func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
-	ev := []string{"event", "pmu"}
+	// The sampler label says whose events these are: the address
+	// sampler's timer (cpu-clock) or the memory sampler's precise events.
+	ev := []string{"sampler", "event", "pmu"}
 	class := []string{"op", "source", "snoop"}
 	s := &Sampling{src: src, stats: stats, started: time.Now(),
 		samples:   desc("sampling_samples_total", "Samples the kernel delivered for the event, on every CPU.", ev...),
@@ -66,9 +69,9 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 		auxLost: desc("sampling_aux_lost_total",
 			"AUX records of an AUX event (Arm SPE) that say its records were lost (PERF_AUX_FLAG_*): reason=truncated (the AUX area was full; the event stopped until the exporter enabled it again), collision (the unit's records collided), partial (the data has gaps).", append(ev, "reason")...),
 		errors:        desc("sampling_errors_total", "Records skipped because they could not be read: reason=decode (a record its event's layout does not fit), ring (a corrupt header; the rest of that ring's data dropped), aux (an AUX event, Arm SPE, that could not be stopped and started again to flush its records or after its area filled).", "reason"),
-		period:        desc("sampling_period", "Deprecated, kept for one release (CHANGELOG.md): pmu_sampling_period_events and pmu_sampling_period_seconds, one unit each. The event's sampling period now in force (events, or ns for cpu-clock).", ev...),
+		period:        desc("sampling_period", "Deprecated, kept for one release with its old labels (CHANGELOG.md): pmu_sampling_period_events and pmu_sampling_period_seconds, one unit each, and pmu_comm_sample_period_seconds for the address sampler (here event=\"decode\"). The event's sampling period now in force (events, or ns for cpu-clock).", "event", "pmu"),
 		periodEvents:  desc("sampling_period_events", "The event's sampling period now in force, as the governor set it, in events: for the events that count (not the clocks).", ev...),
-		periodSeconds: desc("sampling_period_seconds", "The clock event's sampling period now in force, as the governor set it, in seconds of CPU time (cpu-clock, task-clock: the address sampler's timer).", ev...),
+		periodSeconds: desc("sampling_period_seconds", "The clock event's sampling period now in force, as the governor set it, in seconds of CPU time (cpu-clock, task-clock), for the memory sampler's clocks; the address sampler's, one per sampled cgroup, is pmu_comm_sample_period_seconds.", ev...),
 		memSamples:    desc("mem_samples_total", "Memory access samples by operation, the level that served them (data_src) and the snoop result.", class...),
 		memAccesses: desc("mem_accesses_estimated_total",
 			"Memory accesses estimated from the samples: each sample stands for its sampling period.", class...),
@@ -78,6 +81,7 @@ func NewSampling(src SamplingSource, stats *samplestat.Stats) *Sampling {
 	}
 	for _, c := range src.Configs() {
 		s.memory = s.memory || c.Memory
+		s.sampler = c.Sampler()
 	}
 	return s
 }
@@ -88,7 +92,7 @@ func (s *Sampling) PerCgroup(ids CgroupIDs, names PodNames) *Sampling {
 	id := identityLabels[:]
 	with := func(l ...string) []string { return append(append([]string(nil), id...), l...) }
 	s.cgroups, s.names = ids, names
-	s.cgSamples = desc("cgroup_sampling_samples_total", "Samples of the event taken while a task of the cgroup ran (PERF_SAMPLE_CGROUP: the perf_event hierarchy's cgroup). cgroup=\"other\" holds the cgroups beyond the bound.", with("event", "pmu")...)
+	s.cgSamples = desc("cgroup_sampling_samples_total", "Samples of the event taken while a task of the cgroup ran (PERF_SAMPLE_CGROUP: the perf_event hierarchy's cgroup). cgroup=\"other\" holds the cgroups beyond the bound.", with("sampler", "event", "pmu")...)
 	s.cgMem = desc("cgroup_mem_samples_total", "Memory access samples of the cgroup's tasks by operation and the level that served them.", with("op", "source")...)
 	s.cgAccesses = desc("cgroup_mem_accesses_estimated_total", "Memory accesses of the cgroup's tasks estimated from the samples (samples × period).", with("op", "source")...)
 	s.cgSharing = desc("cgroup_cacheline_sharing_events_estimated_total", "The cgroup's sampled accesses to cache lines another thread wrote, estimated, by kind.", with("kind")...)
@@ -128,27 +132,22 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i, c := range s.src.Configs() {
 		e := snap.Events[i]
-		counter(s.samples, e.Samples, c.Name, c.PMU)
-		counter(s.lost, e.Lost, c.Name, c.PMU)
-		counter(s.throttled, e.Throttled, c.Name, c.PMU)
+		sampler := c.Sampler()
+		counter(s.samples, e.Samples, sampler, c.Name, c.PMU)
+		counter(s.lost, e.Lost, sampler, c.Name, c.PMU)
+		counter(s.throttled, e.Throttled, sampler, c.Name, c.PMU)
 		if c.AddrOnly || c.Aux {
-			counter(s.filtered, e.Filtered, c.Name, c.PMU)
+			counter(s.filtered, e.Filtered, sampler, c.Name, c.PMU)
 		}
 		if c.Aux {
 			for k, reason := range samplestat.AuxLosses {
-				counter(s.auxLost, e.AuxLost[k], c.Name, c.PMU, reason)
+				counter(s.auxLost, e.AuxLost[k], sampler, c.Name, c.PMU, reason)
 			}
 		}
-		period := s.src.Period(i)
-		ch <- prometheus.MustNewConstMetric(s.period, prometheus.GaugeValue, float64(period), c.Name, c.PMU)
-		if c.PeriodIsTime() {
-			ch <- prometheus.MustNewConstMetric(s.periodSeconds, prometheus.GaugeValue, float64(period)/1e9, c.Name, c.PMU)
-		} else {
-			ch <- prometheus.MustNewConstMetric(s.periodEvents, prometheus.GaugeValue, float64(period), c.Name, c.PMU)
-		}
+		s.periods(ch, c, s.src.Period(i))
 	}
 	if snap.Lost > 0 {
-		counter(s.lost, snap.Lost, "", "")
+		counter(s.lost, snap.Lost, s.sampler, "", "")
 	}
 	for _, reason := range []string{"decode", "ring", "aux"} {
 		counter(s.errors, snap.Errors[reason], reason)
@@ -177,13 +176,31 @@ func (s *Sampling) Collect(ch chan<- prometheus.Metric) {
 	counter(s.sharing, snap.Sharing[cacheline.FalseSharing], "false_sharing")
 }
 
+// periods exports config c's period now in force: in events or seconds by
+// its kind, the address sampler's only in the deprecated family (its own,
+// per sampled cgroup, is pmu_comm_sample_period_seconds).
+func (s *Sampling) periods(ch chan<- prometheus.Metric, c sampling.Config, period uint64) {
+	oldName := c.Name
+	if c.Sampler() == sampling.SamplerAddress {
+		oldName = "decode" // as it was, for the release the family is kept
+	}
+	ch <- prometheus.MustNewConstMetric(s.period, prometheus.GaugeValue, float64(period), oldName, c.PMU)
+	switch {
+	case c.Sampler() == sampling.SamplerAddress:
+	case c.PeriodIsTime():
+		ch <- prometheus.MustNewConstMetric(s.periodSeconds, prometheus.GaugeValue, float64(period)/1e9, c.Sampler(), c.Name, c.PMU)
+	default:
+		ch <- prometheus.MustNewConstMetric(s.periodEvents, prometheus.GaugeValue, float64(period), c.Sampler(), c.Name, c.PMU)
+	}
+}
+
 func (s *Sampling) collectCgroups(ch chan<- prometheus.Metric, snap samplestat.Snapshot) {
 	cfgs := s.src.Configs()
 	for id, cg := range snap.Cgroups {
 		l := s.cgroupLabels(id)
 		with := func(v ...string) []string { return append(append([]string(nil), l...), v...) }
 		for i, n := range cg.Samples {
-			ch <- prometheus.MustNewConstMetric(s.cgSamples, prometheus.CounterValue, float64(n), with(cfgs[i].Name, cfgs[i].PMU)...)
+			ch <- prometheus.MustNewConstMetric(s.cgSamples, prometheus.CounterValue, float64(n), with(cfgs[i].Sampler(), cfgs[i].Name, cfgs[i].PMU)...)
 		}
 		if !s.memory {
 			continue

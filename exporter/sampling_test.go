@@ -112,6 +112,51 @@ func TestSamplingMetrics(t *testing.T) {
 	}
 }
 
+// The address sampler's series name its event, cpu-clock, and say whose it
+// is (sampler="address"), so that no event label holds a sampler's name;
+// its period is not among the sampling periods, being
+// pmu_comm_sample_period_seconds (per sampled cgroup), except in the
+// deprecated pmu_sampling_period, which keeps its old label for a release.
+func TestSamplingAddressSampler(t *testing.T) {
+	cfgs := plan{sampling.Decoded(1_000_000, false, 0)}
+	stats := samplestat.New(1, 64)
+	b := stats.Lock()
+	b.Sample(0, &perfrecord.Sample{TID: 1, Period: 1_000_000}, true, false)
+	b.Unlock()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewSampling(cfgs, stats))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			seen[mf.GetName()] = true
+			switch mf.GetName() {
+			case "pmu_sampling_period":
+				if label(m, "event") != "decode" || label(m, "sampler") != "" {
+					t.Errorf("deprecated %s: %v, want its old labels (event=decode)", mf.GetName(), m.GetLabel())
+				}
+			case "pmu_sampling_samples_total", "pmu_sampling_lost_total", "pmu_sampling_throttled_total":
+				if label(m, "event") != "cpu-clock" || label(m, "sampler") != sampling.SamplerAddress || label(m, "pmu") != "software" {
+					t.Errorf("%s: %v, want sampler=address, event=cpu-clock, pmu=software", mf.GetName(), m.GetLabel())
+				}
+			}
+		}
+	}
+	for _, name := range []string{"pmu_sampling_samples_total", "pmu_sampling_period"} {
+		if !seen[name] {
+			t.Errorf("no %s", name)
+		}
+	}
+	for _, name := range []string{"pmu_sampling_period_seconds", "pmu_sampling_period_events"} {
+		if seen[name] {
+			t.Errorf("%s has the address sampler's period: that is pmu_comm_sample_period_seconds, per sampled cgroup", name)
+		}
+	}
+}
+
 type cgroupTable map[uint64]string
 
 func (c cgroupTable) Cgroup(id uint64) (string, podcgroup.Identity, bool) {

@@ -745,7 +745,7 @@ func TestServeReuseLive(t *testing.T) {
 	t.Logf("pairs %v, temporal %v", pairs, temporal)
 	var observed float64
 	for _, m := range r.mfs["pmu_reuse_observed_time_distance_seconds"].GetMetric() {
-		if labelsMatch(m, r.lbl) {
+		if labelsMatch(m, r.clocked()) {
 			observed = float64(m.GetHistogram().GetSampleCount())
 		}
 	}
@@ -818,8 +818,20 @@ type reuseRun struct {
 	// early is a scrape a quarter of the way through the benchmark's
 	// -duration, for what must change as the run goes on.
 	early map[string]*dto.MetricFamily
-	lbl   map[string]string // h's labels
+	lbl   map[string]string // the cgroup and mode: the raw counts' labels
+	clock string            // the distance clock: h's labels are lbl and clock (clocked)
 	log   *logBuffer        // the exporter's
+}
+
+// clocked are the labels of the run's distances and estimates: the raw
+// counts' and the distance clock.
+func (r reuseRun) clocked() map[string]string { return withClock(r.lbl, r.clock) }
+
+// withClock is lbl and the label clock.
+func withClock(lbl map[string]string, clock string) map[string]string {
+	l := maps.Clone(lbl)
+	l["clock"] = clock
+	return l
 }
 
 // --collector.comm.reuse-clock=accesses where no PMU counts loads and
@@ -1117,14 +1129,14 @@ func reuseBenchIn(t *testing.T, p *exporterProc, top, dir string, flags, wrapper
 	// Private reuse is timed on the thread's CPU time, shared on
 	// CLOCK_MONOTONIC, or counted in the --collector.comm.reuse-clock
 	// events (here context switches): the walk on the same clock.
-	unit, walk, family := "wall_seconds", float64(run.WalkNS)*1e-9, "pmu_reuse_time_distance_share"
+	clockLabel, walk, family := "wall", float64(run.WalkNS)*1e-9, "pmu_reuse_time_distance_share"
 	if mode == "private" {
-		unit, walk = "thread_cpu_seconds", float64(run.WalkCPUNS)*1e-9
+		clockLabel, walk = "thread_cpu", float64(run.WalkCPUNS)*1e-9
 	}
 	if clock != "" {
-		unit, walk, family = clock, run.WalkSwitches, "pmu_reuse_event_distance_share"
+		clockLabel, walk, family = clock, run.WalkSwitches, "pmu_reuse_event_distance_share"
 		if strings.HasPrefix(clock, "accesses=") {
-			unit = "accesses" // events said to count loads and stores
+			clockLabel = "accesses" // events said to count loads and stores
 		}
 		if instructions != nil {
 			walk = float64(instructions()) / max(run.Walks, 1)
@@ -1135,12 +1147,12 @@ func reuseBenchIn(t *testing.T, p *exporterProc, top, dir string, flags, wrapper
 	}
 	time.Sleep(300 * time.Millisecond)
 	_, mfs := p.scrape(t)
-	lbl := map[string]string{"cgroup": top + "/job", "mode": mode, "unit": unit}
-	h := estimatedHistogram(mfs, family, lbl)
+	lbl := map[string]string{"cgroup": top + "/job", "mode": mode}
+	h := estimatedHistogram(mfs, family, withClock(lbl, clockLabel))
 	if h == nil || h.GetSampleCount() < 10 {
 		t.Fatalf("%s reuse histogram of %s/job: %v\n%s\n%s", mode, top, h, reuseAccounts(mfs), p.log)
 	}
-	return reuseRun{walk: walk, wallWalk: float64(run.WalkNS) * 1e-9, lag: float64(run.LagNS) * 1e-9, h: h, mfs: mfs, early: early, lbl: lbl, log: p.log}
+	return reuseRun{walk: walk, wallWalk: float64(run.WalkNS) * 1e-9, lag: float64(run.LagNS) * 1e-9, h: h, mfs: mfs, early: early, lbl: lbl, clock: clockLabel, log: p.log}
 }
 
 // The reported uncertainty shrinks as a run goes on: the 95% interval of
@@ -1161,7 +1173,7 @@ func TestServeReuseIntervalNarrows(t *testing.T) {
 	bins := func(mfs map[string]*dto.MetricFamily) map[string]map[string]float64 {
 		out := map[string]map[string]float64{}
 		for _, m := range mfs["pmu_reuse_time_distance_share"].GetMetric() {
-			if !labelsMatch(m, r.lbl) {
+			if !labelsMatch(m, r.clocked()) {
 				continue
 			}
 			var bucket, bound string
@@ -1240,9 +1252,11 @@ func wilsonObservations(v map[string]float64) float64 {
 func estimatedHistogram(mfs map[string]*dto.MetricFamily, family string, lbl map[string]string) *dto.Histogram {
 	want := maps.Clone(lbl)
 	want["bound"] = "estimate"
+	counted := maps.Clone(lbl)
+	delete(counted, "clock") // the raw counts are the clocks'
 	var samples float64
 	for _, m := range mfs["pmu_reuse_samples_total"].GetMetric() {
-		if labelsMatch(m, lbl) {
+		if labelsMatch(m, counted) {
 			samples = m.GetCounter().GetValue()
 		}
 	}

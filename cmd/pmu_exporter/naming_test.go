@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,18 +28,18 @@ var unitDebt = map[string]string{
 	"pmu_cgroup_comm_volume_total": "as pmu_comm_volume_total",
 }
 
-// unitLabelDebt are the families that still carry a unit label (the
-// reuse families: unit=accesses or thread_cpu_seconds or the events of
-// --collector.comm.reuse-clock).
-var unitLabelDebt = regexp.MustCompile(`^pmu_reuse_`)
+// unitValue is a label value that spells a unit (thread_cpu_seconds,
+// bytes): a family whose label says in what unit a value is holds several
+// units under one name.
+var unitValue = regexp.MustCompile(`(^|_)(seconds|nanoseconds|microseconds|milliseconds|bytes|joules|watts|hertz|celsius|volts|amperes)$`)
 
 // nonBase are unit words that are not Prometheus's base units.
 var nonBase = regexp.MustCompile(`_(milliseconds|microseconds|nanoseconds|ms|us|ns|kilobytes|megabytes|gigabytes|kib|mib|gib|kb|mb|percent|minutes|hours)(_total)?$`)
 
 // TestExpositionNaming holds the live and the replay exposition to
 // Prometheus's naming rules: base units in the name, _total on every
-// counter, no label holding a unit (unitLabelDebt apart), and a unit
-// that varies within a family only where unitDebt says so.
+// counter, no label named unit or whose values spell one, and a unit that
+// varies within a family only where unitDebt says so.
 func TestExpositionNaming(t *testing.T) {
 	testenv.RequireRoot(t)
 	expositions := map[string]map[string]*dto.MetricFamily{}
@@ -65,11 +64,8 @@ func TestExpositionNaming(t *testing.T) {
 			if nonBase.MatchString(name) {
 				t.Errorf("%s: %s is not in base units (seconds, bytes, ratios)", where, name)
 			}
-			for _, m := range mf.GetMetric() {
-				if slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "unit" }) && !unitLabelDebt.MatchString(name) {
-					t.Errorf("%s: %s has a unit label: a unit belongs in the name", where, name)
-					break
-				}
+			if l := unitLabel(mf); l != "" {
+				t.Errorf("%s: %s has a label that holds a unit (%s): a unit belongs in the name", where, name, l)
 			}
 		}
 	}
@@ -78,6 +74,19 @@ func TestExpositionNaming(t *testing.T) {
 			t.Errorf("%s is in unitDebt but in neither exposition: remove its entry", name)
 		}
 	}
+}
+
+// unitLabel is a label of mf's series that holds a unit, as name=value
+// ("" where none does).
+func unitLabel(mf *dto.MetricFamily) string {
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "unit" || unitValue.MatchString(l.GetValue()) {
+				return l.GetName() + "=" + l.GetValue()
+			}
+		}
+	}
+	return ""
 }
 
 // startReplay runs the binary with args until the test ends and returns

@@ -168,7 +168,8 @@ func TestServeReplayTrace(t *testing.T) {
 	}
 	p := start(t, nil, "--source=replay", "--replay.file="+handmade, "--replay.trace="+trace, "--replay.trace-period=100")
 	_, mfs := p.scrape(t)
-	lbl := map[string]string{"cgroup": "replay:reuse-trace.txt", "mode": "private", "unit": "accesses"}
+	// The raw counts carry no clock (each watch once); the estimates do.
+	lbl := map[string]string{"cgroup": "replay:reuse-trace.txt", "mode": "private"}
 	with := func(k, v string) map[string]string {
 		l := maps.Clone(lbl)
 		l[k] = v
@@ -199,7 +200,7 @@ func TestServeReplayTrace(t *testing.T) {
 			t.Errorf("watches %s %v, reuse --trace says %d", outcome, got, want.Watches[outcome])
 		}
 	}
-	if got := mustValue(t, mfs, "pmu_reuse_outcome_share", map[string]string{"cgroup": lbl["cgroup"], "outcome": "invalidated", "bound": "estimate"}); math.Abs(got-want.Invalidated.Share) > 1e-4 {
+	if got := mustValue(t, mfs, "pmu_reuse_outcome_share", map[string]string{"cgroup": lbl["cgroup"], "clock": "accesses", "outcome": "invalidated", "bound": "estimate"}); math.Abs(got-want.Invalidated.Share) > 1e-4 {
 		t.Errorf("invalidated share %v, reuse --trace says %v", got, want.Invalidated.Share)
 	}
 	if len(want.Distances) == 0 {
@@ -207,13 +208,14 @@ func TestServeReplayTrace(t *testing.T) {
 	}
 	for _, d := range want.Distances {
 		l := with("bound", "estimate")
+		l["clock"] = "accesses"
 		l["bucket"] = strconv.FormatUint(d.To, 10)
 		if got := mustValue(t, mfs, "pmu_reuse_event_distance_share", l); math.Abs(got-d.Share) > 1e-4 {
 			t.Errorf("bin [%d, %d): %v, reuse --trace says %v", d.From, d.To, got, d.Share)
 		}
 		// The trace's threads spend 2 ns an access: in time, the same
 		// reuses one bin up (within 0.5%: TestTimedTraceIsTheAccessTraceTwice).
-		l = map[string]string{"cgroup": lbl["cgroup"], "mode": "private", "unit": "thread_cpu_seconds", "bound": "estimate",
+		l = map[string]string{"cgroup": lbl["cgroup"], "mode": "private", "clock": "thread_cpu", "bound": "estimate",
 			"bucket": strconv.FormatFloat(math.Ldexp(float64(2*d.To), -30), 'g', -1, 64)}
 		if got := mustValue(t, mfs, "pmu_reuse_time_distance_share", l); math.Abs(got-d.Share) > 0.005*d.Share {
 			t.Errorf("bin [%d, %d) ns: %v, reuse --trace says %v in [%d, %d) accesses", 2*d.From, 2*d.To, got, d.Share, d.From, d.To)
@@ -275,7 +277,7 @@ func TestServeReplayTraceGoverned(t *testing.T) {
 	spent := mustValue(t, mfs, "pmu_comm_watchpoint_trap_cpu_seconds_total", nil)
 	traps := mustValue(t, mfs, "pmu_comm_watchpoint_traps_total", map[string]string{"outcome": "reuse"})
 	denied := mustValue(t, mfs, "pmu_comm_watchpoint_arms_denied_total", nil)
-	samples := mustValue(t, mfs, "pmu_reuse_samples_total", map[string]string{"cgroup": "replay:reuse-trace.txt", "unit": "accesses"})
+	samples := mustValue(t, mfs, "pmu_reuse_samples_total", map[string]string{"cgroup": "replay:reuse-trace.txt"})
 	t.Logf("trace CPU %.6f s, governed %.6f s; %v traps cost %.6f s; %v samples, %v denied; ungoverned %d traps, %d samples", traceCPU, cpu, traps, spent, samples, denied, free.Traps, free.Samples)
 	if cpu <= 0 || cpu > traceCPU {
 		t.Errorf("the governor saw %v s of CPU time, the trace's threads ran %v s", cpu, traceCPU)

@@ -161,7 +161,7 @@ func TestAuxConfigWithoutAuxArea(t *testing.T) {
 	if len(failures) != 1 || failures[0].Event != "fake_spe" || !strings.Contains(failures[0].Err.Error(), "writes no AUX area") {
 		t.Errorf("failures %+v", failures)
 	}
-	if c := smp.Configs(); len(c) != 1 || c[0].Name != "decode" {
+	if c := smp.Configs(); len(c) != 1 || c[0].Name != "cpu-clock" {
 		t.Errorf("configs %+v, want the clock alone", c)
 	}
 	if err := smp.Close(); err != nil {

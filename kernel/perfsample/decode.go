@@ -260,7 +260,7 @@ func (d *Decoder) unwatch(pid uint32) {
 	if t := d.trackers[pid]; t != nil {
 		cg := d.reuseCgroup[pid]
 		if d.reuseGone[cg] == nil {
-			d.reuseGone[cg] = reuse.New(nil, reuse.Options{Mode: d.reuseMode, Unit: d.reuseUnit()})
+			d.reuseGone[cg] = reuse.New(nil, reuse.Options{Mode: d.reuseMode, Clock: d.reuseClockName()})
 		}
 		d.reuseGone[cg].Merge(t)
 	}

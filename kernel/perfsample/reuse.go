@@ -57,15 +57,6 @@ func ReuseClock(ns uint64) uint64 {
 	return ns/1e9<<30 + (ns%1e9)<<30/1e9
 }
 
-// Units of the live distance clocks (the reuse metrics' unit label).
-const (
-	// UnitThreadCPU: the sampled thread's CPU time (its task-clock), where
-	// the engine's leaders sample the watched threads (SampleEvery).
-	UnitThreadCPU = "thread_cpu_seconds"
-	// UnitWall: CLOCK_MONOTONIC, the address sampler's samples' time.
-	UnitWall = "wall_seconds"
-)
-
 // WatchReuse makes the watchpoints serve ReuseTracker instead of
 // ComDetective: each watched process gets a tracker (in private mode own
 // of each thread's slots are its own, the rest shared by its threads),
@@ -74,9 +65,9 @@ const (
 // Where e samples its threads (SampleEvery; private mode), the trackers
 // take those samples and the distance is the thread's CPU time from the
 // sampled use to the trapping reuse, read by the kernel at both
-// (UnitThreadCPU); the address sampler's samples of watched processes then
+// (reuse.ClockThreadCPU); the address sampler's samples of watched processes then
 // feed the detector only. Otherwise the trackers take the address
-// sampler's samples and the distance is CLOCK_MONOTONIC time (UnitWall),
+// sampler's samples and the distance is CLOCK_MONOTONIC time (reuse.ClockWall),
 // the thread's CPU time only where it ran throughout.
 //
 // In Shared mode a reuse is another thread's access from the same
@@ -85,7 +76,7 @@ const (
 // distance is time, which no one thread's clock measures.
 //
 // clock, where not "", names the events e counts as the distance clock
-// (CountWith; the metrics' unit): distances are their counts, not time.
+// (CountWith; the metrics' clock label): distances are their counts, not time.
 func (d *Decoder) WatchReuse(e *watch.Engine, slots, own int, mode reuse.Mode, clock string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -112,15 +103,15 @@ func (d *Decoder) WatchReuse(e *watch.Engine, slots, own int, mode reuse.Mode, c
 	return nil
 }
 
-// reuseUnit is the trackers' distance clock.
-func (d *Decoder) reuseUnit() string {
+// reuseClockName is the trackers' distance clock.
+func (d *Decoder) reuseClockName() string {
 	switch {
 	case d.reuseEvents != "":
 		return d.reuseEvents
 	case d.ownClock:
-		return UnitThreadCPU
+		return reuse.ClockThreadCPU
 	}
-	return UnitWall
+	return reuse.ClockWall
 }
 
 // reuseClock is a distance clock's reading in the trackers' units: time
@@ -233,7 +224,7 @@ func (d *Decoder) SampleReuseEvery(period uint64) error {
 func (d *Decoder) tracker(pid uint32) *reuse.Tracker {
 	t := d.trackers[pid]
 	if t == nil {
-		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Own: d.reuseOwn, Seed: uint64(pid), Mode: d.reuseMode, Domain: d.threadDomain, Unit: d.reuseUnit()})
+		t = reuse.New(reuseBackend{d, pid}, reuse.Options{Slots: d.reuseSlots, Own: d.reuseOwn, Seed: uint64(pid), Mode: d.reuseMode, Domain: d.threadDomain, Clock: d.reuseClockName()})
 		d.trackers[pid] = t
 	}
 	return t

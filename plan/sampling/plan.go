@@ -67,6 +67,22 @@ type Config struct {
 	Aux bool
 }
 
+// Samplers by name (the sampling families' sampler label): the address
+// sampler's timer samples, resolved from their registers, or the memory
+// sampler's precise events (and any the user names).
+const (
+	SamplerAddress = "address"
+	SamplerMemory  = "memory"
+)
+
+// Sampler names the sampler a config belongs to.
+func (c Config) Sampler() string {
+	if c.Decode && !c.Memory {
+		return SamplerAddress
+	}
+	return SamplerMemory
+}
+
 // Source names where a config's accesses come from, as the comm
 // collector's source label does: decode (timer samples resolved from
 // their registers), pebs, ibs or spe (precise memory samples); "" for an
@@ -121,7 +137,7 @@ func Decoded(period uint64, cgroup bool, regs uint64) Config {
 	if cgroup {
 		st |= Cgroup
 	}
-	return Config{Name: "decode", PMU: "software", Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, ExcludeKernel: true},
+	return Config{Name: "cpu-clock", PMU: "software", Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, ExcludeKernel: true},
 		SampleType: st, Period: period, RegsUser: regs, Decode: true}
 }
 

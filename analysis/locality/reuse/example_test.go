@@ -16,7 +16,7 @@ func ExampleReplay() {
 	for i := range 400 {
 		fmt.Fprintf(&trace, "1 R 0x%x 8\n", 0x1000+8*(i%4))
 	}
-	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Mode: reuse.Private, Slots: 4, Seed: 1, Unit: "accesses"}, Period: 8})
+	r := reuse.NewReplay(reuse.ReplayOptions{Options: reuse.Options{Mode: reuse.Private, Slots: 4, Seed: 1, Clock: reuse.ClockAccesses}, Period: 8})
 	if err := r.Run(strings.NewReader(trace.String())); err != nil {
 		fmt.Println(err)
 		return

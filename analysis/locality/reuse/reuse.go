@@ -97,10 +97,10 @@ type Options struct {
 	// Domain is a thread's cache domain (Shared mode).
 	Domain func(tid uint32) int
 	Seed   uint64
-	// Unit names the distance clock, for those who export the distances
-	// (the trace harness: "accesses"; live: time, the thread's CPU time or
-	// CLOCK_MONOTONIC's).
-	Unit string
+	// Clock names the distance clock, for those who export the distances
+	// (the trace harness: ClockAccesses; live: ClockThreadCPU or
+	// ClockWall, or the events of --collector.comm.reuse-clock).
+	Clock string
 	// Replacement is how a sample takes an armed slot (Auto unless told;
 	// Reservoir is the thesis').
 	Replacement Replacement
@@ -650,13 +650,26 @@ func (t *Tracker) Raw() []uint64 {
 // Mode is the tracker's: private or shared reuse.
 func (t *Tracker) Mode() Mode { return t.o.Mode }
 
-// UnitAccesses names a distance clock that counts the thread's loads and
-// stores (the trace harness's, and live where a PMU counts them): the one
-// whose distances the footprint turns into stack distances.
-const UnitAccesses = "accesses"
+// Distance clocks by name: the exported families' clock label, which says
+// what was counted between a use and its reuse (the family's name says in
+// what unit: seconds or events).
+const (
+	// ClockAccesses counts the thread's loads and stores (the trace
+	// harness's, and live where a PMU counts them): the clock whose
+	// distances the footprint turns into stack distances.
+	ClockAccesses = "accesses"
+	// ClockThreadCPU is the sampled thread's CPU time (its task-clock).
+	ClockThreadCPU = "thread_cpu"
+	// ClockWall is CLOCK_MONOTONIC, the address sampler's samples' time.
+	ClockWall = "wall"
+)
 
-// Unit names the tracker's distance clock (Options.Unit).
-func (t *Tracker) Unit() string { return t.o.Unit }
+// TimeClock reports whether clock measures time, in units of 2⁻³⁰ s, rather
+// than counting events.
+func TimeClock(clock string) bool { return clock == ClockThreadCPU || clock == ClockWall }
+
+// Clock names the tracker's distance clock (Options.Clock).
+func (t *Tracker) Clock() string { return t.o.Clock }
 
 // Slots is how many slots hold a watched address now.
 func (t *Tracker) Slots() int {

@@ -100,7 +100,7 @@ type ReplayOptions struct {
 	Unsampled func(tid uint32) bool
 	// Timed makes the distance clock each thread's CPU time as the trace
 	// gives it (Private mode; every access needs a time), as live on
-	// thread_cpu_seconds; sampling still goes by accesses.
+	// ClockThreadCPU; sampling still goes by accesses.
 	Timed bool
 	// Governor, where set, governs the trace's watchpoints as live
 	// (analysis/locality/governor): the trace is one process (pid 0), each
