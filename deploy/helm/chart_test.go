@@ -198,6 +198,9 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	if !spec.HostPID {
 		t.Error("hostPID is off: the exporter cannot see the node's processes")
 	}
+	if spec.PriorityClassName == "" {
+		t.Error("no priority class: a node agent would be among the first evicted")
+	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("containers: %d", len(spec.Containers))
 	}
@@ -298,6 +301,13 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		// Watchpoints arm every thread of what is sampled: only in the
 		// annotated pods.
 		"comm.watchpoints=reuse": "/comm/pods",
+		// Both monitors scrape every node twice.
+		"serviceMonitor.enabled=true,podMonitor.enabled=true": "/podMonitor/enabled",
+		"serviceMonitor.metricRelabelings[0].action=delete":   "/serviceMonitor/metricRelabelings/0/action",
+		"podMonitor.basicAuth.username.name=only-a-name":      "/podMonitor/basicAuth/username",
+		"extraVolumeMounts[0].name=data":                      "/extraVolumeMounts/0",
+		"extraEnv[0].value=no-name":                           "/extraEnv/0",
+		"hostNetwork=yes":                                     "/hostNetwork",
 	} {
 		_, err := helm(t, "template", "pmu", chart, "--kube-version", "1.31.0", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -340,7 +350,7 @@ func TestTemplateWithHelmDefaults(t *testing.T) {
 
 func TestMonitoringObjects(t *testing.T) {
 	o := decode(t, render(t, filepath.Join(chart, "ci", "monitoring-values.yaml")))
-	if len(o.serviceMonitors) != 1 || len(o.podMonitors) != 1 || len(o.rules) != 1 {
+	if len(o.serviceMonitors) != 1 || len(o.podMonitors) != 0 || len(o.rules) != 1 {
 		t.Fatalf("monitors %d/%d, rules %d", len(o.serviceMonitors), len(o.podMonitors), len(o.rules))
 	}
 	// The NetworkPolicy admits the given peers to the metrics port of the

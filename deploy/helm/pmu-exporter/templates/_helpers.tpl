@@ -37,3 +37,24 @@ app.kubernetes.io/component: metrics
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/*
+How a monitor scrapes the exporter's web config (webConfigSecret): https
+with the monitor's tlsConfig where that config serves TLS (webConfigTLS),
+and its basicAuth. Empty without a web config: plain http.
+*/}}
+{{- define "pmu-exporter.scrapeAuth" -}}
+{{- if .values.webConfigSecret }}
+{{- if .values.webConfigTLS }}
+scheme: https
+{{- with .monitor.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- with .monitor.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- end }}
