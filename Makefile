@@ -15,7 +15,7 @@ LDFLAGS = -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVI
 # anyone else through sudo, which keeps PATH so that go is found.
 AS_ROOT := $(if $(filter 0,$(shell id -u)),,sudo --preserve-env=PATH)
 
-.PHONY: run test build bench fuzz
+.PHONY: run test build image bench fuzz
 
 # ARGS: extra flags for the exporter, e.g. make run ARGS=--collector.counting.per-cpu
 # The exporter is built as the caller (their Go caches) and run as root.
@@ -28,6 +28,11 @@ test:
 
 build:
 	scripts/build pmu_exporter
+
+# The container image as an OCI layout (pmu-exporter.oci), built with no
+# Docker and no base image to pull; docs/deployment.md says how to push it.
+image:
+	scripts/image pmu-exporter.oci
 
 # Benchmarks behind docs/benchmarks.md.
 bench:
