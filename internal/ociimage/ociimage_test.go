@@ -30,9 +30,9 @@ type dockerfile struct {
 	entrypoint   []string
 }
 
-func readDockerfile(t *testing.T) dockerfile {
+func readDockerfile(t *testing.T, path string) dockerfile {
 	t.Helper()
-	f, err := os.Open("../../Dockerfile")
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +133,20 @@ func inputs(t *testing.T) Inputs {
 
 // The image holds what the Dockerfile copies, where it copies it, byte for
 // byte, and its configuration is the Dockerfile's: a second description of
-// one image, each checked against the other.
+// one image, each checked against the other; and so is the release's
+// (Dockerfile.release, GoReleaser's, the binary from its build context).
 func TestMatchesDockerfile(t *testing.T) {
-	d := readDockerfile(t)
+	for file, binary := range map[string]string{"../../Dockerfile": "build:/out/pmu_exporter", "../../Dockerfile.release": "${TARGETPLATFORM}/pmu_exporter"} {
+		t.Run(path.Base(file), func(t *testing.T) { matches(t, readDockerfile(t, file), binary) })
+	}
+}
+
+// matches holds the image to d, whose binary comes from binary.
+func matches(t *testing.T, d dockerfile, binary string) {
 	in := inputs(t)
 	got, dirs := files(t, in)
-	if len(d.copies) != 2 || d.copies[BinaryPath] != "build:/out/pmu_exporter" || d.copies[ReplayPath] != "examples/replay" {
-		t.Fatalf("the Dockerfile copies %v; this package copies the binary to %s and examples/replay to %s", d.copies, BinaryPath, ReplayPath)
+	if len(d.copies) != 2 || d.copies[BinaryPath] != binary || d.copies[ReplayPath] != "examples/replay" {
+		t.Fatalf("it copies %v; this package copies the binary (%s) to %s and examples/replay to %s", d.copies, binary, BinaryPath, ReplayPath)
 	}
 	if want, _ := os.ReadFile(in.Binary); !bytes.Equal(got[BinaryPath], want) {
 		t.Errorf("%s is not the binary", BinaryPath)
