@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -263,45 +262,6 @@ func TestQueriesParse(t *testing.T) {
 	}
 }
 
-// startProcess runs argv until the test ends.
-func startProcess(t *testing.T, log string, argv ...string) {
-	t.Helper()
-	startIn(t, "", log, argv...)
-}
-
-// startIn starts argv in the cgroup directory dir ("": the test's own).
-func startIn(t *testing.T, dir, log string, argv ...string) {
-	t.Helper()
-	out, err := os.Create(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if dir != "" {
-		cg, err := os.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cg.Close()
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-		}
-		out.Close()
-	})
-}
-
 // TestQueriesReturnData starts the exporter eight times — five replays
 // (the synthetic skx node: pods, Top-Down, PEBS samples; the Arm SPE
 // example: its AUX event's losses; a two-socket node's platform PMUs;
@@ -334,20 +294,20 @@ func TestQueriesReturnData(t *testing.T) {
 	// AUX event's losses); the platform PMUs of a two-socket node; and
 	// this project's VM (software events, timer samples with registers
 	// in a cgroup, its validation, with an access trace beside).
-	startProcess(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
+	testenv.Start(t, filepath.Join(dir, "replay.log"), bin, "--web.listen-address="+replayAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/skx-c2c.data", "--collector.topdown.level=3", "--collector.topdown.cgroup-level=3")
 	speAddr, platformAddr, vmAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
-	startProcess(t, filepath.Join(dir, "spe.log"), bin, "--web.listen-address="+speAddr,
+	testenv.Start(t, filepath.Join(dir, "spe.log"), bin, "--web.listen-address="+speAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../examples/replay/n1-spe.data")
-	startProcess(t, filepath.Join(dir, "platform.log"), bin, "--web.listen-address="+platformAddr,
+	testenv.Start(t, filepath.Join(dir, "platform.log"), bin, "--web.listen-address="+platformAddr,
 		"--source=replay", "--replay.file=../examples/replay/skx-platform.csv", "--collector.platform.memory-peak=127968000000")
 	// An Arm server's CMN mesh: its requests to the memory controllers.
 	armAddr := testenv.FreeAddr(t)
-	startProcess(t, filepath.Join(dir, "arm.log"), bin, "--web.listen-address="+armAddr,
+	testenv.Start(t, filepath.Join(dir, "arm.log"), bin, "--web.listen-address="+armAddr,
 		"--source=replay", "--replay.file=../examples/replay/arm-platform.csv")
-	startProcess(t, filepath.Join(dir, "vm.log"), bin, "--web.listen-address="+vmAddr,
+	testenv.Start(t, filepath.Join(dir, "vm.log"), bin, "--web.listen-address="+vmAddr,
 		"--source=replay", "--replay.file=../examples/replay/vm-software-events.csv",
 		"--replay.samples=../examples/replay/falseshare.data", "--replay.symfs=../examples/replay/symfs",
 		"--replay.validation=../examples/replay/vm-validation.json", "--replay.self=../examples/replay/vm-self.prom",
@@ -355,10 +315,10 @@ func TestQueriesReturnData(t *testing.T) {
 	// The same trace under the watchpoint governor, at the cost a trap
 	// took on this project's VM: the governor's panels.
 	governedAddr := testenv.FreeAddr(t)
-	startProcess(t, filepath.Join(dir, "governed.log"), bin, "--web.listen-address="+governedAddr,
+	testenv.Start(t, filepath.Join(dir, "governed.log"), bin, "--web.listen-address="+governedAddr,
 		"--source=replay", "--replay.file=../examples/replay/vm-software-events.csv",
 		"--replay.trace=../examples/replay/reuse-trace.txt", "--replay.trace-period=100", "--replay.trap-cost=25us")
-	startProcess(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.counting.interval=500ms",
+	testenv.Start(t, filepath.Join(dir, "live.log"), bin, "--web.listen-address="+liveAddr, "--collector.counting.interval=500ms",
 		"--collector.sampling.event=page-faults", "--collector.sampling.period=100", "--collector.comm.period=200000", "--validate.on-start",
 		"--collector.platform.memory-peak=1e11")
 	// Threads that share lines, for the data locality dashboard: the
@@ -367,7 +327,7 @@ func TestQueriesReturnData(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bench, "../internal/groundtruth/sharebench").CombinedOutput(); err != nil {
 		t.Fatalf("go build sharebench: %v\n%s", err, out)
 	}
-	startProcess(t, filepath.Join(dir, "sharebench.log"), bench, "-f", "0.5", "-duration", "90s")
+	testenv.Start(t, filepath.Join(dir, "sharebench.log"), bench, "-f", "0.5", "-duration", "90s")
 	// A third exporter runs ReuseTracker on the watchpoints of a cgroup
 	// where a thread walks an array, for the reuse row.
 	reusebench := filepath.Join(dir, "reusebench")
@@ -376,15 +336,15 @@ func TestQueriesReturnData(t *testing.T) {
 	}
 	top, dirs := testenv.Cgroups(t, "reuse", "stack")
 	reuseAddr, stackAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	startProcess(t, filepath.Join(dir, "reuse.log"), bin, "--web.listen-address="+reuseAddr,
+	testenv.Start(t, filepath.Join(dir, "reuse.log"), bin, "--web.listen-address="+reuseAddr,
 		"--collector.comm.cgroup="+top+"/reuse", "--collector.comm.reuse")
-	startIn(t, dirs[0], filepath.Join(dir, "reusebench.log"), reusebench, "-slots", "4194304", "-duration", "90s")
+	testenv.StartIn(t, dirs[0], filepath.Join(dir, "reusebench.log"), reusebench, "-slots", "4194304", "-duration", "90s")
 	// A fourth counts the distances in events, for the stack distances and
 	// miss ratios: no PMU counts loads and stores here, so context switches
 	// stand in for them (reusebench naps 16 times a walk).
-	startProcess(t, filepath.Join(dir, "stack.log"), bin, "--web.listen-address="+stackAddr,
+	testenv.Start(t, filepath.Join(dir, "stack.log"), bin, "--web.listen-address="+stackAddr,
 		"--collector.comm.cgroup="+top+"/stack", "--collector.comm.reuse", "--collector.comm.reuse-clock=accesses=context-switches")
-	startIn(t, dirs[1], filepath.Join(dir, "stackbench.log"), reusebench, "-slots", "1048576", "-naps", "16", "-duration", "90s")
+	testenv.StartIn(t, dirs[1], filepath.Join(dir, "stackbench.log"), reusebench, "-slots", "1048576", "-naps", "16", "-duration", "90s")
 	rules, err := filepath.Abs("../deploy/prometheus/pmu_exporter.rules.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -417,7 +377,7 @@ scrape_configs:
 	os.WriteFile(cfgFile, []byte(cfg), 0o644)
 	// Without native histograms (issue 57): every panel reads classic
 	// buckets, as a Prometheus that does not ingest native ones has.
-	startProcess(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile,
+	testenv.Start(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
 
 	var all []query

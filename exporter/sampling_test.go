@@ -41,12 +41,7 @@ func TestSamplingMetrics(t *testing.T) {
 	b.AuxFlags(2, 0)
 	b.Filtered(2, 5)
 	b.Unlock()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewSampling(cfgs, stats))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mfs := gather(t, NewSampling(cfgs, stats))
 	got := map[string]*dto.MetricFamily{}
 	for _, mf := range mfs {
 		got[mf.GetName()] = mf
@@ -123,12 +118,7 @@ func TestSamplingAddressSampler(t *testing.T) {
 	b := stats.Lock()
 	b.Sample(0, &perfrecord.Sample{TID: 1, Period: 1_000_000}, true, false)
 	b.Unlock()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewSampling(cfgs, stats))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mfs := gather(t, NewSampling(cfgs, stats))
 	seen := map[string]bool{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
@@ -212,4 +202,16 @@ func TestSamplingPerCgroup(t *testing.T) {
 			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], v, got)
 		}
 	}
+}
+
+// gather is what a registry of c alone gathers.
+func gather(t *testing.T, c prometheus.Collector) []*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
 }

@@ -149,7 +149,7 @@ func TestServiceMonitorScrapesTLSAndBasicAuth(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/pmu_exporter").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	startTest(t, filepath.Join(dir, "exporter.log"), bin, "--web.listen-address="+addr, "--web.config.file="+secrets["pmu-web-config"]["web-config.yml"],
+	testenv.Start(t, filepath.Join(dir, "exporter.log"), bin, "--web.listen-address="+addr, "--web.config.file="+secrets["pmu-web-config"]["web-config.yml"],
 		"--source=replay", "--replay.file=../../examples/replay/skx-synthetic.csv", "--replay.uarch=skx")
 	noAuth, noTLS := ep, ep
 	noAuth.BasicAuth, noTLS.TLSConfig = nil, nil
@@ -174,7 +174,7 @@ func TestServiceMonitorScrapesTLSAndBasicAuth(t *testing.T) {
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	os.WriteFile(cfgFile, b, 0o644)
 	promAddr := testenv.FreeAddr(t)
-	startTest(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+	testenv.Start(t, filepath.Join(dir, "prometheus.log"), prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+promAddr)
 	want := map[string]float64{"rendered": 1, "no-auth": 0, "no-tls": 0}
 	var got map[string]float64
@@ -333,23 +333,4 @@ func query(addr, q string) []sample {
 	}
 	json.Unmarshal(b, &r)
 	return r.Data.Result
-}
-
-// startTest runs argv, its output in log, until the test ends.
-func startTest(t *testing.T, log string, argv ...string) {
-	t.Helper()
-	out, err := os.Create(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		out.Close()
-	})
 }
