@@ -8,7 +8,9 @@
 // slots global as before own slots (G: Keeper and this estimator), and
 // the thesis' (HT: Reservoir, Horvitz–Thompson's weights). A line per
 // setting with each seed's S by each, the default's not resolved share (nr)
-// and its invalidated share against the trace's; then the means.
+// and its invalidated share against the trace's; then the means. LATE=1
+// has the invalidating stores anywhere in the reuse interval
+// (Case.StoreLate), not right after the use.
 package main
 
 import (
@@ -46,6 +48,7 @@ func main() {
 				for _, base := range reuse.Cases {
 					c := base.Scaled(uint64(scale))
 					c.Invalidate = inval
+					c.StoreLate = os.Getenv("LATE") == "1"
 					c.Outer = c.OuterFor(threads, n)
 					for _, period := range periods {
 						var line string

@@ -1,10 +1,12 @@
 package reuse
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 )
 
 // Case is a reuse benchmark in the manner of RIBench (thesis Listing 6.1,
@@ -15,12 +17,15 @@ import (
 // locations are not reused: the next phase takes fresh ones). Phases run
 // Outer times each, in a seeded shuffled order. With Invalidate > 0, that
 // share of walks has every location stored to by another thread between
-// its use and its reuse.
+// its use and its reuse: right after the use, or with StoreLate at a
+// uniformly random point of the reuse interval (a writer that is not in
+// step with the owner: an invalidation at any age up to the reuse's).
 type Case struct {
 	Name       string
 	Distances  []uint64
 	Counts     []int
 	Invalidate float64
+	StoreLate  bool
 	Outer      int
 }
 
@@ -37,7 +42,8 @@ var Cases = []Case{
 // Generate emits the case's accesses for threads threads (tids 1 …
 // threads), interleaved one access per thread in turn as threads running
 // at once would; remote stores come from tid 1000+t (Remote) right after
-// the owner's use.
+// the owner's use, or with StoreLate after a random number of its next
+// accesses, fewer than the distance.
 func (c Case) Generate(threads int, seed uint64, emit func(Access)) Truth {
 	var truth Truth
 	type stream struct {
@@ -47,6 +53,8 @@ func (c Case) Generate(threads int, seed uint64, emit func(Access)) Truth {
 		pos    uint64
 		base   uint64
 		inval  bool // the current walk's locations are stored to remotely
+		done   uint64
+		late   lateStores
 	}
 	rng := rand.New(rand.NewPCG(seed, seed+7))
 	ss := make([]*stream, threads)
@@ -77,12 +85,19 @@ func (c Case) Generate(threads int, seed uint64, emit func(Access)) Truth {
 			last := s.walk == c.Counts[i]
 			switch {
 			case last:
+			case s.inval && c.StoreLate:
+				s.late.add(s.done+rng.Uint64N(d), addr) // before the reuse, d accesses on
+				truth.Invalidated++
 			case s.inval:
 				emit(Access{TID: 1000 + tid, Write: true, Addr: addr, Size: 8})
 				truth.Invalidated++
 			default:
 				truth.Pairs[bits.Len64(d)-1]++
 				truth.Kinds[kindOf(s.walk%2 == 1)][kindOf((s.walk+1)%2 == 1)]++
+			}
+			s.done++
+			for _, a := range s.late.due(s.done) {
+				emit(Access{TID: 1000 + tid, Write: true, Addr: a, Size: 8})
 			}
 			if s.pos++; s.pos == d {
 				s.pos, s.walk = 0, s.walk+1
@@ -95,6 +110,25 @@ func (c Case) Generate(threads int, seed uint64, emit func(Access)) Truth {
 		}
 	}
 	return truth
+}
+
+// lateStores are remote stores waiting for their owner's access count:
+// (due, addr) kept in order of due.
+type lateStores []struct{ at, addr uint64 }
+
+func (l *lateStores) add(at, addr uint64) {
+	i, _ := slices.BinarySearchFunc(*l, at+1, func(e struct{ at, addr uint64 }, t uint64) int { return cmp.Compare(e.at, t) })
+	*l = slices.Insert(*l, i, struct{ at, addr uint64 }{at, addr})
+}
+
+// due removes and returns the stores due by count done, in order.
+func (l *lateStores) due(done uint64) []uint64 {
+	var out []uint64
+	for len(*l) > 0 && (*l)[0].at <= done {
+		out = append(out, (*l)[0].addr)
+		*l = (*l)[1:]
+	}
+	return out
 }
 
 // Truth is what a generated trace holds: its reuse pairs by distance bin
