@@ -1,26 +1,21 @@
 package main
 
 import (
-	"bytes"
-	"io"
-	"net/http"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
-// unitDebt are the families whose unit still varies within the family
-// (issue 57), each with how: the split into one family per unit is not
-// done yet. The test fails on any other, and on one of these that no
-// longer needs its entry, so the list only shrinks.
+// unitDebt are the families whose unit still varies within the family,
+// each with how: the deprecated names kept for one release beside the
+// families that split them by unit (issue 57, CHANGELOG.md). The test fails
+// on any other, and on one of these that no longer needs its entry, so the
+// list only shrinks.
 var unitDebt = map[string]string{
 	"pmu_sampling_period":          "events, or nanoseconds for the clock events: deprecated for pmu_sampling_period_events and _seconds, kept one release",
 	"pmu_comm_domain_volume_total": "as pmu_comm_volume_total",
@@ -48,9 +43,9 @@ func TestExpositionNaming(t *testing.T) {
 	_, expositions["live"] = p.scrape(t)
 	// A replay with every replayed family: Top-Down, cgroups, precise
 	// samples, and an access trace (the reuse families).
-	replay := startReplay(t, "--source=replay", "--replay.file=../../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
+	replay := start(t, nil, "--source=replay", "--replay.file=../../examples/replay/skx-synthetic.csv", "--replay.uarch=skx",
 		"--replay.samples=../../examples/replay/skx-c2c.data", "--replay.trace=../../examples/replay/reuse-trace.txt")
-	expositions["replay"] = replay
+	_, expositions["replay"] = replay.scrape(t)
 	seen := map[string]bool{}
 	for where, mfs := range expositions {
 		for name, mf := range mfs {
@@ -87,34 +82,4 @@ func unitLabel(mf *dto.MetricFamily) string {
 		}
 	}
 	return ""
-}
-
-// startReplay runs the binary with args until the test ends and returns
-// its exposition once it serves one.
-func startReplay(t *testing.T, args ...string) map[string]*dto.MetricFamily {
-	t.Helper()
-	addr := testenv.FreeAddr(t)
-	cmd := exec.Command(binary, append(args, "--web.listen-address="+addr)...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			continue
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		parser := expfmt.NewTextParser(model.LegacyValidation)
-		mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return mfs
-	}
-	t.Fatalf("the replay served nothing in 20 s:\n%s", log.String())
-	return nil
 }
