@@ -127,8 +127,7 @@ func entries(in Inputs) ([]entry, error) {
 		}
 		slices.Reverse(parents)
 		for _, d := range parents {
-			mode := int64(0o755)
-			out = append(out, entry{name: d, mode: mode, dir: true})
+			out = append(out, entry{name: d, mode: 0o755, dir: true})
 		}
 	}
 	dirs["tmp"] = true
@@ -145,19 +144,15 @@ func entries(in Inputs) ([]entry, error) {
 	addDirs(bin)
 	out = append(out, entry{name: bin, from: in.Binary, mode: 0o755})
 	root := ReplayPath[1:]
-	addDirs(root + "/x")
+	addDirs(root) // its parents; the walk adds it
 	err := filepath.WalkDir(in.Replay, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(in.Replay, p)
-		if rel == "." {
-			return nil
-		}
 		name := path.Join(root, filepath.ToSlash(rel))
 		switch {
 		case d.IsDir():
-			dirs[name] = true
 			out = append(out, entry{name: name, mode: 0o755, dir: true})
 		case d.Type().IsRegular():
 			out = append(out, entry{name: name, from: p, mode: 0o644})
