@@ -114,11 +114,14 @@ func (c Case) Generate(threads int, seed uint64, emit func(Access)) Truth {
 
 // lateStores are remote stores waiting for their owner's access count:
 // (due, addr) kept in order of due.
-type lateStores []struct{ at, addr uint64 }
+type lateStores []lateStore
 
+type lateStore struct{ at, addr uint64 }
+
+// add queues a store to addr at count at, after those due as soon.
 func (l *lateStores) add(at, addr uint64) {
-	i, _ := slices.BinarySearchFunc(*l, at+1, func(e struct{ at, addr uint64 }, t uint64) int { return cmp.Compare(e.at, t) })
-	*l = slices.Insert(*l, i, struct{ at, addr uint64 }{at, addr})
+	i, _ := slices.BinarySearchFunc(*l, at+1, func(e lateStore, t uint64) int { return cmp.Compare(e.at, t) })
+	*l = slices.Insert(*l, i, lateStore{at, addr})
 }
 
 // due removes and returns the stores due by count done, in order.
