@@ -201,6 +201,13 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	if spec.PriorityClassName == "" {
 		t.Error("no priority class: a node agent would be among the first evicted")
 	}
+	// A toleration with operator Exists and no key or effect tolerates
+	// every taint (the Kubernetes API's rule).
+	if !slices.ContainsFunc(spec.Tolerations, func(tl corev1.Toleration) bool {
+		return tl.Operator == corev1.TolerationOpExists && tl.Key == "" && tl.Effect == ""
+	}) {
+		t.Errorf("tolerations %+v: some taint (NoExecute, say) keeps the exporter off a node", spec.Tolerations)
+	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("containers: %d", len(spec.Containers))
 	}
