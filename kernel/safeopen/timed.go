@@ -89,10 +89,12 @@ func within[T any](d *Deadline, op func() (T, error), release func(T)) (T, error
 		mu.Lock()
 		defer mu.Unlock()
 		if abandoned {
-			d.outstanding.Add(-1)
+			// Released before it stops counting as held: Outstanding at 0
+			// means nothing of an abandoned op is left open.
 			if release != nil {
 				release(v)
 			}
+			d.outstanding.Add(-1)
 			return
 		}
 		done <- result{v, err}
