@@ -210,10 +210,14 @@ func (l *LifeTable) estimate(own *LifeTable) Estimate {
 	}
 	var t table
 	t.n = last + 1
+	tail, rate := l.invalidationTail(t.n)
 	surv := 1.0
 	for j := range t.n {
 		t.surv[j] = surv
 		t.hazards(l, own, j)
+		if j >= tail {
+			t.hazard[Invalidated][j] = min(rate*fineWidth(j), 1)
+		}
 		surv *= max(1-(t.hazard[Reused][j]+t.hazard[Invalidated][j]+t.hazard[Ended][j]), 0)
 	}
 	l = all
@@ -311,6 +315,38 @@ func (t *table) hazards(g, own *LifeTable, j int) {
 // InvalidationRisk is the fewest global watches at risk (effective, Kish)
 // at an age for its invalidation hazard to count as followed there.
 const InvalidationRisk = 10
+
+// invalidationTail is where the global watches thin out, and the
+// invalidations' rate per unit of age from there on (fine bins [0, n)):
+// the first fine bin at an age of 16 or more with fewer than
+// InvalidationRisk effective watches at risk, and the invalidations' weight
+// over the watches' weighed exposure in all bins from it. One rate for the
+// whole tail, rather than one a bin: there a bin's hazard rests on two or
+// three watches, and one invalidation of a heavy one made it 0.8 and took
+// the mass of every later reuse bin with it (docs/sampling.md). The tail
+// is n where no bin thins out (below 16 the bins are single ages).
+func (l *LifeTable) invalidationTail(n int) (tail int, rate float64) {
+	tail = n
+	for j := 4 * SubBins; j < n; j++ {
+		if l.RiskSquares[j] == 0 || l.Risk[j]*l.Risk[j]/l.RiskSquares[j] < InvalidationRisk {
+			tail = j
+			break
+		}
+	}
+	var events, exposure float64
+	for j := tail; j < n; j++ {
+		events += l.Events[Invalidated][j]
+		exposure += l.Risk[j] * fineWidth(j)
+	}
+	if exposure > 0 {
+		rate = events / exposure
+	}
+	return tail, rate
+}
+
+// fineWidth is how many ages fine bin j spans (from 16 on, where every
+// bin of an octave spans alike).
+func fineWidth(j int) float64 { return fineEdge(j+1) - fineEdge(j) }
 
 // unfollowed is the share of the sampled accesses whose outcome came at an
 // age where fewer than InvalidationRisk global watches were at risk, and

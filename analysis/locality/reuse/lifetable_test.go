@@ -76,12 +76,38 @@ func TestEstimateCensoredByHand(t *testing.T) {
 	}
 }
 
+// Where the global watches thin out, the invalidations' hazard is one rate
+// per unit of age over the whole tail, by hand: 12 watches of weight 1, 10
+// censored at 32 (fine bin 80, at risk for half of it: Kish size
+// 7²/4.5 = 10.9, still followed), one invalidated and one reused at 48
+// (bin 88). From bin 81 two are at risk (Kish 2 < InvalidationRisk): the
+// tail. Its exposure is 2 watches × 8 bins × 2 ages = 32 with one
+// invalidation, so each tail bin's hazard is 2/32 = 1/16, and bin 88's
+// reuse hazard 1/2. Invalidated: 1 − (15/16)⁸; reused (bin 5):
+// (15/16)⁷/2; the rest not resolved. A hazard per bin would have made
+// bin 88's 1/2: invalidated 1/2.
+func TestInvalidationTailByHand(t *testing.T) {
+	var l LifeTable
+	for range 10 {
+		l.end(Censored, 32, 0, 1)
+	}
+	l.end(Invalidated, 48, 0, 1)
+	l.end(Reused, 48, 0, 1)
+	if tail, rate := l.invalidationTail(FineBin(48) + 1); tail != 81 || rate != 1.0/32 {
+		t.Errorf("tail from bin %d at %g an age, want 81 at 1/32", tail, rate)
+	}
+	e := l.Estimate()
+	inv, reused := 1-math.Pow(15.0/16, 8), math.Pow(15.0/16, 7)/2
+	if math.Abs(e.Invalidated.Share-inv) > 1e-12 || math.Abs(e.Bins[5].Share-reused) > 1e-12 || math.Abs(e.NotResolved-(1-inv-reused)) > 1e-12 {
+		t.Errorf("invalidated %.6f, reused %.6f, not resolved %.6f; want %.6f, %.6f, %.6f", e.Invalidated.Share, e.Bins[5].Share, e.NotResolved, inv, reused, 1-inv-reused)
+	}
+}
+
 // Another thread storing anywhere in the reuse interval (StoreLate), which
-// only the global slot sees and whose watches live a few samples: the
-// invalidated share's 95% interval holds the trace's share, at the CLI's
-// density and 4× it, with 1, 2 and 8 threads, because its upper bound takes
-// in what the global slot did not follow. Its estimate need not: that is
-// issue 59, open (docs/sampling.md).
+// only the global slot sees: the invalidated share's 95% interval holds
+// the trace's share, at the CLI's density and 4× it, with 1, 2 and 8
+// threads, because its upper bound takes in what the global slot did not
+// follow (TestAccuracyOnLongTraces holds the estimate itself).
 func TestInvalidatedIntervalHoldsLateStores(t *testing.T) {
 	for _, threads := range []int{1, 2, 8} {
 		for _, period := range []uint64{1000, 250} {

@@ -75,7 +75,8 @@ func TestInvalidationAndArmDelay(t *testing.T) {
 // threads with two slots each, one own: each thread's samples watch in
 // its own register 1, and both share register 0.
 func TestOwnSlotsByHand(t *testing.T) {
-	r := NewReplay(ReplayOptions{Options: Options{Slots: 2, Own: 1}, Period: 1 << 40})
+	const seedKeepingGlobal = 1 // its first draw leaves the busy global slot to thread 1 (the reservoir takes it with chance 1/2)
+	r := NewReplay(ReplayOptions{Options: Options{Slots: 2, Own: 1, Seed: seedKeepingGlobal}, Period: 1 << 40})
 	access(r, 2, false, 0x9000) // thread 2 exists
 	access(r, 1, false, 0xA000)
 	tr := r.Tracker
@@ -84,7 +85,10 @@ func TestOwnSlotsByHand(t *testing.T) {
 		t.Fatalf("%d slots armed, want the global one and thread 1's own", tr.Slots())
 	}
 	tr.Sample(Use{TID: 2, Addr: 0x9000, Size: 8, Kind: Read, Clock: 1}) // thread 2's own; the global slot is busy
-	access(r, 2, true, 0xA000)                                          // invalidates the global watch only
+	if g := tr.slots[0]; !g.active || g.owner != 1 {
+		t.Fatalf("the global slot holds thread %d's watch: the reservoir took it (chance 1/2), which seedKeepingGlobal should not", g.owner)
+	}
+	access(r, 2, true, 0xA000) // invalidates the global watch only
 	if tr.Invalidations != 1 || tr.Slots() != 2 {
 		t.Errorf("after thread 2's store: %d invalidations, %d slots armed; want 1, and both own slots armed", tr.Invalidations, tr.Slots())
 	}
@@ -215,51 +219,63 @@ func TestAccuracyOnRIBench(t *testing.T) {
 // traces of ≥ 5 M accesses at the thesis' distances (1 Ki to 16 Ki, ×16),
 // RIBench's five shapes with 30% of walks invalidated, at the CLI's
 // default period and at 4× the samples, 1, 2 and 8 threads, one seed,
-// with the default own slots: no run below 0.85, the invalidated share
-// within 10% of the trace's, S ≥ 0.95 on average. And the uncertainty
-// shrinks as the run goes on: the interval of the multi-modal case's
-// dominant bin seen by halfway is narrower at the end than then.
+// with the default own slots: no run below 0.85 and S ≥ 0.95 on average.
+// Where the other thread stores right after the use, each run's
+// invalidated share is within 10% of the trace's; where it stores
+// anywhere in the reuse interval (StoreLate), the one global slot sees few
+// of those stores and a run's share is looser, so the five shapes' mean
+// share is within 25% of the traces' at each density and thread count
+// (issue 59; the run's spread is in docs/sampling.md). And the
+// uncertainty shrinks as the run goes on: the interval of the multi-modal
+// case's dominant bin seen by halfway is narrower at the end than then.
 func TestAccuracyOnLongTraces(t *testing.T) {
 	var sum float64
 	runs := 0
-	for _, period := range []uint64{1000, 250} {
-		for _, threads := range []int{1, 2, 8} {
-			for i, base := range Cases {
-				c := base.Scaled(16)
-				c.Invalidate = 0.3
-				c.Outer = c.OuterFor(threads, 5e6)
-				r := NewReplay(ReplayOptions{Options: Options{Seed: 1, Own: DefaultOwn}, Period: period, Unsampled: Remote})
-				var halfway Estimate
-				n := 0
-				truth := c.Generate(threads, 7, func(a Access) {
-					if n++; n == 2_500_000 {
-						halfway = r.Tracker.Estimate()
+	for _, late := range []bool{false, true} {
+		for _, period := range []uint64{1000, 250} {
+			for _, threads := range []int{1, 2, 8} {
+				var ratios float64
+				for i, base := range Cases {
+					c := base.Scaled(16)
+					c.Invalidate, c.StoreLate = 0.3, late
+					c.Outer = c.OuterFor(threads, 5e6)
+					r := NewReplay(ReplayOptions{Options: Options{Seed: 1, Own: DefaultOwn}, Period: period, Unsampled: Remote})
+					var halfway Estimate
+					n := 0
+					truth := c.Generate(threads, 7, func(a Access) {
+						if n++; n == 2_500_000 {
+							halfway = r.Tracker.Estimate()
+						}
+						r.Access(a)
+					})
+					r.Finish()
+					e := r.Tracker.Estimate()
+					bins, notResolved := e.Fractions()
+					s := Accuracy(truth.Fractions(), bins)
+					sum += s
+					runs++
+					inv, want := e.Invalidated.Share, float64(truth.Invalidated)/float64(truth.Accesses)
+					ratios += inv / want
+					t.Logf("%s, late stores %v, period %d, %d threads: S %.3f, not resolved %.3f, invalidated %.3f (trace %.3f)", c.Name, late, period, threads, s, notResolved, inv, want)
+					if s < 0.85 || !late && math.Abs(inv-want) > 0.1*want {
+						t.Errorf("%s, late stores %v, period %d, %d threads: S %.3f, invalidated %.3f against the trace's %.3f", c.Name, late, period, threads, s, inv, want)
 					}
-					r.Access(a)
-				})
-				r.Finish()
-				e := r.Tracker.Estimate()
-				bins, notResolved := e.Fractions()
-				s := Accuracy(truth.Fractions(), bins)
-				sum += s
-				runs++
-				inv, want := e.Invalidated.Share, float64(truth.Invalidated)/float64(truth.Accesses)
-				t.Logf("%s, period %d, %d threads: S %.3f, not resolved %.3f, invalidated %.3f (trace %.3f)", c.Name, period, threads, s, notResolved, inv, want)
-				if s < 0.85 || math.Abs(inv-want) > 0.1*want {
-					t.Errorf("%s, period %d, %d threads: S %.3f, invalidated %.3f against the trace's %.3f", c.Name, period, threads, s, inv, want)
-				}
-				if i != 4 { // multi-modal: the intervals narrow
-					continue
-				}
-				k := 0 // the dominant bin of those observed by halfway
-				for i, b := range e.Bins {
-					if halfway.Bins[i].Observed > 0 && b.Share > e.Bins[k].Share {
-						k = i
+					if i != 4 { // multi-modal: the intervals narrow
+						continue
+					}
+					k := 0 // the dominant bin of those observed by halfway
+					for i, b := range e.Bins {
+						if halfway.Bins[i].Observed > 0 && b.Share > e.Bins[k].Share {
+							k = i
+						}
+					}
+					width := func(e *Estimate) float64 { return e.Bins[k].High - e.Bins[k].Low }
+					if !(width(&e) < width(&halfway)) {
+						t.Errorf("late stores %v, period %d, %d threads: bin %d's interval %.3f at the end, %.3f halfway", late, period, threads, k, width(&e), width(&halfway))
 					}
 				}
-				width := func(e *Estimate) float64 { return e.Bins[k].High - e.Bins[k].Low }
-				if !(width(&e) < width(&halfway)) {
-					t.Errorf("period %d, %d threads: bin %d's interval %.3f at the end, %.3f halfway", period, threads, k, width(&e), width(&halfway))
+				if mean := ratios / float64(len(Cases)); late && math.Abs(mean-1) > 0.25 {
+					t.Errorf("late stores, period %d, %d threads: the invalidated share is %.2f of the trace's on average, want within 25%%", period, threads, mean)
 				}
 			}
 		}
