@@ -19,8 +19,8 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 )
 
-// openPerfData opens a perf.data file, or a pipe-mode stream on stdin for
-// "-"; close releases it.
+// OpenPerfData opens a perf.data file, or a pipe-mode stream on stdin for
+// "-"; close releases both the file and what reading it holds.
 func OpenPerfData(path string, stdin io.Reader) (file *perfdata.File, close func(), err error) {
 	var in io.Reader = stdin
 	close = func() {}
@@ -40,7 +40,8 @@ func OpenPerfData(path string, stdin io.Reader) (file *perfdata.File, close func
 		close()
 		return nil, func() {}, err
 	}
-	return file, close, nil
+	closeIn := close
+	return file, func() { file.Close(); closeIn() }, nil
 }
 
 // PerfDataVisitor is what EachSample hands records to.

@@ -29,6 +29,10 @@ type zstreamer struct {
 	in      []byte   // the current COMPRESSED record's data not yet fed
 	pending [][]byte // uncompressed records met while fetching input
 	rec     []byte   // the decoded record handed out last
+	// end is what ended the stream (io.EOF at the file's end, the error
+	// that stopped it, or Close): next returns it from then on, the
+	// decoder let go.
+	end error
 }
 
 // Types of perf's compressed records: COMPRESSED (perf up to 6.14) and
@@ -105,8 +109,21 @@ func (z *zstreamer) start(rec []byte, h perfrecord.Header) error {
 }
 
 // next is the stream's next record, or one put aside before it; io.EOF
-// where the file ends at a record boundary of the stream.
+// where the file ends at a record boundary of the stream. Where the stream
+// ends, or fails, the decoder goes.
 func (z *zstreamer) next() ([]byte, error) {
+	if z.end != nil {
+		return nil, z.end
+	}
+	rec, err := z.decode()
+	if err != nil {
+		z.stop(err)
+	}
+	return rec, err
+}
+
+// decode is next's work.
+func (z *zstreamer) decode() ([]byte, error) {
 	if len(z.pending) > 0 {
 		return z.pop(), nil
 	}
@@ -153,8 +170,12 @@ func (z *zstreamer) pop() []byte {
 	return rec
 }
 
-// close lets the decoder go.
-func (z *zstreamer) close() {
+// stop ends the stream with err, letting the decoder go.
+func (z *zstreamer) stop(err error) {
+	if z.end != nil {
+		return
+	}
+	z.end = err
 	if z.dec != nil {
 		z.dec.Close()
 	}

@@ -3,6 +3,8 @@ package perfdata
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"io"
 	"slices"
 	"testing"
 
@@ -93,6 +95,30 @@ func TestCompressedRecords(t *testing.T) {
 					t.Fatalf("v2 %v, max %d: record %d is %x, want %x", v2, max, i, got[i], want[i])
 				}
 			}
+			// At the end the decoder has gone, and the end stays.
+			if _, err := f.z.dec.Read(make([]byte, 1)); !errors.Is(err, zstd.ErrDecoderClosed) {
+				t.Errorf("v2 %v, max %d: the decoder after the last record: %v, want it closed", v2, max, err)
+			}
+			if _, err := f.Next(); !errors.Is(err, io.EOF) {
+				t.Errorf("v2 %v, max %d: Next after the end: %v, want EOF", v2, max, err)
+			}
 		}
+	}
+	// A reader that stops early closes the file, and the decoder goes.
+	f, err := Open(bytes.NewReader(buildFile(zrecords(t, [][]byte{first}, nil, 97, false)...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if _, err := f.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	if _, err := f.z.dec.Read(make([]byte, 1)); !errors.Is(err, zstd.ErrDecoderClosed) {
+		t.Errorf("the decoder after Close: %v, want it closed", err)
+	}
+	if _, err := f.Next(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Next after Close: %v, want ErrClosed", err)
 	}
 }

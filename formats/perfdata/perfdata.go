@@ -127,6 +127,22 @@ type File struct {
 	// turned little-endian as it is read (perfrecord.Swap*).
 	bo      binary.ByteOrder
 	swapped bool
+	// closed: Close was called, and Next returns ErrClosed.
+	closed bool
+}
+
+// ErrClosed is what Next returns after Close.
+var ErrClosed = errors.New("perf.data: read after Close")
+
+// Close lets go of what reading holds beyond the file itself: the zstd
+// decoder of perf record -z's records, which goes by itself where the
+// records end or fail, and not where a reader stops early. The reader
+// given to Open stays the caller's to close.
+func (f *File) Close() {
+	f.closed = true
+	if f.z != nil {
+		f.z.stop(ErrClosed)
+	}
 }
 
 // AuxtraceInfo is an AUXTRACE_INFO record: the kind of AUX data (Auxtrace*)
@@ -495,6 +511,9 @@ func (f *File) readAhead() error {
 // (COMPRESSED, COMPRESSED2: zstd) are returned decompressed, in the file's
 // order (compressed.go).
 func (f *File) Next() ([]byte, error) {
+	if f.closed {
+		return nil, ErrClosed
+	}
 	if rec := f.pending; rec != nil {
 		f.pending = nil
 		return rec, nil
