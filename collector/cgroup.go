@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
@@ -61,16 +60,8 @@ func setupCgroups(o cgroupOptions, s setup, td *liveTopdown, groups []perfcount.
 var DefaultCgroupEvents = []string{"cpu-clock", "task-clock", "page-faults", "context-switches", "cycles", "instructions"}
 
 // attributedEvents says which counted events --collector.cgroup.events
-// keeps (comma-separated or repeated; "all": every one).
-func attributedEvents(flag []string) func(event string) bool {
-	var names []string
-	for _, f := range flag {
-		for n := range strings.SplitSeq(f, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
-	}
+// keeps ("all": every one).
+func attributedEvents(names []string) func(event string) bool {
 	if slices.Contains(names, "all") {
 		return func(string) bool { return true }
 	}
@@ -79,21 +70,18 @@ func attributedEvents(flag []string) func(event string) bool {
 
 // unattributable names the events --collector.cgroup.events asks for that
 // no class attributes (no group counts them, or not per task).
-func unattributable(flag []string, classes []cgroupcount.Class) []string {
+func unattributable(names []string, classes []cgroupcount.Class) []string {
 	var notes []string
-	for _, f := range flag {
-		for n := range strings.SplitSeq(f, ",") {
-			n = strings.TrimSpace(n)
-			if n == "" || n == "all" || slices.Contains(DefaultCgroupEvents, n) {
-				continue // the defaults name core events a host may lack
-			}
-			found := false
-			for _, c := range classes {
-				found = found || slices.ContainsFunc(c.Events, func(s cgroupcount.Source) bool { return s.Event == n })
-			}
-			if !found {
-				notes = append(notes, fmt.Sprintf("--collector.cgroup.events names %s, which no group counts per task: it is not attributed", n))
-			}
+	for _, n := range names {
+		if n == "all" || slices.Contains(DefaultCgroupEvents, n) {
+			continue // the defaults name core events a host may lack
+		}
+		found := false
+		for _, c := range classes {
+			found = found || slices.ContainsFunc(c.Events, func(s cgroupcount.Source) bool { return s.Event == n })
+		}
+		if !found {
+			notes = append(notes, fmt.Sprintf("--collector.cgroup.events names %s, which no group counts per task: it is not attributed", n))
 		}
 	}
 	return notes

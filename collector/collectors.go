@@ -13,6 +13,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/internal/flaglist"
 	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
 )
 
@@ -47,7 +48,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 					flagrange.Int(fc, &f.tree.level, "2", 0, 6)
 				})
 				o.Flag("nodes", "", "Below level 1, only these nodes' subtrees and their ancestors (comma-separated or repeated; as toplev's --nodes): e.g. memory_bound with --collector.topdown.level=3 counts the memory nodes' events alone.", func(fc *kingpin.FlagClause) {
-					fc.StringsVar(&f.tree.nodes)
+					flaglist.Var(fc, &f.tree.nodes)
 				})
 				o.Flag("cgroup-level", "", "The deepest Top-Down level attributed to each cgroup (at most --collector.topdown.level): each level adds series per cgroup, and its events are read at every context switch between cgroups.", func(fc *kingpin.FlagClause) {
 					flagrange.Int(fc, &f.tree.cgroupLevel, "2", 0, 6)
@@ -59,7 +60,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 			Options: func(o registry.Options) {
 				o.Flag("depth", "cgroup.depth", "Ancestor levels below the root that also get the counts of their descendants (kubelet pods sit at level 3, containers at 4).", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.cgroups.depth, "5", 0, 64) })
 				o.Flag("events", "cgroup.events", "Counted events to attribute to cgroups besides Top-Down's inputs (comma-separated or repeated; all: every counted event). Each one is a counter read at every context switch between cgroups.", func(fc *kingpin.FlagClause) {
-					fc.Default(strings.Join(DefaultCgroupEvents, ",")).StringsVar(&f.cgroups.events)
+					flaglist.Var(fc.Default(strings.Join(DefaultCgroupEvents, ",")), &f.cgroups.events)
 				})
 				o.Flag("max-series", "cgroup.max-series", "Cgroups exported with series of their own; the smallest consumers beyond it are summed into cgroup=\"other\".", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.cgroups.maxSeries, "500", 1, 1_000_000) })
 				o.Flag("max-tracked", "cgroup.max-tracked", "Cgroups the kernel's attribution map holds at once; credits beyond it are dropped and counted in pmu_cgroup_attribution_errors_total{reason=\"map_full\"}.", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.cgroups.maxTracked, "16384", 1, 1<<22) })

@@ -97,15 +97,6 @@ func (o *Options) BindHostPaths(cmd *kingpin.CmdClause) {
 // for each flag given by its deprecated name.
 func (o *Options) Resolve() []string {
 	o.tree.enabled, o.cgroups.enabled, o.sampling.enabled = o.collectors.Enabled("topdown"), o.collectors.Enabled("cgroup"), o.collectors.Enabled("sampling")
-	var nodes []string
-	for _, v := range o.tree.nodes { // comma-separated or repeated
-		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				nodes = append(nodes, n)
-			}
-		}
-	}
-	o.tree.nodes = nodes
 	return o.collectors.Deprecated()
 }
 

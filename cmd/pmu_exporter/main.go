@@ -25,6 +25,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/internal/flaglist"
 	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
 )
 
@@ -152,7 +153,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 	c.tdCmd.Flag("format", "Output format: table or json.").Default("table").EnumVar(&td.format, "table", "json")
 	c.tdCmd.Flag("list-events", "Print the perf stat command that records what the tree needs, and exit.").BoolVar(&td.listEvents)
 	flagrange.Int(c.tdCmd.Flag("level", "The deepest level to compute (0: every level the tree has), as toplev's -l; --list-events then records what it needs."), &td.level, "2", 0, 6)
-	c.tdCmd.Flag("nodes", "Below level 1, only these nodes' subtrees and their ancestors (comma-separated or repeated), as toplev's --nodes.").StringsVar(&td.nodes)
+	flaglist.Var(c.tdCmd.Flag("nodes", "Below level 1, only these nodes' subtrees and their ancestors (comma-separated or repeated), as toplev's --nodes."), &td.nodes)
 	c.tdCmd.Flag("intervals", "Also print the tree of every interval, CPU and cgroup before the summary of the whole run (--format json has both always).").BoolVar(&td.intervals)
 	c.tdCmd.Arg("file", "perf stat output to read; - reads standard input.").Default("-").StringVar(&td.input)
 	f.opts.BindHostPaths(c.tdCmd) // the default tree is this host's

@@ -145,10 +145,7 @@ func buildTree(td topdownFlags, uarch string, stderr io.Writer) (*metric.Definit
 			return nil, nil, err
 		}
 	}
-	var nodes []string
-	for _, v := range td.nodes {
-		nodes = append(nodes, strings.Split(v, ",")...)
-	}
+	nodes := td.nodes
 	if td.level > def.Levels() {
 		fmt.Fprintf(stderr, "note: the %s tree goes to level %d, not %d\n", uarch, def.Levels(), td.level)
 	}

@@ -47,13 +47,19 @@ type Options struct {
 
 // Flag declares --collector.<name>.<opt>; bind gives it its type, default
 // and target. A non-empty old is the flag's previous name: still accepted,
-// hidden, bound by bind to the same target, and reported by Deprecated.
+// hidden, bound by bind to the same target, and reported by Deprecated. The
+// old name has no default of its own: kingpin sets an unset flag's default
+// before the values given, so the new name given alone would have been
+// added to the old one's default where the flag takes a list
+// (--collector.cgroup.events=cycles attributed every default event too).
 func (o Options) Flag(opt, old, help string, bind func(*kingpin.FlagClause)) {
 	name := "collector." + o.name + "." + opt
 	bind(o.cmd.Flag(name, help))
 	if old != "" {
 		a := &alias{old: old, name: name}
-		bind(o.cmd.Flag(old, "Deprecated: --"+name+".").Hidden().IsSetByUser(&a.used))
+		fc := o.cmd.Flag(old, "Deprecated: --"+name+".").Hidden().IsSetByUser(&a.used)
+		bind(fc)
+		fc.Default()
 		*o.aliases = append(*o.aliases, a)
 	}
 }
