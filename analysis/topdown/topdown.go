@@ -47,6 +47,33 @@ func Names() []string {
 	return names
 }
 
+// Depth is the built-in trees that have Levels levels (Builtin's, the
+// generated deep ones included).
+type Depth struct {
+	Levels int
+	Trees  []string
+}
+
+// Depths groups the built-in trees by their depth, shallowest first, so
+// that what says how deep --collector.topdown.level goes on which tree
+// comes from the trees, not from a list kept by hand.
+func Depths() ([]Depth, error) {
+	byLevels := map[int][]string{}
+	for _, name := range Names() {
+		d, err := Builtin(name)
+		if err != nil {
+			return nil, err
+		}
+		byLevels[d.Levels()] = append(byLevels[d.Levels()], name)
+	}
+	var out []Depth
+	for levels, trees := range byLevels {
+		out = append(out, Depth{levels, trees})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Levels < out[j].Levels })
+	return out, nil
+}
+
 // Builtin returns the definition for a micro-architecture name: the
 // hand-written tree (BuiltinAuthored) and, on Intel's P-cores, the nodes
 // below level 3 generated from Intel's metrics (defs/deep, by

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -568,5 +569,24 @@ func TestGracemontMatchesIntelECoreTMA(t *testing.T) {
 				t.Fatalf("GRT %s (trial %d): ours %v, Intel's %v", node, trial, got, want)
 			}
 		}
+	}
+}
+
+// Each built-in tree is as deep as the docs say (docs/flags.md): Intel's
+// P-core trees to 6 (the generated levels), its E-core trees to 3, AMD's
+// to 2 and Arm's to 1; every tree once, shallowest first.
+func TestDepths(t *testing.T) {
+	want := []Depth{
+		{1, []string{"neoverse", "neoverse-n2", "neoverse-v1", "neoverse-v2"}},
+		{2, []string{"zen4", "zen5"}},
+		{3, []string{"grt", "srf"}},
+		{6, []string{"adl", "clx", "emr", "gnr", "icl", "icx", "skl", "skx", "spr"}},
+	}
+	got, err := Depths()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("depths %v, want %v", got, want)
 	}
 }
