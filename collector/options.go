@@ -1,4 +1,4 @@
-// Package pipeline puts the exporter together: the collectors of the
+// Package collector puts the exporter together: the collectors of the
 // registry, each set up by its live or replay factory over a shared build,
 // the counting engine they hang on, and what they export; and the check
 // report that judges the same collectors and options. The binary keeps the
