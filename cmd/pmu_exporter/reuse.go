@@ -99,38 +99,74 @@ func shareJSON(s reuse.Share) reuseShareJSON {
 }
 
 // runReuse runs ReuseTracker over an access trace with the watchpoint
-// registers' semantics.
+// registers' semantics: the flags' options, the trace's replay, the
+// report, written as JSON or text.
 func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "pmu_exporter reuse: %s: %v\n", rf.trace, err)
 		return 1
 	}
-	o := reuse.ReplayOptions{Options: reuse.Options{Slots: rf.slots, Own: rf.own, Seed: rf.seed}, Period: rf.period, ArmDelay: rf.armDelay}
-	if rf.mode == "shared" {
-		o.Mode = reuse.Shared
-		dom, err := parseDomains(rf.domains)
-		if err != nil {
-			return fail(fmt.Errorf("--domain: %w", err))
-		}
-		o.Domain = func(tid uint32) int {
-			if d, ok := dom[tid]; ok {
-				return d
-			}
-			return -1 - int(tid) // a thread nobody placed shares no cache
-		}
-	}
-	in, err := safeopen.Input("--trace", rf.trace, safeopen.Trace, stdin)
+	o, err := replayOptions(rf)
 	if err != nil {
 		return fail(err)
+	}
+	r, err := replayTrace(rf.trace, o, stdin)
+	if err != nil {
+		return fail(err)
+	}
+	out := reuseReport(r, o.Mode, rf.caches)
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	if rf.format == "json" {
+		json.NewEncoder(w).Encode(out)
+		return 0
+	}
+	writeReuseText(w, out, rf.caches)
+	return 0
+}
+
+// replayOptions are the tracker's and the harness's options the flags give.
+func replayOptions(rf reuseFlags) (reuse.ReplayOptions, error) {
+	o := reuse.ReplayOptions{Options: reuse.Options{Slots: rf.slots, Own: rf.own, Seed: rf.seed}, Period: rf.period, ArmDelay: rf.armDelay}
+	if rf.mode != "shared" {
+		return o, nil
+	}
+	o.Mode = reuse.Shared
+	dom, err := parseDomains(rf.domains)
+	if err != nil {
+		return o, fmt.Errorf("--domain: %w", err)
+	}
+	o.Domain = func(tid uint32) int {
+		if d, ok := dom[tid]; ok {
+			return d
+		}
+		return -1 - int(tid) // a thread nobody placed shares no cache
+	}
+	return o, nil
+}
+
+// replayTrace runs the trace at path ("-": stdin) through a tracker on
+// simulated debug registers.
+func replayTrace(path string, o reuse.ReplayOptions, stdin io.Reader) (*reuse.Replay, error) {
+	in, err := safeopen.Input("--trace", path, safeopen.Trace, stdin)
+	if err != nil {
+		return nil, err
 	}
 	defer in.Close()
 	r := reuse.NewReplay(o)
 	if err := r.Run(bufio.NewReaderSize(in, 1<<16)); err != nil {
-		return fail(err)
+		return nil, err
 	}
+	return r, nil
+}
+
+// reuseReport is what the replay's tracker observed and estimates: the
+// outcomes, the distances, the pairs and localities, the stack distances
+// and the miss ratios of LRU caches of the given sizes.
+func reuseReport(r *reuse.Replay, mode reuse.Mode, caches []uint64) reuseJSON {
 	t := r.Tracker
 	e := t.Estimate()
-	out := reuseJSON{Mode: o.Mode.String(), Unit: "accesses", Samples: t.Samples, Dropped: t.Dropped, Reuses: t.Reuses,
+	out := reuseJSON{Mode: mode.String(), Unit: "accesses", Samples: t.Samples, Dropped: t.Dropped, Reuses: t.Reuses,
 		Invalidations: t.Invalidations, EstimatedInvalidations: uint64(math.Round(e.Invalidated.Share * float64(t.Samples))),
 		Stale: t.Stale, Traps: r.Traps, Arms: r.Arms,
 		TimeDistanceLog2: t.Histogram(), Observed: t.Raw(), Watches: map[string]uint64{},
@@ -154,38 +190,45 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	out.Locality["temporal"] = uint64(math.Round(loc[reuse.Temporal] * float64(t.Samples)))
 	out.Locality["spatial"] = uint64(math.Round(loc[reuse.Spatial] * float64(t.Samples)))
+	out.StackDistanceLog2, out.MissRatio = stackDistances(&e, t.Samples, len(out.TimeDistanceLog2), caches)
+	return out
+}
+
+// stackDistances are the estimate's reuses by log2 bin of their LRU stack
+// distance (footprint theory), up to the last bin used, over bins+2 bins;
+// and the miss ratio of an LRU cache of each size in caches (nil: none).
+func stackDistances(e *reuse.Estimate, samples uint64, bins int, caches []uint64) ([]uint64, map[string]float64) {
 	fine := e.Fine
 	for j := range fine {
-		fine[j] *= float64(t.Samples)
+		fine[j] *= float64(samples)
 	}
-	fp := reuse.NewFootprint(fine[:], float64(t.Samples))
+	fp := reuse.NewFootprint(fine[:], float64(samples))
 	var bounds []float64
-	for k := range len(out.TimeDistanceLog2) + 2 {
+	for k := range bins + 2 {
 		bounds = append(bounds, math.Ldexp(1, k+1)-0.5) // below 2^(k+1)
 	}
-	below := fp.StackDistances(fine[:], bounds)
+	var counts []uint64
 	var prev uint64
-	for _, c := range below {
+	for _, c := range fp.StackDistances(fine[:], bounds) {
 		n := uint64(math.Round(c))
-		out.StackDistanceLog2 = append(out.StackDistanceLog2, n-min(prev, n))
+		counts = append(counts, n-min(prev, n))
 		prev = max(prev, n)
 	}
-	for len(out.StackDistanceLog2) > 0 && out.StackDistanceLog2[len(out.StackDistanceLog2)-1] == 0 {
-		out.StackDistanceLog2 = out.StackDistanceLog2[:len(out.StackDistanceLog2)-1]
+	for len(counts) > 0 && counts[len(counts)-1] == 0 {
+		counts = counts[:len(counts)-1]
 	}
-	if len(rf.caches) > 0 {
-		out.MissRatio = map[string]float64{}
-		for _, c := range rf.caches {
-			out.MissRatio[strconv.FormatUint(c, 10)] = math.Round(fp.MissRatio(float64(c))*1e4) / 1e4
+	var miss map[string]float64
+	if len(caches) > 0 {
+		miss = map[string]float64{}
+		for _, c := range caches {
+			miss[strconv.FormatUint(c, 10)] = math.Round(fp.MissRatio(float64(c))*1e4) / 1e4
 		}
 	}
-	w := bufio.NewWriter(stdout)
-	defer w.Flush()
-	if rf.format == "json" {
-		enc := json.NewEncoder(w)
-		enc.Encode(out)
-		return 0
-	}
+	return counts, miss
+}
+
+// writeReuseText writes the report as the text table.
+func writeReuseText(w io.Writer, out reuseJSON, caches []uint64) {
 	fmt.Fprintf(w, "Mode %s, distances in accesses: %d samples (%d dropped: no slot took them), %d reuses and %d invalidations observed\n",
 		out.Mode, out.Samples, out.Dropped, out.Reuses, out.Invalidations)
 	fmt.Fprintf(w, "%-24s %12s %9s %19s %10s\n", "time distance", "estimated", "share", "95% interval", "observed")
@@ -210,12 +253,11 @@ func runReuse(rf reuseFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(w, "%-24s %12d\n", fmt.Sprintf("[%d, %d)", uint64(1)<<k, uint64(1)<<(k+1)), c)
 		}
 	}
-	for _, c := range rf.caches {
+	for _, c := range caches {
 		fmt.Fprintf(w, "LRU cache of %d data: miss ratio %.4f\n", c, out.MissRatio[strconv.FormatUint(c, 10)])
 	}
 	fmt.Fprintf(w, "\nReuses by pair (estimated): RAR %d, RAW %d, WAR %d, WAW %d; temporal %d, spatial %d\n",
 		out.Pairs["RAR"], out.Pairs["RAW"], out.Pairs["WAR"], out.Pairs["WAW"], out.Locality["temporal"], out.Locality["spatial"])
-	return 0
 }
 
 // parseDomains reads "TID=D,TID=D".
