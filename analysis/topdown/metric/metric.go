@@ -184,15 +184,46 @@ type node struct {
 	threshold *expr.Program
 }
 
-// Compile validates d and prepares it for evaluation.
+// Compile validates d and prepares it for evaluation: every name gets a
+// slot, every formula compiles and every parent fits, the metrics are put
+// in the order they depend on each other, the events each rests on were
+// counted together, and the nodes are laid out for the evaluator.
 func (d *Definition) Compile() (*Tree, error) {
 	t := &Tree{Def: d, inputIdx: map[string]int{}, byName: map[string]int{}, children: map[int][]int{}}
+	slot, metricIdx, err := t.assignSlots()
+	if err != nil {
+		return nil, err
+	}
+	nodes, deps, err := d.compileNodes(slot, metricIdx)
+	if err != nil {
+		return nil, err
+	}
+	order, err := topoSort(d.Metrics, deps, metricIdx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Name, err)
+	}
+	eventsOf, err := d.groupedEvents(nodes, deps, order, slot, metricIdx)
+	if err != nil {
+		return nil, err
+	}
+	t.eventsOf = map[string][]string{}
+	for i, m := range d.Metrics {
+		t.eventsOf[m.Name] = eventsOf[i]
+	}
+	t.place(nodes, order)
+	return t, nil
+}
+
+// assignSlots gives every event, parameter, constant and metric of t's
+// definition a slot of the evaluator (inputs first, then constants, then
+// metrics), and each metric its index; a name defined twice is an error.
+func (t *Tree) assignSlots() (slot, metricIdx map[string]int, err error) {
+	d := t.Def
 	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	slot := map[string]int{}
+	slot = map[string]int{}
 	add := func(name, what string) {
 		if _, dup := slot[name]; dup {
-			fail("%s: %s %q is defined twice", d.Name, what, name)
+			errs = append(errs, fmt.Errorf("%s: %s %q is defined twice", d.Name, what, name))
 			return
 		}
 		slot[name] = len(slot)
@@ -217,30 +248,32 @@ func (d *Definition) Compile() (*Tree, error) {
 	for _, n := range constNames {
 		add(n, "constant")
 	}
-	metricIdx := map[string]int{}
+	metricIdx = map[string]int{}
 	for i, m := range d.Metrics {
 		if _, dup := metricIdx[m.Name]; dup {
-			fail("%s: metric %q is defined twice", d.Name, m.Name)
+			errs = append(errs, fmt.Errorf("%s: metric %q is defined twice", d.Name, m.Name))
 			continue
 		}
 		metricIdx[m.Name] = i
 		add(m.Name, "metric")
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
 	t.slots = len(slot)
+	return slot, metricIdx, errors.Join(errs...)
+}
 
-	// Compile every formula; record what each metric depends on.
+// compileNodes compiles every metric's formula and threshold against the
+// slots, notes the metrics each one uses, and checks its parent and level.
+func (d *Definition) compileNodes(slot, metricIdx map[string]int) ([]node, [][]string, error) {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	resolve := func(name string) (int, bool) {
+		s, ok := slot[strings.TrimSuffix(name, "(%)")]
+		return s, ok
+	}
 	deps := make([][]string, len(d.Metrics))
 	nodes := make([]node, len(d.Metrics))
 	for i, m := range d.Metrics {
 		where := m.where(d)
-		resolve := func(name string) (int, bool) {
-			name = strings.TrimSuffix(name, "(%)")
-			s, ok := slot[name]
-			return s, ok
-		}
 		prog, err := expr.Compile(m.Formula, resolve)
 		if err != nil {
 			fail("%s: formula: %v", where, err)
@@ -267,17 +300,16 @@ func (d *Definition) Compile() (*Tree, error) {
 			fail("%s: level %d needs a parent", where, m.Level)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	order, err := topoSort(d.Metrics, deps, metricIdx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", d.Name, err)
-	}
-	// The events a metric rests on, through the metrics it uses, must have been
-	// counted in one group unless it is marked approximate.
+	return nodes, deps, errors.Join(errs...)
+}
+
+// groupedEvents are the events each metric rests on, through the metrics it
+// uses (in order, dependencies first), which must have been counted in one
+// group unless the metric is marked approximate.
+func (d *Definition) groupedEvents(nodes []node, deps [][]string, order []int, slot, metricIdx map[string]int) ([][]string, error) {
+	var errs []error
 	eventsOf := make([][]string, len(d.Metrics))
-	for _, i := range order { // dependencies first
+	for _, i := range order {
 		seen := map[string]bool{}
 		add := func(n string) {
 			if !seen[n] {
@@ -301,15 +333,14 @@ func (d *Definition) Compile() (*Tree, error) {
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	t.eventsOf = map[string][]string{}
-	for i, m := range d.Metrics {
-		t.eventsOf[m.Name] = eventsOf[i]
-	}
+	return eventsOf, errors.Join(errs...)
+}
+
+// place lays the nodes out in evaluation order, sizes the evaluator's
+// stack, and links each node to its children.
+func (t *Tree) place(nodes []node, order []int) {
 	for _, i := range order {
-		t.byName[d.Metrics[i].Name] = len(t.nodes)
+		t.byName[t.Def.Metrics[i].Name] = len(t.nodes)
 		t.nodes = append(t.nodes, nodes[i])
 		t.stack = max(t.stack, nodes[i].prog.StackSize())
 		if nodes[i].threshold != nil {
@@ -322,7 +353,6 @@ func (d *Definition) Compile() (*Tree, error) {
 			t.children[p] = append(t.children[p], i)
 		}
 	}
-	return t, nil
 }
 
 // sameGroup checks that events were all counted in one group, so their ratios
