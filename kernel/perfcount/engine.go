@@ -429,7 +429,7 @@ func (e *Engine) read(gs *groupState, cg *cpuGroup) (dead string) {
 // the CPU went offline, which on this project's VMs comes some 40 ms after
 // the write to sysfs. A live CPU's events lag too where perf's cgroup
 // events are open there and its cgroups switch often (each switch stops
-// the CPU's perf time for a moment; DEVELOPERS.md), but they move. One wait
+// the CPU's perf time for a moment; docs/testing.md), but they move. One wait
 // serves every suspect, so a cycle costs that millisecond once, not once
 // per CPU.
 func (e *Engine) confirmDead(dead map[int]string) {
