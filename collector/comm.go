@@ -19,6 +19,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // commFlags are the comm collector's options.
@@ -99,11 +100,11 @@ func setupComm(b *build) error {
 	// the second case a host whose breakpoints do not work still samples
 	// them, and says so.
 	var engine *watch.Engine
-	if set.nodeRegs != regsNone || annotated != nil {
+	if set.nodeRegs != model.RegistersNone || annotated != nil {
 		var err error
 		engine, err = setupWatchpoints(b, dec, &o, annotated != nil)
 		switch {
-		case err != nil && (set.nodeRegs != regsNone || !errors.Is(err, errNoBreakpoints)):
+		case err != nil && (set.nodeRegs != model.RegistersNone || !errors.Is(err, errNoBreakpoints)):
 			set.closeAll()
 			return err
 		case err != nil:
@@ -179,10 +180,10 @@ func openSamplers(b *build, o commFlags, set *commSamplers, root string) (podAnn
 			}
 		}
 	default:
-		if set.nodeRegs != regsNone {
+		if set.nodeRegs != model.RegistersNone {
 			return nil, errors.New("watchpoints (--collector.comm.watchpoints, --collector.comm.reuse) arm every thread of what is sampled: select the workloads (--collector.comm.cgroup or --collector.comm.pods=annotated)")
 		}
-		if err := set.open("", regsNone); err != nil {
+		if err := set.open("", model.RegistersNone); err != nil {
 			return nil, err
 		}
 	}

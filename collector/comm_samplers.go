@@ -17,6 +17,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
 
@@ -33,7 +34,7 @@ type commSamplers struct {
 	// the node's flags (an annotated pod may choose), watchpoints whether
 	// the engine runs; said is the annotation value each pod was last
 	// told about (a log line per pod and value, not per follow).
-	nodeRegs    registers
+	nodeRegs    model.Registers
 	watchpoints bool
 	said        map[string]string
 
@@ -44,44 +45,23 @@ type commSamplers struct {
 type commSampler struct {
 	smp    *perfsample.Sampler
 	cgroup *os.File
-	regs   registers          // what its threads' debug registers serve
+	regs   model.Registers    // what its threads' debug registers serve
 	stop   context.CancelFunc // nil until its reader runs
 	done   chan struct{}
 	// unsubscribe ends its subscription to the CPU hotplug events.
 	unsubscribe func()
 }
 
-// registers is what a sampled workload's debug registers serve.
-type registers int
-
-const (
-	regsNone  registers = iota // nothing: sampling alone
-	regsComm                   // ComDetective's trap path
-	regsReuse                  // ReuseTracker
-)
-
-func (r registers) String() string {
-	return [...]string{regsNone: "none", regsComm: "watchpoints", regsReuse: "reuse"}[r]
-}
-
-// use is the decoder's name of what the registers serve.
-func (r registers) use() perfsample.Use {
-	if r == regsReuse {
-		return perfsample.Reuse
-	}
-	return perfsample.Communication
-}
-
 // registers is what the node's flags make the selected workloads'
 // debug registers serve.
-func (o commFlags) registers() registers {
+func (o commFlags) registers() model.Registers {
 	switch {
 	case o.watchpoints:
-		return regsComm
+		return model.RegistersComm
 	case o.reuse:
-		return regsReuse
+		return model.RegistersReuse
 	}
-	return regsNone
+	return model.RegistersNone
 }
 
 // podAnnotations are the values of an annotation on this node's pods, by
@@ -94,21 +74,21 @@ type podAnnotations interface {
 // registers, and whether it selects the pod at all: "true" takes the
 // node's flags, "watchpoints" and "reuse" choose; anything else does not
 // select it.
-func (c *commSamplers) podRegisters(v string) (registers, bool) {
+func (c *commSamplers) podRegisters(v string) (model.Registers, bool) {
 	switch v {
 	case "true":
 		return c.nodeRegs, true
-	case "watchpoints":
-		return regsComm, true
-	case "reuse":
-		return regsReuse, true
+	case model.RegistersComm.String():
+		return model.RegistersComm, true
+	case model.RegistersReuse.String():
+		return model.RegistersReuse, true
 	}
-	return regsNone, false
+	return model.RegistersNone, false
 }
 
 // open opens a sampler for target (a cgroup below root, or "" for every
 // task), whose threads' debug registers serve regs.
-func (c *commSamplers) open(target string, regs registers) error {
+func (c *commSamplers) open(target string, regs model.Registers) error {
 	b := c.b
 	share := float64(max(c.budgetShare, 1))
 	// The address sampler's samples arm watchpoints, except in private
@@ -118,7 +98,7 @@ func (c *commSamplers) open(target string, regs registers) error {
 	// timeout stays 100 ms: polling every 10 ms as well, for samples that
 	// had already woken it, cost half the exporter's CPU with watchpoints,
 	// which its governor took from the samples (docs/benchmarks.md).
-	watching := regs == regsComm || regs == regsReuse && b.f.comm.reuseMode == "shared"
+	watching := regs == model.RegistersComm || regs == model.RegistersReuse && b.f.comm.reuseMode == "shared"
 	opts := perfsample.Options{
 		Logger: b.log, OnlineCPUs: b.online.Read, Pages: b.f.sampling.pages, Poll: 100 * time.Millisecond, Govern: 500 * time.Millisecond, WakeEach: watching,
 		MIDR: b.s.midr, AuxBytes: b.f.sampling.auxKiB << 10,
@@ -291,7 +271,7 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 	// engine never unmaps a ring it reads.
 	reading := c.readTraps(ctx)
 	defer func() { <-reading }()
-	watched := map[uint32]perfsample.Use{}
+	watched := map[uint32]model.Registers{}
 	procs, err := cgroupid.NewThreadProcs(c.b.f.procfs)
 	if err != nil {
 		c.b.log.Warn("the watched pods' threads cannot be followed", "err", err)
@@ -351,15 +331,15 @@ func (c *commSamplers) readTraps(ctx context.Context) <-chan struct{} {
 // followThreads gives the decoder the threads, up to max, of the sampled
 // cgroups whose registers serve watchpoints, and takes them from those
 // that left; watched is what each watched process's registers serve.
-func (c *commSamplers) followThreads(procs *cgroupid.ThreadProcs, watched map[uint32]perfsample.Use, max int) {
+func (c *commSamplers) followThreads(procs *cgroupid.ThreadProcs, watched map[uint32]model.Registers, max int) {
 	byPID := map[uint32][]uint32{}
-	useOf := map[uint32]perfsample.Use{}
+	useOf := map[uint32]model.Registers{}
 	n := 0
 	for _, target := range c.targets() {
 		c.mu.Lock()
 		cs := c.running[target]
 		c.mu.Unlock()
-		if cs == nil || cs.regs == regsNone {
+		if cs == nil || cs.regs == model.RegistersNone {
 			continue
 		}
 		for _, tid := range cgroupid.Threads(filepath.Join(c.root, target)) {
@@ -368,7 +348,7 @@ func (c *commSamplers) followThreads(procs *cgroupid.ThreadProcs, watched map[ui
 			}
 			if pid, ok := procs.Of(tid); ok {
 				byPID[pid] = append(byPID[pid], tid)
-				useOf[pid] = cs.regs.use()
+				useOf[pid] = cs.regs
 				n++
 			}
 		}
@@ -398,7 +378,7 @@ const podsEvery = 5 * time.Second
 
 // follow opens samplers for the cgroups of pods newly annotated and closes
 // those of pods gone or no longer annotated.
-func (c *commSamplers) follow(ctx context.Context, pods map[string]registers) {
+func (c *commSamplers) follow(ctx context.Context, pods map[string]model.Registers) {
 	want := podCgroups(c.root, pods)
 	have := c.targets()
 	for _, t := range have {
@@ -433,8 +413,8 @@ func (c *commSamplers) follow(ctx context.Context, pods map[string]registers) {
 // what their debug registers serve: none where the engine does not run
 // (said once per pod). A value that selects nothing and is not "false"
 // is said once per pod too.
-func (c *commSamplers) annotatedPods(values map[string]string) map[string]registers {
-	out := map[string]registers{}
+func (c *commSamplers) annotatedPods(values map[string]string) map[string]model.Registers {
+	out := map[string]model.Registers{}
 	for uid, v := range values {
 		regs, ok := c.podRegisters(v)
 		tell := c.said[uid] != v
@@ -445,11 +425,11 @@ func (c *commSamplers) annotatedPods(values map[string]string) map[string]regist
 				c.b.log.Warn("address sampler: pod not selected: "+podmeta.CommAnnotation+" takes true, watchpoints, reuse or false", "pod_uid", uid, "value", v)
 			}
 			continue
-		case regs != regsNone && !c.watchpoints:
+		case regs != model.RegistersNone && !c.watchpoints:
 			if tell {
 				c.b.log.Warn("address sampler: pod sampled without watchpoints: none work here (see the start's log, pmu_exporter check)", "pod_uid", uid, "value", v)
 			}
-			regs = regsNone
+			regs = model.RegistersNone
 		}
 		out[uid] = regs
 	}
@@ -463,11 +443,11 @@ func (c *commSamplers) annotatedPods(values map[string]string) map[string]regist
 
 // podCgroups finds the pod-level cgroups (below root) of the pods uids, as
 // the kubelet lays them out (podcgroup.Parse).
-func podCgroups(root string, pods map[string]registers) map[string]registers {
+func podCgroups(root string, pods map[string]model.Registers) map[string]model.Registers {
 	if len(pods) == 0 {
 		return nil
 	}
-	out := map[string]registers{}
+	out := map[string]model.Registers{}
 	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/internal/fixture"
+	"github.com/pmu-exporter/pmu_exporter/model"
 	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
 
@@ -215,10 +216,10 @@ func TestBestReuseClock(t *testing.T) {
 // watchpoints work, the pods that chose them are sampled without.
 func TestAnnotatedPodsChooseRegisters(t *testing.T) {
 	var log strings.Builder
-	c := &commSamplers{b: &build{log: slog.New(slog.NewTextHandler(&log, nil))}, nodeRegs: regsComm, watchpoints: true, said: map[string]string{}}
+	c := &commSamplers{b: &build{log: slog.New(slog.NewTextHandler(&log, nil))}, nodeRegs: model.RegistersComm, watchpoints: true, said: map[string]string{}}
 	values := map[string]string{"a": "true", "b": "watchpoints", "c": "reuse", "d": "false", "e": "Reuse"}
 	got := c.annotatedPods(values)
-	want := map[string]registers{"a": regsComm, "b": regsComm, "c": regsReuse}
+	want := map[string]model.Registers{"a": model.RegistersComm, "b": model.RegistersComm, "c": model.RegistersReuse}
 	if !maps.Equal(got, want) {
 		t.Errorf("registers by pod %v, want %v", got, want)
 	}
@@ -227,9 +228,9 @@ func TestAnnotatedPodsChooseRegisters(t *testing.T) {
 		t.Errorf("said %d times that a pod is not selected, want once (for pod e's value Reuse):\n%s", n, log.String())
 	}
 	c.watchpoints = false
-	c.nodeRegs = regsReuse
+	c.nodeRegs = model.RegistersReuse
 	got = c.annotatedPods(values)
-	want = map[string]registers{"a": regsNone, "b": regsNone, "c": regsNone}
+	want = map[string]model.Registers{"a": model.RegistersNone, "b": model.RegistersNone, "c": model.RegistersNone}
 	if !maps.Equal(got, want) {
 		t.Errorf("without watchpoints: registers by pod %v, want sampling alone for the three selected", got)
 	}

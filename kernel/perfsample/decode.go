@@ -28,6 +28,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // Decoder resolves the address sampler's timer samples to accesses by
@@ -526,30 +527,13 @@ func (d *Decoder) attach(e *watch.Engine) error {
 	return nil
 }
 
-// Use is what a watched process's debug registers serve.
-type Use int
-
-const (
-	// Communication: ComDetective's trap path (Watch).
-	Communication Use = iota
-	// Reuse: the process's ReuseTracker (WatchReuse).
-	Reuse
-)
-
-func (u Use) String() string {
-	if u == Reuse {
-		return "reuse"
-	}
-	return "watchpoints"
-}
-
 // SetWatched makes tids the watched threads of pid (none: unwatched),
 // their registers serving use, opening and closing their watchpoint
 // events. A process that changes use starts afresh: its threads' events
 // are reopened (a ReuseTracker's leaders sample their thread, the trap
 // path's only count) and what the other use kept of it is forgotten (a
 // tracker's totals kept with its cgroup's).
-func (d *Decoder) SetWatched(pid uint32, tids []uint32, use Use) error {
+func (d *Decoder) SetWatched(pid uint32, tids []uint32, use model.Registers) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.engine == nil {
@@ -557,13 +541,13 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32, use Use) error {
 	}
 	if len(tids) > 0 {
 		switch {
-		case use == Reuse && d.trackers == nil:
+		case use == model.RegistersReuse && d.trackers == nil:
 			return errors.New("no ReuseTracker on the watchpoints (WatchReuse)")
-		case use == Communication && d.watcher == nil:
+		case use == model.RegistersComm && d.watcher == nil:
 			return errors.New("no trap path on the watchpoints (Watch)")
 		}
 	}
-	if d.watched[pid] != nil && d.reusing[pid] != (use == Reuse) {
+	if d.watched[pid] != nil && d.reusing[pid] != (use == model.RegistersReuse) {
 		d.unwatch(pid)
 	}
 	var errs []error
@@ -574,7 +558,7 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32, use Use) error {
 		}
 	}
 	add := d.engine.AddCounting // the trap path needs no distance clock
-	if use == Reuse {
+	if use == model.RegistersReuse {
 		add = d.engine.Add
 	}
 	var kept []uint32
@@ -585,7 +569,7 @@ func (d *Decoder) SetWatched(pid uint32, tids []uint32, use Use) error {
 		}
 		kept = append(kept, tid)
 	}
-	if len(kept) > 0 && use == Reuse {
+	if len(kept) > 0 && use == model.RegistersReuse {
 		d.reusing[pid] = true
 	}
 	if t := d.trackers[pid]; t != nil {

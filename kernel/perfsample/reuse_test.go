@@ -19,6 +19,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // The totals of exited processes are forgotten with their cgroup, except
@@ -63,7 +64,7 @@ func TestExitedForgetsWatchedThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, tid := uint32(os.Getpid()), uint32(unix.Gettid())
-	if err := d.SetWatched(pid, []uint32{tid}, Reuse); err != nil {
+	if err := d.SetWatched(pid, []uint32{tid}, model.RegistersReuse); err != nil {
 		t.Fatal(err)
 	}
 	d.threadCPU[tid] = 1
@@ -130,14 +131,14 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 		})
 		return live, gone
 	}
-	if err := d.SetWatched(pid, []uint32{tid}, Communication); err != nil {
+	if err := d.SetWatched(pid, []uint32{tid}, model.RegistersComm); err != nil {
 		t.Fatal(err)
 	}
 	run()
 	if live, gone := samples(); live+gone != 0 {
 		t.Fatalf("watched for the trap path: %d samples went to a tracker", live+gone)
 	}
-	if err := d.SetWatched(pid, []uint32{tid}, Reuse); err != nil {
+	if err := d.SetWatched(pid, []uint32{tid}, model.RegistersReuse); err != nil {
 		t.Fatal(err)
 	}
 	run()
@@ -165,7 +166,7 @@ func TestSetWatchedSwitchesUse(t *testing.T) {
 	if w := d.WatchStats(); w.Reuse == 0 || w.Reuse != w.Traps || w.Communication != 0 {
 		t.Errorf("watch totals %+v: want every trap ReuseTracker's, some", w)
 	}
-	if err := d.SetWatched(pid, []uint32{tid}, Communication); err != nil {
+	if err := d.SetWatched(pid, []uint32{tid}, model.RegistersComm); err != nil {
 		t.Fatal(err)
 	}
 	if l, g := samples(); l != 0 || g != live {
@@ -216,7 +217,7 @@ func TestSampledThreadsJoin(t *testing.T) {
 	c, stopC := live()
 	defer stopC()
 	gone := testenv.ExitedThread(t)
-	if err := d.SetWatched(pid, []uint32{a}, Communication); err != nil {
+	if err := d.SetWatched(pid, []uint32{a}, model.RegistersComm); err != nil {
 		t.Fatal(err)
 	}
 	stats := samplestat.New(1, 64)
@@ -233,7 +234,7 @@ func TestSampledThreadsJoin(t *testing.T) {
 		t.Errorf("%d threads joined at a sample, want 1", w.Joined)
 	}
 	// The next listing without b (it exited) closes its events.
-	if err := d.SetWatched(pid, []uint32{a}, Communication); err != nil {
+	if err := d.SetWatched(pid, []uint32{a}, model.RegistersComm); err != nil {
 		t.Fatal(err)
 	}
 	if comm, _ := d.WatchedThreads(); comm != 1 || e.Watching(b) {
@@ -273,7 +274,7 @@ func TestExitEndsArmedWatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, tid := uint32(os.Getpid()), uint32(unix.Gettid())
-	if err := d.SetWatched(pid, []uint32{tid}, Reuse); err != nil {
+	if err := d.SetWatched(pid, []uint32{tid}, model.RegistersReuse); err != nil {
 		t.Fatal(err)
 	}
 	var word uint64
