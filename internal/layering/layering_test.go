@@ -24,6 +24,7 @@ const module = "github.com/pmu-exporter/pmu_exporter"
 type pkg struct {
 	ImportPath, Dir string
 	GoFiles, Deps   []string
+	Imports         []string
 }
 
 func list(t *testing.T, args ...string) []pkg {
