@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/host/platformpmu"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 )
 
@@ -66,29 +67,6 @@ const (
 	MemoryRequests
 )
 
-// The CPU families (as /proc/cpuinfo gives them) whose data fabric
-// events dfEvents and xgmiEvents encode: Zen 4's (0x19; Zen 3 shares
-// it, but not the PerfMonV2 data fabric, as its amd_df format says) and
-// Zen 5's (0x1a).
-const (
-	zen4Family = "25"
-	zen5Family = "26"
-)
-
-// perfMonV2DF says whether an amd_df event format is the PerfMonV2 data
-// fabric's (amd/uncore.c's event14v2, config:0-7,32-37): Zen 4's and Zen
-// 5's, not Zen 3's (config:0-7,32-35,59-60).
-func perfMonV2DF(f pmu.Format) bool {
-	return f.Word == 0 && slices.Equal(f.Ranges, []pmu.BitRange{{Lo: 0, Hi: 7}, {Lo: 32, Hi: 37}})
-}
-
-// CountsDRAM says whether p is a data fabric whose DRAM traffic by
-// requester Select counts (DRAMBytes): a PerfMonV2 amd_df, on a CPU of
-// family 25 (Zen 4) or 26 (Zen 5).
-func CountsDRAM(p *pmu.PMU, family string) bool {
-	return p.Name == "amd_df" && (family == zen4Family || family == zen5Family) && perfMonV2DF(p.Formats["event"])
-}
-
 // dfEvent is one of a data fabric's DRAM events: perf's name for it
 // (data-fabric.json), its direction and requester, and its encoding.
 type dfEvent struct{ name, dir, locality, terms string }
@@ -111,10 +89,10 @@ func dfEvents(family string) []dfEvent {
 	}
 	var masks []mask
 	switch family {
-	case zen4Family:
+	case platformpmu.Zen4Family:
 		masks = []mask{{"local_processor_read_data_beats_cs", "read", "local", 0x7fe}, {"local_processor_write_data_beats_cs", "write", "local", 0x7ff},
 			{"remote_processor_read_data_beats_cs", "read", "remote", 0xbfe}, {"remote_processor_write_data_beats_cs", "write", "remote", 0xbff}}
-	case zen5Family:
+	case platformpmu.Zen5Family:
 		masks = []mask{{"local_or_remote_socket_read_data_beats_dram_", "read", "local_or_remote", 0xffe},
 			{"local_socket_write_data_beats_dram_", "write", "local", 0x7ff}, {"remote_socket_write_data_beats_dram_", "write", "remote", 0xbff}}
 	}
@@ -148,12 +126,12 @@ type xgmiEvent struct{ link, dir, name, terms string }
 func xgmiEvents(family string) []xgmiEvent {
 	var out []xgmiEvent
 	switch family {
-	case zen4Family:
+	case platformpmu.Zen4Family:
 		for l := range uint64(8) {
 			out = append(out, xgmiEvent{strconv.FormatUint(l, 10), "transmit", fmt.Sprintf("local_socket_outbound_data_beats_link%d", l),
 				fmt.Sprintf("event=%#x,umask=0xf3e", 0xb5f+0x40*l)})
 		}
-	case zen5Family:
+	case platformpmu.Zen5Family:
 		for _, d := range []struct {
 			dir, name string
 			umask     uint64
@@ -197,60 +175,6 @@ var umcEvents = []struct{ name, terms string }{{"read", "event=0x0a,rdwrmask=0x1
 // imcEvents are the CAS count aliases of Intel's memory controllers
 // (uncore_imc_*), by direction.
 var imcEvents = map[string]string{"cas_count_read": "read", "cas_count_write": "write"}
-
-// cmnParts are the Arm CMN meshes whose home nodes are HN-Fs with the
-// memory controller events cmnEvents names, by the PMU's identifier
-// (arm-cmn.c prints the part number and revision, "%03x%02x"): CMN-600,
-// CMN-650, CMN-700 and CI-700, as perf's arm/cmn event list matches them
-// ("Compat": "(434|436|43c|43a).*").
-var cmnParts = []string{"434", "436", "43c", "43a"}
-
-// cmnEvents are an Arm CMN's memory controller requests, by the sysfs
-// alias arm-cmn.c gives them (type 0x5, the HN-F: eventid 0xd and 0xc):
-// the terms of perf's mc_message_retry_rate (hnf_mc_retries /
-// hnf_mc_reqs). Without a nodeid the driver counts every HN-F of the
-// mesh and sums them.
-var cmnEvents = []struct{ name, alias string }{{"sent", "hnf_mc_reqs"}, {"retried", "hnf_mc_retries"}}
-
-// CountsMemoryRequests says whether p is an Arm CMN mesh whose memory
-// controller requests Select counts (MemoryRequests): a part cmnParts
-// names, exposing both of cmnEvents' aliases.
-func CountsMemoryRequests(p *pmu.PMU) bool {
-	if !strings.HasPrefix(p.Name, "arm_cmn") || len(p.Identifier) < 3 || !slices.Contains(cmnParts, p.Identifier[:3]) {
-		return false
-	}
-	for _, e := range cmnEvents {
-		if _, ok := p.Aliases[e.alias]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// imxDDR are NXP i.MX 8M DDR controllers' read and write counts and the
-// bytes one count moves, by the imx8_ddr PMU's identifier
-// (fsl_imx8_ddr_perf.c): perf's freescale/imx8m*/sys/metrics.json
-// imx8m*_ddr_read.all and _write.all. The 8M Mini and Quad move 16 bytes
-// a read or write cycle (read_cycles * 4 * 4), the 8M Nano 8 (* 4 * 2);
-// the 8M Plus's enhanced AXI filter counts bytes, for every master
-// (axi_mask=0xffff).
-var imxDDR = map[string]struct {
-	read, write string
-	bytes       float64
-}{
-	"i.MX8MM": {"read-cycles", "write-cycles", 16},
-	"i.MX8MQ": {"read-cycles", "write-cycles", 16},
-	"i.MX8MN": {"read-cycles", "write-cycles", 8},
-	"i.MX8MP": {"axid-read,axi_mask=0xffff,axi_id=0x0000", "axid-write,axi_mask=0xffff,axi_id=0x0000", 1},
-}
-
-// CountsDDR says whether p is an NXP i.MX 8M DDR controller whose bytes
-// Select counts (MemoryBytes): an imx8_ddr PMU whose identifier imxDDR
-// knows.
-func CountsDDR(p *pmu.PMU) bool {
-	_, ok := imxDDR[p.Identifier]
-	return ok && strings.HasPrefix(p.Name, "imx8_ddr")
-}
 
 // Counter is one platform event and where to open it.
 type Counter struct {
@@ -347,7 +271,7 @@ func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int, family string) ([
 		for _, e := range upiEvents {
 			evs = append(evs, event{UPIBytes, p.Name + "/" + e.terms + "/", e.dir, "", strings.TrimPrefix(p.Name, "uncore_upi_"), upiFlitBytes})
 		}
-	case CountsDRAM(p, family):
+	case platformpmu.CountsDRAM(p, family):
 		for _, e := range dfEvents(family) {
 			evs = append(evs, event{DRAMBytes, p.Name + "/" + e.terms + "/", e.dir, e.locality, "", casBytes})
 		}
@@ -356,14 +280,14 @@ func memoryCounters(p *pmu.PMU, pmus []*pmu.PMU, online []int, family string) ([
 				evs = append(evs, event{XGMIBytes, p.Name + "/" + l.terms + "/", l.dir, "", l.link, casBytes})
 			}
 		}
-	case CountsMemoryRequests(p):
-		for _, e := range cmnEvents {
-			evs = append(evs, event{MemoryRequests, p.Name + "/" + e.alias + "/", e.name, "", "", 1})
+	case platformpmu.CountsMemoryRequests(p):
+		for _, e := range platformpmu.CMNEvents() {
+			evs = append(evs, event{MemoryRequests, p.Name + "/" + e.Alias + "/", e.Name, "", "", 1})
 		}
-	case CountsDDR(p):
-		d := imxDDR[p.Identifier]
-		evs = append(evs, event{MemoryBytes, p.Name + "/" + d.read + "/", "read", "", "", d.bytes},
-			event{MemoryBytes, p.Name + "/" + d.write + "/", "write", "", "", d.bytes})
+	case platformpmu.CountsDDR(p):
+		d, _ := platformpmu.DDRPart(p.Identifier)
+		evs = append(evs, event{MemoryBytes, p.Name + "/" + d.Read + "/", "read", "", "", d.Bytes},
+			event{MemoryBytes, p.Name + "/" + d.Write + "/", "write", "", "", d.Bytes})
 	default:
 		return nil, nil
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/host/platformpmu"
 )
 
 // namedEvents are the platform events perf knows by its event lists'
@@ -50,7 +52,7 @@ func encodedEvents(family string) (Kind, []struct{ dir, locality, terms string }
 // dfFamilies are the CPU families whose data fabric events a recording
 // may name; their encodings do not overlap where they differ in meaning
 // (Zen 4's and Zen 5's local and remote writes are the same events).
-var dfFamilies = []string{zen4Family, zen5Family}
+var dfFamilies = []string{platformpmu.Zen4Family, platformpmu.Zen5Family}
 
 // dataFabric is the Zen 4 or Zen 5 data fabric counter a recording's
 // event is, by perf's name (local_processor_read_data_beats_cs0,
@@ -80,15 +82,15 @@ func dataFabric(event, pmuName, term string) (Counter, bool) {
 // moves. A DDR controller's bare alias (imx8_ddr0/read-cycles/) does not
 // say the part, and is not taken.
 func systemPMUEvent(event, pmuName, term string) (c Counter, perCount float64, ok bool) {
-	for _, e := range cmnEvents {
-		if event == e.alias || strings.HasPrefix(pmuName, "arm_cmn") && term == e.alias {
-			return Counter{Kind: MemoryRequests, PMU: pmuName, Event: cmp.Or(term, event), Name: e.name, Scale: 1, Unit: "requests"}, 1, true
+	for _, e := range platformpmu.CMNEvents() {
+		if event == e.Alias || strings.HasPrefix(pmuName, "arm_cmn") && term == e.Alias {
+			return Counter{Kind: MemoryRequests, PMU: pmuName, Event: cmp.Or(term, event), Name: e.Name, Scale: 1, Unit: "requests"}, 1, true
 		}
 	}
 	part, counter, found := strings.Cut(event, "_ddr.")
-	d := imxDDR["i.MX"+strings.ToUpper(strings.TrimPrefix(part, "imx"))]
-	if found && d.read == "read-cycles" && (counter == "read_cycles" || counter == "write_cycles") {
-		return Counter{Kind: MemoryBytes, Event: event, Name: strings.TrimSuffix(counter, "_cycles"), Scale: 1, Unit: "bytes"}, d.bytes, true
+	d, _ := platformpmu.DDRPart("i.MX" + strings.ToUpper(strings.TrimPrefix(part, "imx")))
+	if found && d.Read == "read-cycles" && (counter == "read_cycles" || counter == "write_cycles") {
+		return Counter{Kind: MemoryBytes, Event: event, Name: strings.TrimSuffix(counter, "_cycles"), Scale: 1, Unit: "bytes"}, d.Bytes, true
 	}
 	return Counter{}, 0, false
 }

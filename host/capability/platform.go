@@ -5,11 +5,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/host/platformpmu"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 )
 
-// The node-level features of the platform PMUs (analysis/platform).
+// The node-level features of the platform PMUs (analysis/platform counts them).
 const (
 	// Energy: the power PMU (RAPL) counts joules by package and domain.
 	Energy = "energy"
@@ -75,10 +75,10 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool, family string
 	}
 	var imcs, cmns []string
 	for name, p := range byName {
-		if (strings.HasPrefix(name, "uncore_imc_") && p.Aliases["cas_count_read"].Name != "") || strings.HasPrefix(name, "amd_umc_") || platform.CountsDDR(p) {
+		if (strings.HasPrefix(name, "uncore_imc_") && p.Aliases["cas_count_read"].Name != "") || strings.HasPrefix(name, "amd_umc_") || platformpmu.CountsDDR(p) {
 			imcs = append(imcs, name)
 		}
-		if platform.CountsMemoryRequests(p) {
+		if platformpmu.CountsMemoryRequests(p) {
 			cmns = append(cmns, name)
 		}
 	}
@@ -110,7 +110,7 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool, family string
 	switch {
 	case chas > 0:
 		out = append(out, Feature{Name: NUMATraffic, Available: true, Detail: fmt.Sprintf("%d uncore_cha PMUs", chas)})
-	case df != nil && platform.CountsDRAM(df, family):
+	case df != nil && platformpmu.CountsDRAM(df, family):
 		out = append(out, Feature{Name: NUMATraffic, Available: true, Detail: "amd_df (the data fabric of CPU family " + family + ": DRAM traffic by requester)"})
 	case df != nil:
 		out = append(out, Feature{Name: NUMATraffic, Reason: "the amd_df PMU is not Zen 4's or Zen 5's PerfMonV2 data fabric (CPU family " + family + "): only their DRAM events are known here",
@@ -129,7 +129,7 @@ func platformFeatures(byName map[string]*pmu.PMU, hypervisor bool, family string
 	switch {
 	case len(upis) > 0:
 		out = append(out, Feature{Name: UPITraffic, Available: true, Detail: strings.Join(upis, ", ")})
-	case df != nil && platform.CountsDRAM(df, family) && len(df.CPUMask) > 1:
+	case df != nil && platformpmu.CountsDRAM(df, family) && len(df.CPUMask) > 1:
 		out = append(out, Feature{Name: UPITraffic, Available: true, Detail: fmt.Sprintf("amd_df xGMI links of %d packages", len(df.CPUMask))})
 	default:
 		out = append(out, Feature{Name: UPITraffic, Reason: "no uncore_upi PMU (Intel Xeon's links between packages), no Zen 4 or Zen 5 data fabric of several packages (AMD's xGMI links)" + vm,
