@@ -17,7 +17,7 @@ import (
 // setupCgroups plans and loads the per-cgroup attribution of groups (the
 // engine's, Top-Down included). The feature says whether it runs and, if not,
 // why and how to fix it; the notes what could not be attributed.
-func setupCgroups(o cgroupOptions, s setup, td *liveTopdown, groups []perfcount.GroupSpec) (*cgroupcount.Attributor, capability.Feature, []string) {
+func setupCgroups(o cgroupFlags, s setup, td *liveTopdown, groups []perfcount.GroupSpec) (*cgroupcount.Attributor, capability.Feature, []string) {
 	feat := capability.Feature{Name: capability.CgroupAttribution}
 	fail := func(err error, fix string) (*cgroupcount.Attributor, capability.Feature, []string) {
 		feat.Reason, feat.Fix = err.Error(), fix
@@ -90,7 +90,7 @@ func unattributable(names []string, classes []cgroupcount.Class) []string {
 // cgroupRoot is the mount of the hierarchy whose cgroups are attributed (the
 // one holding perf_event) and whether it is cgroup v1's. The flag overrides the
 // mount point (in a container, the host's hierarchy), not the choice.
-func cgroupRoot(o cgroupOptions, s setup) (root string, v1 bool) {
+func cgroupRoot(o cgroupFlags, s setup) (root string, v1 bool) {
 	root, v1 = s.facts.PerfEventCgroups()
 	if o.fsPath != "" {
 		root = o.fsPath
@@ -148,7 +148,7 @@ func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) []cgroupcount.Class {
 // setupPerfMode is the fallback when the eBPF attribution is not running:
 // perf's cgroup mode for the allow-listed cgroups, over the visible groups'
 // per-task events.
-func setupPerfMode(o cgroupOptions, s setup, groups []perfcount.GroupSpec, opts perfcount.Options) (*cgroupcount.PerfMode, error) {
+func setupPerfMode(o cgroupFlags, s setup, groups []perfcount.GroupSpec, opts perfcount.Options) (*cgroupcount.PerfMode, error) {
 	root, _ := cgroupRoot(o, s)
 	if root == "" {
 		return nil, errors.New("no cgroup v2 hierarchy is mounted")

@@ -30,8 +30,8 @@ type Options struct {
 	interval            time.Duration
 	hotplugUevents      bool // follow CPU hotplug by the kernel's uevents (cpuhotplug)
 	infoEvents          bool // also count the Info metrics' inputs (profile.Info)
-	tree                treeOptions
-	cgroups             cgroupOptions
+	tree                treeFlags
+	cgroups             cgroupFlags
 	k8sNode, kubeconfig string
 	source              string
 	collectors          *registry.Registry[*build] // which collectors run

@@ -53,7 +53,7 @@ const noSPE = "--no-collector.sampling.spe: left to other tools (Arm SPE admits 
 // setupSampling opens the host's memory sampling events and the user's,
 // and adds their collector and /debug/cachelines to p; where nothing can
 // be sampled it says why and leaves p alone.
-func setupSampling(p *Pipeline, o samplingFlags, cg cgroupOptions, procPath string, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, hotplug <-chan cpuhotplug.Event, logger *slog.Logger) error {
+func setupSampling(p *Pipeline, o samplingFlags, cg cgroupFlags, procPath string, s setup, names exporter.PodNames, online *host.OnlineCPUsReader, hotplug <-chan cpuhotplug.Event, logger *slog.Logger) error {
 	root, v1 := cgroupRoot(cg, s)
 	perCgroup := o.perCgroup && root != ""
 	if o.perCgroup && root == "" {

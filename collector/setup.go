@@ -36,8 +36,8 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/plan/profile"
 )
 
-// treeOptions are the topdown collector's.
-type treeOptions struct {
+// treeFlags are the topdown collector's.
+type treeFlags struct {
 	enabled            bool
 	uarch, definitions string
 	// level is the deepest level counted (0: all the tree has), nodes the
@@ -48,9 +48,9 @@ type treeOptions struct {
 	nodes              []string
 }
 
-// cgroupOptions are the cgroup collector's (and the bounds per-cgroup
+// cgroupFlags are the cgroup collector's (and the bounds per-cgroup
 // sampling shares).
-type cgroupOptions struct {
+type cgroupFlags struct {
 	enabled                      bool
 	fsPath                       string // --path.cgroupfs
 	depth, maxSeries, maxTracked int
@@ -195,7 +195,7 @@ type liveTopdown struct {
 // hybrids; a definitions file extends the first or, where none applies, is the
 // tree), resolves their groups and parameters. The error says why Top-Down is
 // not computed.
-func setupTopdown(o treeOptions, sysfs string, s setup) (*liveTopdown, error) {
+func setupTopdown(o treeFlags, sysfs string, s setup) (*liveTopdown, error) {
 	if !o.enabled {
 		return nil, errors.New("--no-collector.topdown")
 	}
@@ -269,7 +269,7 @@ type oneTree struct {
 
 // setupTree builds the tree of target t, extended or replaced by the user's
 // definitions file when one is given.
-func setupTree(sysfs string, s setup, t topdown.Target, userFile string, o treeOptions) (*oneTree, error) {
+func setupTree(sysfs string, s setup, t topdown.Target, userFile string, o treeFlags) (*oneTree, error) {
 	var def *metric.Definition
 	if t.Uarch != "" {
 		if !s.report.Feature(capability.HardwareCounters).Available {

@@ -17,7 +17,7 @@ import (
 // counters work.
 func fixtureSetup(t *testing.T, h fixture.Host) (Options, setup) {
 	sysfs, procfs := fixture.Write(t, h)
-	f := Options{sysfs: sysfs, procfs: procfs, tree: treeOptions{enabled: true, level: 2, cgroupLevel: 2}} // serve's defaults
+	f := Options{sysfs: sysfs, procfs: procfs, tree: treeFlags{enabled: true, level: 2, cgroupLevel: 2}} // serve's defaults
 	s := setup{pmus: fixture.PMUs(t, h), facts: host.Read(procfs, sysfs)}
 	s.report.Features = []capability.Feature{{Name: capability.HardwareCounters, Available: true}}
 	s.report.Counters = host.Counters{GeneralPurpose: 8, Known: true}
@@ -78,7 +78,7 @@ func TestSetupTopdownLevels(t *testing.T) {
 	h := fixture.IntelSkylake()
 	h["sys/devices/system/cpu/smt/active"] = "0\n"
 	f, s := fixtureSetup(t, h)
-	levels := func(o treeOptions) (groups int, deepest, cgroupDeepest int, cgroupInputsCounted bool) {
+	levels := func(o treeFlags) (groups int, deepest, cgroupDeepest int, cgroupInputsCounted bool) {
 		t.Helper()
 		td, err := setupTopdown(o, f.sysfs, s)
 		if err != nil {
