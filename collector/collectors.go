@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -45,7 +44,7 @@ func collectorList(f *Options) *registry.Registry[*build] {
 				o.Flag("uarch", "topdown.uarch", "Top-Down trees to use instead of the detected ones, comma-separated, one per core type (hybrids: adl,grt): "+strings.Join(topdown.Names(), ", ")+"; none makes --collector.topdown.definitions the whole tree.",
 					func(fc *kingpin.FlagClause) { fc.StringVar(&f.tree.uarch) })
 				o.Flag("definitions", "topdown.definitions", "YAML metric file extending or overriding the Top-Down tree (the first, P-core, tree on hybrids; the whole tree where no built-in one applies).", func(fc *kingpin.FlagClause) { fc.StringVar(&f.tree.definitions) })
-				o.Flag("level", "", "The deepest Top-Down level counted and exported (1 to 6; 0: every level the tree has). Levels beyond 2 count more events, in more groups that the PMU multiplexes (pmu_group_running_seconds_total shows how much): toplev's -l. "+treeDepths()+".", func(fc *kingpin.FlagClause) {
+				o.Flag("level", "", "The deepest Top-Down level counted and exported (1 to 6; 0: every level the tree has). Levels beyond 2 count more events, in more groups that the PMU multiplexes (pmu_group_running_seconds_total shows how much): toplev's -l. "+treeLevelsHelp+".", func(fc *kingpin.FlagClause) {
 					flagrange.Int(fc, &f.tree.level, "2", 0, 6)
 				})
 				o.Flag("nodes", "", "Below level 1, only these nodes' subtrees and their ancestors (comma-separated or repeated; as toplev's --nodes): e.g. memory_bound with --collector.topdown.level=3 counts the memory nodes' events alone.", func(fc *kingpin.FlagClause) {
@@ -119,16 +118,8 @@ func collectorList(f *Options) *registry.Registry[*build] {
 	return r
 }
 
-// treeDepths says how deep each built-in Top-Down tree goes, from the
-// trees: "Built-in trees' levels: 1 (neoverse, …), 2 (zen4, zen5), …".
-func treeDepths() string {
-	depths, err := topdown.Depths()
-	if err != nil {
-		return "The built-in trees' levels are not known: " + err.Error()
-	}
-	parts := make([]string, len(depths))
-	for i, d := range depths {
-		parts[i] = fmt.Sprintf("%d (%s)", d.Levels, strings.Join(d.Trees, ", "))
-	}
-	return "Built-in trees' levels: " + strings.Join(parts, "; ")
-}
+// treeLevelsHelp says how deep each built-in Top-Down tree goes. It is
+// written out rather than read from the trees at start-up, which parses
+// all of them (115 ms, on every command); TestTreeLevelsHelp holds it to
+// topdown.Depths.
+const treeLevelsHelp = "Built-in trees' levels: 1 (neoverse, neoverse-n2, neoverse-v1, neoverse-v2); 2 (zen4, zen5); 3 (grt, srf); 6 (adl, clx, emr, gnr, icl, icx, skl, skx, spr)"
