@@ -9,10 +9,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/codemap"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/formats/codemap"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/formats/spe"
@@ -224,7 +224,7 @@ func (a *Accesses) Record(rec []byte, h perfrecord.Header) {
 }
 
 // Access is a sample's access, if it has one.
-func (a *Accesses) Access(attr perfrecord.Attr, s *perfrecord.Sample) (cacheline.Access, bool) {
+func (a *Accesses) Access(attr perfrecord.Attr, s *perfrecord.Sample) (memaccess.Access, bool) {
 	// A sample with neither registers nor a data address (perf record
 	// without --user-regs) goes the decoder's way too, to be counted as
 	// no_registers: the reason a user sees when nothing resolves.

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 )
 
 // c2cFlags are the options of `pmu_exporter c2c`.
@@ -26,7 +27,7 @@ func runC2C(cf c2cFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer rec.Close()
 	table := cacheline.New(cf.max)
-	samples, memSamples, bad, readErr := rec.eachAccess(func(a *cacheline.Access) { table.Add(*a) })
+	samples, memSamples, bad, readErr := rec.eachAccess(func(a *memaccess.Access) { table.Add(*a) })
 	if memSamples == 0 && readErr == nil {
 		fmt.Fprintf(stderr, "pmu_exporter c2c: %s: none of its %d samples is a load or store%s: record with perf c2c record or perf mem record, or without a precise PMU perf record -e cpu-clock:u --user-regs=%s\n", cf.input, samples, unresolvedNote(rec.acc.Resolver), amd64UserRegs)
 		return 1

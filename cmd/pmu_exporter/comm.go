@@ -6,8 +6,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
 	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 )
 
 // commFlags are the options of `pmu_exporter comm`.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
@@ -60,7 +60,7 @@ func (r *recording) fail(err error) int {
 // eachAccess hands add every sample that resolves to a memory access, in
 // time order; it returns how many samples it read, how many resolved, how
 // many were malformed, and why reading stopped early.
-func (r *recording) eachAccess(add func(*cacheline.Access)) (samples, accesses, bad uint64, err error) {
+func (r *recording) eachAccess(add func(*memaccess.Access)) (samples, accesses, bad uint64, err error) {
 	samples, bad, err = collector.EachSample(r.file, r.input, r.stderr, collector.PerfDataVisitor{
 		Record: r.acc.Record,
 		Sample: func(i int, s *perfrecord.Sample) error {

@@ -41,20 +41,14 @@ var importDebt = []string{
 	"kernel/cgroupcount -> analysis/topdown",
 	"kernel/cgroupcount -> analysis/topdown/metric",
 	"kernel/perfcount -> analysis/counting",
-	"kernel/perfsample -> analysis/locality/addrmap",
 	"kernel/perfsample -> analysis/locality/cacheline",
-	"kernel/perfsample -> analysis/locality/codemap",
 	"kernel/perfsample -> analysis/locality/comdetect",
 	"kernel/perfsample -> analysis/locality/governor",
-	"kernel/perfsample -> analysis/locality/memop",
 	"kernel/perfsample -> analysis/locality/reuse",
 	"kernel/perfsample -> analysis/locality/samplestat",
 	"kernel/platformcount -> analysis/platform",
-	"kernel/probe -> analysis/locality/memop",
-	"kernel/procmaps -> analysis/locality/addrmap",
 	"kernel/selftest -> analysis/validate",
 	"kernel/selftest -> analysis/validate/kernels",
-	"kernel/watch -> analysis/locality/memop",
 }
 
 // folder is a package's top-level folder ("" for the module root).

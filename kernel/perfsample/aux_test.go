@@ -11,6 +11,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/formats/spe"
@@ -66,8 +67,8 @@ func auxRec(off, size, flags uint64, time uint64, cpu uint32) []byte {
 // A branch makes no sample, and the AUX records' loss flags are counted.
 func TestSPEChunksFeedTheDetector(t *testing.T) {
 	st, ld, det, d := decoderOfOwnCode(t)
-	var fed []cacheline.Access
-	d.fed = func(a *cacheline.Access) { fed = append(fed, *a) }
+	var fed []memaccess.Access
+	d.fed = func(a *memaccess.Access) { fed = append(fed, *a) }
 	cfgs := []sampling.Config{{Name: "arm_spe", PMU: "arm_spe_0", SampleType: sampling.AuxSampleType | sampling.Cgroup, Period: 4096, Memory: true, Decode: true, Aux: true}}
 	events, err := perfrecord.NewEvents([]perfrecord.Attr{{Type: 9, SampleType: sampling.AuxSampleType, SampleIDAll: true, Period: 4096}}, [][]uint64{{5}})
 	if err != nil {

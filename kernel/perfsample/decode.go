@@ -16,14 +16,15 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/codemap"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/governor"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/formats/codemap"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/kernel/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
@@ -45,7 +46,7 @@ type Decoder struct {
 	// pending and the slices beside it are the reader's: touched only in
 	// ReadAll and drain, under the stats' batch lock, which the samplers
 	// sharing a decoder (one per selected cgroup) also share.
-	pending []cacheline.Access
+	pending []memaccess.Access
 	cgroups []uint64 // beside pending: the sample's cgroup (has: cgroupSet)
 	hasCg   []bool
 	evs     []int
@@ -53,7 +54,7 @@ type Decoder struct {
 
 	order []int                     // flush's time order, kept between passes
 	kinds []cacheline.Kind          // what the detector found, by order
-	fed   func(a *cacheline.Access) // tests: each access as the detector takes it
+	fed   func(a *memaccess.Access) // tests: each access as the detector takes it
 
 	// mu guards the detector, the resolver, the code map and the domain
 	// matrix, which the reader changes and /debug/comm and the metrics read.
@@ -273,7 +274,7 @@ func (d *Decoder) unwatch(pid uint32) {
 }
 
 // queue holds a resolved access of event ev until the pass's flush.
-func (d *Decoder) queue(a cacheline.Access, s *perfrecord.Sample, ev int, tabled bool) {
+func (d *Decoder) queue(a memaccess.Access, s *perfrecord.Sample, ev int, tabled bool) {
 	d.pending = append(d.pending, a)
 	d.cgroups = append(d.cgroups, s.Cgroup)
 	d.hasCg = append(d.hasCg, s.Has&unix.PERF_SAMPLE_CGROUP != 0)
@@ -669,7 +670,7 @@ func (d *Decoder) ReadTraps(period uint64) {
 			d.trapUnresolved++
 			return
 		}
-		a := cacheline.Access{Addr: acc.Addr, Size: uint8(min(acc.Width, 255)), PID: tr.PID, TID: tr.TID, CPU: tr.CPU,
+		a := memaccess.Access{Addr: acc.Addr, Size: uint8(min(acc.Width, 255)), PID: tr.PID, TID: tr.TID, CPU: tr.CPU,
 			Store: acc.Kind&memop.Store != 0, Period: period, Time: tr.Time, IP: acc.PC}
 		d.watcher.Trapped(&a, period)
 	}, sampled)

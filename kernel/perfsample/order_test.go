@@ -13,10 +13,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
@@ -39,7 +39,7 @@ func TestDetectorTakesPassInTimeOrder(t *testing.T) {
 	// A CPU another process takes offline stops its ring for good (this
 	// sampler is not told of hotplug), and a thread that ran there runs
 	// unsampled once the CPU is back: measure again.
-	var fed []cacheline.Access
+	var fed []memaccess.Access
 	var per map[uint32]int
 	var det *comdetect.Detector
 	hotplugtest.Measure(t, func(int) { fed, per, det = samplePasses(t) })
@@ -49,7 +49,7 @@ func TestDetectorTakesPassInTimeOrder(t *testing.T) {
 	}
 	// Every access the detector took, this process's others and other
 	// processes' too: they share its board.
-	slices.SortStableFunc(fed, func(a, b cacheline.Access) int { return cmp.Compare(a.Time, b.Time) })
+	slices.SortStableFunc(fed, func(a, b memaccess.Access) int { return cmp.Compare(a.Time, b.Time) })
 	want := comdetect.New(comdetect.Options{})
 	for i := range fed {
 		want.Add(&fed[i])
@@ -82,7 +82,7 @@ const passesFor = 60 * time.Second
 // samplePasses runs TestDetectorTakesPassInTimeOrder's two threads under
 // the address sampler, read in passes of 20 ms, and returns every access
 // the detector took, the threads' own by thread, and the detector.
-func samplePasses(t *testing.T) (fed []cacheline.Access, per map[uint32]int, det *comdetect.Detector) {
+func samplePasses(t *testing.T) (fed []memaccess.Access, per map[uint32]int, det *comdetect.Detector) {
 	online := testenv.OnlineCPUs(t)
 	if len(online) < 2 {
 		// Another process took a CPU offline: the threads share one, whose
@@ -94,7 +94,7 @@ func samplePasses(t *testing.T) (fed []cacheline.Access, per map[uint32]int, det
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.fed = func(a *cacheline.Access) { fed = append(fed, *a) }
+	d.fed = func(a *memaccess.Access) { fed = append(fed, *a) }
 	cfgs := []sampling.Config{sampling.Decoded(uint64(time.Millisecond), false, memop.RegsMask(runtime.GOARCH))}
 	stats := samplestat.New(len(cfgs), 256)
 	s, failures, err := Open(cfgs, online, stats, Options{Pages: 64, Decoder: d})

@@ -8,9 +8,9 @@ import (
 	"runtime"
 	"slices"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
 )
 
@@ -125,7 +125,7 @@ func (d *Decoder) reuseClock(v uint64) uint64 {
 
 // reuseUse is a resolved sampled access as a tracker's use at clock (the
 // access's bytes; a read-modify-write is a write as a use).
-func reuseUse(a *cacheline.Access, clock uint64) reuse.Use {
+func reuseUse(a *memaccess.Access, clock uint64) reuse.Use {
 	size := max(a.Size, 1)
 	kind := reuse.Read
 	if a.Store {

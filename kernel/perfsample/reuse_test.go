@@ -10,10 +10,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
@@ -223,7 +223,7 @@ func TestSampledThreadsJoin(t *testing.T) {
 	stats := samplestat.New(1, 64)
 	batch := stats.Lock()
 	for i, tid := range []uint32{gone, b, c} { // c comes after the limit is reached
-		d.queue(cacheline.Access{PID: pid, TID: tid, Addr: 0x1000 + 64*uint64(i), Size: 8, Store: true, Time: uint64(i + 1), Period: 1}, &perfrecord.Sample{}, 0, true)
+		d.queue(memaccess.Access{PID: pid, TID: tid, Addr: 0x1000 + 64*uint64(i), Size: 8, Store: true, Time: uint64(i + 1), Period: 1}, &perfrecord.Sample{}, 0, true)
 	}
 	d.flush(batch, math.MaxUint64)
 	batch.Unlock()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
 )
 
 // Read returns pid's mappings.

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
 )
 
 // This process's own mappings: a file the test maps names its path and

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 )
 
 // LineSize is the coherence granule of every x86 and Neoverse core.
@@ -27,24 +28,6 @@ const LineSize = 64
 // MaxThreads is how many threads a line remembers; later ones are counted
 // in the line's totals but not in its byte map.
 const MaxThreads = 16
-
-// Access is one sampled load or store.
-type Access struct {
-	Addr     uint64 // data virtual address
-	Size     uint8  // access width in bytes where the record gives it, else 0 (one byte)
-	PID, TID uint32
-	CPU      uint32
-	Store    bool
-	// Contention says whether a load was served from another core's
-	// cache, as perf c2c counts it (HITM, peer snoop).
-	Contention datasrc.Contention
-	// Served says where it was served, as perf c2c's table counts it.
-	Served datasrc.C2CCounts
-	Period uint64 // events this sample stands for
-	Weight uint64 // a load's latency in cycles where the PMU gives it (PEBS, IBS, SPE), else 0
-	Time   uint64 // ns, the sample's timestamp (for SetWindow)
-	IP     uint64 // the instruction that made the access (PEBS and IBS: exact)
-}
 
 // Kind is an access's sharing class.
 type Kind uint8
@@ -161,7 +144,7 @@ type Line struct {
 // access.
 func (l *Line) Code() []Code { return append([]Code(nil), l.code[:l.nCode]...) }
 
-func (l *Line) addCode(a Access) {
+func (l *Line) addCode(a memaccess.Access) {
 	off := uint8(a.Addr & (LineSize - 1))
 	hitm, peer := uint64(0), uint64(0)
 	if a.Contention.HITM() {
@@ -289,7 +272,7 @@ func New(maxLines int) *Table {
 func (t *Table) SetWindow(window time.Duration) { t.window = uint64(max(window, 0)) }
 
 // Add classifies a and records it; it returns the access's kind.
-func (t *Table) Add(a Access) Kind {
+func (t *Table) Add(a memaccess.Access) Kind {
 	if a.Addr == 0 {
 		t.Totals.NoAddr++
 		return NotShared
@@ -362,7 +345,7 @@ func (t *Table) newLine(k key) *Line {
 }
 
 // bytes is the mask of the bytes an access touches within its line.
-func bytes(a Access) uint64 {
+func bytes(a memaccess.Access) uint64 {
 	off := a.Addr & (LineSize - 1)
 	w := uint64(max(a.Size, 1))
 	if off+w > LineSize { // a split access: this line's part
@@ -380,7 +363,7 @@ func bytes(a Access) uint64 {
 // cache the line most likely came from (the first of them where their
 // times tie). The first thread on the line met everyone's accesses
 // before: a benchmark's four threads on one line showed two pairs of six.
-func (l *Line) classify(a Access, window uint64) (Kind, uint32) {
+func (l *Line) classify(a memaccess.Access, window uint64) (Kind, uint32) {
 	m := bytes(a)
 	me := uint64(a.PID)<<32 | uint64(a.TID)
 	stale := func(i int) bool { return window > 0 && a.Time > l.last[i]+window }

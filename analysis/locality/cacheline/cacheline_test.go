@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 )
 
 // sampler models precise sampling of a program's accesses: every access
@@ -21,7 +22,7 @@ type sampler struct {
 	kinds  [3]uint64 // samples by kind
 }
 
-func (s *sampler) access(a Access) {
+func (s *sampler) access(a memaccess.Access) {
 	if s.r.Uint64N(s.period) != 0 {
 		return
 	}
@@ -48,7 +49,7 @@ func falseSharingBench(t *testing.T, threads int, f float64, pad bool, iters int
 			addr = fsBase + stride*uint64(tid)
 		}
 		for _, store := range []bool{false, true} {
-			s.access(Access{Addr: addr, Size: 8, PID: 1, TID: 100 + tid, CPU: tid, Store: store})
+			s.access(memaccess.Access{Addr: addr, Size: 8, PID: 1, TID: 100 + tid, CPU: tid, Store: store})
 		}
 	}
 	return s
@@ -97,7 +98,7 @@ func TestPointToPoint(t *testing.T) {
 		if s.r.Float64() < frac[tid] {
 			addr = 0x1000 + LineSize*uint64(tid/2) // the pair's shared element
 		}
-		s.access(Access{Addr: addr, Size: 4, PID: 1, TID: uint32(tid), Store: true})
+		s.access(memaccess.Access{Addr: addr, Size: 4, PID: 1, TID: uint32(tid), Store: true})
 	}
 	pairs := map[Pair]uint64{}
 	for _, l := range s.t.Top(100) {
@@ -124,16 +125,16 @@ func TestPointToPoint(t *testing.T) {
 func TestClassifyByHand(t *testing.T) {
 	tb := New(8)
 	steps := []struct {
-		a    Access
+		a    memaccess.Access
 		want Kind
 	}{
-		{Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, Period: 1}, NotShared},                                      // T1 reads [0,8)
-		{Access{Addr: 0x1000, Size: 8, PID: 1, TID: 2, Period: 1}, NotShared},                                      // T2 reads the same: read sharing only
-		{Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, Store: true, Period: 1}, FalseSharing},                      // T2 writes [8,16), T1 read [0,8)
-		{Access{Addr: 0x100c, Size: 4, PID: 1, TID: 1, Period: 1, Contention: datasrc.ContLocalHITM}, TrueSharing}, // T1 reads bytes T2 wrote
-		{Access{Addr: 0x1030, Size: 2, PID: 1, TID: 3, Period: 1}, FalseSharing},                                   // T3 reads [48,50), T2 wrote elsewhere
-		{Access{Addr: 0x1030, Size: 2, PID: 2, TID: 9, Store: true, Period: 1}, NotShared},                         // another process: another line
-		{Access{Addr: 0, PID: 1, TID: 1, Period: 1}, NotShared},                                                    // no data address
+		{memaccess.Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, Period: 1}, NotShared},                                      // T1 reads [0,8)
+		{memaccess.Access{Addr: 0x1000, Size: 8, PID: 1, TID: 2, Period: 1}, NotShared},                                      // T2 reads the same: read sharing only
+		{memaccess.Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, Store: true, Period: 1}, FalseSharing},                      // T2 writes [8,16), T1 read [0,8)
+		{memaccess.Access{Addr: 0x100c, Size: 4, PID: 1, TID: 1, Period: 1, Contention: datasrc.ContLocalHITM}, TrueSharing}, // T1 reads bytes T2 wrote
+		{memaccess.Access{Addr: 0x1030, Size: 2, PID: 1, TID: 3, Period: 1}, FalseSharing},                                   // T3 reads [48,50), T2 wrote elsewhere
+		{memaccess.Access{Addr: 0x1030, Size: 2, PID: 2, TID: 9, Store: true, Period: 1}, NotShared},                         // another process: another line
+		{memaccess.Access{Addr: 0, PID: 1, TID: 1, Period: 1}, NotShared},                                                    // no data address
 	}
 	for i, s := range steps {
 		if got := tb.Add(s.a); got != s.want {
@@ -162,7 +163,7 @@ func TestBound(t *testing.T) {
 		if i%10 == 0 {
 			hitm = datasrc.ContRemoteHITM
 		}
-		tb.Add(Access{Addr: uint64(0x100000 + LineSize*i), PID: 1, TID: 1, Contention: hitm, Period: 1})
+		tb.Add(memaccess.Access{Addr: uint64(0x100000 + LineSize*i), PID: 1, TID: 1, Contention: hitm, Period: 1})
 	}
 	if tb.Len() > 100 || tb.Totals.Loads != 1000 || tb.Totals.Evicted == 0 {
 		t.Errorf("%d lines, totals %+v", tb.Len(), tb.Totals)
@@ -178,10 +179,10 @@ func TestReport(t *testing.T) {
 		t.Errorf("Ranges: %q", got)
 	}
 	tb := New(8)
-	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Contention: datasrc.ContLocalHITM, Weight: 101})
-	tb.Add(Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10, IP: 0x400200, Weight: 7})
-	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Weight: 40})
-	tb.Add(Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Contention: datasrc.ContLocalHITM, Weight: 200})
+	tb.Add(memaccess.Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Contention: datasrc.ContLocalHITM, Weight: 101})
+	tb.Add(memaccess.Access{Addr: 0x1008, Size: 8, PID: 1, TID: 2, CPU: 5, Store: true, Period: 10, IP: 0x400200, Weight: 7})
+	tb.Add(memaccess.Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Weight: 40})
+	tb.Add(memaccess.Access{Addr: 0x1000, Size: 8, PID: 1, TID: 1, CPU: 3, Period: 10, IP: 0x400100, Contention: datasrc.ContLocalHITM, Weight: 200})
 	r := tb.Report(5, func(pid uint32, addr uint64) string { return "[heap]" })
 	if p := r.Lines[0].Pairs; len(p) != 1 || p[0] != (PairReport{A: 1, B: 2, Events: 30}) {
 		t.Errorf("pairs %+v", p)
@@ -205,13 +206,13 @@ func TestReport(t *testing.T) {
 func TestWindow(t *testing.T) {
 	const s = uint64(time.Second)
 	steps := []struct {
-		a                   Access
+		a                   memaccess.Access
 		windowed, unbounded Kind
 	}{
-		{Access{Addr: 0x1000, Size: 8, TID: 1, Store: true, Time: 0}, NotShared, NotShared},
-		{Access{Addr: 0x1008, Size: 8, TID: 2, Store: true, Time: 2 * s}, NotShared, FalseSharing}, // T1's write is 2 s old
-		{Access{Addr: 0x1000, Size: 8, TID: 1, Time: 2*s + s/2}, FalseSharing, FalseSharing},       // T2 wrote beside it just now; with the window T1's own old write is forgotten
-		{Access{Addr: 0x1000, Size: 8, TID: 2, Time: 2*s + s/2 + 1}, NotShared, TrueSharing},       // T1 wrote [0,8) 2.5 s ago and only read it since
+		{memaccess.Access{Addr: 0x1000, Size: 8, TID: 1, Store: true, Time: 0}, NotShared, NotShared},
+		{memaccess.Access{Addr: 0x1008, Size: 8, TID: 2, Store: true, Time: 2 * s}, NotShared, FalseSharing}, // T1's write is 2 s old
+		{memaccess.Access{Addr: 0x1000, Size: 8, TID: 1, Time: 2*s + s/2}, FalseSharing, FalseSharing},       // T2 wrote beside it just now; with the window T1's own old write is forgotten
+		{memaccess.Access{Addr: 0x1000, Size: 8, TID: 2, Time: 2*s + s/2 + 1}, NotShared, TrueSharing},       // T1 wrote [0,8) 2.5 s ago and only read it since
 	}
 	windowed, unbounded := New(8), New(8)
 	windowed.SetWindow(time.Second)
@@ -234,15 +235,15 @@ func TestHITMOutranksStores(t *testing.T) {
 		tb := New(4)
 		const stores, hitm, plain = 1<<20 + 1, 0x2000, 0x1000
 		for range stores {
-			tb.Add(Access{Addr: plain, Size: 8, PID: 1, TID: 1, Store: true, Period: 1})
+			tb.Add(memaccess.Access{Addr: plain, Size: 8, PID: 1, TID: 1, Store: true, Period: 1})
 		}
-		tb.Add(Access{Addr: hitm, Size: 8, PID: 1, TID: 2, Contention: c, Period: 1})
+		tb.Add(memaccess.Access{Addr: hitm, Size: 8, PID: 1, TID: 2, Contention: c, Period: 1})
 		if top := tb.Top(2); top[0].Addr != hitm || top[1].Addr != plain || top[0].Costly() != 1 {
 			t.Errorf("%b: ranked %#x, %#x; want the contended line %#x first", c, top[0].Addr, top[1].Addr, uint64(hitm))
 		}
 		// Fill the table: the colder half goes, and the contended line stays.
 		for i := range 3 {
-			tb.Add(Access{Addr: uint64(0x10000 + LineSize*i), Size: 8, PID: 1, TID: 1, Period: 1})
+			tb.Add(memaccess.Access{Addr: uint64(0x10000 + LineSize*i), Size: 8, PID: 1, TID: 1, Period: 1})
 		}
 		if tb.Totals.Evicted == 0 {
 			t.Fatal("nothing evicted")
@@ -258,7 +259,7 @@ func TestHITMOutranksStores(t *testing.T) {
 func TestTopByDisplay(t *testing.T) {
 	tb := New(8)
 	add := func(addr uint64, c datasrc.Contention, store bool) {
-		tb.Add(Access{Addr: addr, Size: 8, PID: 1, TID: 1, Contention: c, Store: store, Period: 1})
+		tb.Add(memaccess.Access{Addr: addr, Size: 8, PID: 1, TID: 1, Contention: c, Store: store, Period: 1})
 	}
 	add(0x1000, datasrc.ContLocalHITM, false)
 	add(0x2000, datasrc.ContRemoteHITM, false)
@@ -292,7 +293,7 @@ func TestPartnerIsTheLatestToucher(t *testing.T) {
 	tb := New(8)
 	for round := range 3 {
 		for k := range 4 {
-			tb.Add(Access{Addr: 0x1000 + 8*uint64(k), Size: 8, PID: 1, TID: uint32(k + 1), Store: true, Period: 1, Time: uint64(10*round + k + 1)})
+			tb.Add(memaccess.Access{Addr: 0x1000 + 8*uint64(k), Size: 8, PID: 1, TID: uint32(k + 1), Store: true, Period: 1, Time: uint64(10*round + k + 1)})
 		}
 	}
 	want := map[Pair]uint64{{1, 2}: 3, {2, 3}: 3, {3, 4}: 3, {1, 4}: 2}

@@ -18,6 +18,7 @@ import (
 	"strconv"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 )
 
 // LineSize is the cache line the board is keyed by.
@@ -76,7 +77,7 @@ func WindowHelp() string {
 // Access is one sampled access: the stream every sampler feeds (the
 // decoded address sampler, PEBS, IBS, SPE). A store or read-modify-write
 // publishes; Size is its width (0: one byte).
-type Access = cacheline.Access
+type Access = memaccess.Access
 
 // Detector holds every process's board and matrices.
 type Detector struct {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -211,7 +212,7 @@ func (b Batch) sample(ev int, s *perfrecord.Sample, memory, addrOnly bool, width
 		c.Samples++
 		c.Accesses += s.Period
 	}
-	if a, ok := cacheline.AccessOf(s, s.Period); ok {
+	if a, ok := memaccess.FromSample(s, s.Period); ok {
 		a.Size = width
 		kind := st.lines.Add(a)
 		if cg != nil && cgSharing {
@@ -225,7 +226,7 @@ func (b Batch) sample(ev int, s *perfrecord.Sample, memory, addrOnly bool, width
 // goes into the shared-line table; cgroup is its cgroup id when has, and
 // kind what ComDetective's detector found of it, which the cgroup's
 // sharing totals take.
-func (b Batch) Access(ev int, a *cacheline.Access, cgroup uint64, has bool, kind cacheline.Kind) {
+func (b Batch) Access(ev int, a *memaccess.Access, cgroup uint64, has bool, kind cacheline.Kind) {
 	st := b.s
 	st.events[ev].Samples++
 	st.lines.Add(*a)
@@ -238,7 +239,7 @@ func (b Batch) Access(ev int, a *cacheline.Access, cgroup uint64, has bool, kind
 
 // Detected adds what ComDetective's detector found of a precise sample's
 // access (Precise took the sample) to its cgroup's sharing totals.
-func (b Batch) Detected(a *cacheline.Access, cgroup uint64, has bool, kind cacheline.Kind) {
+func (b Batch) Detected(a *memaccess.Access, cgroup uint64, has bool, kind cacheline.Kind) {
 	if b.s.cgroups != nil && has {
 		b.s.cgroupOf(cgroup).Sharing[kind] += a.Period
 	}

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
 )
 
 // elfBytes is a file a process maps, as the fuzzer makes it.

@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/internal/hugeelf"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )

@@ -161,7 +161,7 @@ func x87m80(in *x86asm.Inst, code []byte) bool {
 
 // opClass is what the decoder needs to know of a mnemonic, worked out once
 // per x86asm.Op from its name: matching names for each decoded instruction
-// was a third of the cold path (BenchmarkResolveCold in analysis/locality/codemap).
+// was a third of the cold path (BenchmarkResolveCold in formats/codemap).
 type opClass struct {
 	str      bool // a string instruction (stringOp)
 	noAccess bool // its memory operand accesses no data (noAccess)

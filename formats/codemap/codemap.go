@@ -17,8 +17,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 )
 
 // File is an opened mapped file; Key identifies it across processes (its

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -432,7 +432,7 @@ func (r *Resolver) decode(pid uint32, ip uint64) entry {
 // memory access land (a sample taken after such a jump ran lands there
 // too: before the IP, or after it, a loop's back edge). Decoding from the
 // start for each new IP was most of the cold path's time
-// (BenchmarkResolveCold in analysis/locality/codemap, BenchmarkColdLibc).
+// (BenchmarkResolveCold in formats/codemap, BenchmarkColdLibc).
 type funcPass struct {
 	read     int               // the bytes the pass may decode
 	size     int               // decoded so far: instructions start before it
@@ -507,7 +507,7 @@ func (f *funcPass) extend(decode func([]byte) Operand, b []byte, upTo int) {
 // matrices read; period is what it stands for when the record carries no
 // PERIOD. Samples in kernel mode, or of kernel threads, carry no user
 // registers at the IP.
-func (r *Resolver) Sample(s *perfrecord.Sample, period uint64) (cacheline.Access, Reason) {
+func (r *Resolver) Sample(s *perfrecord.Sample, period uint64) (memaccess.Access, Reason) {
 	if s.Has&unix.PERF_SAMPLE_PERIOD != 0 {
 		period = s.Period
 	}
@@ -517,13 +517,13 @@ func (r *Resolver) Sample(s *perfrecord.Sample, period uint64) (cacheline.Access
 	}
 	if s.IP >= kernelStart {
 		r.Unresolved[Kernel]++
-		return cacheline.Access{}, Kernel
+		return memaccess.Access{}, Kernel
 	}
 	a, reason := r.Resolve(s.PID, s.IP, regs)
 	if reason != Resolved {
-		return cacheline.Access{}, reason
+		return memaccess.Access{}, reason
 	}
-	return cacheline.Access{Addr: a.Addr, Size: uint8(min(a.Width, 255)), PID: s.PID, TID: s.TID, CPU: s.CPU,
+	return memaccess.Access{Addr: a.Addr, Size: uint8(min(a.Width, 255)), PID: s.PID, TID: s.TID, CPU: s.CPU,
 		Store: a.Kind&Store != 0, Period: period, Time: s.Time, IP: a.PC}, Resolved
 }
 
@@ -539,8 +539,8 @@ const kernelStart = 0xffff800000000000
 // XED for them. ok is false for a sample that is neither a load nor a
 // store, which the table and the detector do not take; sized says whether
 // a width was found (else Size is 0: one byte).
-func (r *Resolver) Precise(s *perfrecord.Sample, period uint64, ipAfter bool) (a cacheline.Access, ok, sized bool) {
-	if a, ok = cacheline.AccessOf(s, period); !ok {
+func (r *Resolver) Precise(s *perfrecord.Sample, period uint64, ipAfter bool) (a memaccess.Access, ok, sized bool) {
+	if a, ok = memaccess.FromSample(s, period); !ok {
 		return a, false, false
 	}
 	if s.IP >= kernelStart {

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/addrmap"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 )
 
 //go:noinline

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -37,7 +37,7 @@ func BenchmarkDecodeClassifyBoard(b *testing.B) {
 	var s perfrecord.Sample
 	s.Has, s.RegsABI, s.PID = 0, 2, 1
 	s.Regs[AMD64AX], s.Regs[AMD64BX] = 0x600680, 0x600700
-	var acc cacheline.Access
+	var acc memaccess.Access
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		s.IP, s.TID, s.CPU, s.Time = ips[i%len(ips)], uint32(10+i%2), uint32(i%2), uint64(i)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/memop"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 )
 
 // BenchmarkResolveCold is the address sampler's cold path: the first
