@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -13,7 +13,7 @@ import (
 )
 
 // livePlatform counts the platform PMUs the host has (energy, the MSRs,
-// C-state residency: analysis/platform), each on the CPUs its cpumask
+// C-state residency: plan/platform), each on the CPUs its cpumask
 // names, and exports them as pmu_node_*; check says which are missing
 // and why (host/capability's energy, frequency and cstates).
 func livePlatform(b *build) error {

@@ -2,7 +2,7 @@ package collector
 
 import (
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"strings"
 
 	"github.com/pmu-exporter/pmu_exporter/host/capability"

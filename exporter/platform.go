@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 )
 
 // PlatformSource reads the platform PMUs' counters (kernel/platformcount).

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 )
 
 type fakePlatform []struct {

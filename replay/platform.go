@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 )
 
 // platformEvent is a recorded event that a platform PMU counted: what it

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 )
 
 // After both intervals of the hand-made recording, worked out by hand:

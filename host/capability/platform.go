@@ -9,7 +9,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 )
 
-// The node-level features of the platform PMUs (analysis/platform counts them).
+// The node-level features of the platform PMUs (plan/platform counts them).
 const (
 	// Energy: the power PMU (RAPL) counts joules by package and domain.
 	Energy = "energy"

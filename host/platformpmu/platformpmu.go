@@ -3,7 +3,7 @@
 // (DRAM traffic by requester), an Arm CMN mesh (requests to the memory
 // controllers) and an NXP i.MX 8M DDR controller (bytes). They are facts
 // about the PMUs sysfs shows, which the capability verdicts
-// (host/capability) and the counters' plan (analysis/platform) both read.
+// (host/capability) and the counters' plan (plan/platform) both read.
 package platformpmu
 
 import (

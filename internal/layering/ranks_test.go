@@ -46,7 +46,6 @@ var importDebt = []string{
 	"kernel/perfsample -> analysis/locality/governor",
 	"kernel/perfsample -> analysis/locality/reuse",
 	"kernel/perfsample -> analysis/locality/samplestat",
-	"kernel/platformcount -> analysis/platform",
 	"kernel/selftest -> analysis/validate",
 	"kernel/selftest -> analysis/validate/kernels",
 }

@@ -1,5 +1,5 @@
 // Package platformcount counts the platform PMUs' counters
-// (analysis/platform): one event on each CPU its PMU names, read on
+// (plan/platform): one event on each CPU its PMU names, read on
 // demand, each opened alone. Most count free-running registers (RAPL
 // energy, the MSRs, C-state residency) or fit their PMU's counters; where
 // a PMU has fewer counters than events (AMD's data fabric: 48 DRAM
@@ -13,7 +13,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/platform"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 )
