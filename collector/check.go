@@ -19,7 +19,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
-	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
 	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
 
@@ -116,7 +115,7 @@ func checkValidation(f Options, s setup, groups []eventspec.Group) validationSta
 	online := host.NewOnlineCPUsReader(f.sysfs)
 	defer online.Close()
 	mover := cpuMover{online: online.Read, asked: -1, say: func(string, int, int, error) {}}
-	for _, r := range selftest.Validate(events, true, mover.events) {
+	for _, r := range validateEvents(events, true, mover.events) {
 		v, seen := verdict[r.Event]
 		if !seen {
 			order, first[r.Event] = append(order, r.Event), r
@@ -353,7 +352,7 @@ func (r checkResult) writeText(stdout io.Writer) {
 	fmt.Fprintf(stdout, "\nValidation kernels (quick; pmu_exporter validate for the table): %d events passed, %d failed, %d not measurable\n",
 		r.val.Passed, r.val.Failed, r.val.NotMeasurable)
 	for _, r := range r.val.Failures {
-		fmt.Fprintf(stdout, "  warning: %s does not count what %s does: %s\n", r.Event, r.Kernel, r.Reason)
+		fmt.Fprintf(stdout, "  warning: %s does not count what %s does: %s\n", r.Event, r.Loop, r.Reason)
 	}
 	writeSelf(stdout, r.self)
 	if len(r.s.configErrors) > 0 {

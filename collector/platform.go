@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kernel/platformcount"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 )
 
 // livePlatform counts the platform PMUs the host has (energy, the MSRs,

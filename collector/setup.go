@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 
-	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
@@ -33,6 +32,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
 	"github.com/pmu-exporter/pmu_exporter/plan/config"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"github.com/pmu-exporter/pmu_exporter/plan/profile"
 )
 

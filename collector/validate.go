@@ -45,8 +45,8 @@ var kernelEvents = []string{"instructions", "cycles", "branches", "branch-misses
 // errBadEvent marks a --event that does not resolve: bad input, exit 2.
 var errBadEvent = errors.New("--event")
 
-func validationEvents(f Options, s setup, groups []eventspec.Group, extra []string, cpu int) ([]selftest.Event, []error) {
-	var out []selftest.Event
+func validationEvents(f Options, s setup, groups []eventspec.Group, extra []string, cpu int) ([]validationEvent, []error) {
+	var out []validationEvent
 	var errs []error
 	seen := map[string]bool{}
 	add := func(ev eventspec.Event) {
@@ -62,7 +62,7 @@ func validationEvents(f Options, s setup, groups []eventspec.Group, extra []stri
 		if len(ev.CPUs) > 0 && !slices.Contains(ev.CPUs, cpu) {
 			at = ev.CPUs[len(ev.CPUs)-1] // a hybrid's other core type
 		}
-		e := selftest.Event{Name: ev.Name, Label: label, CPU: at, CPUs: ev.CPUs, Counter: selftest.Counter{Name: label, Attr: ev.Attr}}
+		e := validationEvent{Name: ev.Name, Label: label, CPU: at, CPUs: ev.CPUs, Counter: selftest.Counter{Name: label, Attr: ev.Attr}}
 		if c, err := host.ReadCacheFacts(f.sysfs, at, s.facts.CPU.Vendor, cpuidOn(at)); err == nil {
 			e.Caches.L1d, e.Caches.L2, e.Caches.LLC = c.L1d, c.L2, c.LLC
 			e.CacheSource = c.Source
@@ -96,7 +96,7 @@ func validationEvents(f Options, s setup, groups []eventspec.Group, extra []stri
 			add(ev)
 		}
 	}
-	bp := selftest.Event{Name: "breakpoint", Label: "breakpoint", CPU: cpu, Counter: selftest.Counter{Name: "breakpoint"}}
+	bp := validationEvent{Name: "breakpoint", Label: "breakpoint", CPU: cpu, Counter: selftest.Counter{Name: "breakpoint"}}
 	if f := s.report.Feature(capability.Breakpoints); !f.Available {
 		// check has proven it: a watchpoint that opens and counts
 		// nothing (a guest the debug registers do not reach) is not an
@@ -153,8 +153,8 @@ func (m cpuMover) move(what string, from int, cpus []int, err error) (int, bool)
 	return to, true
 }
 
-// events is the move selftest.Validate asks for.
-func (m cpuMover) events(ev selftest.Event, err error) (int, bool) {
+// events is the move validateEvents asks for.
+func (m cpuMover) events(ev validationEvent, err error) (int, bool) {
 	return m.move(ev.Label, ev.CPU, ev.CPUs, err)
 }
 
@@ -184,7 +184,7 @@ func (b *build) validateOnStart() {
 		// Shutting down does not wait for the kernels (seconds, more on a
 		// busy machine): their threads go with the process.
 		done := make(chan []validate.Result, 1)
-		go func() { done <- selftest.Validate(events, true, mover.events) }()
+		go func() { done <- validateEvents(events, true, mover.events) }()
 		var got []validate.Result
 		select {
 		case got = <-done:
@@ -195,7 +195,7 @@ func (b *build) validateOnStart() {
 		for _, r := range got {
 			counts[r.Verdict]++
 			if r.Verdict == validate.Fail {
-				b.log.Warn("event failed validation: its counts do not match what the kernel does", "event", r.Event, "kernel", r.Kernel, "reason", r.Reason)
+				b.log.Warn("event failed validation: its counts do not match what the kernel does", "event", r.Event, "kernel", r.Loop, "reason", r.Reason)
 			}
 		}
 		b.log.Info("validation kernels ran", "passed", counts[validate.Pass], "failed", counts[validate.Fail], "not_measurable", counts[validate.NotMeasurable])
@@ -409,7 +409,7 @@ func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 	mover := cpuMover{online: online.Read, asked: vf.CPU, say: func(what string, from, to int, err error) {
 		fmt.Fprintf(stderr, "pmu_exporter validate: %s: CPU %d went offline; measuring there on CPU %d (%v)\n", what, from, to, err)
 	}}
-	rows := selftest.Validate(events, vf.Quick, mover.events)
+	rows := validateEvents(events, vf.Quick, mover.events)
 	var mux []multiplexRow
 	if !vf.Quick {
 		mux = multiplexErrors(context.Background(), f, s, cpu, 500*time.Millisecond, mover)
@@ -446,7 +446,7 @@ func writeValidation(w io.Writer, cpu int, rows []validate.Result, rep capabilit
 	for _, r := range rows {
 		counts[r.Verdict]++
 		mark := map[validate.Verdict]string{validate.Pass: "[pass]", validate.Fail: "[FAIL]", validate.NotMeasurable: "[n/m] "}[r.Verdict]
-		kernel := r.Kernel
+		kernel := r.Loop
 		if kernel == "" {
 			kernel = "-"
 		}
@@ -492,7 +492,7 @@ func (b *build) replayValidation(path string) error {
 		switch {
 		case r.Event == "":
 			return fmt.Errorf("--replay.validation: %s: events[%d] names no event", path, i)
-		case r.Kernel == "" && r.Verdict != validate.NotMeasurable:
+		case r.Loop == "" && r.Verdict != validate.NotMeasurable:
 			return fmt.Errorf("--replay.validation: %s: events[%d] (%s): a verdict of %q without the kernel it ran", path, i, r.Event, r.Verdict)
 		case r.Verdict != validate.Pass && r.Verdict != validate.Fail && r.Verdict != validate.NotMeasurable:
 			return fmt.Errorf("--replay.validation: %s: events[%d] (%s): verdict %q is not pass, fail or not_measurable", path, i, r.Event, r.Verdict)

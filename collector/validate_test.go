@@ -140,7 +140,7 @@ func TestValidationEventsFollowTheBreakpointProbe(t *testing.T) {
 		if len(errs) > 0 {
 			t.Fatal(errs)
 		}
-		i := slices.IndexFunc(events, func(e selftest.Event) bool { return e.Name == "breakpoint" })
+		i := slices.IndexFunc(events, func(e validationEvent) bool { return e.Name == "breakpoint" })
 		if i < 0 {
 			t.Fatalf("fire %v: no breakpoint among %d events", fire, len(events))
 		}

@@ -25,9 +25,9 @@ func NewValidation(results func() []validate.Result) *ValidationCollector {
 		muxError: desc("event_multiplex_error_ratio",
 			"The relative error multiplexing gave the event: multiplexed copies scaled by enabled/running against a pinned copy over the same window, mean over the copies (needs a PMU; software events never multiplex).", "event"),
 		goodness: desc("event_validation_goodness",
-			"CAT's goodness exp(−2(β·r² − β_e)²) of the event's count over a validation kernel's sizes against the count expected (1: exact; pass ≥ 0.9); kernel branch-signature: the seven branch kernels together.", "event", "kernel"),
+			"CAT's goodness exp(−2(β·r² − β_e)²) of the event's count over a validation loop's sizes (label kernel: the loop, CAT's kernel) against the count expected (1: exact; pass ≥ 0.9); kernel branch-signature: the seven branch loops together.", "event", "kernel"),
 		passed: desc("event_validation_passed",
-			"1 if the event counted what its validation kernels expect, 0 if it did not (a mislabelled event, a broken virtual PMU); absent where it could not be measured.", "event"),
+			"1 if the event counted what its validation loops expect, 0 if it did not (a mislabelled event, a broken virtual PMU); absent where it could not be measured.", "event"),
 	}
 }
 
@@ -53,7 +53,7 @@ func (c *ValidationCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.Verdict == validate.NotMeasurable {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(c.goodness, prometheus.GaugeValue, r.Goodness, r.Event, r.Kernel)
+		ch <- prometheus.MustNewConstMetric(c.goodness, prometheus.GaugeValue, r.Goodness, r.Event, r.Loop)
 		ok, seen := passed[r.Event]
 		if !seen {
 			order = append(order, r.Event)

@@ -1,10 +1,10 @@
-// Package validate scores events against kernels whose counts are known in
+// Package validate scores events against loops whose counts are known in
 // advance, as CAT does (Danalis et al., §3.4): the least-squares slope β of
-// an event's count over a geometric sweep of kernel sizes, its r², and the
+// an event's count over a geometric sweep of loop sizes, its r², and the
 // goodness exp(−2(β·r² − β_e)²) against the expected slope β_e, which is
 // near 1 only when the slope is right and the counts lie on a line; the
-// seven branch kernels' slopes together give an event's category. It is
-// pure: kernel/selftest runs the kernels and counts.
+// seven branch loops' slopes together give an event's category. It is
+// pure: kernel/selftest runs the loops and counts.
 package validate
 
 import (
@@ -73,10 +73,13 @@ const (
 	NotMeasurable Verdict = "not_measurable"
 )
 
-// Result is one (event, kernel) row of `pmu_exporter validate`.
+// Result is one (event, loop) row of `pmu_exporter validate`.
 type Result struct {
-	Event         string  `json:"event"`
-	Kernel        string  `json:"kernel"`
+	Event string `json:"event"`
+	// Loop is the validation loop that judged it. The JSON key, like the
+	// series' label, keeps CAT's word "kernel": files and dashboards
+	// already read it.
+	Loop          string  `json:"kernel"`
 	ExpectedSlope float64 `json:"expected_slope"`
 	Slope         float64 `json:"slope"`
 	R2            float64 `json:"r2"`
@@ -85,10 +88,10 @@ type Result struct {
 	Reason        string  `json:"reason,omitempty"`
 }
 
-// Judge scores an event's counts over a kernel's sizes against the
+// Judge scores an event's counts over a loop's sizes against the
 // expected slope (counts per unit of size).
-func Judge(event, kernel string, expected float64, sizes, counts []float64) Result {
-	r := Result{Event: event, Kernel: kernel, ExpectedSlope: expected}
+func Judge(event, loop string, expected float64, sizes, counts []float64) Result {
+	r := Result{Event: event, Loop: loop, ExpectedSlope: expected}
 	f, err := LeastSquares(sizes, counts)
 	if err != nil {
 		r.Verdict, r.Reason = NotMeasurable, err.Error()
@@ -106,8 +109,8 @@ func Judge(event, kernel string, expected float64, sizes, counts []float64) Resu
 // JudgeLinear scores an event whose slope is not known in advance (cycles:
 // it depends on the clock and the core) by its linearity alone: r² ≥ 0.99
 // and a positive slope.
-func JudgeLinear(event, kernel string, sizes, counts []float64) Result {
-	r := Result{Event: event, Kernel: kernel}
+func JudgeLinear(event, loop string, sizes, counts []float64) Result {
+	r := Result{Event: event, Loop: loop}
 	f, err := LeastSquares(sizes, counts)
 	if err != nil {
 		r.Verdict, r.Reason = NotMeasurable, err.Error()
@@ -117,14 +120,14 @@ func JudgeLinear(event, kernel string, sizes, counts []float64) Result {
 	r.Verdict = Pass
 	if f.R2 < 0.99 || f.Slope <= 0 {
 		r.Verdict = Fail
-		r.Reason = fmt.Sprintf("not linear in the kernel's size: slope %.4g, r² %.4f (want r² ≥ 0.99)", f.Slope, f.R2)
+		r.Reason = fmt.Sprintf("not linear in the loop's size: slope %.4g, r² %.4f (want r² ≥ 0.99)", f.Slope, f.R2)
 	}
 	return r
 }
 
 // Unmeasurable is a row for an event that could not be counted.
-func Unmeasurable(event, kernel string, expected float64, why string) Result {
-	return Result{Event: event, Kernel: kernel, ExpectedSlope: expected, Verdict: NotMeasurable, Reason: why}
+func Unmeasurable(event, loop string, expected float64, why string) Result {
+	return Result{Event: event, Loop: loop, ExpectedSlope: expected, Verdict: NotMeasurable, Reason: why}
 }
 
 func round(v float64) float64 {
@@ -138,8 +141,8 @@ func round(v float64) float64 {
 // chase step it should be about 0 while the buffer fits the cache
 // (capacity bytes; sizes at most half of it) and about 1 once it is well
 // over it (at least twice); the slope reported is the plateau above.
-func JudgeStep(event, kernel string, capacity float64, sizes, perStep []float64) Result {
-	r := Result{Event: event, Kernel: kernel, ExpectedSlope: 1}
+func JudgeStep(event, loop string, capacity float64, sizes, perStep []float64) Result {
+	r := Result{Event: event, Loop: loop, ExpectedSlope: 1}
 	var low, high []float64
 	for i, s := range sizes {
 		switch {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // By hand: counts 3·l + 28 lie on a line of slope 3, r² 1; CAT's goodness
@@ -58,7 +60,7 @@ type fixture struct {
 
 // Recorded counts of amd64 branch events (testdata/recorded-amd64.json)
 // through the analysis: each event of the right category passes with its
-// seven-kernel signature; one labelled CE that counts taken branches is
+// seven-loop signature; one labelled CE that counts taken branches is
 // rejected and named as T; the instruction loop's count is 3 per
 // iteration.
 func TestRecordedAmd64(t *testing.T) {
@@ -89,7 +91,7 @@ func TestRecordedAmd64(t *testing.T) {
 		}
 		for _, r := range rows[:7] {
 			if r.Verdict != Pass {
-				t.Errorf("%s on %s: %+v", ev.Event, r.Kernel, r)
+				t.Errorf("%s on %s: %+v", ev.Event, r.Loop, r)
 			}
 		}
 	}
@@ -161,7 +163,7 @@ func TestJudgeStepByHand(t *testing.T) {
 // and counted 330,000, 340,000 and 0 (never ran): scaled 990,000 and
 // 1,020,000, so −1% and +2%: mean +0.5%, worst +2%.
 func TestMultiplexErrorByHand(t *testing.T) {
-	mean, worst, ok := MultiplexError(1_000_000, []MultiplexCopy{
+	mean, worst, ok := MultiplexError(1_000_000, []model.Reading{
 		{Count: 330_000, Enabled: 3_000, Running: 1_000},
 		{Count: 340_000, Enabled: 3_000, Running: 1_000},
 		{Count: 0, Enabled: 3_000, Running: 0},
@@ -169,7 +171,7 @@ func TestMultiplexErrorByHand(t *testing.T) {
 	if !ok || math.Abs(mean-0.005) > 1e-9 || math.Abs(worst-0.02) > 1e-9 {
 		t.Errorf("mean %v, worst %v, ok %v", mean, worst, ok)
 	}
-	if _, _, ok := MultiplexError(0, []MultiplexCopy{{Count: 1, Enabled: 1, Running: 1}}); ok {
+	if _, _, ok := MultiplexError(0, []model.Reading{{Count: 1, Enabled: 1, Running: 1}}); ok {
 		t.Error("a pinned copy that counted nothing")
 	}
 }

@@ -19,8 +19,8 @@ const (
 	All Category = "ALL"
 )
 
-// Signatures are the branch kernels' counts per iteration by category
-// (CAT Fig. 11, analysis/validate/kernels for the layout).
+// Signatures are the branch loops' counts per iteration by category
+// (CAT Fig. 11, kernel/selftest/loops for the layout).
 var Signatures = map[Category][7]float64{
 	CE:  {2, 2, 2, 2, 2.5, 2, 1},
 	CR:  {2, 2, 2, 2, 2, 2, 1},
@@ -33,20 +33,20 @@ var Signatures = map[Category][7]float64{
 // categories in a fixed order, for reports and ties.
 var categories = []Category{CE, CR, T, D, M, All}
 
-// softKernel is the kernel whose CE count depends on how far the core
-// speculates past a mispredicted branch (kernel 5's 2.5): a soft check.
-const softKernel = 4
+// softLoop is the loop whose CE count depends on how far the core
+// speculates past a mispredicted branch (loop 5's 2.5): a soft check.
+const softLoop = 4
 
-// Classify scores an event's fits on the seven branch kernels against each
-// category: the smallest goodness over the kernels (CE's soft kernel left
-// out), and names the best. CE and CR differ only in kernel 5: an event
-// scoring both ways is CE if kernel 5 is nearer 2.5 than 2.
+// Classify scores an event's fits on the seven branch loops against each
+// category: the smallest goodness over the loops (CE's soft loop left
+// out), and names the best. CE and CR differ only in loop 5: an event
+// scoring both ways is CE if loop 5 is nearer 2.5 than 2.
 func Classify(fits [7]Fit) (Category, map[Category]float64) {
 	scores := map[Category]float64{}
 	for _, c := range categories {
 		s := 1.0
 		for k, f := range fits {
-			if c == CE && k == softKernel {
+			if c == CE && k == softLoop {
 				continue
 			}
 			s = math.Min(s, Goodness(f, Signatures[c][k]))
@@ -60,7 +60,7 @@ func Classify(fits [7]Fit) (Category, map[Category]float64) {
 		}
 	}
 	if best == CE || best == CR {
-		k5 := fits[softKernel].Slope * fits[softKernel].R2
+		k5 := fits[softLoop].Slope * fits[softLoop].R2
 		if math.Abs(k5-2.5) < math.Abs(k5-2) {
 			best = CE
 		} else {
@@ -71,10 +71,10 @@ func Classify(fits [7]Fit) (Category, map[Category]float64) {
 }
 
 // JudgeBranches scores an event expected to be of category want over the
-// seven branch kernels: a row per kernel against want's signature, and the
-// event's verdict in the last row (kernel "branch-signature"): pass when
+// seven branch loops: a row per loop against want's signature, and the
+// event's verdict in the last row (loop "branch-signature"): pass when
 // the best category is want with goodness ≥ PassGoodness (an event
-// expected CE that looks CR passes: kernel 5 is soft).
+// expected CE that looks CR passes: loop 5 is soft).
 func JudgeBranches(event string, want Category, sizes []float64, counts [7][]float64) []Result {
 	var fits [7]Fit
 	var out []Result
@@ -84,13 +84,13 @@ func JudgeBranches(event string, want Category, sizes []float64, counts [7][]flo
 			return append(out, r)
 		}
 		fits[k], _ = LeastSquares(sizes, counts[k])
-		if want == CE && k == softKernel && r.Verdict == Fail {
+		if want == CE && k == softLoop && r.Verdict == Fail {
 			r.Verdict, r.Reason = Pass, r.Reason+" (soft: how far a core speculates past a mispredicted branch varies)"
 		}
 		out = append(out, r)
 	}
 	best, scores := Classify(fits)
-	sig := Result{Event: event, Kernel: "branch-signature", Goodness: round(scores[want]), Verdict: Pass}
+	sig := Result{Event: event, Loop: "branch-signature", Goodness: round(scores[want]), Verdict: Pass}
 	switch {
 	case best == want || (want == CE && best == CR && scores[CE] >= PassGoodness):
 	default:

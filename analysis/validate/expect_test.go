@@ -8,20 +8,20 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 )
 
-// The built-in Top-Down trees' events of the kinds a kernel knows
+// The built-in Top-Down trees' events of the kinds a loop knows
 // (retired instructions, core cycles, mispredicted branches: the names
 // below, as each vendor spells them) are all in the table, each with a
-// kernel that exists; so a tree whose event table maps one of them to a
+// loop that exists; so a tree whose event table maps one of them to a
 // wrong encoding is caught by validate on a host with a PMU. (The trees
 // that take slots and cycles from PERF_METRICS have none of these; perf's
 // generic instructions and cycles are validated on every host.)
 func TestTreesCovered(t *testing.T) {
-	kernels := []string{"instruction-loop", "branch", "fresh-pages", "pipe-round-trips", "spin", "watched-writes", "pointer-chase"}
+	loops := []string{"instruction-loop", "branch", "fresh-pages", "pipe-round-trips", "spin", "watched-writes", "pointer-chase"}
 	for name, e := range Expected {
-		if !slices.Contains(kernels, e.Kernel) {
-			t.Errorf("%s: kernel %q does not exist", name, e.Kernel)
+		if !slices.Contains(loops, e.Loop) {
+			t.Errorf("%s: loop %q does not exist", name, e.Loop)
 		}
-		if e.Kernel == "branch" && Signatures[e.Category] == [7]float64{} {
+		if e.Loop == "branch" && Signatures[e.Category] == [7]float64{} {
 			t.Errorf("%s: category %q has no signature", name, e.Category)
 		}
 	}
@@ -38,7 +38,7 @@ func TestTreesCovered(t *testing.T) {
 			}
 			seen++
 			if _, ok := Expected[ev.Name]; !ok {
-				t.Errorf("%s: %s has no kernel in the table", uarch, ev.Name)
+				t.Errorf("%s: %s has no loop in the table", uarch, ev.Name)
 			}
 		}
 	}

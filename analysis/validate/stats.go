@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/counting"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // Spread is a calibration's summary: median, minimum and inter-quartile
@@ -26,19 +27,13 @@ func Summarize(ds []time.Duration) Spread {
 	return Spread{Median: at(0.5), Min: s[0], IQR: at(0.75) - at(0.25), N: len(s)}
 }
 
-// MultiplexCopy is one multiplexed copy's reading over a window: its raw
-// count and its time enabled and running.
-type MultiplexCopy struct {
-	Count, Enabled, Running uint64
-}
-
 // MultiplexError is the relative error multiplexing costs an event (notes
 // §2.4, Mytkowicz): each multiplexed copy's count scaled by enabled/running
 // (counting.Scale, as the exporter scales) against the count of a pinned
 // copy of the same event over the same window; the mean of the copies'
 // relative differences, and the largest in magnitude. ok is false where
 // no copy ran or the pinned copy counted nothing.
-func MultiplexError(pinned uint64, copies []MultiplexCopy) (mean, worst float64, ok bool) {
+func MultiplexError(pinned uint64, copies []model.Reading) (mean, worst float64, ok bool) {
 	n := 0
 	for _, c := range copies {
 		if c.Running == 0 || pinned == 0 {

@@ -18,7 +18,7 @@ import (
 
 type validationRow struct {
 	Event         string  `json:"event"`
-	Kernel        string  `json:"kernel"`
+	Loop          string  `json:"kernel"`
 	ExpectedSlope float64 `json:"expected_slope"`
 	Slope         float64 `json:"slope"`
 	R2            float64 `json:"r2"`
@@ -53,7 +53,7 @@ func TestValidate(t *testing.T) {
 	}
 	byEvent := map[string]validationRow{}
 	for _, r := range v.Events {
-		if r.Kernel != "branch-signature" && strings.HasPrefix(r.Kernel, "branch-") && byEvent[r.Event].Verdict != "" {
+		if r.Loop != "branch-signature" && strings.HasPrefix(r.Loop, "branch-") && byEvent[r.Event].Verdict != "" {
 			continue // the signature row decides
 		}
 		byEvent[r.Event] = r

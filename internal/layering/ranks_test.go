@@ -46,8 +46,6 @@ var importDebt = []string{
 	"kernel/perfsample -> analysis/locality/governor",
 	"kernel/perfsample -> analysis/locality/reuse",
 	"kernel/perfsample -> analysis/locality/samplestat",
-	"kernel/selftest -> analysis/validate",
-	"kernel/selftest -> analysis/validate/kernels",
 }
 
 // folder is a package's top-level folder ("" for the module root).

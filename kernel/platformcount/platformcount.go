@@ -13,9 +13,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 )
 
 // Counters are the open counters.

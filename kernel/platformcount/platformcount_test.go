@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 )
 
 // The msr PMU's tsc, the one platform counter every x86 host here has,

@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/validate"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // ThreadCounters count the calling thread's own CPU time (task-clock,
@@ -278,11 +278,11 @@ func ProcessCPU() time.Duration {
 // Multiplexed counts attr system-wide on cpu over window, once pinned
 // (it holds a counter all the time) and in copies more groups of its own
 // than the CPU has counters left, so that the kernel multiplexes them;
-// the pinned count and each copy's reading, for validate.MultiplexError.
+// the pinned count and each copy's reading, for the analysis (validate.MultiplexError).
 // Software events never multiplex: this needs a PMU.
-func Multiplexed(ctx context.Context, cpu int, attr eventspec.Attr, name string, copies int, window time.Duration) (uint64, []validate.MultiplexCopy, error) {
+func Multiplexed(ctx context.Context, cpu int, attr eventspec.Attr, name string, copies int, window time.Duration) (uint64, []model.Reading, error) {
 	var pinned uint64
-	var out []validate.MultiplexCopy
+	var out []model.Reading
 	var err error
 	rerr := runOn(cpu, func() {
 		pa := attr
@@ -325,7 +325,7 @@ func Multiplexed(ctx context.Context, cpu int, attr eventspec.Attr, name string,
 				err = e
 				return
 			}
-			out = append(out, validate.MultiplexCopy{Count: v[0], Enabled: en, Running: run})
+			out = append(out, model.Reading{Count: v[0], Enabled: en, Running: run})
 		}
 	})
 	if rerr != nil {

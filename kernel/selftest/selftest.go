@@ -1,9 +1,10 @@
-// Package selftest runs validation kernels and counts them (CAT's on-node
-// self-test, notes §1.5): on a thread bound to one CPU, one event at a time
-// on that thread alone, never multiplexed (a count whose running time fell
-// short of its enabled time is refused), around the kernel's work only.
-// Besides the pure kernels of analysis/validate/kernels it holds the ones that need
-// the kernel: fresh pages (minor faults), pipe round trips (context
+// Package selftest runs validation loops (CAT's "kernels": code whose
+// counts are known) and counts them (CAT's on-node self-test, notes §1.5):
+// on a thread bound to one CPU, one event at a time on that thread alone,
+// never multiplexed (a count whose running time fell short of its enabled
+// time is refused), around the loop's work only. Besides the pure loops of
+// kernel/selftest/loops it holds the ones that need the operating system:
+// fresh pages (minor faults), pipe round trips (context
 // switches), a spin of known time on the CPU (task-clock) and writes under a
 // watchpoint (breakpoint hits). Its perf_event_open calls go through
 // kernel/perf.
@@ -20,25 +21,25 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/validate/kernels"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
+	"github.com/pmu-exporter/pmu_exporter/kernel/selftest/loops"
 )
 
-// Kernel is work of a given size with a count known in advance; it calls
+// Loop is work of a given size with a count known in advance; it calls
 // measure around exactly the part that is counted (setup and teardown stay
 // outside).
-type Kernel struct {
+type Loop struct {
 	Name string
 	// Unit is what one unit of size is (the expected slope's denominator).
 	Unit  string
 	Sizes []int
 	Run   func(size int, measure func(work func()) error) error
-	// Kernel counts the kernel-mode part too (a context switch happens
+	// KernelMode counts the kernel-mode part too (a context switch happens
 	// there); the others count user mode only (a page fault is counted
 	// from the user-mode access that took it).
-	Kernel bool
+	KernelMode bool
 	// Repeats is how many times each size runs (0: once); the smallest
 	// count is kept. Noise on a thread's own count only adds to it: a
 	// burst of time the hypervisor steals inside the enable or disable
@@ -62,15 +63,15 @@ var ErrMultiplexed = errors.New("multiplexed: the event did not count all the ti
 //
 // Where cpu is offline (binding to it fails) or goes offline meanwhile (the
 // kernel then widens the bound thread's affinity to move it away: a
-// migration the kernels do not expect), the error is ErrCPUWentOffline.
-func Measure(cpu int, c Counter, k Kernel) (counts []float64, err error) {
+// migration the loops do not expect), the error is ErrCPUWentOffline.
+func Measure(cpu int, c Counter, k Loop) (counts []float64, err error) {
 	rerr := runOn(cpu, func() {
 		for _, size := range k.Sizes {
 			least := uint64(math.MaxUint64)
 			for range max(k.Repeats, 1) {
 				var n uint64
 				if err = k.Run(size, func(work func()) error {
-					v, err := countOnce(c, cpu, k.Kernel, work)
+					v, err := countOnce(c, cpu, k.KernelMode, work)
 					n = v
 					return err
 				}); err != nil {
@@ -160,37 +161,37 @@ func geometric(start, n int) []int {
 }
 
 // InstructionLoop: 1 + 3·n user-mode instructions (slope 3 per iteration).
-func InstructionLoop(quick bool) Kernel {
+func InstructionLoop(quick bool) Loop {
 	n := 6
 	if quick {
 		n = 4
 	}
-	return Kernel{Name: "instruction-loop", Unit: "iteration", Sizes: geometric(100_000, n), Run: func(size int, measure func(func()) error) error {
-		return measure(func() { kernels.InstrLoop(uint64(size)) })
+	return Loop{Name: "instruction-loop", Unit: "iteration", Sizes: geometric(100_000, n), Run: func(size int, measure func(func()) error) error {
+		return measure(func() { loops.InstrLoop(uint64(size)) })
 	}}
 }
 
 // Branch is CAT's branch kernel k (0-based), size iterations.
-func Branch(k int, quick bool) Kernel {
+func Branch(k int, quick bool) Loop {
 	n := 6
 	if quick {
 		n = 4
 	}
-	f := kernels.Branches[k]
-	return Kernel{Name: fmt.Sprintf("branch-%d", k+1), Unit: "iteration", Sizes: geometric(50_000, n), Run: func(size int, measure func(func()) error) error {
+	f := loops.Branches[k]
+	return Loop{Name: fmt.Sprintf("branch-%d", k+1), Unit: "iteration", Sizes: geometric(50_000, n), Run: func(size int, measure func(func()) error) error {
 		return measure(func() { f(uint64(size)) })
 	}}
 }
 
 // FreshPages touches n pages of a new anonymous mapping (huge pages off):
 // n minor faults.
-func FreshPages(quick bool) Kernel {
+func FreshPages(quick bool) Loop {
 	n := 7
 	if quick {
 		n = 5
 	}
 	page := unix.Getpagesize()
-	return Kernel{Name: "fresh-pages", Unit: "page", Sizes: geometric(64, n), Run: func(size int, measure func(func()) error) error {
+	return Loop{Name: "fresh-pages", Unit: "page", Sizes: geometric(64, n), Run: func(size int, measure func(func()) error) error {
 		mem, err := unix.Mmap(-1, 0, size*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			return fmt.Errorf("fresh-pages: mmap %d pages: %w", size, err)
@@ -208,12 +209,12 @@ func FreshPages(quick bool) Kernel {
 // PipeRoundTrips sends a byte to a partner thread on the same CPU and
 // waits for its answer, n times: the counting thread blocks once per round
 // trip (one context switch each).
-func PipeRoundTrips(quick bool) Kernel {
+func PipeRoundTrips(quick bool) Loop {
 	n := 6
 	if quick {
 		n = 4
 	}
-	return Kernel{Name: "pipe-round-trips", Unit: "round trip", Sizes: geometric(100, n), Kernel: true, Run: func(size int, measure func(func()) error) error {
+	return Loop{Name: "pipe-round-trips", Unit: "round trip", Sizes: geometric(100, n), KernelMode: true, Run: func(size int, measure func(func()) error) error {
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &set); err != nil {
 			return err
@@ -305,12 +306,12 @@ func roundTrips(size int, measure func(func()) error, set unix.CPUSet) error {
 // scheduler slice (about 1.5 ms on 2 CPUs) so that a CPU shared with a busy
 // process still lets runs through. Each size runs three times and keeps
 // the least count (Repeats).
-func Spin(quick bool) Kernel {
+func Spin(quick bool) Loop {
 	n := 6
 	if quick {
 		n = 4
 	}
-	return Kernel{Name: "spin", Unit: "ns on the CPU (wall time, in runs without a context switch)", Sizes: geometric(spinLongest>>(n-1), n), Repeats: 3, Run: func(size int, measure func(func()) error) error {
+	return Loop{Name: "spin", Unit: "ns on the CPU (wall time, in runs without a context switch)", Sizes: geometric(spinLongest>>(n-1), n), Repeats: 3, Run: func(size int, measure func(func()) error) error {
 		runs := 0
 		for deadline := time.Now().Add(spinPatience); runs < 50 || time.Now().Before(deadline); runs++ {
 			var r0, r1 unix.Rusage
@@ -353,12 +354,12 @@ func spinFor(ns int64) {
 
 // WatchedWrites stores n times to v, which a Counter's Watch names: n
 // hits.
-func WatchedWrites(quick bool, v *uint64) Kernel {
+func WatchedWrites(quick bool, v *uint64) Loop {
 	n := 6
 	if quick {
 		n = 4
 	}
-	return Kernel{Name: "watched-writes", Unit: "write", Sizes: geometric(100, n), Run: func(size int, measure func(func()) error) error {
+	return Loop{Name: "watched-writes", Unit: "write", Sizes: geometric(100, n), Run: func(size int, measure func(func()) error) error {
 		return measure(func() {
 			for i := range size {
 				atomic.StoreUint64(v, uint64(i))
@@ -371,21 +372,21 @@ func WatchedWrites(quick bool, v *uint64) Kernel {
 const ChaseSteps = 1 << 20
 
 // PointerChase follows a random cycle over a buffer of size bytes, one
-// element per 64-byte line (CAT §4; analysis/validate/kernels.Cycle), ChaseSteps
+// element per 64-byte line (CAT §4; kernel/selftest/loops.Cycle), ChaseSteps
 // steps after one warm-up lap: a miss event's count per step shows where
 // the buffer stops fitting each cache. Sizes double from half the L1d to
 // four times the last level.
-func PointerChase(l1d, llc uint64) Kernel {
+func PointerChase(l1d, llc uint64) Loop {
 	var sizes []int
 	for s := max(l1d/2, 4096); s <= 4*llc && len(sizes) < 24; s *= 2 {
 		sizes = append(sizes, int(s))
 	}
-	return Kernel{Name: "pointer-chase", Unit: "step", Sizes: sizes, Run: func(size int, measure func(func()) error) error {
+	return Loop{Name: "pointer-chase", Unit: "step", Sizes: sizes, Run: func(size int, measure func(func()) error) error {
 		n := size / 64
-		chain := kernels.Cycle(n, 8, uint64(size))
-		kernels.Chase(chain, n) // warm: the lines in the caches they fit
+		chain := loops.Cycle(n, 8, uint64(size))
+		loops.Chase(chain, n) // warm: the lines in the caches they fit
 		var end uint64
-		err := measure(func() { end = kernels.Chase(chain, ChaseSteps) })
+		err := measure(func() { end = loops.Chase(chain, ChaseSteps) })
 		runtime.KeepAlive(end)
 		return err
 	}}

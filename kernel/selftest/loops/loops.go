@@ -1,18 +1,18 @@
-// Package kernels holds CAT's validation kernels (Danalis et al., and the
+// Package loops holds CAT's validation loops (Danalis et al., and the
 // instruction loop of Zapanuks et al.): code whose event counts are known
 // in advance. The loops are Go assembly for amd64 and arm64, since a
 // compiler rewrites branches (CAT's Fig. 8) and the expectations depend on
 // the exact layout; a test disassembles them and asserts it. Each returns
 // what it computed, so that a test can check without a PMU that it ran the
 // iterations it should.
-package kernels
+package loops
 
 // InstrLoop runs the loop of Zapanuks et al.'s Fig. 3: one move, then n
 // iterations of add, compare and a conditional branch: 1 + 3·n
 // instructions (n ≥ 1). It returns n.
 func InstrLoop(n uint64) uint64
 
-// Branch kernels (CAT Fig. 11), each a do-while loop of size iterations
+// Branch loops (CAT Fig. 11), each a do-while loop of size iterations
 // (size ≥ 1); rng is a branch-free xorshift64 (x ^= x<<13; x ^= x>>7;
 // x ^= x<<17) seeded with Seed; gv1 and gv2 start at 0. Per iteration,
 // conditional branches executed (CE), retired (CR), taken (T), direct
@@ -36,13 +36,13 @@ func Branch5(size uint64) (gv1, gv2 uint64)
 func Branch6(size uint64) (gv1, gv2 uint64)
 func Branch7(size uint64) (gv1, gv2 uint64)
 
-// Seed is the branch kernels' RNG seed.
+// Seed is the branch loops' RNG seed.
 const Seed = 0x9E3779B97F4A7C15
 
-// Branches are the branch kernels in CAT's order.
+// Branches are the branch loops in CAT's order.
 var Branches = [7]func(uint64) (uint64, uint64){Branch1, Branch2, Branch3, Branch4, Branch5, Branch6, Branch7}
 
-// Rng is the kernels' xorshift64 step, for checking them.
+// Rng is the loops' xorshift64 step, for checking them.
 func Rng(x uint64) uint64 {
 	x ^= x << 13
 	x ^= x >> 7

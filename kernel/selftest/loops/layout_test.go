@@ -1,4 +1,4 @@
-package kernels
+package loops
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
-// branch is a branch of a kernel's layout: its condition and whether it
+// branch is a branch of a loop's layout: its condition and whether it
 // jumps forward (over an if's body) or back (the loop).
 type branch struct {
 	cond    string // lt, ge, le, ne, always
@@ -23,7 +23,7 @@ type branch struct {
 }
 
 // layouts are the branch layouts the expectations of Branch1…7 and
-// InstrLoop depend on (kernels.go): an if jumps forward over its body when
+// InstrLoop depend on (loops.go): an if jumps forward over its body when
 // its condition is false, the loop jumps back while temp < size.
 var layouts = map[string][]branch{
 	"InstrLoop": {{"ne", false}},
@@ -42,20 +42,20 @@ var mnemonics = map[string]map[string]string{
 	"arm64": {"BLO": "lt", "BCC": "lt", "BHS": "ge", "BCS": "ge", "BLS": "le", "BNE": "ne", "JMP": "always", "B": "always"},
 }
 
-// TestLayout disassembles the kernels as built for amd64 and arm64 (go
+// TestLayout disassembles the loops as built for amd64 and arm64 (go
 // tool objdump) and asserts the branch layout each expectation depends
 // on, that nothing else branches or calls, and that the instruction loop's
 // body is three instructions.
 func TestLayout(t *testing.T) {
 	for _, arch := range []string{"amd64", "arm64"} {
 		t.Run(arch, func(t *testing.T) {
-			bin := filepath.Join(t.TempDir(), "kernels.test")
+			bin := filepath.Join(t.TempDir(), "loops.test")
 			build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "test", "-c", "-o", bin, ".")
 			build.Env = append(os.Environ(), "GOARCH="+arch, "CGO_ENABLED=0")
 			if out, err := build.CombinedOutput(); err != nil {
-				testenv.Require(t, false, "cross-building the kernels for "+arch+": "+err.Error()+"\n"+string(out))
+				testenv.Require(t, false, "cross-building the loops for "+arch+": "+err.Error()+"\n"+string(out))
 			}
-			out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "tool", "objdump", "-s", `kernels\.(InstrLoop|Branch[1-7])`, bin).Output()
+			out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "tool", "objdump", "-s", `loops\.(InstrLoop|Branch[1-7])`, bin).Output()
 			if err != nil {
 				t.Fatalf("go tool objdump: %v", err)
 			}

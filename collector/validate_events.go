@@ -1,18 +1,19 @@
-package selftest
+package collector
 
 import (
 	"errors"
 	"fmt"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/validate"
+	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
 )
 
-// Event is an event to validate: the name its expectation is looked up by
+// validationEvent is an event to validate: the name its expectation is looked up by
 // (validate.Expected), the name to report, and how to count it.
-type Event struct {
+type validationEvent struct {
 	Name, Label string
-	Counter     Counter
-	CPU         int   // where to run its kernels
+	Counter     selftest.Counter
+	CPU         int   // where to run its loops
 	CPUs        []int // where it counts (a hybrid's core type); nil: every CPU
 	// Caches are the CPU's cache sizes in bytes, for the pointer chase
 	// (zero: not known, the chase is not run).
@@ -21,22 +22,22 @@ type Event struct {
 	// none are known: the reason a chase is not run.
 	CacheSource string
 	// Unmeasurable, where set, is why the event is known not to count here
-	// before any kernel runs (the capability probe found a watchpoint that
+	// before any loop runs (the capability probe found a watchpoint that
 	// opens but never fires): its row is not_measurable with this reason,
 	// not a failure of the event.
 	Unmeasurable string
 }
 
-// Validate runs each event's kernels on its CPU and judges the counts; an
+// validateEvents runs each event's loops on its CPU and judges the counts; an
 // event with no known expectation, or that cannot be counted here, is a
 // not_measurable row with the reason. quick runs fewer, smaller sizes.
 //
 // move, where not nil, is asked for another CPU when an event's CPU was
-// offline or went offline under its kernels (ErrCPUWentOffline): a
+// offline or went offline under its loops (selftest.ErrCPUWentOffline): a
 // neighbour's hotplug must not make an event not measurable. The event is
 // measured again there, three times in all at most, unless move says no,
 // and the later events of the CPU it left go there too.
-func Validate(events []Event, quick bool, move func(ev Event, err error) (cpu int, ok bool)) []validate.Result {
+func validateEvents(events []validationEvent, quick bool, move func(ev validationEvent, err error) (cpu int, ok bool)) []validate.Result {
 	var out []validate.Result
 	moved := map[int]int{}
 	for _, ev := range events {
@@ -45,7 +46,7 @@ func Validate(events []Event, quick bool, move func(ev Event, err error) (cpu in
 		}
 		for try := 1; ; try++ {
 			rows, err := validateOne(ev, quick)
-			if !errors.Is(err, ErrCPUWentOffline) || move == nil || try == 3 {
+			if !errors.Is(err, selftest.ErrCPUWentOffline) || move == nil || try == 3 {
 				out = append(out, rows...)
 				break
 			}
@@ -62,20 +63,20 @@ func Validate(events []Event, quick bool, move func(ev Event, err error) (cpu in
 
 // validateOne judges one event; where a measurement failed, its rows are
 // not_measurable and err is why.
-func validateOne(ev Event, quick bool) (rows []validate.Result, err error) {
+func validateOne(ev validationEvent, quick bool) (rows []validate.Result, err error) {
 	e, ok := validate.Expected[ev.Name]
 	if ev.Unmeasurable != "" {
-		return []validate.Result{validate.Unmeasurable(ev.Label, e.Kernel, e.Slope, ev.Unmeasurable)}, nil
+		return []validate.Result{validate.Unmeasurable(ev.Label, e.Loop, e.Slope, ev.Unmeasurable)}, nil
 	}
 	if !ok {
-		return []validate.Result{validate.Unmeasurable(ev.Label, "", 0, "no kernel knows what this event should count")}, nil
+		return []validate.Result{validate.Unmeasurable(ev.Label, "", 0, "no loop knows what this event should count")}, nil
 	}
-	if e.Kernel == "branch" {
+	if e.Loop == "branch" {
 		var counts [7][]float64
 		var sizes []float64
 		for k := range 7 {
-			kern := Branch(k, quick)
-			c, err := Measure(ev.CPU, ev.Counter, kern)
+			kern := selftest.Branch(k, quick)
+			c, err := selftest.Measure(ev.CPU, ev.Counter, kern)
 			if err != nil {
 				return []validate.Result{validate.Unmeasurable(ev.Label, kern.Name, validate.Signatures[e.Category][k], err.Error())}, err
 			}
@@ -83,19 +84,19 @@ func validateOne(ev Event, quick bool) (rows []validate.Result, err error) {
 		}
 		return validate.JudgeBranches(ev.Label, e.Category, sizes, counts), nil
 	}
-	if e.Kernel == "pointer-chase" {
+	if e.Loop == "pointer-chase" {
 		r, err := chase(ev, e, quick)
 		return []validate.Result{r}, err
 	}
 	counter := ev.Counter
-	if e.Kernel == "watched-writes" { // the counter watches what the kernel writes
+	if e.Loop == "watched-writes" { // the counter watches what the loop writes
 		counter.Watch = new(uint64)
 	}
-	kern, ok := kernelNamed(e.Kernel, quick, counter.Watch)
+	kern, ok := loopNamed(e.Loop, quick, counter.Watch)
 	if !ok {
-		return []validate.Result{validate.Unmeasurable(ev.Label, e.Kernel, e.Slope, fmt.Sprintf("no kernel %q", e.Kernel))}, nil
+		return []validate.Result{validate.Unmeasurable(ev.Label, e.Loop, e.Slope, fmt.Sprintf("no loop %q", e.Loop))}, nil
 	}
-	c, err := Measure(ev.CPU, counter, kern)
+	c, err := selftest.Measure(ev.CPU, counter, kern)
 	if err != nil {
 		return []validate.Result{validate.Unmeasurable(ev.Label, kern.Name, e.Slope, err.Error())}, err
 	}
@@ -107,7 +108,7 @@ func validateOne(ev Event, quick bool) (rows []validate.Result, err error) {
 
 // chase runs the pointer chase for a miss event and judges where its
 // count per step rises.
-func chase(ev Event, e validate.Expectation, quick bool) (validate.Result, error) {
+func chase(ev validationEvent, e validate.Expectation, quick bool) (validate.Result, error) {
 	capacity := map[string]uint64{"L1d": ev.Caches.L1d, "L2": ev.Caches.L2, "LLC": ev.Caches.LLC}[e.Cache]
 	switch {
 	case quick:
@@ -119,25 +120,25 @@ func chase(ev Event, e validate.Expectation, quick bool) (validate.Result, error
 		}
 		return validate.Unmeasurable(ev.Label, "pointer-chase", 1, fmt.Sprintf("%s (caches: %s)", what, ev.CacheSource)), nil
 	}
-	kern := PointerChase(ev.Caches.L1d, ev.Caches.LLC)
-	counts, err := Measure(ev.CPU, ev.Counter, kern)
+	kern := selftest.PointerChase(ev.Caches.L1d, ev.Caches.LLC)
+	counts, err := selftest.Measure(ev.CPU, ev.Counter, kern)
 	if err != nil {
 		return validate.Unmeasurable(ev.Label, kern.Name, 1, err.Error()), err
 	}
 	perStep := make([]float64, len(counts))
 	for i, c := range counts {
-		perStep[i] = c / ChaseSteps
+		perStep[i] = c / selftest.ChaseSteps
 	}
 	return validate.JudgeStep(ev.Label, kern.Name, float64(capacity), floats(kern.Sizes), perStep), nil
 }
 
-func kernelNamed(name string, quick bool, watched *uint64) (Kernel, bool) {
-	for _, k := range []Kernel{InstructionLoop(quick), FreshPages(quick), PipeRoundTrips(quick), Spin(quick), WatchedWrites(quick, watched)} {
+func loopNamed(name string, quick bool, watched *uint64) (selftest.Loop, bool) {
+	for _, k := range []selftest.Loop{selftest.InstructionLoop(quick), selftest.FreshPages(quick), selftest.PipeRoundTrips(quick), selftest.Spin(quick), selftest.WatchedWrites(quick, watched)} {
 		if k.Name == name {
 			return k, true
 		}
 	}
-	return Kernel{}, false
+	return selftest.Loop{}, false
 }
 
 func floats(sizes []int) []float64 {

@@ -1,10 +1,10 @@
-package kernels
+package loops
 
 import (
 	"testing"
 )
 
-// The kernels compute what their Go models compute: they ran every
+// The loops compute what their Go models compute: they ran every
 // iteration, took the branches they should, and the assembly RNG is the
 // xorshift64 of Rng.
 func TestKernelsCompute(t *testing.T) {
