@@ -36,7 +36,7 @@ image:
 
 # Benchmarks behind docs/benchmarks.md.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./kernel/... ./analysis/counting/
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./kernel/... ./formats/readformat/
 
 # A short fuzzing pass over every fuzz target (go test -list '^Fuzz'); new
 # crashers land in testdata/fuzz. FUZZTIME=30s per target.

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/counting"
+	"github.com/pmu-exporter/pmu_exporter/formats/readformat"
 )
 
 // Reading is one event's cumulative counts for one cgroup.
@@ -86,7 +86,7 @@ func (t *Table) Update(now time.Time, readings map[uint64][]Reading, path func(u
 				p = Reading{} // the kernel's entry was recreated: start over
 			}
 			if dr := r.Running - p.Running; dr > 0 {
-				d := float64(counting.Scale(r.Counter-p.Counter, r.Enabled-p.Enabled, dr))
+				d := float64(readformat.Scale(r.Counter-p.Counter, r.Enabled-p.Enabled, dr))
 				e.total[i] += d
 				switch {
 				case e.unnamed:

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/counting"
+	"github.com/pmu-exporter/pmu_exporter/formats/readformat"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
@@ -29,7 +29,7 @@ func Summarize(ds []time.Duration) Spread {
 
 // MultiplexError is the relative error multiplexing costs an event (notes
 // §2.4, Mytkowicz): each multiplexed copy's count scaled by enabled/running
-// (counting.Scale, as the exporter scales) against the count of a pinned
+// (readformat.Scale, as the exporter scales) against the count of a pinned
 // copy of the same event over the same window; the mean of the copies'
 // relative differences, and the largest in magnitude. ok is false where
 // no copy ran or the pinned copy counted nothing.
@@ -39,7 +39,7 @@ func MultiplexError(pinned uint64, copies []model.Reading) (mean, worst float64,
 		if c.Running == 0 || pinned == 0 {
 			continue
 		}
-		d := (float64(counting.Scale(c.Count, c.Enabled, c.Running)) - float64(pinned)) / float64(pinned)
+		d := (float64(readformat.Scale(c.Count, c.Enabled, c.Running)) - float64(pinned)) / float64(pinned)
 		mean += d
 		if math.Abs(d) > math.Abs(worst) {
 			worst = d

@@ -40,7 +40,6 @@ var importDebt = []string{
 	"kernel/cgroupcount -> analysis/cgroupattr",
 	"kernel/cgroupcount -> analysis/topdown",
 	"kernel/cgroupcount -> analysis/topdown/metric",
-	"kernel/perfcount -> analysis/counting",
 	"kernel/perfsample -> analysis/locality/cacheline",
 	"kernel/perfsample -> analysis/locality/comdetect",
 	"kernel/perfsample -> analysis/locality/governor",

@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/counting"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
+	"github.com/pmu-exporter/pmu_exporter/formats/readformat"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
@@ -122,7 +122,7 @@ func newGroupState(spec GroupSpec) *groupState {
 type cpuGroup struct {
 	g       *perf.Group // nil when not open
 	values  []uint64    // scratch for reads
-	acc     *counting.Accumulator
+	acc     *readformat.Accumulator
 	failure *model.OpenError // last open failure, nil when open
 	retryAt time.Time
 	tries   int // consecutive failed opens, for the retry backoff
@@ -249,7 +249,7 @@ func (e *Engine) cycle() []cpuReset {
 			}
 			cg := gs.perCPU[cpu]
 			if cg == nil {
-				cg = &cpuGroup{acc: counting.New(len(gs.attrs)), values: make([]uint64, len(gs.attrs))}
+				cg = &cpuGroup{acc: readformat.New(len(gs.attrs)), values: make([]uint64, len(gs.attrs))}
 				gs.perCPU[cpu] = cg
 			}
 			if cg.g == nil {
@@ -396,7 +396,7 @@ func (e *Engine) read(gs *groupState, cg *cpuGroup) (dead string) {
 		// Its CPU went offline: what the members counted since the last
 		// read is still there, one member at a time.
 		if enabled, running, err = cg.g.ReadMembers(cg.values); err == nil {
-			cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: cg.values})
+			cg.acc.Add(readformat.Reading{Enabled: enabled, Running: running, Values: cg.values})
 			cg.readAt, cg.enabled = before, enabled
 			return "the kernel broke the group up: the CPU went offline since the previous read"
 		}
@@ -409,7 +409,7 @@ func (e *Engine) read(gs *groupState, cg *cpuGroup) (dead string) {
 	wall := before.Sub(cg.readAt)
 	lags := gs.spec.Cgroup == nil && !cg.readAt.IsZero() && time.Duration(enabled-cg.enabled) < wall-wall/64-time.Millisecond
 	cg.readAt, cg.enabled = before, enabled
-	if cg.acc.Add(counting.Reading{Enabled: enabled, Running: running, Values: cg.values}) {
+	if cg.acc.Add(readformat.Reading{Enabled: enabled, Running: running, Values: cg.values}) {
 		cg.idle = 0
 	} else if cg.idle++; cg.idle == starvedAfter {
 		e.opts.Logger.Warn("event group has not been scheduled on the PMU; it yields no values",

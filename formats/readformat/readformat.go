@@ -1,10 +1,14 @@
-// Package counting turns successive cumulative readings of one event group into
-// monotonic, multiplex-scaled totals. Like perf stat's interval mode, each interval
+// Package readformat turns successive cumulative reads of one event group
+// (read_format GROUP | TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING) into
+// monotonic, multiplex-scaled totals, the scaling perf_event_open(2) gives
+// for those fields and libperf does beside its reads
+// (perf_counts_values__scale): so it sits with the formats, below the
+// kernel packages that read and the analysis that judges the scaling. Like perf stat's interval mode, each interval
 // is scaled on its own: raw delta × Δtime_enabled / Δtime_running. An interval in
 // which the group never ran yields no value (not a zero) and is counted as such.
 // Counters run free and are never reset, so deltas use wrapping uint64 arithmetic.
-// The package is pure arithmetic; readings come from kernel/perf.
-package counting
+// The package is pure arithmetic; the reads come from kernel/perf.
+package readformat
 
 import "math/bits"
 

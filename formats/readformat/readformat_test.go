@@ -1,4 +1,4 @@
-package counting
+package readformat
 
 import (
 	"math"
