@@ -5,21 +5,77 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/cgroupattr"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
+
+// cgroupAttribution wires the kernel's per-cgroup counts (kernel/cgroupcount)
+// to the analysis that rolls them into ancestors, bounds them into series
+// and runs Top-Down per cgroup (analysis/cgroupattr). Cycle runs on the
+// engine's goroutine; Snapshot, the exporter's read, may run concurrently.
+type cgroupAttribution struct {
+	kernel   *cgroupcount.Attributor
+	analysis *cgroupattr.Attribution
+
+	mu   sync.Mutex
+	snap model.CgroupSnapshot
+}
+
+// Cycle reads the kernel's counts on the online CPUs and updates the
+// series; a failed read keeps the previous snapshot (the kernel side
+// counts the error).
+func (c *cgroupAttribution) Cycle(online []int) {
+	counts, now, ok := c.kernel.Cycle(online)
+	if !ok {
+		return
+	}
+	s := c.analysis.Update(now, counts, c.kernel)
+	c.kernel.Health(&s)
+	c.mu.Lock()
+	c.snap = s
+	c.mu.Unlock()
+}
+
+// Close detaches the program and frees its maps; call it after the engine
+// has closed its groups.
+func (c *cgroupAttribution) Close() error { return c.kernel.Close() }
+
+// Snapshot is the series after the latest cycle.
+func (c *cgroupAttribution) Snapshot() model.CgroupSnapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snap
+}
+
+// analysisClasses are the planned classes as the analysis reads them: each
+// one's events in slot order, which are hidden, and its Top-Down tree.
+func analysisClasses(classes []cgroupcount.Class, trees []classTree) []cgroupattr.Class {
+	out := make([]cgroupattr.Class, len(classes))
+	for i, c := range classes {
+		out[i] = cgroupattr.Class{PMU: c.PMU, Tree: trees[i].tree, Params: trees[i].params}
+		for _, src := range c.Events {
+			out[i].Events = append(out[i].Events, src.Event)
+			out[i].Hidden = append(out[i].Hidden, src.Hidden)
+		}
+	}
+	return out
+}
 
 // setupCgroups plans and loads the per-cgroup attribution of groups (the
 // engine's, Top-Down included). The feature says whether it runs and, if not,
 // why and how to fix it; the notes what could not be attributed.
-func setupCgroups(o cgroupFlags, s setup, td *liveTopdown, groups []perfcount.GroupSpec) (*cgroupcount.Attributor, capability.Feature, []string) {
+func setupCgroups(o cgroupFlags, s setup, td *liveTopdown, groups []perfcount.GroupSpec, logger *slog.Logger) (*cgroupAttribution, capability.Feature, []string) {
 	feat := capability.Feature{Name: capability.CgroupAttribution}
-	fail := func(err error, fix string) (*cgroupcount.Attributor, capability.Feature, []string) {
+	fail := func(err error, fix string) (*cgroupAttribution, capability.Feature, []string) {
 		feat.Reason, feat.Fix = err.Error(), fix
 		return nil, feat, nil
 	}
@@ -34,12 +90,11 @@ func setupCgroups(o cgroupFlags, s setup, td *liveTopdown, groups []perfcount.Gr
 	if bpf := s.report.Feature(capability.EBPF); !bpf.Available {
 		return fail(fmt.Errorf("eBPF: %s", bpf.Reason), bpf.Fix)
 	}
-	classes := cgroupClasses(s.pmus, td)
+	classes, trees := cgroupClasses(s.pmus, td)
 	classes, notes := cgroupcount.Plan(classes, groups, perTaskPMU(s.pmus), attributedEvents(o.events))
 	notes = append(notes, unattributable(o.events, classes)...)
-	a, err := cgroupcount.New(cgroupcount.Options{
-		Classes: classes, Root: root, PerfEventV1: v1, Depth: o.depth, MaxCgroups: o.maxTracked,
-		MaxSeries: o.maxSeries, Grace: o.grace,
+	k, err := cgroupcount.New(cgroupcount.Options{
+		Classes: classes, Root: root, PerfEventV1: v1, Depth: o.depth, MaxCgroups: o.maxTracked, Logger: logger,
 	})
 	if err != nil {
 		return fail(err, "the program needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), Linux 5.13+ (cgroup-switches; 6.1+ with cgroup v1) and a readable cgroup hierarchy")
@@ -50,6 +105,8 @@ func setupCgroups(o cgroupFlags, s setup, td *liveTopdown, groups []perfcount.Gr
 		kind = "v1 perf_event"
 	}
 	feat.Detail = fmt.Sprintf("eBPF on cgroup switches, cgroup %s hierarchy at %s, depth %d", kind, root, o.depth)
+	a := &cgroupAttribution{kernel: k,
+		analysis: cgroupattr.NewAttribution(analysisClasses(classes, trees), cgroupattr.Options{MaxSeries: o.maxSeries, Grace: o.grace}, logger)}
 	return a, feat, notes
 }
 
@@ -113,36 +170,48 @@ func taskCgroups(procPath, root string, v1 bool, logger *slog.Logger) func(pid u
 	return t.ID
 }
 
+// classTree is the Top-Down tree a class evaluates per cgroup (nil: none).
+type classTree struct {
+	tree   *metric.Tree
+	params map[string]float64
+}
+
 // cgroupClasses is one class per core type: the whole host where it has one
-// core PMU (or none), else each core PMU's CPUs; each with its Top-Down tree.
-func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) []cgroupcount.Class {
+// core PMU (or none), else each core PMU's CPUs; each with its Top-Down
+// tree, whose inputs it attributes first.
+func cgroupClasses(pmus []*pmu.PMU, td *liveTopdown) ([]cgroupcount.Class, []classTree) {
 	var cores []*pmu.PMU
 	for _, p := range pmus {
 		if p.IsCore() && p.CPUs != nil {
 			cores = append(cores, p)
 		}
 	}
-	treeOn := func(name string) cgroupcount.Class {
-		c := cgroupcount.Class{PMU: name}
+	var classes []cgroupcount.Class
+	var trees []classTree
+	add := func(name string, cpus []int) {
+		c, ct := cgroupcount.Class{PMU: name, CPUs: cpus}, classTree{}
 		if td != nil {
 			for _, t := range td.targets {
 				if t.pmu == name || len(td.targets) == 1 && len(cores) < 2 {
-					c.Tree, c.Params = t.cgroupTree, t.params
+					ct = classTree{t.cgroupTree, t.params}
 				}
 			}
 		}
-		return c
+		if ct.tree != nil {
+			for _, e := range ct.tree.Def.Events {
+				c.First = append(c.First, e.Name)
+			}
+		}
+		classes, trees = append(classes, c), append(trees, ct)
 	}
 	if len(cores) < 2 {
-		return []cgroupcount.Class{treeOn("")}
+		add("", nil)
+		return classes, trees
 	}
-	var out []cgroupcount.Class
 	for _, p := range cores {
-		c := treeOn(p.Name)
-		c.CPUs = slices.Clone(p.CPUs)
-		out = append(out, c)
+		add(p.Name, slices.Clone(p.CPUs))
 	}
-	return out
+	return classes, trees
 }
 
 // setupPerfMode is the fallback when the eBPF attribution is not running:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
@@ -224,7 +225,7 @@ func RunCheck(f Options, format string, stdout, stderr io.Writer) int {
 	if td != nil {
 		groups = append(groups, td.groups...)
 	}
-	a, feat, _ := setupCgroups(f.cgroups, s, td, groups)
+	a, feat, _ := setupCgroups(f.cgroups, s, td, groups, slog.New(slog.DiscardHandler))
 	if a != nil {
 		a.Close()
 	}

@@ -85,7 +85,7 @@ func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 	running, failed := f.collectors.Build(b, false)
 	if !f.collectors.Enabled("cgroup") {
 		// Say why pmu_capability{feature="cgroup_attribution"} is 0.
-		_, feat, _ := setupCgroups(f.cgroups, s, nil, nil)
+		_, feat, _ := setupCgroups(f.cgroups, s, nil, nil, logger)
 		s.report.Features = append(s.report.Features, feat)
 		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
 	}
@@ -173,7 +173,7 @@ func liveTopdownCollector(b *build) error {
 // where eBPF cannot run; pod names come from the API when it is reachable.
 func liveCgroup(b *build) error {
 	f, logger := b.f, b.log
-	attributor, feat, notes := setupCgroups(f.cgroups, *b.s, b.td, b.s.groups)
+	attributor, feat, notes := setupCgroups(f.cgroups, *b.s, b.td, b.s.groups, logger)
 	b.s.report.Features = append(b.s.report.Features, feat)
 	for _, n := range notes {
 		logger.Warn("per-cgroup attribution is partial", "problem", n)
@@ -183,8 +183,8 @@ func liveCgroup(b *build) error {
 	case attributor != nil:
 		logger.Info("per-cgroup attribution", "detail", feat.Detail)
 		b.p.closers = append(b.p.closers, func() { attributor.Close() }) // after the engine has closed its groups
-		b.engine.OnOpen, b.engine.OnClose = attributor.OnOpen, attributor.OnClose
-		b.resets = append(b.resets, func(cpu int, _ string) { attributor.ResetCPU(cpu) })
+		b.engine.OnOpen, b.engine.OnClose = attributor.kernel.OnOpen, attributor.kernel.OnClose
+		b.resets = append(b.resets, func(cpu int, _ string) { attributor.kernel.ResetCPU(cpu) })
 		b.steps = append(b.steps, step{"cgroup", func(model.Snapshot) error {
 			cpus, err := b.online.Read()
 			if err != nil {

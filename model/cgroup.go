@@ -93,3 +93,32 @@ type Node struct {
 	// partition of it, so their sum is not held to it.
 	ChildrenEstimated bool
 }
+
+// CgroupReading is one event's cumulative counts for one cgroup, as the
+// attribution program's map holds them: the counter and its enabled and
+// running times, summed over CPUs.
+type CgroupReading struct {
+	Counter, Enabled, Running uint64
+}
+
+// CgroupCounts is one read of the attribution program's map
+// (kernel/cgroupcount), each cgroup's readings flattened over the core
+// types' events in slot order, which the analysis (analysis/cgroupattr)
+// rolls up into ancestors, bounds into series and feeds Top-Down.
+type CgroupCounts struct {
+	// Own are each cgroup's own readings (its tasks' credits, not its
+	// descendants'), by cgroup id.
+	Own map[uint64][]CgroupReading
+	// Unattributed are the readings of spans no single cgroup owns (nil:
+	// none yet).
+	Unattributed []CgroupReading
+	// Current says the id → path table was read after the counts: an id it
+	// cannot resolve is a cgroup removed.
+	Current bool
+	// Tracked is how many cgroups the kernel's map holds.
+	Tracked int
+	// Placed says, by flattened index, which events had a file descriptor
+	// in the program on some CPU at some time: an event whose group never
+	// opened gets no series rather than a zero.
+	Placed []bool
+}

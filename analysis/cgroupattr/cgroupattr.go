@@ -11,12 +11,8 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/readformat"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
-
-// Reading is one event's cumulative counts for one cgroup.
-type Reading struct {
-	Counter, Enabled, Running uint64
-}
 
 // Other names the series holding every cgroup beyond MaxSeries.
 const Other = "other"
@@ -39,7 +35,7 @@ type Options struct {
 
 type entry struct {
 	path     string
-	prev     []Reading
+	prev     []model.CgroupReading
 	total    []float64 // scaled, cumulative
 	shown    bool      // has its own series (kept until it vanishes: no flapping)
 	unnamed  bool      // gone before its path was read: counted into Gone
@@ -66,7 +62,7 @@ func New(events int, opts Options) *Table {
 // cgroup is gone). current says whether the hierarchy was read after the
 // readings: then an id path cannot resolve is a cgroup removed, whose
 // counts go to Gone; if not, it waits for a later update.
-func (t *Table) Update(now time.Time, readings map[uint64][]Reading, path func(uint64) (string, bool), current bool) {
+func (t *Table) Update(now time.Time, readings map[uint64][]model.CgroupReading, path func(uint64) (string, bool), current bool) {
 	for id, rs := range readings {
 		e := t.byID[id]
 		if e == nil {
@@ -76,14 +72,14 @@ func (t *Table) Update(now time.Time, readings map[uint64][]Reading, path func(u
 			}
 			// Gone before we first saw it: nothing to label it with, so
 			// its counts go to Gone, followed as any cgroup's are.
-			e = &entry{path: p, unnamed: !ok, prev: make([]Reading, t.events), total: make([]float64, t.events), born: now}
+			e = &entry{path: p, unnamed: !ok, prev: make([]model.CgroupReading, t.events), total: make([]float64, t.events), born: now}
 			t.byID[id] = e
 		}
 		e.lastSeen = now
 		for i := range min(len(rs), t.events) {
 			r, p := rs[i], e.prev[i]
 			if r.Counter < p.Counter || r.Enabled < p.Enabled || r.Running < p.Running {
-				p = Reading{} // the kernel's entry was recreated: start over
+				p = model.CgroupReading{} // the kernel's entry was recreated: start over
 			}
 			if dr := r.Running - p.Running; dr > 0 {
 				d := float64(readformat.Scale(r.Counter-p.Counter, r.Enabled-p.Enabled, dr))

@@ -1,5 +1,7 @@
 package cgroupattr
 
+import "github.com/pmu-exporter/pmu_exporter/model"
+
 // Rollup sums each cgroup's own readings into its ancestors'. The kernel
 // credits a task's own cgroup only, which keeps the work at a context
 // switch to one map update; the ancestors' totals are made here, once per
@@ -8,13 +10,13 @@ package cgroupattr
 // ancestors with them.
 type Rollup struct {
 	events int
-	own    map[uint64][]Reading // each cgroup's own readings at the previous Update
-	total  map[uint64][]Reading // its own and its descendants', cumulative
+	own    map[uint64][]model.CgroupReading // each cgroup's own readings at the previous Update
+	total  map[uint64][]model.CgroupReading // its own and its descendants', cumulative
 }
 
 // NewRollup makes a rollup of events readings per cgroup.
 func NewRollup(events int) *Rollup {
-	return &Rollup{events: events, own: map[uint64][]Reading{}, total: map[uint64][]Reading{}}
+	return &Rollup{events: events, own: map[uint64][]model.CgroupReading{}, total: map[uint64][]model.CgroupReading{}}
 }
 
 // Update folds in one read of every cgroup's own cumulative readings (own,
@@ -22,20 +24,20 @@ func NewRollup(events int) *Rollup {
 // gives, and returns every cgroup's totals so far: the cgroups read now or
 // before, and their ancestors. The returned map is the rollup's own, valid
 // until the next Update or Forget.
-func (r *Rollup) Update(own map[uint64][]Reading, ancestors func(uint64) []uint64) map[uint64][]Reading {
+func (r *Rollup) Update(own map[uint64][]model.CgroupReading, ancestors func(uint64) []uint64) map[uint64][]model.CgroupReading {
 	for id, rs := range own {
 		prev := r.own[id]
 		if prev == nil {
-			prev = make([]Reading, r.events)
+			prev = make([]model.CgroupReading, r.events)
 			r.own[id] = prev
 		}
-		delta := make([]Reading, r.events)
+		delta := make([]model.CgroupReading, r.events)
 		for i := range min(len(rs), r.events) {
 			p := prev[i]
 			if rs[i].Counter < p.Counter || rs[i].Enabled < p.Enabled || rs[i].Running < p.Running {
-				p = Reading{} // the kernel's entry was recreated: it counts from zero
+				p = model.CgroupReading{} // the kernel's entry was recreated: it counts from zero
 			}
-			delta[i] = Reading{rs[i].Counter - p.Counter, rs[i].Enabled - p.Enabled, rs[i].Running - p.Running}
+			delta[i] = model.CgroupReading{Counter: rs[i].Counter - p.Counter, Enabled: rs[i].Enabled - p.Enabled, Running: rs[i].Running - p.Running}
 			prev[i] = rs[i]
 		}
 		r.credit(id, delta)
@@ -49,10 +51,10 @@ func (r *Rollup) Update(own map[uint64][]Reading, ancestors func(uint64) []uint6
 }
 
 // credit adds delta to id's total.
-func (r *Rollup) credit(id uint64, delta []Reading) {
+func (r *Rollup) credit(id uint64, delta []model.CgroupReading) {
 	t := r.total[id]
 	if t == nil {
-		t = make([]Reading, r.events)
+		t = make([]model.CgroupReading, r.events)
 		r.total[id] = t
 	}
 	for i, d := range delta {

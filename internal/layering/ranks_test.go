@@ -37,9 +37,6 @@ var whereItBelongs = map[[2]string]string{
 // removed by moving code, not added to: the test fails on any other, and
 // on an entry here that no longer exists, so the list only shrinks.
 var importDebt = []string{
-	"kernel/cgroupcount -> analysis/cgroupattr",
-	"kernel/cgroupcount -> analysis/topdown",
-	"kernel/cgroupcount -> analysis/topdown/metric",
 	"kernel/perfsample -> analysis/locality/cacheline",
 	"kernel/perfsample -> analysis/locality/comdetect",
 	"kernel/perfsample -> analysis/locality/governor",

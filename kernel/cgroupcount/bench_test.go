@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/cgroupattr"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupbpf"
@@ -30,7 +31,7 @@ func BenchmarkCgroups(b *testing.B) {
 				names = append(names, fmt.Sprintf("c%04d", i))
 			}
 			_, dirs := testenv.Cgroups(b, names...)
-			r := newRig(b, Options{Depth: 1, MaxCgroups: 16384, MaxSeries: 500, Grace: time.Minute})
+			r := newRig(b, Options{Depth: 1, MaxCgroups: 16384}, cgroupattr.Options{MaxSeries: 500, Grace: time.Minute})
 			r.cycle(time.Second)
 			// Run a task in each cgroup until the map holds them all (the
 			// kernel skips the program for some switches).

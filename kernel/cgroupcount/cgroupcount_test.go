@@ -1,6 +1,7 @@
 package cgroupcount
 
 import (
+	"log/slog"
 	"math"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/cgroupattr"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
+	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
@@ -20,6 +22,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupbpf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 func sw(name string, config uint64) eventspec.Event {
@@ -45,6 +48,48 @@ const (
 	ctrA   = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	ctrB   = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 )
+
+// Snapshot and Cgroup are what the series are read as.
+type (
+	Snapshot = model.CgroupSnapshot
+	Cgroup   = model.Cgroup
+)
+
+// attribution is the kernel's side with the analysis on it, wired as
+// collector wires them (collector/cgroup.go's cgroupAttribution).
+type attribution struct {
+	*Attributor
+	analysis *cgroupattr.Attribution
+	snap     Snapshot
+}
+
+// withAnalysis puts the analysis on a: tree, if any, is evaluated on the
+// first class.
+func withAnalysis(a *Attributor, tree *metric.Tree, opts cgroupattr.Options) *attribution {
+	var classes []cgroupattr.Class
+	for i, c := range a.opts.Classes {
+		ac := cgroupattr.Class{PMU: c.PMU}
+		if i == 0 {
+			ac.Tree = tree
+		}
+		for _, src := range c.Events {
+			ac.Events, ac.Hidden = append(ac.Events, src.Event), append(ac.Hidden, src.Hidden)
+		}
+		classes = append(classes, ac)
+	}
+	return &attribution{Attributor: a, analysis: cgroupattr.NewAttribution(classes, opts, slog.New(slog.DiscardHandler))}
+}
+
+func (x *attribution) Cycle(online []int) {
+	counts, now, ok := x.Attributor.Cycle(online)
+	if !ok {
+		return
+	}
+	x.snap = x.analysis.Update(now, counts, x.Attributor)
+	x.Health(&x.snap)
+}
+
+func (x *attribution) Snapshot() Snapshot { return x.snap }
 
 // count is a cgroup's count of event, NaN where it has none.
 func count(c Cgroup, event string) float64 {
@@ -79,7 +124,11 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 	groups := append([]perfcount.GroupSpec{{Name: "software", Events: []eventspec.Event{
 		sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK),
 		sw("context-switches", unix.PERF_COUNT_SW_CONTEXT_SWITCHES)}}}, tdGroups...)
-	classes, notes := Plan([]Class{{Tree: tree}}, groups, func(string) bool { return true }, func(string) bool { return true })
+	var inputs []string
+	for _, e := range tree.Def.Events {
+		inputs = append(inputs, e.Name)
+	}
+	classes, notes := Plan([]Class{{First: inputs}}, groups, func(string) bool { return true }, func(string) bool { return true })
 	// The tree's input first, from its hidden group; then the visible
 	// events, the clocks last (clocksLast).
 	want := []Source{{"CLOCK", tdGroups[0].Name, true}, {"context-switches", "software", false}, {"cpu-clock", "software", false}, {"task-clock", "software", false}}
@@ -87,11 +136,11 @@ func TestPodAttributionEndToEnd(t *testing.T) {
 		t.Fatalf("plan %+v, notes %v", classes[0].Events, notes)
 	}
 	now := time.Unix(1000, 0)
-	a, err := New(Options{Classes: classes, Root: testenv.Cgroup2Mount(), Depth: 6, MaxCgroups: 4096, MaxSeries: 1000,
-		Grace: 30 * time.Second, Now: func() time.Time { return now }})
+	k, err := New(Options{Classes: classes, Root: testenv.Cgroup2Mount(), Depth: 6, MaxCgroups: 4096, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := withAnalysis(k, tree, cgroupattr.Options{MaxSeries: 1000, Grace: 30 * time.Second})
 	online := host.NewOnlineCPUsReader("/sys")
 	defer online.Close()
 	e := perfcount.New(perfcount.Options{Groups: groups, OnlineCPUs: online.Read, OnOpen: a.OnOpen, OnClose: a.OnClose})

@@ -26,22 +26,23 @@ import (
 // rig is an engine counting cpu-clock and task-clock with an attributor on it.
 type rig struct {
 	e    *perfcount.Engine
-	a    *Attributor
+	a    *attribution
 	now  time.Time
 	cpus []int
 }
 
-func newRig(t testing.TB, opts Options) *rig {
+func newRig(t testing.TB, opts Options, series cgroupattr.Options) *rig {
 	t.Helper()
 	groups := []perfcount.GroupSpec{{Name: "software", Events: []eventspec.Event{
 		sw("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK), sw("task-clock", unix.PERF_COUNT_SW_TASK_CLOCK)}}}
 	opts.Classes, _ = Plan([]Class{{}}, groups, func(string) bool { return true }, func(string) bool { return true })
 	r := &rig{now: time.Unix(1000, 0), cpus: testenv.OnlineCPUs(t)}
 	opts.Root, opts.Now = testenv.Cgroup2Mount(), func() time.Time { return r.now }
-	a, err := New(opts)
+	k, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := withAnalysis(k, nil, series)
 	online := host.NewOnlineCPUsReader("/sys")
 	r.a = a
 	r.e = perfcount.New(perfcount.Options{Groups: groups, OnlineCPUs: online.Read, OnOpen: a.OnOpen, OnClose: a.OnClose})
@@ -119,7 +120,7 @@ func TestChurn(t *testing.T) {
 	// counted before and after differ by its events. Measure again then,
 	// with a rig and cgroups of the run's own.
 	hotplugtest.Measure(t, func(try int) {
-		r := newRig(t, Options{Depth: 2, MaxCgroups: 8192, MaxSeries: maxSeries, Grace: 5 * time.Second, Rescan: 10 * time.Second})
+		r := newRig(t, Options{Depth: 2, MaxCgroups: 8192, Rescan: 10 * time.Second}, cgroupattr.Options{MaxSeries: maxSeries, Grace: 5 * time.Second})
 		r.cycle(time.Second)
 		base := filepath.Join(testenv.Cgroup2Mount(), top, fmt.Sprintf("run%d", try))
 		if err := os.Mkdir(base, 0o755); err != nil {
@@ -214,7 +215,7 @@ func TestChurn(t *testing.T) {
 // counts them, and keeps attributing the cgroups it holds.
 func TestMapFull(t *testing.T) {
 	testenv.RequireRoot(t)
-	r := newRig(t, Options{Depth: 1, MaxCgroups: 8, MaxSeries: 100, Grace: time.Minute})
+	r := newRig(t, Options{Depth: 1, MaxCgroups: 8}, cgroupattr.Options{MaxSeries: 100, Grace: time.Minute})
 	r.cycle(time.Second)
 	var names []string
 	for i := range 40 {
@@ -239,7 +240,7 @@ func TestMapFull(t *testing.T) {
 // map, and are resolved once the hierarchy can be read again.
 func TestFailedWalkForgetsNothing(t *testing.T) {
 	_, dirs := testenv.Cgroups(t, "kept")
-	r := newRig(t, Options{Depth: 1, MaxCgroups: 1024, MaxSeries: 100, Grace: time.Minute})
+	r := newRig(t, Options{Depth: 1, MaxCgroups: 1024}, cgroupattr.Options{MaxSeries: 100, Grace: time.Minute})
 	r.cycle(time.Second)
 	id, err := cgroupid.ID(dirs[0])
 	if err != nil {
@@ -286,9 +287,10 @@ func TestUnopenedEventHasNoSeries(t *testing.T) {
 	}
 	classes, _ := Plan([]Class{{}}, groups, func(string) bool { return true }, func(string) bool { return true })
 	now := time.Unix(1000, 0)
-	a, err := New(Options{Classes: classes, Root: testenv.Cgroup2Mount(), MaxCgroups: 4096, MaxSeries: 1000, Grace: time.Minute,
+	k, err := New(Options{Classes: classes, Root: testenv.Cgroup2Mount(), MaxCgroups: 4096,
 		Now: func() time.Time { return now }})
 	testenv.Require(t, err == nil, fmt.Sprintf("loading the BPF program: %v", err))
+	a := withAnalysis(k, nil, cgroupattr.Options{MaxSeries: 1000, Grace: time.Minute})
 	online := host.NewOnlineCPUsReader("/sys")
 	defer online.Close()
 	e := perfcount.New(perfcount.Options{Groups: groups, OnlineCPUs: online.Read, OnOpen: a.OnOpen, OnClose: a.OnClose})

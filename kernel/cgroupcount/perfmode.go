@@ -9,6 +9,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
+	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
 // PerfMode is the fallback where eBPF is not permitted: perf's own cgroup
@@ -56,7 +57,7 @@ func (m *PerfMode) Cycle() { m.engine.Cycle() }
 func (m *PerfMode) ResetCPU(cpu int, cause string) { m.engine.ResetCPU(cpu, cause) }
 
 // Snapshot returns per-cgroup counts in the attributor's form.
-func (m *PerfMode) Snapshot() Snapshot {
+func (m *PerfMode) Snapshot() model.CgroupSnapshot {
 	s := m.engine.Snapshot()
 	sums := map[string]map[string]float64{}
 	fds := 0 // one per event per CPU where its group is open
@@ -75,12 +76,12 @@ func (m *PerfMode) Snapshot() Snapshot {
 		}
 		sums[p][e.Event] += float64(e.Sum())
 	}
-	out := Snapshot{Tracked: len(m.files), Errors: map[string]uint64{}, PerfModeFDs: fds}
+	out := model.CgroupSnapshot{Tracked: len(m.files), Errors: map[string]uint64{}, PerfModeFDs: fds}
 	for p, evs := range sums {
-		c := Cgroup{Path: p}
+		c := model.Cgroup{Path: p}
 		c.Identity, _ = podcgroup.Parse(p)
 		for n, v := range evs {
-			c.Events = append(c.Events, Count{Event: n, Value: v})
+			c.Events = append(c.Events, model.Count{Event: n, Value: v})
 		}
 		sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].Event < c.Events[j].Event })
 		out.Cgroups = append(out.Cgroups, c)

@@ -4,19 +4,20 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupbpf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
 )
 
 // Class is one core type: the CPUs on which the same events sit in the same
-// program slots, and the Top-Down tree evaluated there, if any.
+// program slots.
 type Class struct {
-	PMU    string // the core PMU ("" where the host has one, or none)
-	CPUs   []int  // nil: every CPU
-	Tree   *metric.Tree
-	Params map[string]float64 // the tree's smt_on, #slots, ...
+	PMU  string // the core PMU ("" where the host has one, or none)
+	CPUs []int  // nil: every CPU
+	// First are the events attributed before any other, in this order:
+	// the inputs of the Top-Down tree evaluated per cgroup on these CPUs,
+	// which needs all of them.
+	First []string
 	// Events are the attributed events in program slot order (Plan fills it).
 	Events []Source
 }
@@ -31,7 +32,7 @@ type Source struct {
 }
 
 // Plan picks each class's events from the engine's groups: the class's
-// Top-Down inputs first (per-cgroup Top-Down needs all of them), then every
+// First (its Top-Down inputs: per-cgroup Top-Down needs all of them), then every
 // other event in group order that keep accepts, up to cgroupbpf.MaxEvents,
 // then the clock events moved after the others (clocksLast). Each is read
 // from the first group that counts it on the class's CPUs. Events of PMUs
@@ -66,11 +67,9 @@ func Plan(classes []Class, groups []perfcount.GroupSpec, perTask func(pmu string
 			}
 		}
 		var picked []string
-		if c.Tree != nil {
-			for _, e := range c.Tree.Def.Events {
-				if _, ok := first[e.Name]; ok && !slices.Contains(picked, e.Name) {
-					picked = append(picked, e.Name)
-				}
+		for _, name := range c.First {
+			if _, ok := first[name]; ok && !slices.Contains(picked, name) {
+				picked = append(picked, name)
 			}
 		}
 		for _, name := range order {
