@@ -650,11 +650,11 @@ func (d *Decoder) ReadTraps(period uint64) {
 	defer d.engine.Flush() // the disarms of the traps read, in effect now
 	defer d.disarmOverBudget()
 	d.pendingReuse = d.pendingReuse[:0]
-	var sampled func(watch.Sampled)
+	var sampled func(memop.Sampled)
 	if d.ownClock {
 		sampled = d.reuseSampled
 	}
-	_, lost := d.engine.ReadSampled(func(tr watch.Trap) {
+	_, lost := d.engine.ReadSampled(func(tr memop.Trap) {
 		d.traps++
 		d.charge(tr.PID)
 		if d.reusing[tr.PID] {

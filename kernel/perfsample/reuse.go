@@ -145,7 +145,7 @@ type reuseEvent struct {
 
 // reuseSampled takes a sample of a thread watched for ReuseTracker, from
 // its leader (ownClock): its slots are armed at once, in applyReuse.
-func (d *Decoder) reuseSampled(s watch.Sampled) {
+func (d *Decoder) reuseSampled(s memop.Sampled) {
 	a, r := d.reuseResolver.Sample(s.Sample, 0)
 	if r != memop.Resolved {
 		return
@@ -156,7 +156,7 @@ func (d *Decoder) reuseSampled(s watch.Sampled) {
 // reuseTrapped takes a trap of a thread watched for ReuseTracker, its
 // access decoded as memop.Resolver.Trap says (the reuse's kind and
 // address); applyReuse hands it to the tracker.
-func (d *Decoder) reuseTrapped(tr watch.Trap) {
+func (d *Decoder) reuseTrapped(tr memop.Trap) {
 	clock := tr.Time
 	if d.ownClock {
 		clock = tr.Clock

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 )
 
@@ -183,16 +184,16 @@ func TestArmBookkeepingOnTheKernelModel(t *testing.T) {
 			k.access(addr, true)
 		}
 	}
-	read := func() (traps []Trap) {
+	read := func() (traps []memop.Trap) {
 		t.Helper()
-		bad, lost := e.Read(func(tr Trap) { traps = append(traps, tr) })
+		bad, lost := e.Read(func(tr memop.Trap) { traps = append(traps, tr) })
 		if bad != 0 {
 			t.Fatalf("%d records the engine could not read", bad)
 		}
 		_ = lost
 		return traps
 	}
-	expect := func(what string, traps []Trap, n int, slot int, addr uint64) {
+	expect := func(what string, traps []memop.Trap, n int, slot int, addr uint64) {
 		t.Helper()
 		if len(traps) != n {
 			t.Fatalf("%s: %d traps, want %d", what, len(traps), n)

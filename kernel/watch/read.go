@@ -11,26 +11,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 )
 
-// Sampled is a leader's sample of its thread (SampleEvery).
-type Sampled struct {
-	// Sample has the thread, CPU, time (CLOCK_MONOTONIC), IP and user
-	// registers; valid during the callback only.
-	Sample *perfrecord.Sample
-	Clock  uint64 // the distance clock at the sample (Trap.Clock's)
-}
-
 // Read drains every thread's ring, handing each trap to fn; it returns the
 // records it could not read and the records the kernel dropped for a full
 // ring (PERF_RECORD_LOST).
-func (e *Engine) Read(fn func(Trap)) (bad int, lost uint64) { return e.ReadSampled(fn, nil) }
+func (e *Engine) Read(fn func(memop.Trap)) (bad int, lost uint64) { return e.ReadSampled(fn, nil) }
 
 // ReadSampled is Read, handing the leaders' samples to sampled (nil: they
 // are skipped); each thread's records come in its order.
-func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, lost uint64) {
+func (e *Engine) ReadSampled(fn func(memop.Trap), sampled func(memop.Sampled)) (bad int, lost uint64) {
 	var s perfrecord.Sample
 	for _, t := range e.threads {
 		retired := len(t.retired) // closed before this read: all their traps are in the ring
@@ -56,14 +49,14 @@ func (e *Engine) ReadSampled(fn func(Trap), sampled func(Sampled)) (bad int, los
 			}
 			if ti.slot == leaderSlot {
 				if sampled != nil && len(s.Read) > 0 {
-					sampled(Sampled{Sample: &s, Clock: e.clock(s.Read)})
+					sampled(memop.Sampled{Sample: &s, Clock: e.clock(s.Read)})
 				}
 				return true
 			}
 			if ti.slot >= 0 && s.ID == t.ids[ti.slot] && t.state[ti.slot] == oneShot {
 				t.fired[ti.slot] = true // the kernel disabled it: re-armed, it is opened again
 			}
-			tr := Trap{PID: s.PID, TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time, Watched: s.Addr}
+			tr := memop.Trap{PID: s.PID, TID: s.TID, CPU: s.CPU, Slot: ti.slot, IP: s.IP, Time: s.Time, Watched: s.Addr}
 			if len(s.Read) > 0 {
 				tr.Clock = e.clock(s.Read)
 			}
@@ -195,7 +188,7 @@ func trapCost(n int) (time.Duration, error) {
 	e.Disarm(tid, 0)
 	e.Flush()
 	traps := uint64(0)
-	_, lost := e.Read(func(Trap) { traps++ })
+	_, lost := e.Read(func(memop.Trap) { traps++ })
 	if traps += lost; traps == 0 {
 		return 0, errNeverTrapped
 	}

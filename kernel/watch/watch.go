@@ -94,24 +94,6 @@ func breakpoint(addr uint64, size uint8, writesOnly bool) unix.PerfEventAttr {
 
 const bitSampleIDAll = 1 << 18
 
-// Trap is one watchpoint trap.
-type Trap struct {
-	PID, TID, CPU uint32
-	Slot          int
-	IP            uint64 // the instruction after the trapping access (x86), or at it (arm64)
-	Time          uint64 // CLOCK_MONOTONIC, ns
-	// Watched is the address the watchpoint was armed on when it trapped
-	// (PERF_SAMPLE_ADDR of a breakpoint): a trap read after its slot was
-	// re-armed elsewhere names the old address.
-	Watched uint64
-	// Clock is the distance clock at the trap: the thread's CPU time, ns
-	// (its task-clock), or the sum of the CountWith events.
-	Clock uint64
-	// Regs are the user registers at the trap (nil: none), valid during
-	// the callback only.
-	Regs *memop.Regs
-}
-
 // breakpoints is what the engine asks of the kernel about a slot's
 // breakpoint event: kernel/perf's syscalls (kernelBreakpoints), or, in
 // the tests of the arm bookkeeping that run without debug registers, a
@@ -338,7 +320,7 @@ func (e *Engine) leader(sampled bool) unix.PerfEventAttr {
 }
 
 // SampleEvery makes the leaders sample their threads every period ns of
-// the thread's CPU time (Read's Sampled): a reuse distance from such a
+// the thread's CPU time (Read's memop.Sampled): a reuse distance from such a
 // sample to a trap of the same thread is the thread's CPU time between
 // them, exactly. Before Add, or to change the period of leaders that
 // sample.

@@ -120,7 +120,7 @@ func TestEngineTrapsOncePerArm(t *testing.T) {
 	traps := func() map[trap]int {
 		got := map[trap]int{}
 		trapTimes, clocks = trapTimes[:0], clocks[:0]
-		_, lost := e.Read(func(tr Trap) {
+		_, lost := e.Read(func(tr memop.Trap) {
 			if tr.TID != w.tid {
 				t.Errorf("trap of thread %d, watching %d", tr.TID, w.tid)
 			}
@@ -247,7 +247,7 @@ func BenchmarkArm(b *testing.B) {
 				}
 				e.Arm(w.tid, 0, addr(to), 8, true)
 				e.Flush()
-				e.Read(func(Trap) {})
+				e.Read(func(memop.Trap) {})
 			}
 		})
 	}
@@ -278,7 +278,7 @@ func BenchmarkTrap(b *testing.B) {
 			for b.Loop() {
 				w.run(func() { store(&v, 100) })
 				b.StopTimer()
-				e.Read(func(Trap) {})
+				e.Read(func(memop.Trap) {})
 				if arm == "re-armed" {
 					e.Arm(w.tid, 0, addr(&v), 8, true)
 					e.Flush()
@@ -368,7 +368,7 @@ func TestArmTakesEffectAtOnce(t *testing.T) {
 		e.Disarm(w.tid, 0)
 		e.Flush()
 		var times []uint64
-		e.Read(func(tr Trap) { times = append(times, tr.Time) })
+		e.Read(func(tr memop.Trap) { times = append(times, tr.Time) })
 		// The second walk to begin after the arm: the first, begun after
 		// it, must have trapped before it began.
 		var second uint64
@@ -466,7 +466,7 @@ func TestLeaderSamplesOnThreadCPUTime(t *testing.T) {
 	steal := uint64(testenv.StolenSince(t, steal0))
 	type sample struct{ clock, time uint64 }
 	var got []sample
-	_, lost := e.ReadSampled(func(Trap) { t.Error("a trap, with nothing armed") }, func(s Sampled) {
+	_, lost := e.ReadSampled(func(memop.Trap) { t.Error("a trap, with nothing armed") }, func(s memop.Sampled) {
 		if s.Sample.TID != w.tid || s.Sample.RegsABI == 0 || s.Sample.IP >= 0xffff800000000000 {
 			t.Errorf("sample of thread %d at %#x (registers: ABI %d), sampling thread %d in user mode", s.Sample.TID, s.Sample.IP, s.Sample.RegsABI, w.tid)
 		}
@@ -512,7 +512,7 @@ func TestLeaderSamplesOnThreadCPUTime(t *testing.T) {
 	after, _ = e.Clock(w.tid)
 	steal = uint64(testenv.StolenSince(t, steal0))
 	n := 0
-	e.ReadSampled(func(Trap) {}, func(Sampled) { n++ })
+	e.ReadSampled(func(memop.Trap) {}, func(memop.Sampled) { n++ })
 	if want := float64(after-before) / float64(4*period); float64(n) < 0.7*(want-float64(steal)/float64(4*period)) || float64(n) > 1.3*want+1 {
 		t.Errorf("%d samples in %.1f ms of CPU time at a period of 4 ms, %.0f ms stolen", n, float64(after-before)/1e6, float64(steal)/1e6)
 	}
@@ -553,7 +553,7 @@ func TestAddCountingBesideSampling(t *testing.T) {
 	}
 	counting.run(func() { spinCPU(t, 20*time.Millisecond) })
 	samples, traps := map[uint32]int{}, map[uint32]int{}
-	_, lost := e.ReadSampled(func(tr Trap) { traps[tr.TID]++ }, func(s Sampled) { samples[s.Sample.TID]++ })
+	_, lost := e.ReadSampled(func(tr memop.Trap) { traps[tr.TID]++ }, func(s memop.Sampled) { samples[s.Sample.TID]++ })
 	if lost > 0 {
 		t.Errorf("%d records lost", lost)
 	}
