@@ -11,6 +11,7 @@ import (
 	"github.com/alecthomas/units"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
@@ -72,7 +73,7 @@ func setupComm(b *build) error {
 		return err
 	}
 	det := comdetect.New(comdetect.Options{Window: comdetect.Window(o.window, source != "decode")})
-	dec, err := perfsample.NewDecoder(b.f.procfs, det)
+	dec, err := newDecoder(b.f.procfs, det)
 	if err != nil {
 		return err
 	}
@@ -192,7 +193,7 @@ func openSamplers(b *build, o commFlags, set *commSamplers, root string) (podAnn
 
 // commCollector exports the detections, and the watchpoints' totals where
 // the engine runs (watching).
-func commCollector(b *build, o commFlags, dec *perfsample.Decoder, det *comdetect.Detector, set *commSamplers, source string, watching bool) *exporter.CommCollector {
+func commCollector(b *build, o commFlags, dec *feed.Decoder, det *comdetect.Detector, set *commSamplers, source string, watching bool) *exporter.CommCollector {
 	coll := exporter.NewComm(dec).WithSource(source)
 	if source == "decode" {
 		b.log.Info("address sampler", "event", "cpu-clock:u", "period_ns", o.period, "window", det.Window(), "cgroups", len(o.cgroups), "pods", o.pods)
@@ -217,7 +218,7 @@ func commCollector(b *build, o commFlags, dec *perfsample.Decoder, det *comdetec
 
 // reuseCollector exports ReuseTracker's distances, with miss ratios at this
 // host's cache sizes where the distances are counted in accesses.
-func reuseCollector(b *build, o commFlags, dec *perfsample.Decoder, ids exporter.CgroupIDs) *exporter.ReuseCollector {
+func reuseCollector(b *build, o commFlags, dec *feed.Decoder, ids exporter.CgroupIDs) *exporter.ReuseCollector {
 	rc := exporter.NewReuse(dec, ids, b.names)
 	if o.reuseClock == reuse.ClockAccesses && len(b.s.facts.OnlineCPUs) > 0 {
 		// Miss ratios at this host's caches (the first online CPU's).
@@ -245,7 +246,7 @@ func reuseCollector(b *build, o commFlags, dec *perfsample.Decoder, ids exporter
 // processes, sweeping removed cgroups' totals, following the samplers (and
 // the annotated pods), and giving the watchpoints the sampled cgroups'
 // threads.
-func commBackground(b *build, o commFlags, dec *perfsample.Decoder, stats *samplestat.Stats, set *commSamplers, cgNames *cgroupNames, annotated podAnnotations, watching, reuseOn bool) func(context.Context) {
+func commBackground(b *build, o commFlags, dec *feed.Decoder, stats *samplestat.Stats, set *commSamplers, cgNames *cgroupNames, annotated podAnnotations, watching, reuseOn bool) func(context.Context) {
 	return func(ctx context.Context) {
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -291,7 +292,7 @@ var errNoBreakpoints = errors.New("no working watchpoints")
 // it resolves to); and the governor of the traps' cost. Errors that say
 // the host has no working watchpoints wrap errNoBreakpoints; the others
 // are the flags'.
-func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bool) (*watch.Engine, error) {
+func setupWatchpoints(b *build, dec *feed.Decoder, o *commFlags, anyPod bool) (*watch.Engine, error) {
 	if o.watchBudget <= 0 || o.watchBudget > 1 {
 		return nil, fmt.Errorf("--collector.comm.watch-budget=%v: want a share of CPU time in (0, 1]", o.watchBudget)
 	}
@@ -382,3 +383,16 @@ func setupWatchpoints(b *build, dec *perfsample.Decoder, o *commFlags, anyPod bo
 	ok = true
 	return engine, nil
 }
+
+// newDecoder is the address sampler's decoder, reading the processes
+// under proc (kernel/perfsample.Processes) and feeding det.
+func newDecoder(proc string, det *comdetect.Detector) (*feed.Decoder, error) {
+	procs, err := perfsample.NewProcesses(proc)
+	if err != nil {
+		return nil, err
+	}
+	return feed.NewDecoder(procs, perfsample.MonotonicNow, det)
+}
+
+// The sampler's records go to feed's sink.
+var _ perfsample.Consumer = (*feed.Sink)(nil)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
@@ -27,7 +28,7 @@ type commSamplers struct {
 	b           *build
 	cfgs        []sampling.Config
 	stats       *samplestat.Stats
-	dec         *perfsample.Decoder
+	dec         *feed.Decoder
 	root        string
 	budgetShare int // the budget is split among this many samplers (0: 1)
 	// nodeRegs is what the selected workloads' debug registers serve by
@@ -105,7 +106,6 @@ func (c *commSamplers) open(target string, regs model.Registers) error {
 		Governor:  sampling.NewGovernor(b.f.comm.budget/share, b.s.facts.MaxSampleRate),
 		AfterRead: func(took time.Duration, _ int) { b.p.health.Observe("comm", took, nil) },
 		BeginPass: func() func() { return b.p.health.Begin("comm") },
-		Decoder:   c.dec,
 	}
 	root, v1 := cgroupRoot(b.f.cgroups, *b.s)
 	opts.CgroupOf = taskCgroups(b.f.procfs, root, v1, b.log)
@@ -118,7 +118,7 @@ func (c *commSamplers) open(target string, regs model.Registers) error {
 		}
 		cs.cgroup, opts.Cgroup = f, f
 	}
-	smp, failures, err := perfsample.Open(c.cfgs, b.s.facts.OnlineCPUs, c.stats, opts)
+	smp, failures, err := perfsample.Open(c.cfgs, b.s.facts.OnlineCPUs, feed.NewSink(c.stats, c.dec), opts)
 	for _, fl := range failures {
 		b.log.Warn("address sampler not opened on a CPU", "cpu", fl.CPU, "cgroup", target, "err", fl.Err)
 	}

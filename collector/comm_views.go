@@ -19,19 +19,19 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
-	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 )
 
 // forgetExited drops, every minute, what the decoder keeps of processes
 // and threads that exited.
-func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
+func forgetExited(ctx context.Context, dec *feed.Decoder, proc string) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
@@ -47,7 +47,7 @@ func forgetExited(ctx context.Context, dec *perfsample.Decoder, proc string) {
 // sweepExited forgets the processes and threads known to dec that proc
 // no longer lists, then closes the files none of the rest maps. The
 // decoder's lock is held only to list them, not while proc is read.
-func sweepExited(dec *perfsample.Decoder, proc string) {
+func sweepExited(dec *feed.Decoder, proc string) {
 	known := map[uint32][]uint32{}
 	dec.View(func(det *comdetect.Detector, _ memop.Outcomes) {
 		for _, pid := range det.PIDs() {

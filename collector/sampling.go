@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
@@ -79,7 +80,7 @@ func setupSampling(p *Pipeline, o samplingFlags, cg cgroupFlags, procPath string
 	if perCgroup {
 		stats.TrackCgroups(cg.maxSeries)
 	}
-	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, stats, perfsample.Options{
+	smp, failures, err := perfsample.Open(cfgs, s.facts.OnlineCPUs, feed.NewSink(stats, nil), perfsample.Options{
 		Logger: logger, OnlineCPUs: online.Read, Hotplug: hotplug, Pages: o.pages, Poll: 250 * time.Millisecond, Govern: 500 * time.Millisecond,
 		MIDR: s.midr, AuxBytes: o.auxKiB << 10, CgroupOf: taskCgroups(procPath, root, v1, logger),
 		Governor: sampling.NewGovernor(o.budget, s.facts.MaxSampleRate),

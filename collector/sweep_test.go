@@ -15,7 +15,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
-	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 )
 
 // The minute's sweep forgets a process that exited and closes the file it
@@ -38,7 +37,7 @@ func TestSweepExitedForgetsProcessesThreadsAndFiles(t *testing.T) {
 	cpid := uint32(child.Process.Pid)
 	ip := textOf(t, child.Process.Pid, bin)
 
-	dec, err := perfsample.NewDecoder("/proc", comdetect.New(comdetect.Options{}))
+	dec, err := newDecoder("/proc", comdetect.New(comdetect.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}

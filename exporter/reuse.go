@@ -249,7 +249,7 @@ func (c *ReuseCollector) kinds(ch chan<- prometheus.Metric, t *reuse.Tracker, l 
 }
 
 // timeBins is the power of two of a second that bin 0 of the live time
-// clocks starts at (perfsample.ReuseClock's units).
+// clocks starts at (feed.ReuseClock's units).
 const timeBins = -30
 
 // binnedHistogram exports tracker bins as a native histogram with classic

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
-	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 )
 
 type oneTracker struct {
@@ -29,20 +29,20 @@ func (o oneTracker) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Tracker
 // reuses' bins are labelled by their upper edges, 2^-18 s (3 µs) and 2^-10
 // s (0.7 ms); the observed histogram holds them, native and classic.
 func TestReuseSharesAndObserved(t *testing.T) {
-	if got := perfsample.ReuseClock(1e9); got != 1<<30 {
+	if got := feed.ReuseClock(1e9); got != 1<<30 {
 		t.Fatalf("ReuseClock(1 s) = %d, want 2^30", got)
 	}
 	tr := reuse.New(nopBackend{}, reuse.Options{Slots: 4, Clock: reuse.ClockThreadCPU})
-	tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: perfsample.ReuseClock(1e9)})
-	tr.Trapped(reuse.Hit{TID: 1, Clock: perfsample.ReuseClock(1e9 + 3000), Addr: 0x1000, Size: 4, Kind: reuse.Read}) // RAW, temporal
-	tr.Sample(reuse.Use{TID: 1, Addr: 0x2000, Size: 8, Kind: reuse.Write, Clock: perfsample.ReuseClock(2e9)})
-	tr.Trapped(reuse.Hit{TID: 1, Clock: perfsample.ReuseClock(2e9 + 700_000)})
-	tr.Sample(reuse.Use{TID: 1, Addr: 0x3000, Size: 8, Kind: reuse.Write, Clock: perfsample.ReuseClock(3e9)})
-	tr.Trapped(reuse.Hit{TID: 2, Clock: perfsample.ReuseClock(3e9 + 10)}) // another thread's store
+	tr.Sample(reuse.Use{TID: 1, Addr: 0x1000, Size: 8, Kind: reuse.Write, Clock: feed.ReuseClock(1e9)})
+	tr.Trapped(reuse.Hit{TID: 1, Clock: feed.ReuseClock(1e9 + 3000), Addr: 0x1000, Size: 4, Kind: reuse.Read}) // RAW, temporal
+	tr.Sample(reuse.Use{TID: 1, Addr: 0x2000, Size: 8, Kind: reuse.Write, Clock: feed.ReuseClock(2e9)})
+	tr.Trapped(reuse.Hit{TID: 1, Clock: feed.ReuseClock(2e9 + 700_000)})
+	tr.Sample(reuse.Use{TID: 1, Addr: 0x3000, Size: 8, Kind: reuse.Write, Clock: feed.ReuseClock(3e9)})
+	tr.Trapped(reuse.Hit{TID: 2, Clock: feed.ReuseClock(3e9 + 10)}) // another thread's store
 	// Three arms took effect 5 ms after their samples: ReuseClock(5 ms)
 	// lies in bin 22, [2^-8, 2^-7) s, the native bucket -7.
 	src := oneTracker{t: tr}
-	src.lat[bits.Len64(perfsample.ReuseClock(5e6))-1] = 3
+	src.lat[bits.Len64(feed.ReuseClock(5e6))-1] = 3
 	c := NewReuse(src, nil, nil)
 	ch := make(chan prometheus.Metric, 100)
 	c.Collect(ch)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
@@ -68,7 +69,7 @@ func auxRec(off, size, flags uint64, time uint64, cpu uint32) []byte {
 func TestSPEChunksFeedTheDetector(t *testing.T) {
 	st, ld, det, d := decoderOfOwnCode(t)
 	var fed []memaccess.Access
-	d.fed = func(a *memaccess.Access) { fed = append(fed, *a) }
+	d.Observe(func(a *memaccess.Access) { fed = append(fed, *a) })
 	cfgs := []sampling.Config{{Name: "arm_spe", PMU: "arm_spe_0", SampleType: sampling.AuxSampleType | sampling.Cgroup, Period: 4096, Memory: true, Decode: true, Aux: true}}
 	events, err := perfrecord.NewEvents([]perfrecord.Attr{{Type: 9, SampleType: sampling.AuxSampleType, SampleIDAll: true, Period: 4096}}, [][]uint64{{5}})
 	if err != nil {
@@ -79,7 +80,8 @@ func TestSPEChunksFeedTheDetector(t *testing.T) {
 	stats.SetSharingWindow(0)
 	pid := uint32(os.Getpid())
 	cgroupOf := func(p uint32) (uint64, bool) { return 77, p == pid } // the records carry none
-	s := &Sampler{cfgs: cfgs, opts: Options{Decoder: d, CgroupOf: cgroupOf}, events: events, stats: stats, periods: make([]atomic.Uint64, 1)}
+	sink := feed.NewSink(stats, d)
+	s := &Sampler{cfgs: cfgs, opts: Options{CgroupOf: cgroupOf}, events: events, sink: sink, periods: make([]atomic.Uint64, 1)}
 	s.periods[0].Store(4096)
 	const offset = 1_000_000
 	s.clockOffset.Store(offset)
@@ -104,19 +106,18 @@ func TestSPEChunksFeedTheDetector(t *testing.T) {
 				auxRec(8, uint64(len(loads)), 0, 510, 1)}}, // beyond the area: an error, not a panic
 	}
 	var smp perfrecord.Sample
-	b := stats.Lock()
+	sink.Begin()
 	var errs []string
 	for _, r := range rings {
 		r.a.stream.TC.Mult = 1 // perf time = the count
 		for _, rec := range r.recs {
-			if _, _, err := s.auxRecord(b, r.a, rec, &smp); err != nil {
+			if _, _, err := s.auxRecord(sink, r.a, rec, &smp); err != nil {
 				errs = append(errs, err.Error())
 			}
 		}
-		b.Filtered(0, r.a.stream.Other)
+		sink.Filtered(0, r.a.stream.Other)
 	}
-	d.flush(b, math.MaxUint64)
-	b.Unlock()
+	sink.End(math.MaxUint64)
 	if len(errs) != 1 || !strings.Contains(errs[0], "more than the") {
 		t.Errorf("errors %q, want the one record beyond its area", errs)
 	}
@@ -155,7 +156,7 @@ func TestAuxConfigWithoutAuxArea(t *testing.T) {
 	fake := clock
 	fake.Name, fake.Aux, fake.Decode, fake.SampleType = "fake_spe", true, false, sampling.AuxSampleType
 	cpus := []int{0}
-	smp, failures, err := Open([]sampling.Config{fake, clock}, cpus, samplestat.New(2, 16), Options{Pages: 1})
+	smp, failures, err := Open([]sampling.Config{fake, clock}, cpus, feed.NewSink(samplestat.New(2, 16), nil), Options{Pages: 1})
 	if err != nil {
 		t.Fatalf("%v: %+v", err, failures)
 	}
@@ -190,15 +191,16 @@ func FuzzAuxRecord(f *testing.F) {
 			t.Fatal(err)
 		}
 		stats := samplestat.New(1, 16)
-		s := &Sampler{cfgs: cfgs, events: events, stats: stats, periods: make([]atomic.Uint64, 1),
+		sink := feed.NewSink(stats, nil)
+		s := &Sampler{cfgs: cfgs, events: events, sink: sink, periods: make([]atomic.Uint64, 1),
 			opts: Options{CgroupOf: func(uint32) (uint64, bool) { return 7, true }}}
 		s.periods[0].Store(4096)
 		a := &auxRing{area: fakeArea(area), stream: &spe.Stream{MIDR: 0x410fd0c1, TC: perfdata.TimeConv{Mult: 1}}}
 		var smp perfrecord.Sample
-		b := stats.Lock()
-		s.auxRecord(b, a, rec, &smp)
-		s.auxRecord(b, a, auxRec(0, uint64(len(area)), 0, 1, 0), &smp)
-		b.Unlock()
+		sink.Begin()
+		s.auxRecord(sink, a, rec, &smp)
+		s.auxRecord(sink, a, auxRec(0, uint64(len(area)), 0, 1, 0), &smp)
+		sink.End(0)
 		snap := stats.Snapshot()
 		for _, c := range snap.Classes {
 			for _, src := range c {

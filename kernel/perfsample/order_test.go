@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
@@ -90,14 +91,11 @@ func samplePasses(t *testing.T) (fed []memaccess.Access, per map[uint32]int, det
 		t.Logf("online CPUs %v: both threads on one", online)
 	}
 	det = comdetect.New(comdetect.Options{})
-	d, err := NewDecoder("/proc", det)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.fed = func(a *memaccess.Access) { fed = append(fed, *a) }
+	d := procDecoder(t, det)
+	d.Observe(func(a *memaccess.Access) { fed = append(fed, *a) })
 	cfgs := []sampling.Config{sampling.Decoded(uint64(time.Millisecond), false, memop.RegsMask(runtime.GOARCH))}
 	stats := samplestat.New(len(cfgs), 256)
-	s, failures, err := Open(cfgs, online, stats, Options{Pages: 64, Decoder: d})
+	s, failures, err := Open(cfgs, online, feed.NewSink(stats, d), Options{Pages: 64})
 	if err == nil && len(failures) != 0 && offlineSinceListed(failures) {
 		s.Close()
 		return nil, nil, det // a CPU went offline since the list: hotplugtest.Measure measures again

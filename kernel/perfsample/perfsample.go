@@ -20,7 +20,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/formats/spe"
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
@@ -53,8 +52,6 @@ type Options struct {
 	// that it has ended. A pass that never ends (a read of a sampled
 	// binary hung in the kernel) is then seen (exporter.Health.Stuck).
 	BeginPass func() (end func())
-	// Decoder resolves the samples of Decode configs (the address sampler).
-	Decoder *Decoder
 	// WakeEach wakes the reader at every sample of Decode configs (the
 	// watchpoints are armed from them) instead of once a page has filled.
 	WakeEach bool
@@ -89,7 +86,7 @@ type Sampler struct {
 	order   []int // the CPUs of cpus, ascending
 	poller  *perfring.Poller
 	events  *perfrecord.Events
-	stats   *samplestat.Stats
+	sink    Consumer
 	periods []atomic.Uint64
 	closeMu sync.Mutex
 
@@ -150,8 +147,8 @@ const bitSampleIDAll = 1 << 18
 // Open opens every config on each of its CPUs (cpus: the online ones).
 // Configs that fail everywhere are reported and left out; Open fails only
 // when nothing could be opened.
-func Open(cfgs []sampling.Config, cpus []int, stats *samplestat.Stats, o Options) (*Sampler, []Failure, error) {
-	s := &Sampler{opts: o, stats: stats, cfgs: cfgs, cpus: map[int]*cpuEvents{}}
+func Open(cfgs []sampling.Config, cpus []int, sink Consumer, o Options) (*Sampler, []Failure, error) {
+	s := &Sampler{opts: o, sink: sink, cfgs: cfgs, cpus: map[int]*cpuEvents{}}
 	var err error
 	if s.poller, err = perfring.NewPoller(); err != nil {
 		return nil, nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
@@ -48,7 +49,7 @@ func openWith(t *testing.T, cfgs []sampling.Config, stats *samplestat.Stats, o O
 	t.Helper()
 	for try := 1; ; try++ {
 		testenv.AwaitPresentOnline(t, 5*time.Second)
-		s, failures, err := Open(cfgs, testenv.OnlineCPUs(t), stats, o)
+		s, failures, err := Open(cfgs, testenv.OnlineCPUs(t), feed.NewSink(stats, nil), o)
 		if err == nil && len(failures) != 0 && try < 5 && offlineSinceListed(failures) {
 			s.Close()
 			continue
@@ -562,7 +563,7 @@ func TestRunFollowsHotplugEvents(t *testing.T) {
 	}
 	hotplug, _ := l.Subscribe()
 	before := perfFDs(t)
-	s, failures, err := Open([]sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, 1000000)}, online, samplestat.New(1, 256),
+	s, failures, err := Open([]sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, 1000000)}, online, feed.NewSink(samplestat.New(1, 256), nil),
 		Options{Pages: 16, Poll: 10 * time.Millisecond, Govern: time.Hour, OnlineCPUs: func() ([]int, error) { return testenv.OnlineCPUs(t), nil }, Hotplug: hotplug})
 	if err != nil || len(failures) != 0 {
 		t.Fatalf("open: %v %+v", err, failures)
@@ -626,7 +627,7 @@ func TestResetCPUAfterQuickHotplug(t *testing.T) {
 	online := testenv.OnlineCPUs(t)
 
 	stats := samplestat.New(1, 256)
-	s, failures, err := Open([]sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, 1000000)}, online, stats,
+	s, failures, err := Open([]sampling.Config{software("cpu-clock", unix.PERF_COUNT_SW_CPU_CLOCK, 1000000)}, online, feed.NewSink(stats, nil),
 		Options{Pages: 16, OnlineCPUs: func() ([]int, error) { return testenv.OnlineCPUs(t), nil }})
 	if err != nil || len(failures) != 0 {
 		t.Fatalf("open: %v %+v", err, failures)

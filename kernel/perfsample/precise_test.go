@@ -12,7 +12,9 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
@@ -35,7 +37,7 @@ func precise(id, ip uint64, pid, tid uint32, time, addr uint64, cpu uint32, src 
 // decoderOfOwnCode is the address sampler's decoder with a detector at
 // the precise samplers' window, and the entries of this process's own
 // 8-byte store and 4-byte load functions, whose widths it decodes.
-func decoderOfOwnCode(t *testing.T) (st, ld uint64, det *comdetect.Detector, d *Decoder) {
+func decoderOfOwnCode(t *testing.T) (st, ld uint64, det *comdetect.Detector, d *feed.Decoder) {
 	t.Helper()
 	testenv.Require(t, runtime.GOARCH == "amd64", "the test's functions are checked as x86-64 code")
 	st, ld, err := accesses.Entries()
@@ -43,20 +45,17 @@ func decoderOfOwnCode(t *testing.T) (st, ld uint64, det *comdetect.Detector, d *
 		t.Fatal(err)
 	}
 	det = comdetect.New(comdetect.Options{Window: comdetect.PreciseWindow})
-	if d, err = NewDecoder("/proc", det); err != nil {
-		t.Fatal(err)
-	}
-	return st, ld, det, d
+	return st, ld, det, procDecoder(t, det)
 }
 
 // oneTrueOneFalse checks that the detector found one true and one false
 // sharing of period accesses each, every width decoded from the
 // instruction (none left unknown, four bytes: the load's).
-func oneTrueOneFalse(t *testing.T, det *comdetect.Detector, d *Decoder, period uint64) {
+func oneTrueOneFalse(t *testing.T, det *comdetect.Detector, d *feed.Decoder, period uint64) {
 	t.Helper()
-	d.mu.Lock()
-	total, widths := det.Totals(), d.resolver.Widths
-	d.mu.Unlock()
+	var total comdetect.Cell
+	var widths [2]uint64
+	d.View(func(det *comdetect.Detector, out memop.Outcomes) { total, widths = det.Totals(), out.Widths })
 	if total.TrueCount != 1 || total.FalseCount != 1 || total.True != period || total.False != period {
 		t.Errorf("detections %+v, want one true and one false sharing of %d accesses each", total, period)
 	}
@@ -90,7 +89,8 @@ func TestPreciseSamplesFeedTheDetector(t *testing.T) {
 	stats := samplestat.New(len(cfgs), 64)
 	stats.TrackCgroups(8)
 	stats.SetSharingWindow(0)
-	s := &Sampler{cfgs: cfgs, opts: Options{Decoder: d}, events: events, stats: stats, periods: make([]atomic.Uint64, len(cfgs))}
+	sink := feed.NewSink(stats, d)
+	s := &Sampler{cfgs: cfgs, events: events, sink: sink, periods: make([]atomic.Uint64, len(cfgs))}
 	pid := uint32(os.Getpid())
 	const lineA, lineB = 0x7f0000001000, 0x7f0000001040
 	recs := [][]byte{
@@ -100,15 +100,14 @@ func TestPreciseSamplesFeedTheDetector(t *testing.T) {
 		precise(1, ld, pid, 12, 400, lineB+8, 1, 0x02),
 	}
 	var smp perfrecord.Sample
-	b := stats.Lock()
+	sink.Begin()
 	for _, r := range recs {
-		if err := s.record(b, r, &smp); err != nil {
-			b.Unlock()
+		if err := s.record(sink, r, &smp); err != nil {
+			sink.End(0)
 			t.Fatal(err)
 		}
 	}
-	d.flush(b, math.MaxUint64)
-	b.Unlock()
+	sink.End(math.MaxUint64)
 	oneTrueOneFalse(t, det, d, 1000)
 	snap := stats.Snapshot()
 	if snap.Events[0].Samples != 2 || snap.Events[1].Samples != 2 {
@@ -123,4 +122,19 @@ func TestPreciseSamplesFeedTheDetector(t *testing.T) {
 	if cg.Sharing[cacheline.TrueSharing] != 1000 || cg.Sharing[cacheline.FalseSharing] != 1000 {
 		t.Errorf("cgroup 77's sharing %v, want the detector's: 1000 true, 1000 false, once each", cg.Sharing)
 	}
+}
+
+// procDecoder is the address sampler's decoder reading the processes under
+// /proc, feeding det.
+func procDecoder(t *testing.T, det *comdetect.Detector) *feed.Decoder {
+	t.Helper()
+	procs, err := NewProcesses("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := feed.NewDecoder(procs, MonotonicNow, det)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -10,8 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
-	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/formats/spe"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
@@ -28,18 +26,19 @@ type ReadError struct {
 	Err    error
 }
 
-// ReadAll drains every ring into the stats. Records that cannot be read
-// are counted in the stats and skipped; it returns the first error of each
-// ring and reason.
+// ReadAll drains every ring into the consumer, in one pass. Records that
+// cannot be read are counted there (Error) and skipped; it returns the
+// first error of each ring and reason.
 func (s *Sampler) ReadAll() []ReadError {
 	var smp perfrecord.Sample
 	var errs []ReadError
-	b := s.stats.Lock()
-	defer b.Unlock()
-	cut, ok := monotonicNow() // what any ring can hold by the time it is read
+	b := s.sink
+	cut, ok := MonotonicNow() // what any ring can hold by the time it is read
 	if !ok {
 		cut = math.MaxUint64 // unreadable: nothing waits
 	}
+	b.Begin()
+	defer func() { b.End(cut) }() // after every ring: the decoder merges them by time
 	if time.Since(s.flushed) >= max(s.opts.Poll, time.Millisecond) {
 		// Not at every wake: a ring woken by its switch records alone
 		// must not stop every CPU's unit.
@@ -48,9 +47,6 @@ func (s *Sampler) ReadAll() []ReadError {
 	}
 	for _, cpu := range s.order {
 		errs = append(errs, s.readCPU(b, s.cpus[cpu], &smp)...)
-	}
-	if d := s.opts.Decoder; d != nil {
-		d.flush(b, cut) // after every ring: it merges them by time
 	}
 	return errs
 }
@@ -63,7 +59,7 @@ func (s *Sampler) ReadAll() []ReadError {
 // decoder, which merges the CPUs' samples by time up to the pass's cut,
 // would take one CPU's seconds before another's. Records taken between
 // the two ioctls are lost.
-func (s *Sampler) flushAux(b samplestat.Batch) []ReadError {
+func (s *Sampler) flushAux(b Consumer) []ReadError {
 	var errs []ReadError
 	for _, cpu := range s.order {
 		for _, a := range s.cpus[cpu].aux {
@@ -82,7 +78,7 @@ func (s *Sampler) flushAux(b samplestat.Batch) []ReadError {
 
 // readCPU drains a CPU's rings into the stats: the shared one, then each
 // AUX event's. It returns the first error of each ring and reason.
-func (s *Sampler) readCPU(b samplestat.Batch, ce *cpuEvents, smp *perfrecord.Sample) []ReadError {
+func (s *Sampler) readCPU(b Consumer, ce *cpuEvents, smp *perfrecord.Sample) []ReadError {
 	var errs []ReadError
 	read := func(r *perfring.Ring, each func(rec []byte) error) {
 		var decodeErr error
@@ -138,7 +134,7 @@ func (s *Sampler) readCPU(b samplestat.Batch, ce *cpuEvents, smp *perfrecord.Sam
 // auxRecord takes a record of an AUX event's data area: a CPU-wide switch
 // to the stream, the chunk an AUX record announces through the stream to
 // the stats (returning the record), the others as any event's.
-func (s *Sampler) auxRecord(b samplestat.Batch, a *auxRing, rec []byte, smp *perfrecord.Sample) (perfrecord.Aux, bool, error) {
+func (s *Sampler) auxRecord(b Consumer, a *auxRing, rec []byte, smp *perfrecord.Sample) (perfrecord.Aux, bool, error) {
 	h, err := perfrecord.ParseHeader(rec)
 	if err != nil {
 		return perfrecord.Aux{}, false, err
@@ -180,14 +176,14 @@ func (s *Sampler) auxRecord(b samplestat.Batch, a *auxRing, rec []byte, smp *per
 					sm.Cgroup, sm.Has = id, sm.Has|unix.PERF_SAMPLE_CGROUP
 				}
 			}
-			s.deliver(b, a.cfg, sm)
+			b.Sample(a.cfg, &s.cfgs[a.cfg], sm)
 		})
 		return aux, true, nil
 	}
 	return perfrecord.Aux{}, false, s.record(b, rec, smp)
 }
 
-func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample) error {
+func (s *Sampler) record(b Consumer, rec []byte, smp *perfrecord.Sample) error {
 	h, err := perfrecord.ParseHeader(rec)
 	if err != nil {
 		return err
@@ -204,17 +200,15 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 		if s.cfgs[i].SampleType&unix.PERF_SAMPLE_PERIOD == 0 {
 			smp.Period = s.periods[i].Load() // the record stands for the period in force
 		}
-		s.deliver(b, i, smp)
+		b.Sample(i, &s.cfgs[i], smp)
 	case perfrecord.TypeMmap, perfrecord.TypeMmap2:
-		if d := s.opts.Decoder; d != nil {
-			if m, err := perfrecord.DecodeMmap(rec); err == nil {
-				d.mapped(m)
-			}
+		if m, err := perfrecord.DecodeMmap(rec); err == nil {
+			b.Mapped(m)
 		}
 	case perfrecord.TypeComm:
-		if d := s.opts.Decoder; d != nil && h.Misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {
+		if h.Misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {
 			if c, err := perfrecord.DecodeComm(rec); err == nil && c.PID == c.TID {
-				d.exec(c.PID)
+				b.Exec(c.PID)
 			}
 		}
 	case perfrecord.TypeLost, perfrecord.TypeLostSamples: // the ring's losses, and the PMU's (PEBS, SPE)
@@ -231,47 +225,12 @@ func (s *Sampler) record(b samplestat.Batch, rec []byte, smp *perfrecord.Sample)
 	return nil
 }
 
-// deliver takes a sample of config i: to the address sampler's decoder
-// where the config is one of its (a precise sample with the width its
-// instruction gives, or a timer sample resolved from its registers), else
-// to the stats as it is.
-func (s *Sampler) deliver(b samplestat.Batch, i int, smp *perfrecord.Sample) {
-	c := &s.cfgs[i]
-	d := s.opts.Decoder
-	if !c.Decode || d == nil {
-		b.Sample(i, smp, c.Memory, c.AddrOnly)
-		return
-	}
-	if c.Memory { // a precise sample: the table takes it as it is, with its width
-		if c.AddrOnly && smp.Addr == 0 {
-			b.Sample(i, smp, c.Memory, c.AddrOnly)
-			return
-		}
-		d.mu.Lock()
-		a, ok, _ := d.resolver.Precise(smp, smp.Period, c.IPAfter)
-		d.mu.Unlock()
-		b.Precise(i, smp, c.AddrOnly, a.Size)
-		if ok {
-			d.queue(a, smp, i, true)
-		}
-		return
-	}
-	d.mu.Lock()
-	a, r := d.resolver.Sample(smp, smp.Period)
-	d.mu.Unlock()
-	if r != memop.Resolved {
-		b.Unresolved(i)
-		return
-	}
-	d.queue(a, smp, i, false)
-}
-
 // drain reads a CPU's rings into the stats (a CPU about to be closed).
 func (s *Sampler) drain(ce *cpuEvents) {
 	var smp perfrecord.Sample
-	b := s.stats.Lock()
-	defer b.Unlock()
-	s.readCPU(b, ce, &smp) // its errors are counted in the stats
+	s.sink.Begin()
+	defer s.sink.End(0)         // the next pass merges its accesses with the other CPUs'
+	s.readCPU(s.sink, ce, &smp) // its errors are counted in the consumer
 }
 
 // fdsOf are event i's fds, one per CPU it is open on.

@@ -1,4 +1,4 @@
-package perfsample
+package feed
 
 import (
 	"math"
@@ -18,6 +18,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/internal/groundtruth/accesses"
 	"github.com/pmu-exporter/pmu_exporter/internal/hostgate"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
@@ -251,11 +252,7 @@ func engineAndDecoder(t *testing.T, slots, pages int) (*watch.Engine, *Decoder) 
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	d, err := NewDecoder("/proc", comdetect.New(comdetect.Options{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e, d
+	return e, procDecoder(t, comdetect.New(comdetect.Options{}))
 }
 
 // A process that exits with watches armed ends them (ReuseTracker's
@@ -305,4 +302,18 @@ func TestExitEndsArmedWatches(t *testing.T) {
 	if e := gone.Estimate(); e.Ended.Share != 1 || e.Horizon == 0 {
 		t.Errorf("the ended watch: share %v, age %d; want all of the one watch, aged by the CPU time the loop took", e.Ended.Share, e.Horizon)
 	}
+}
+
+// procDecoder is a decoder reading the processes under /proc, feeding det.
+func procDecoder(t testing.TB, det *comdetect.Detector) *Decoder {
+	t.Helper()
+	procs, err := perfsample.NewProcesses("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecoder(procs, perfsample.MonotonicNow, det)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -1,4 +1,4 @@
-package perfsample
+package feed
 
 import (
 	"cmp"
@@ -11,7 +11,6 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
-	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
 )
 
 // reuseBackend arms one process's threads for its ReuseTracker.
@@ -77,7 +76,7 @@ func ReuseClock(ns uint64) uint64 {
 //
 // clock, where not "", names the events e counts as the distance clock
 // (CountWith; the metrics' clock label): distances are their counts, not time.
-func (d *Decoder) WatchReuse(e *watch.Engine, slots, own int, mode reuse.Mode, clock string) error {
+func (d *Decoder) WatchReuse(e Watchpoints, slots, own int, mode reuse.Mode, clock string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.SamplePeriod() > 0 && mode == reuse.Shared {
@@ -297,7 +296,7 @@ func (d *Decoder) armLatency(times []uint64) {
 	if len(times) == 0 {
 		return
 	}
-	now, ok := monotonicNow()
+	now, ok := d.now()
 	if !ok {
 		return
 	}

@@ -1,19 +1,23 @@
-package perfsample
+// Package feed resolves the address sampler's samples to accesses and
+// feeds them, in time order, to the line table (samplestat), ComDetective's
+// detector and trap path (comdetect), ReuseTracker (reuse), the watchpoint
+// budget (governor) and the folding by last-level cache domain. What the
+// kernel gives it comes in as plain values through three doors that
+// kernel/ opens and collector/ wires: the ring's records (Sink, which
+// kernel/perfsample's sampler hands them to), what the sampled processes
+// map (Processes), and the watched threads' debug registers (Watchpoints).
+package feed
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
@@ -26,20 +30,47 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
-	"github.com/pmu-exporter/pmu_exporter/kernel/procmaps"
-	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
-	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
+// Processes reads what the sampled processes map
+// (kernel/perfsample.Processes): each open and read bounded in time.
+type Processes interface {
+	Open(pid uint32, name string) (codemap.File, string, error)
+	ReadMem(pid uint32, addr uint64, b []byte) (int, error)
+	Maps(pid uint32) ([]addrmap.Mapping, error)
+	Comm(pid uint32) (string, error)
+	TimedOut() uint64 // opens and reads given up on
+}
+
+// Watchpoints are the watched threads' debug registers
+// (kernel/watch.Engine): their events added and removed, slots armed and
+// disarmed, the arms flushed, traps and the leaders' samples read, and
+// each thread's distance clock.
+type Watchpoints interface {
+	Add(tid uint32) error
+	AddCounting(tid uint32) error
+	Remove(tid uint32)
+	Watching(tid uint32) bool
+	NumThreads() int
+	Slots() int
+	Arm(tid uint32, slot int, addr uint64, size uint8, writesOnly bool) error
+	Disarm(tid uint32, slot int) error
+	Flush() error
+	Wait(timeout time.Duration) error
+	Clock(tid uint32) (uint64, error)
+	SamplePeriod() uint64
+	SampleEvery(period uint64) error
+	ReadSampled(trap func(memop.Trap), sampled func(memop.Sampled)) (bad int, lost uint64)
+}
+
 // Decoder resolves the address sampler's timer samples to accesses by
-// decoding the sampled instruction, read from the process's memory
-// (/proc/PID/mem; CAP_SYS_PTRACE) with its function found in the mapped
-// ELF file (/proc/PID/root), and feeds them, in time order, to the shared
-// line table and ComDetective's detector.
+// decoding the sampled instruction, read from the process's memory with
+// its function found in the mapped ELF file (Processes), and feeds them,
+// in time order, to the shared line table and ComDetective's detector.
 type Decoder struct {
-	proc     string
-	fs       procfs.FS
+	procs    Processes
+	now      func() (uint64, bool) // CLOCK_MONOTONIC ns, the samples' clock
 	maps     *addrmap.Maps
 	code     *codemap.Map
 	resolver *memop.Resolver
@@ -68,7 +99,7 @@ type Decoder struct {
 	// The watchpoints, where Watch or WatchReuse (or both) turned them on:
 	// one engine, each watched process's registers serving ComDetective's
 	// trap path (the watcher) or, where reusing, its ReuseTracker.
-	engine  *watch.Engine
+	engine  Watchpoints
 	watcher *comdetect.Watcher
 	watched map[uint32][]uint32 // pid → its watched threads
 	reusing map[uint32]bool     // the watched pids whose registers serve ReuseTracker
@@ -112,84 +143,41 @@ type Decoder struct {
 	gov *governor.Governor
 	// cacheBytes bounds what each resolver keeps of decoded code.
 	cacheBytes int
-	// deadline bounds each open and read of what a process maps.
-	deadline *safeopen.Deadline
 }
 
-// NewDecoder reads processes under proc (/proc).
-func NewDecoder(proc string, det *comdetect.Detector) (*Decoder, error) {
-	fs, err := procfs.NewFS(proc)
-	if err != nil {
-		return nil, fmt.Errorf("address sampler: %w", err)
-	}
-	d := &Decoder{proc: proc, fs: fs, maps: addrmap.New(), det: det, domains: map[DomainPair]*comdetect.Cell{}, cacheBytes: memop.DefaultCacheBytes,
-		deadline: &safeopen.Deadline{Budget: readBudget, MaxAbandoned: maxAbandoned}}
-	d.code = codemap.New(d.maps, d.open, d.readMem)
+// NewDecoder reads the sampled processes through procs; now reads the
+// samples' clock (kernel/perfsample.MonotonicNow).
+func NewDecoder(procs Processes, now func() (uint64, bool), det *comdetect.Detector) (*Decoder, error) {
+	d := &Decoder{procs: procs, now: now, maps: addrmap.New(), det: det, domains: map[DomainPair]*comdetect.Cell{}, cacheBytes: memop.DefaultCacheBytes}
+	d.code = codemap.New(d.maps, procs.Open, procs.ReadMem)
+	var err error
 	if d.resolver, err = memop.NewResolver(d, runtime.GOARCH); err != nil {
 		return nil, fmt.Errorf("address sampler: %w", err)
 	}
 	return d, nil
 }
 
-// open opens the file pid maps as name, through the process's root (its
-// container's filesystem), keyed by device and inode so that one file
-// mapped by many processes is read once. Only a regular file, and never
-// blocking (safeopen.InRoot): the process controls what the name is now.
-// Its open and every read of it are bounded in time (safeopen.Deadline):
-// the file may be on a mount that stalls.
-func (d *Decoder) open(pid uint32, name string) (codemap.File, string, error) {
-	f, err := d.deadline.Open(func() (*os.File, error) {
-		return safeopen.InRoot(fmt.Sprintf("%s/%d/root", d.proc, pid), name)
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	key := name
-	if fi, err := f.Stat(); err == nil {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			key = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
-		}
-	}
-	return d.deadline.Timed(f), key, nil
-}
-
-// readMem reads pid's memory at addr, bounded in time: a page backed by
-// a file on a stalled mount holds the read in the kernel.
-func (d *Decoder) readMem(pid uint32, addr uint64, b []byte) (int, error) {
-	return d.deadline.ReadAt(func() (io.ReaderAt, io.Closer, error) {
-		f, err := os.Open(fmt.Sprintf("%s/%d/mem", d.proc, pid))
-		return f, f, err
-	}, b, int64(addr))
-}
-
-// How long the decoder waits for a read of what a process maps, and how
-// many reads given up on it lets the kernel hold before it reads no code
-// at all until they return.
-const (
-	readBudget   = time.Second
-	maxAbandoned = 16
-)
+// Observe calls fed with each access as the detector takes it (tests).
+func (d *Decoder) Observe(fed func(a *memaccess.Access)) { d.fed = fed }
 
 // Text implements memop.Code: it reads pid's mappings when ip lies in none
 // known (a new process, or a new mapping).
 func (d *Decoder) Text(pid uint32, ip uint64, buf []byte) (uint64, []byte, memop.Reason) {
 	if _, ok := d.maps.Find(pid, ip); !ok && ip < 0xffff800000000000 {
-		if m, err := procmaps.Read(d.fs, int(pid)); err == nil {
+		if m, err := d.procs.Maps(pid); err == nil {
 			d.maps.Set(pid, m)
 			d.code.Forget(pid)
 		}
-		if p, err := d.fs.Proc(int(pid)); err == nil {
-			if name, err := p.Comm(); err == nil {
-				d.det.SetName(pid, pid, name)
-			}
+		if name, err := d.procs.Comm(pid); err == nil {
+			d.det.SetName(pid, pid, name)
 		}
 	}
 	return d.code.Text(pid, ip, buf)
 }
 
-// mapped follows a new executable mapping: what was decoded in its range
+// Mapped follows a new executable mapping: what was decoded in its range
 // is stale.
-func (d *Decoder) mapped(m perfrecord.Mmap) {
+func (d *Decoder) Mapped(m perfrecord.Mmap) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.maps.Has(m.PID) {
@@ -367,16 +355,6 @@ func (d *Decoder) flush(b samplestat.Batch, cut uint64) {
 	d.keep(d.order[n:])
 }
 
-// monotonicNow is CLOCK_MONOTONIC in ns, the samples' and traps' clock;
-// false where it cannot be read.
-func monotonicNow() (uint64, bool) {
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-		return 0, false
-	}
-	return uint64(ts.Nano()), true
-}
-
 // keep leaves only the pending accesses at indexes later, in that order.
 func (d *Decoder) keep(later []int) {
 	m := len(d.pending)
@@ -469,7 +447,7 @@ func (d *Decoder) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
 	defer d.mu.Unlock()
 	out := d.resolver.Outcomes()
 	out.SymbolBytes, out.SymbolsRefused = d.code.Bytes(), d.code.Refused()
-	out.ReadsTimedOut = d.deadline.TimedOut()
+	out.ReadsTimedOut = d.procs.TimedOut()
 	if d.reuseResolver != nil {
 		out.CacheBytes += d.reuseResolver.CacheBytes()
 		out.Evicted += d.reuseResolver.Evicted
@@ -500,7 +478,7 @@ func (w watchBackend) Disarm(_, tid uint32, slot int) { w.d.engine.Disarm(tid, s
 // Watch adds ComDetective's trap path: the samples of the processes given
 // to SetWatched for Communication arm their threads' debug registers
 // through e (registers per thread). It may share e with WatchReuse.
-func (d *Decoder) Watch(e *watch.Engine, registers int) error {
+func (d *Decoder) Watch(e Watchpoints, registers int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.attach(e); err != nil {
@@ -512,7 +490,7 @@ func (d *Decoder) Watch(e *watch.Engine, registers int) error {
 
 // attach makes e the decoder's watchpoint engine: one engine, whichever
 // algorithms its registers serve.
-func (d *Decoder) attach(e *watch.Engine) error {
+func (d *Decoder) attach(e Watchpoints) error {
 	if d.engine != nil {
 		if d.engine != e {
 			return errors.New("the trap path and ReuseTracker share one watchpoint engine")
