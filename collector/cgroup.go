@@ -1,22 +1,51 @@
 package collector
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/cgroupattr"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/collector/registry"
+	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/host/pmu"
+	"github.com/pmu-exporter/pmu_exporter/internal/flaglist"
+	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
+
+// cgroupEntry is the cgroup collector in the registry: it attributes the
+// counted events and Top-Down to cgroups; its flags (--collector.cgroup.*)
+// bound to f, and its live and replay factories.
+func cgroupEntry(f *Options) registry.Collector[*build] {
+	return registry.Collector[*build]{Name: "cgroup", Default: true, Needs: []string{capability.CgroupEvents},
+		Live: liveCgroup, Replay: replayCgroups,
+		Help: "Attribute the counted events and Top-Down to cgroups (pods, containers) with an eBPF program on cgroup switches",
+		Options: func(o registry.Options) {
+			o.Flag("depth", "cgroup.depth", "Ancestor levels below the root that also get the counts of their descendants (kubelet pods sit at level 3, containers at 4).", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.cgroups.depth, "5", 0, 64) })
+			o.Flag("events", "cgroup.events", "Counted events to attribute to cgroups besides Top-Down's inputs (comma-separated or repeated; all: every counted event). Each one is a counter read at every context switch between cgroups.", func(fc *kingpin.FlagClause) {
+				flaglist.Var(fc.Default(strings.Join(DefaultCgroupEvents, ",")), &f.cgroups.events)
+			})
+			o.Flag("max-series", "cgroup.max-series", "Cgroups exported with series of their own; the smallest consumers beyond it are summed into cgroup=\"other\".", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.cgroups.maxSeries, "500", 1, 1_000_000) })
+			o.Flag("max-tracked", "cgroup.max-tracked", "Cgroups the kernel's attribution map holds at once; credits beyond it are dropped and counted in pmu_cgroup_attribution_errors_total{reason=\"map_full\"}.", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.cgroups.maxTracked, "16384", 1, 1<<22) })
+			o.Flag("grace-period", "cgroup.grace-period", "How long a removed cgroup keeps its series before they are dropped.", func(fc *kingpin.FlagClause) { flagrange.Duration(fc, &f.cgroups.grace, "5m", 0, 24*time.Hour) })
+			o.Flag("perf-mode", "cgroup.perf-mode", "Where the eBPF attribution cannot run (no CAP_BPF, no cgroup-switches): count this cgroup (path as in /proc/<pid>/cgroup; repeatable) with perf's cgroup mode instead, at one fd per event per CPU per cgroup.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.cgroups.perfMode) })
+		}}
+}
 
 // cgroupAttribution wires the kernel's per-cgroup counts (kernel/cgroupcount)
 // to the analysis that rolls them into ancestors, bounds them into series
@@ -251,4 +280,100 @@ func perTaskPMU(pmus []*pmu.PMU) func(string) bool {
 		}
 	}
 	return func(name string) bool { return ok[name] }
+}
+
+// liveCgroup attributes the counted events (and Top-Down) to cgroups with
+// the eBPF program, or with perf's cgroup mode for the allow-listed cgroups
+// where eBPF cannot run; pod names come from the API when it is reachable.
+func liveCgroup(b *build) error {
+	f, logger := b.f, b.log
+	attributor, feat, notes := setupCgroups(f.cgroups, *b.s, b.td, b.s.groups, logger)
+	b.s.report.Features = append(b.s.report.Features, feat)
+	for _, n := range notes {
+		logger.Warn("per-cgroup attribution is partial", "problem", n)
+	}
+	var perfMode *cgroupcount.PerfMode
+	switch {
+	case attributor != nil:
+		logger.Info("per-cgroup attribution", "detail", feat.Detail)
+		b.p.closers = append(b.p.closers, func() { attributor.Close() }) // after the engine has closed its groups
+		b.engine.OnOpen, b.engine.OnClose = attributor.kernel.OnOpen, attributor.kernel.OnClose
+		b.resets = append(b.resets, func(cpu int, _ string) { attributor.kernel.ResetCPU(cpu) })
+		b.steps = append(b.steps, step{"cgroup", func(model.Snapshot) error {
+			cpus, err := b.online.Read()
+			if err != nil {
+				return err
+			}
+			return newErrors(attributor.Snapshot, func() { attributor.Cycle(cpus) })
+		}})
+	case len(f.cgroups.perfMode) > 0:
+		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
+		pm, err := setupPerfMode(f.cgroups, *b.s, b.s.groups, perfcount.Options{OnlineCPUs: b.online.Read, Logger: logger})
+		if err != nil {
+			logger.Error("perf cgroup mode not running", "err", err)
+			return err
+		}
+		perfMode = pm
+		b.p.closers = append(b.p.closers, func() { pm.Close() })
+		logger.Warn("counting the allow-listed cgroups with perf's cgroup mode instead: one fd per event per CPU per cgroup; see pmu_cgroup_perf_mode_fds", "cgroups", len(f.cgroups.perfMode))
+		b.resets = append(b.resets, pm.ResetCPU)
+		b.steps = append(b.steps, step{"cgroup", func(model.Snapshot) error { return newErrors(pm.Snapshot, pm.Cycle) }})
+	default:
+		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
+		return errors.New(feat.Reason)
+	}
+	if f.k8sNode != "" {
+		client, err := podmeta.Client(f.kubeconfig)
+		if err != nil {
+			logger.Warn("no pod names from the Kubernetes API; cgroup series carry pod UIDs and container IDs", "err", err)
+		} else {
+			pods := podmeta.New(client, f.k8sNode, logger)
+			b.p.startPods = func(ctx context.Context) { go pods.Run(ctx) }
+			b.names = pods // set only here: a nil *podmeta.Index must stay a nil interface
+			b.p.add("cgroup", exporter.NewPodMeta(pods))
+		}
+	}
+	if perfMode != nil {
+		b.p.add("cgroup", exporter.NewCgroup(perfMode, b.names, exporter.PerfCgroupMode))
+	} else {
+		b.p.add("cgroup", exporter.NewCgroup(attributor, b.names, exporter.AttributedByBPF))
+	}
+	return nil
+}
+
+// newErrors runs a cycle of a per-cgroup source, which counts its failures
+// rather than returning them, and says whether it counted new ones.
+func newErrors(snapshot func() model.CgroupSnapshot, cycle func()) error {
+	sum := func() (n uint64) {
+		for _, v := range snapshot().Errors {
+			n += v
+		}
+		return n
+	}
+	before := sum()
+	cycle()
+	if after := sum(); after > before {
+		return fmt.Errorf("%d failures, by reason in pmu_cgroup_attribution_errors_total", after-before)
+	}
+	return nil
+}
+
+// replayCgroups plays the recording's perf stat -G cgroups.
+func replayCgroups(b *build) error {
+	if b.replay.rec == nil || !b.replay.rec.Cgroups {
+		return fmt.Errorf("%w: recorded without perf stat -G", errNotRecorded)
+	}
+	b.replay.cgroups = true
+	return nil
+}
+
+// cgroupFlags are the cgroup collector's (and the bounds per-cgroup
+// sampling shares).
+type cgroupFlags struct {
+	enabled                      bool
+	fsPath                       string // --path.cgroupfs
+	depth, maxSeries, maxTracked int
+	grace                        time.Duration
+	perfMode                     []string
+	events                       []string // attributed besides Top-Down's inputs; "all": every counted one
 }

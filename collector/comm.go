@@ -4,24 +4,65 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
+	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
+	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
+	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/capability"
+	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
 	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
+
+// commEntry is the comm collector in the registry: it samples user-mode code
+// with its registers and decodes the accesses: ComDetective and
+// ReuseTracker; its flags (--collector.comm.*) bound to f, and its live and
+// replay factories.
+func commEntry(f *Options) registry.Collector[*build] {
+	return registry.Collector[*build]{Name: "comm", Default: true, Needs: []string{capability.SystemWide, capability.AddressSampling}, Live: liveComm, Replay: replayComm,
+		Help: "Sample user-mode code on every CPU with its registers and decode each sampled instruction's memory operand (no precise PMU needed; where PEBS, IBS or SPE exist, their memory samples instead, with the width decoded): ComDetective's communication matrices with true and false sharing (/debug/comm), and the shared-line table where no precise sampler feeds it",
+		Options: func(o registry.Options) {
+			o.Flag("period", "", "Nanoseconds of CPU time between the address sampler's samples on each CPU (1000000: 1 kHz); the governor raises it beyond --collector.comm.cpu-budget. Where PEBS, IBS or SPE sample instead, --collector.sampling.period sets theirs.", func(fc *kingpin.FlagClause) { flagrange.Uint64(fc, &f.comm.period, "1000000", 10_000, 60_000_000_000) })
+			o.Flag("window", "", "How many of a reader's own samples a published store stays fresh for (ComDetective's expiry); "+comdetect.WindowHelp()+" (docs/sampling.md).", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.comm.window, "0", 0, 1<<20) })
+			o.Flag("cpu-budget", "", "CPU the exporter may spend, in CPUs (0.01: 1% of one CPU), all of its CPU time counted; beyond it the address sampler's period rises, so what the other collectors and the watchpoints cost comes out of its samples.", func(fc *kingpin.FlagClause) { flagrange.Float64(fc, &f.comm.budget, "0.01", 0.0001, 1024) })
+			o.Flag("per-cgroup", "", "Record each sample's cgroup and export pmu_cgroup_comm_sampled_seconds_total (pmu_cgroup_comm_accesses_estimated_total from precise samples) per namespace, pod and container, bounded by --collector.cgroup.max-series.", func(fc *kingpin.FlagClause) { fc.Default("true").BoolVar(&f.comm.perCgroup) })
+			o.Flag("pods", "", "Which pods' tasks to sample: all (every task, as without Kubernetes), or annotated: only pods annotated pmu-exporter.io/comm=\"true\" on this node, each with perf's cgroup mode (needs --kubernetes.node-name); others are not sampled at all.", func(fc *kingpin.FlagClause) { fc.Default("all").EnumVar(&f.comm.pods, "all", "annotated") })
+			o.Flag("watchpoints", "", "Add ComDetective's trap path in the selected workloads (--collector.comm.cgroup or --collector.comm.pods=annotated): a sampled store arms the debug registers of its process's other threads on its line; a trap is a communication. Needs watchpoints that fire (check: breakpoints) and CAP_PERFMON; each trap costs the workload ~25 µs here, within --collector.comm.watch-budget.", func(fc *kingpin.FlagClause) { fc.BoolVar(&f.comm.watchpoints) })
+			o.Flag("reuse", "", "Run ReuseTracker on the selected workloads' watchpoints instead (reuse time distances between a sampled access and its thread's next access to the same bytes, and invalidations by other threads' stores): pmu_reuse_*. Exclusive with --collector.comm.watchpoints.", func(fc *kingpin.FlagClause) { fc.BoolVar(&f.comm.reuse) })
+			o.Flag("reuse-mode", "", "private: reuse by the sampling thread itself (its private caches); shared: by another thread of its last-level cache domain (a shared cache), stores from other domains being invalidations.", func(fc *kingpin.FlagClause) { fc.Default("private").EnumVar(&f.comm.reuseMode, "private", "shared") })
+			o.Flag("reuse-own", "", "Private mode: of each watched thread's debug registers, how many watch its own sampled accesses alone (they see its next touch, not other threads' stores); the rest are global, armed in every thread, and see the invalidations. 0: all global, as the thesis (docs/sampling.md).", func(fc *kingpin.FlagClause) {
+				flagrange.Int(fc, &f.comm.reuseOwn, strconv.Itoa(reuse.DefaultOwn), 0, 4)
+			})
+			o.Flag("reuse-clock", "", "Private reuse distances in counts of these events (perf syntax, several joined by +), counted in each watched thread's group and read at its samples and traps, instead of its CPU time; accesses: the host's loads and stores (ReuseTracker's clock: Intel MEM_INST_RETIRED.ALL_LOADS+ALL_STORES, AMD ls_dispatch, Arm MEM_ACCESS), whose distances also give LRU stack distances and miss ratios (where no such events are known for the core PMU, its retired instructions; where no core PMU counts, the CPU time, with a warning); accesses=EVENTS: events of yours that count them. Empty: the thread's CPU time.", func(fc *kingpin.FlagClause) { fc.StringVar(&f.comm.reuseClock) })
+			o.Flag("watch-budget", "", "The share of a watched process's CPU time its watchpoint traps may cost it (each trap's cost measured at start); a sample of a process over budget is used without watchpoints.", func(fc *kingpin.FlagClause) { flagrange.Float64(fc, &f.comm.watchBudget, "0.01", 0.0001, 1) })
+			o.Flag("decode-cache", "", "Memory the address decoder may keep of the instructions it decoded (those sampled, each process's own), beyond which those not sampled lately are dropped and decoded again if sampled again: pmu_address_decode_cache_bytes.", func(fc *kingpin.FlagClause) {
+				flagrange.Bytes(fc, &f.comm.decodeCache, "32MiB", units.KiB, 16*units.GiB)
+			})
+			o.Flag("symbol-cache", "", "Memory the address decoder may keep of the sampled binaries' symbol tables, DWARF line tables and Go pclntabs (a process can declare a table of any size); a table that would pass it is not read, once the binaries no process maps are closed, and the binary's code is decoded without it: pmu_address_symbol_cache_bytes, pmu_address_symbol_tables_refused_total.", func(fc *kingpin.FlagClause) {
+				flagrange.Bytes(fc, &f.comm.symbolCache, "64MiB", units.MiB, 16*units.GiB)
+			})
+			o.Flag("max-watched-threads", "", "Threads given watchpoint events at most (each holds one fd per debug register, a task-clock and a ring).", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.comm.maxWatched, "256", 1, 1<<16) })
+			o.Flag("cgroup", "", "Sample only this cgroup's tasks (path below the perf_event hierarchy, as in /proc/<pid>/cgroup; repeatable), with perf's cgroup mode: other workloads are not sampled at all. Default: every task.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.comm.cgroups) })
+		}}
+}
 
 // commFlags are the comm collector's options.
 type commFlags struct {
@@ -206,11 +247,11 @@ func commCollector(b *build, o commFlags, dec *feed.Decoder, det *comdetect.Dete
 	if watching {
 		coll.WithWatch(func() exporter.WatchStats {
 			w := dec.WatchStats()
-			g, budget, cost, ok := dec.Governed()
+			g, budget, cost, ok := dec.TrapBudget()
 			threads, reuseThreads := dec.WatchedThreads()
 			return exporter.WatchStats{Traps: w.Traps, Unresolved: w.Unresolved, Lost: w.Lost, Arms: w.Arms, Recorded: w.Communication, Reuse: w.Reuse,
 				Threads: threads, ReuseThreads: reuseThreads, Joined: w.Joined,
-				Governed: ok, Budget: budget, TrapCost: cost, CPU: g.CPU, Cost: g.Spent, Denied: g.Denied}
+				Limited: ok, Budget: budget, TrapCost: cost, CPU: g.CPU, Cost: g.Spent, Denied: g.Denied}
 		})
 	}
 	return coll
@@ -289,7 +330,7 @@ var errNoBreakpoints = errors.New("no working watchpoints")
 // algorithms on it, each where the node's flags or any pod (anyPod, the
 // pods choosing by annotation) may ask for it: ComDetective's trap path,
 // and ReuseTracker with its distance clock (o.reuseClock becomes the unit
-// it resolves to); and the governor of the traps' cost. Errors that say
+// it resolves to); and the budget of the traps' cost. Errors that say
 // the host has no working watchpoints wrap errNoBreakpoints; the others
 // are the flags'.
 func setupWatchpoints(b *build, dec *feed.Decoder, o *commFlags, anyPod bool) (*watch.Engine, error) {
@@ -376,7 +417,7 @@ func setupWatchpoints(b *build, dec *feed.Decoder, o *commFlags, anyPod bool) (*
 			return nil, fmt.Errorf("--collector.comm.watchpoints: %w", err)
 		}
 	}
-	dec.Govern(o.watchBudget, cost)
+	dec.LimitTraps(o.watchBudget, cost)
 	dec.WatchNewThreads(o.maxWatched)
 	b.log.Info("address sampler: watchpoints in the selected workloads' threads", "per_thread", slots, "max_threads", o.maxWatched,
 		"trap_cost", cost, "budget", o.watchBudget, "node", o.registers(), "pods_choose", anyPod)
@@ -396,3 +437,92 @@ func newDecoder(proc string, det *comdetect.Detector) (*feed.Decoder, error) {
 
 // The sampler's records go to feed's sink.
 var _ perfsample.Consumer = (*feed.Sink)(nil)
+
+// replayComm runs ComDetective over the samples of --replay.samples (a
+// perf c2c or perf mem recording, or a timer recording with user
+// registers) and serves /debug/comm and pmu_comm_* from them, labelled
+// with the sampler that recorded them; and ReuseTracker over the access
+// trace of --replay.trace (replayReuse).
+func replayComm(b *build) error {
+	path := b.f.replay.samples
+	if b.f.replay.trace != "" {
+		if err := replayReuse(b); err != nil {
+			return err
+		}
+	}
+	if path == "" {
+		if b.f.replay.trace != "" {
+			return nil
+		}
+		return fmt.Errorf("%w: no --replay.samples or --replay.trace (the address sampler itself runs live)", errNotRecorded)
+	}
+	file, closeFile, err := recorded.Open(path, nil)
+	if err != nil {
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	defer closeFile()
+	acc, err := recorded.NewAccesses(recorded.GoArch(file.Arch), b.f.replay.symfs)
+	if err != nil {
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	source := recorded.Sampler(file.Events.Attrs, file.Names)
+	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: comdetect.Window(b.f.comm.window, source != "decode")}), acc: acc,
+		domainOf: llcOf(file.Caches), domains: map[[2]string]*comdetect.Cell{}}
+	// Per cgroup where the samples say theirs (perf record --all-cgroups),
+	// named by the recording's cgroup records.
+	var stats *samplestat.Stats
+	cgroups := recordedCgroups{}
+	for _, a := range file.Events.Attrs {
+		if a.SampleType&unix.PERF_SAMPLE_CGROUP != 0 && stats == nil && b.f.comm.perCgroup {
+			stats = samplestat.New(len(file.Events.Attrs), 1)
+			stats.TrackCgroups(b.f.cgroups.maxSeries)
+		}
+	}
+	var period periodMean
+	_, _, err = recorded.EachSample(file, path, io.Discard, recorded.Visitor{
+		Record: func(rec []byte, h perfrecord.Header) {
+			acc.Record(rec, h)
+			if h.Type == perfrecord.TypeCgroup {
+				if c, err := perfrecord.DecodeCgroup(rec); err == nil {
+					cgroups[c.ID] = c.Path
+				}
+			}
+		},
+		Sample: func(i int, s *perfrecord.Sample) error {
+			attr := file.Events.Attrs[i]
+			period.add(attr, s)
+			a, ok := acc.Access(attr, s)
+			if !ok {
+				return nil
+			}
+			found := r.det.Add(&a)
+			r.fold(a.CPU, found, a.Period)
+			if stats != nil && attr.SampleType&unix.PERF_SAMPLE_CGROUP != 0 {
+				batch := stats.Lock()
+				batch.Detected(&a, s.Cgroup, true, found.Kind)
+				batch.Unlock()
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		acc.Close()
+		return fmt.Errorf("--replay.samples: %w", err)
+	}
+	for k, name := range acc.Names {
+		r.det.SetName(k[0], k[1], name)
+	}
+	coll := exporter.NewComm(r).WithSource(source)
+	if source == "decode" && period.n > 0 {
+		// The timer's period, as live: what a sample stands for, in ns.
+		ns := uint64(period.sum / float64(period.n))
+		coll.WithPeriods(func() map[string]uint64 { return map[string]uint64{"": ns} })
+	}
+	if stats != nil {
+		coll.PerCgroup(stats, cgroups, nil)
+	}
+	b.p.closers = append(b.p.closers, acc.Close)
+	b.p.add("comm", coll)
+	b.p.handlers = append(b.p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N)", commHandler(r, func(uint32) []string { return nil })})
+	return nil
+}

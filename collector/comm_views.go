@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -20,7 +17,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
@@ -160,125 +157,17 @@ func commHandler(dec commView, podOf func(pid uint32) []string) http.Handler {
 	})
 }
 
-// replayComm runs ComDetective over the samples of --replay.samples (a
-// perf c2c or perf mem recording, or a timer recording with user
-// registers) and serves /debug/comm and pmu_comm_* from them, labelled
-// with the sampler that recorded them; and ReuseTracker over the access
-// trace of --replay.trace (replayReuse).
-func replayComm(b *build) error {
-	path := b.f.replay.samples
-	if b.f.replay.trace != "" {
-		if err := replayReuse(b); err != nil {
-			return err
-		}
-	}
-	if path == "" {
-		if b.f.replay.trace != "" {
-			return nil
-		}
-		return fmt.Errorf("%w: no --replay.samples or --replay.trace (the address sampler itself runs live)", errNotRecorded)
-	}
-	file, closeFile, err := OpenPerfData(path, nil)
-	if err != nil {
-		return fmt.Errorf("--replay.samples: %w", err)
-	}
-	defer closeFile()
-	acc, err := NewAccesses(GoArch(file.Arch), b.f.replay.symfs)
-	if err != nil {
-		return fmt.Errorf("--replay.samples: %w", err)
-	}
-	source := RecordedSampler(file.Events.Attrs, file.Names)
-	r := &replayedComm{det: comdetect.New(comdetect.Options{Window: comdetect.Window(b.f.comm.window, source != "decode")}), acc: acc,
-		domainOf: llcOf(file.Caches), domains: map[[2]string]*comdetect.Cell{}}
-	// Per cgroup where the samples say theirs (perf record --all-cgroups),
-	// named by the recording's cgroup records.
-	var stats *samplestat.Stats
-	cgroups := recordedCgroups{}
-	for _, a := range file.Events.Attrs {
-		if a.SampleType&unix.PERF_SAMPLE_CGROUP != 0 && stats == nil && b.f.comm.perCgroup {
-			stats = samplestat.New(len(file.Events.Attrs), 1)
-			stats.TrackCgroups(b.f.cgroups.maxSeries)
-		}
-	}
-	var period periodMean
-	_, _, err = EachSample(file, path, io.Discard, PerfDataVisitor{
-		Record: func(rec []byte, h perfrecord.Header) {
-			acc.Record(rec, h)
-			if h.Type == perfrecord.TypeCgroup {
-				if c, err := perfrecord.DecodeCgroup(rec); err == nil {
-					cgroups[c.ID] = c.Path
-				}
-			}
-		},
-		Sample: func(i int, s *perfrecord.Sample) error {
-			attr := file.Events.Attrs[i]
-			period.add(attr, s)
-			a, ok := acc.Access(attr, s)
-			if !ok {
-				return nil
-			}
-			found := r.det.Add(&a)
-			r.fold(a.CPU, found, a.Period)
-			if stats != nil && attr.SampleType&unix.PERF_SAMPLE_CGROUP != 0 {
-				batch := stats.Lock()
-				batch.Detected(&a, s.Cgroup, true, found.Kind)
-				batch.Unlock()
-			}
-			return nil
-		},
-	})
-	if err != nil {
-		acc.Close()
-		return fmt.Errorf("--replay.samples: %w", err)
-	}
-	for k, name := range acc.Names {
-		r.det.SetName(k[0], k[1], name)
-	}
-	coll := exporter.NewComm(r).WithSource(source)
-	if source == "decode" && period.n > 0 {
-		// The timer's period, as live: what a sample stands for, in ns.
-		ns := uint64(period.sum / float64(period.n))
-		coll.WithPeriods(func() map[string]uint64 { return map[string]uint64{"": ns} })
-	}
-	if stats != nil {
-		coll.PerCgroup(stats, cgroups, nil)
-	}
-	b.p.closers = append(b.p.closers, acc.Close)
-	b.p.add("comm", coll)
-	b.p.handlers = append(b.p.handlers, Handler{"/debug/comm", "Communication matrices (?pid=N)", commHandler(r, func(uint32) []string { return nil })})
-	return nil
-}
-
-// RecordedSampler names the sampler of a recording's events: decode for
-// timer samples with user registers, else ibs, spe or pebs by the events.
-func RecordedSampler(attrs []perfrecord.Attr, names []string) string {
-	for _, a := range attrs {
-		if a.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 {
-			return "decode"
-		}
-	}
-	for _, n := range names {
-		switch {
-		case strings.Contains(n, "ibs"):
-			return "ibs"
-		case strings.Contains(n, "arm_spe"):
-			return "spe"
-		}
-	}
-	return "pebs"
-}
-
 // replayedComm is a recording's detector, fixed once read, and its
 // communication between the recording host's last-level cache domains.
 type replayedComm struct {
 	det      *comdetect.Detector
-	acc      *Accesses
+	acc      *recorded.Accesses
 	domainOf map[uint32]string // CPU -> its LLC's shared CPU list (HEADER_CACHE)
 	domains  map[[2]string]*comdetect.Cell
 }
 
 // fold adds a detection between two CPUs to their LLC domains' pair, as
-// live (perfsample's foldDomains): only where the recording names both
+// live (feed.Decoder's foldDomains): only where the recording names both
 // CPUs' caches, and they differ as CPUs.
 func (r *replayedComm) fold(cpu uint32, found comdetect.Detection, period uint64) {
 	if found.Kind == cacheline.NotShared || cpu == found.PeerCPU {

@@ -3,6 +3,16 @@
 // the counting engine they hang on, and what they export; and the check
 // report that judges the same collectors and options. The binary keeps the
 // command line and HTTP.
+//
+// A collector is one file named after it (counting.go, topdown.go,
+// cgroup.go, sampling.go, platform.go, comm.go): its registry entry with
+// its --collector.<name>.* flags (<name>Entry), its flag struct, its live
+// factory and its replay factory; comm's helpers sit beside it in comm_*.go.
+// collectors.go lists the entries in set-up order. pipeline.go holds the
+// Pipeline the binary serves and the live build the factories share,
+// replay.go the replay build, setup.go what the host is (setup), options.go
+// the flags every collector shares, check.go and validate*.go the check and
+// validate subcommands' engines.
 package collector
 
 import (
@@ -100,8 +110,9 @@ func (o *Options) Resolve() []string {
 	return o.collectors.Deprecated()
 }
 
-// Validate refuses option values serve cannot run with.
-func (o *Options) Validate() error {
+// CheckValues refuses option values serve cannot run with (flag checks;
+// "validate" is CAT's validation of the counters).
+func (o *Options) CheckValues() error {
 	if o.interval <= 0 {
 		return fmt.Errorf("--collector.counting.interval must be positive, got %v", o.interval)
 	}

@@ -1,22 +1,29 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupcount"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
+	"github.com/pmu-exporter/pmu_exporter/kernel/rlimit"
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
-	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
@@ -112,125 +119,6 @@ func livePipeline(f Options, logger *slog.Logger) *Pipeline {
 	}
 	b.startEngine()
 	return b.p
-}
-
-// liveCounting reports what the host allows and plans the counted groups;
-// the engine itself starts once every collector has added its groups and
-// hooks (startEngine).
-func liveCounting(b *build) error {
-	for _, feat := range b.s.report.Features {
-		if feat.Available {
-			b.log.Info("capability available", "feature", feat.Name, "detail", feat.Detail)
-		} else {
-			b.log.Warn("capability missing", "feature", feat.Name, "reason", feat.Reason, "fix", feat.Fix)
-		}
-	}
-	for _, n := range b.s.report.Notes {
-		b.log.Warn(n)
-	}
-	for _, e := range b.s.configErrors {
-		b.log.Error("configuration problem; the group is not counted", "err", e)
-	}
-	return nil
-}
-
-// liveTopdownCollector adds the Top-Down trees' groups and their evaluation
-// after each read.
-func liveTopdownCollector(b *build) error {
-	td, err := setupTopdown(b.f.tree, b.f.sysfs, *b.s)
-	var userErr *metric.UserError
-	switch {
-	case errors.As(err, &userErr):
-		// A broken --collector.topdown.definitions is a configuration error, as a bad
-		// --config.file is: said at ERROR, counted in pmu_config_errors.
-		b.log.Error("Top-Down not computed: the definitions file is not usable", "err", err)
-		b.s.configErrors = append(b.s.configErrors, err)
-		return err
-	case err != nil:
-		b.log.Info("Top-Down not computed", "reason", err)
-		return err
-	}
-	for _, t := range td.trees {
-		b.log.Info("Top-Down computed", "tree", t.Info.Uarch, "from", t.Info.Source, "smt", t.Info.SMT)
-	}
-	for _, w := range td.warnings {
-		b.log.Warn("Top-Down group does not fit the counters; its events will be multiplexed", "problem", w)
-	}
-	b.s.groups = append(b.s.groups, td.groups...)
-	b.td = td
-	b.steps = append(b.steps, step{"topdown", func(snap model.Snapshot) error {
-		for _, l := range td.lives {
-			l.Update(snap)
-		}
-		return nil
-	}})
-	b.p.add("topdown", exporter.NewTopdown(td.trees, b.f.perCPU))
-	return nil
-}
-
-// liveCgroup attributes the counted events (and Top-Down) to cgroups with
-// the eBPF program, or with perf's cgroup mode for the allow-listed cgroups
-// where eBPF cannot run; pod names come from the API when it is reachable.
-func liveCgroup(b *build) error {
-	f, logger := b.f, b.log
-	attributor, feat, notes := setupCgroups(f.cgroups, *b.s, b.td, b.s.groups, logger)
-	b.s.report.Features = append(b.s.report.Features, feat)
-	for _, n := range notes {
-		logger.Warn("per-cgroup attribution is partial", "problem", n)
-	}
-	var perfMode *cgroupcount.PerfMode
-	switch {
-	case attributor != nil:
-		logger.Info("per-cgroup attribution", "detail", feat.Detail)
-		b.p.closers = append(b.p.closers, func() { attributor.Close() }) // after the engine has closed its groups
-		b.engine.OnOpen, b.engine.OnClose = attributor.kernel.OnOpen, attributor.kernel.OnClose
-		b.resets = append(b.resets, func(cpu int, _ string) { attributor.kernel.ResetCPU(cpu) })
-		b.steps = append(b.steps, step{"cgroup", func(model.Snapshot) error {
-			cpus, err := b.online.Read()
-			if err != nil {
-				return err
-			}
-			return newErrors(attributor.Snapshot, func() { attributor.Cycle(cpus) })
-		}})
-	case len(f.cgroups.perfMode) > 0:
-		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
-		pm, err := setupPerfMode(f.cgroups, *b.s, b.s.groups, perfcount.Options{OnlineCPUs: b.online.Read, Logger: logger})
-		if err != nil {
-			logger.Error("perf cgroup mode not running", "err", err)
-			return err
-		}
-		perfMode = pm
-		b.p.closers = append(b.p.closers, func() { pm.Close() })
-		logger.Warn("counting the allow-listed cgroups with perf's cgroup mode instead: one fd per event per CPU per cgroup; see pmu_cgroup_perf_mode_fds", "cgroups", len(f.cgroups.perfMode))
-		b.resets = append(b.resets, pm.ResetCPU)
-		b.steps = append(b.steps, step{"cgroup", func(model.Snapshot) error { return newErrors(pm.Snapshot, pm.Cycle) }})
-	default:
-		logger.Warn("per-cgroup attribution not running", "reason", feat.Reason, "fix", feat.Fix)
-		return errors.New(feat.Reason)
-	}
-	if f.k8sNode != "" {
-		client, err := podmeta.Client(f.kubeconfig)
-		if err != nil {
-			logger.Warn("no pod names from the Kubernetes API; cgroup series carry pod UIDs and container IDs", "err", err)
-		} else {
-			pods := podmeta.New(client, f.k8sNode, logger)
-			b.p.startPods = func(ctx context.Context) { go pods.Run(ctx) }
-			b.names = pods // set only here: a nil *podmeta.Index must stay a nil interface
-			b.p.add("cgroup", exporter.NewPodMeta(pods))
-		}
-	}
-	if perfMode != nil {
-		b.p.add("cgroup", exporter.NewCgroup(perfMode, b.names, exporter.PerfCgroupMode))
-	} else {
-		b.p.add("cgroup", exporter.NewCgroup(attributor, b.names, exporter.AttributedByBPF))
-	}
-	return nil
-}
-
-// liveSampling samples memory accesses (and any --collector.sampling.event).
-func liveSampling(b *build) error {
-	hotplug, _ := b.hotplugEvents() // for the pipeline's life
-	return setupSampling(b.p, b.f.sampling, b.f.cgroups, b.f.procfs, *b.s, b.names, b.online, hotplug, b.log)
 }
 
 // startEngine starts the counting engine with every collector's groups and
@@ -331,19 +219,165 @@ func runBeside(ctx context.Context, beside []func(context.Context), main func())
 	wg.Wait()
 }
 
-// newErrors runs a cycle of a per-cgroup source, which counts its failures
-// rather than returning them, and says whether it counted new ones.
-func newErrors(snapshot func() model.CgroupSnapshot, cycle func()) error {
-	sum := func() (n uint64) {
-		for _, v := range snapshot().Errors {
-			n += v
+// Pipeline is what serve exports: its collectors, the loop that feeds them,
+// whether its first values are in, and what to release at the end.
+type Pipeline struct {
+	// parts are the exporter collectors, each with the collector that
+	// built it (pmu_scrape_stale_total's part).
+	parts   []part
+	run     func(ctx context.Context)
+	ready   func() (bool, string)
+	closers []func()
+	// startPods starts the pod-name informer (nil without the API).
+	startPods func(ctx context.Context)
+	// handlers are extra endpoints (/debug/cachelines).
+	handlers []Handler
+	// cpuResets hear of CPUs whose events the counting engine reopened.
+	cpuResets []func(cpu int)
+	// step plays one recorded interval (replay only), as run does on its
+	// clock: the golden exposition test plays a fixed number.
+	step func()
+	// health hears of every collector's cycles (pmu_collector_*).
+	health *exporter.Health
+	// beside run with run until ctx ends (the sampler's reader); run
+	// returns once they have, so that closers never pull a ring from under
+	// its reader.
+	beside []func(ctx context.Context)
+	// self is what the exporter costs (live only; nil in replay).
+	self *exporter.SelfCost
+}
+
+// WrapMetrics counts what each scrape of h costs the exporter (its
+// process CPU time while serving it) into pmu_self_*.
+func (p *Pipeline) WrapMetrics(h http.Handler) http.Handler {
+	if p.self == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := selftest.ProcessCPU()
+		h.ServeHTTP(w, r)
+		p.self.AddScrape(uint64(max(selftest.ProcessCPU()-t0, 0)))
+	})
+}
+
+// Close releases what the collectors hold, in the reverse order.
+func (p *Pipeline) Close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// part is an exporter collector and the collector that built it.
+type part struct {
+	name string
+	c    prometheus.Collector
+}
+
+// add exports c as part of the named collector.
+func (p *Pipeline) add(name string, c prometheus.Collector) {
+	p.parts = append(p.parts, part{name, c})
+}
+
+// NewRegistry holds the pipeline's collectors and the exporter's own: build
+// information, the Go runtime and the process. Each collector's metrics
+// are collected within timeout (exporter.Bounded; 0: unbounded, as tests
+// that gather once may ask), so that a scrape never waits on a
+// collector whose source is held up.
+func NewRegistry(p *Pipeline, timeout time.Duration) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	stale := exporter.NewStaleScrapes()
+	for _, pt := range p.parts {
+		if timeout > 0 {
+			reg.MustRegister(exporter.NewBounded(pt.c, pt.name, timeout, stale))
+		} else {
+			reg.MustRegister(pt.c)
 		}
-		return n
 	}
-	before := sum()
-	cycle()
-	if after := sum(); after > before {
-		return fmt.Errorf("%d failures, by reason in pmu_cgroup_attribution_errors_total", after-before)
+	if timeout > 0 {
+		reg.MustRegister(stale)
 	}
-	return nil
+	reg.MustRegister(
+		versioncollector.NewCollector("pmu"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// measuring says whether any group is open on any CPU, or why none is: a
+// pod that measures nothing is alive (/-/healthy) but not ready.
+func measuring(s perfcount.Snapshot) (bool, string) {
+	reasons := map[string]int{}
+	for _, g := range s.Groups {
+		if g.OpenCPUs > 0 {
+			return true, ""
+		}
+		for r, n := range g.Failures {
+			reasons[string(r)] += n
+		}
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(reasons)) {
+		parts = append(parts, fmt.Sprintf("%s on %d group CPUs", r, reasons[r]))
+	}
+	return false, "no event group could be opened (" + cmp.Or(strings.Join(parts, ", "), "no group configured") + "); see pmu_group_open_failures and pmu_exporter check"
+}
+
+// Run feeds the collectors until ctx ends.
+func (p *Pipeline) Run(ctx context.Context) { p.run(ctx) }
+
+// Stuck names the collectors with a cycle that has run longer than bound,
+// with how long (exporter.Health.Stuck): /-/healthy fails on any.
+func (p *Pipeline) Stuck(bound time.Duration) map[string]time.Duration {
+	if p.health == nil {
+		return nil
+	}
+	return p.health.Stuck(time.Now(), bound)
+}
+
+// FreeFDs is how many more file descriptors the process may open now
+// under its open-file limit, and that limit; false where either is not
+// known or there is no limit.
+func (p *Pipeline) FreeFDs() (free int64, limit uint64, ok bool) {
+	limit, err := rlimit.OpenFiles()
+	if err != nil || limit == rlimit.Unlimited {
+		return 0, limit, false
+	}
+	open, err := rlimit.OpenFDs()
+	if err != nil {
+		return 0, limit, false
+	}
+	return int64(limit) - int64(open), limit, true
+}
+
+// Ready says whether the first values are in, or why not.
+func (p *Pipeline) Ready() (bool, string) { return p.ready() }
+
+// StartPods starts the pod-name informer, where there is one.
+func (p *Pipeline) StartPods(ctx context.Context) {
+	if p.startPods != nil {
+		p.startPods(ctx)
+	}
+}
+
+// Handlers are the extra endpoints (served only with --web.enable-debug).
+func (p *Pipeline) Handlers() []Handler { return p.handlers }
+
+// hasHandler says whether a collector already serves path.
+func (p *Pipeline) hasHandler(path string) bool {
+	for _, h := range p.handlers {
+		if h.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// Build puts the pipeline together from this host's counters, or from a
+// recording with --source=replay.
+func Build(o Options, logger *slog.Logger) (*Pipeline, error) {
+	if o.source == "replay" {
+		return replayPipeline(o, logger)
+	}
+	return livePipeline(o, logger), nil
 }

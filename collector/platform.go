@@ -5,12 +5,26 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
+
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
 	"github.com/pmu-exporter/pmu_exporter/kernel/platformcount"
 	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 )
+
+// platformEntry is the platform collector in the registry: it counts the
+// platform PMUs (energy, MSRs, C-states, memory traffic); its flags
+// (--collector.platform.*) bound to f, and its live and replay factories.
+func platformEntry(f *Options) registry.Collector[*build] {
+	return registry.Collector[*build]{Name: "platform", Default: true, Live: livePlatform, Replay: replayPlatform,
+		Help: "Count the platform PMUs the host exposes, on the CPUs their cpumask names: energy by package and domain (power, RAPL), the free-running MSRs by CPU (msr: tsc, aperf, mperf for frequency and busy share), C-state residency (cstate_core, cstate_pkg), memory bandwidth (uncore_imc_*, amd_umc_*), NUMA and UPI traffic (uncore_cha_*, uncore_upi_*): pmu_node_*",
+		Options: func(o registry.Options) {
+			o.Flag("memory-peak", "", "Each package's peak memory bandwidth in bytes per second, where the operator knows it (channels × transfer rate × 8 bytes): exported as pmu_node_memory_peak_bytes_per_second for the dashboard to draw bandwidth against; 0 exports none, rather than a guess.", func(fc *kingpin.FlagClause) { flagrange.Float64(fc, &f.memoryPeak, "0", 0, 1e15) })
+		}}
+}
 
 // livePlatform counts the platform PMUs the host has (energy, the MSRs,
 // C-state residency: plan/platform), each on the CPUs its cpumask

@@ -3,18 +3,14 @@ package collector
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/topdown"
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
-	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 	"github.com/pmu-exporter/pmu_exporter/replay"
 )
 
@@ -90,98 +86,6 @@ type replayBuild struct {
 // errNotRecorded marks a collector that has nothing to play from this
 // recording and these Options (no tree named, no cgroup column, no samples).
 var errNotRecorded error = &registry.UnavailableError{Reason: "nothing to replay"}
-
-// replayCounting loads the recording.
-func replayCounting(b *build) error {
-	f, logger := b.f, b.log
-	if f.replay.file == "" {
-		return errors.New("--source=replay needs --replay.file")
-	}
-	file, err := safeopen.Input("--replay.file", f.replay.file, safeopen.Recording, nil)
-	if err != nil {
-		return err
-	}
-	defer file.Close()
-	rec, err := replay.Load(f.replay.file, file)
-	if err != nil {
-		return err
-	}
-	if f.perCPU && !rec.PerCPU {
-		return fmt.Errorf("--collector.counting.per-cpu: %s was recorded without perf stat -A, so it has no per-CPU values", f.replay.file)
-	}
-	for _, h := range rec.Header {
-		logger.Info("replay file", "header", h)
-	}
-	if len(rec.Header) == 0 {
-		logger.Warn("replay file has no header comment saying where it was recorded", "file", f.replay.file)
-	}
-	b.replay.rec = rec
-	return nil
-}
-
-// replayTopdown compiles the recording host's tree (--replay.uarch).
-func replayTopdown(b *build) error {
-	f := b.f
-	if f.replay.uarch == "" {
-		b.log.Info("Top-Down not computed", "reason", "no --replay.uarch")
-		return fmt.Errorf("%w: no --replay.uarch", errNotRecorded)
-	}
-	def, err := topdown.Builtin(f.replay.uarch)
-	if err != nil {
-		return fmt.Errorf("--replay.uarch: %w", err)
-	}
-	if f.tree.level > def.Levels() {
-		b.log.Info("Top-Down level beyond the tree", "uarch", f.replay.uarch, "levels", def.Levels(), "asked", f.tree.level)
-	}
-	_, tree, _, err := pruneTree(def, f.tree.level, 0, f.tree.nodes)
-	if err != nil {
-		return fmt.Errorf("--collector.topdown.level, --collector.topdown.nodes: %w", err)
-	}
-	params := map[string]float64{}
-	if tree.Input("smt_on") >= 0 {
-		params["smt_on"] = map[string]float64{"on": 1, "off": 0}[f.replay.smt]
-	}
-	if tree.Input("#slots") >= 0 {
-		if f.replay.slots <= 0 {
-			return fmt.Errorf("the %s tree needs the core's slots per cycle: pass --replay.slots", f.replay.uarch)
-		}
-		params["#slots"] = f.replay.slots
-	}
-	if topdown.NeedsTSC(tree) {
-		if f.replay.tscHz <= 0 {
-			return fmt.Errorf("the %s tree's nodes below level 3 scale by the core frequency: pass --replay.tsc-hz (the recording host's TSC frequency) or a lower --collector.topdown.level", f.replay.uarch)
-		}
-		topdown.SetTSC(params, f.replay.tscHz)
-	}
-	b.replay.tree, b.replay.params, b.replay.uarch = tree, params, def.Name
-	return nil
-}
-
-// replayCgroups plays the recording's perf stat -G cgroups.
-func replayCgroups(b *build) error {
-	if b.replay.rec == nil || !b.replay.rec.Cgroups {
-		return fmt.Errorf("%w: recorded without perf stat -G", errNotRecorded)
-	}
-	b.replay.cgroups = true
-	return nil
-}
-
-// replaySampling serves a perf.data file's samples (--replay.samples).
-func replaySampling(b *build) error {
-	if b.f.replay.samples == "" {
-		return fmt.Errorf("%w: no --replay.samples", errNotRecorded)
-	}
-	start := time.Now()
-	if err := replaySamples(b.p, b.f.replay.samples, b.f.sampling.maxLines, os.Stderr, b.log); err != nil {
-		return err
-	}
-	if file, closeFile, err := OpenPerfData(b.f.replay.samples, nil); err == nil {
-		b.replay.sampler = RecordedSampler(file.Events.Attrs, file.Names)
-		closeFile()
-	}
-	b.sampled = time.Since(start)
-	return nil
-}
 
 // startReplay builds the player over what the factories gathered; it plays
 // counting, Top-Down and cgroups at each recorded interval, and they report

@@ -2,8 +2,9 @@ package collector
 
 import (
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 	"strings"
+
+	"github.com/pmu-exporter/pmu_exporter/plan/platform"
 
 	"github.com/pmu-exporter/pmu_exporter/host/capability"
 	"github.com/pmu-exporter/pmu_exporter/replay"

@@ -6,8 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/governor"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/watchbudget"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
@@ -64,18 +65,18 @@ func replayReuse(b *build) error {
 	watch := exporter.WatchStats{Traps: r.Traps, Reuse: r.Traps, Arms: r.Arms, ReuseThreads: len(r.Threads())}
 	if gov != nil {
 		tot := gov.Totals()
-		watch.Governed, watch.Budget, watch.TrapCost = true, gov.Budget(), gov.Cost()
+		watch.Limited, watch.Budget, watch.TrapCost = true, gov.Share(), gov.Cost()
 		watch.CPU, watch.Cost, watch.Denied = tot.CPU, tot.Spent, tot.Denied
-		b.log.Info("replay trace: governed", "budget", gov.Budget(), "trap_cost", b.f.replay.trapCost, "traps", tot.Traps, "denied", tot.Denied)
+		b.log.Info("replay trace: governed", "budget", gov.Share(), "trap_cost", b.f.replay.trapCost, "traps", tot.Traps, "denied", tot.Denied)
 	}
 	b.p.add("comm", exporter.NewWatch(func() exporter.WatchStats { return watch }))
 	return nil
 }
 
 // traceGovernor is the watchpoint governor of a trace replay, as live's
-// (--collector.comm.watch-budget, governor.Allowance) at
+// (--collector.comm.watch-budget, watchbudget.Allowance) at
 // --replay.trap-cost a trap; nil without a cost.
-func (b *build) traceGovernor() (*governor.Governor, error) {
+func (b *build) traceGovernor() (*watchbudget.Budget, error) {
 	cost := b.f.replay.trapCost
 	switch {
 	case cost < 0:
@@ -85,7 +86,7 @@ func (b *build) traceGovernor() (*governor.Governor, error) {
 	case b.f.comm.watchBudget <= 0 || b.f.comm.watchBudget > 1:
 		return nil, fmt.Errorf("--collector.comm.watch-budget=%v: want a share of CPU time in (0, 1]", b.f.comm.watchBudget)
 	}
-	return governor.New(b.f.comm.watchBudget, cost.Seconds(), governor.Allowance), nil
+	return watchbudget.New(b.f.comm.watchBudget, cost.Seconds(), watchbudget.Allowance), nil
 }
 
 // replayedReuse are a trace's trackers, one per distance clock, fixed
@@ -102,7 +103,7 @@ func (r replayedReuse) ReuseView(f func(pid uint32, cgroup uint64, t *reuse.Trac
 // where its first access gives one (nil where it does not), governed by
 // gov where not nil; a later access without one is an error naming its
 // line.
-func traceTimed(path string, period uint64, gov *governor.Governor) (*reuse.Tracker, error) {
+func traceTimed(path string, period uint64, gov *watchbudget.Budget) (*reuse.Tracker, error) {
 	if timed, err := firstAccessTimed(path); err != nil || !timed {
 		return nil, err
 	}
@@ -154,7 +155,7 @@ func recordedCacheSizes(path string) (l1d, l2, llc uint64, ok bool) {
 	if path == "" {
 		return 0, 0, 0, false
 	}
-	file, closeFile, err := OpenPerfData(path, nil)
+	file, closeFile, err := recorded.Open(path, nil)
 	if err != nil {
 		return 0, 0, 0, false // replayComm says why
 	}

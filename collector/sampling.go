@@ -8,22 +8,26 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/internal/flagrange"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cpuhotplug"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
@@ -31,6 +35,26 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
+
+// samplingEntry is the sampling collector in the registry: it samples memory
+// accesses with the precise PMU; its flags (--collector.sampling.*) bound to
+// f, and its live and replay factories.
+func samplingEntry(f *Options) registry.Collector[*build] {
+	return registry.Collector[*build]{Name: "sampling", Default: true, Live: liveSampling, Replay: replaySampling,
+		Help: "Sample memory accesses with the host's precise PMU (Intel PEBS mem-loads and mem-stores, AMD IBS op, Arm SPE) and any --collector.sampling.event: data sources, load latency, lost samples and shared cache lines",
+		Options: func(o registry.Options) {
+			o.Flag("sharing-window", "sampling.sharing-window", "How long after a thread's latest sampled access to a cache line its bytes still make another thread's access to the line sharing (0: as long as the line is held, as perf c2c over a recording).", func(fc *kingpin.FlagClause) { flagrange.Duration(fc, &f.sampling.sharingWindow, "1s", 0, time.Hour) })
+			o.Flag("per-cgroup", "sampling.per-cgroup", "Record each sample's cgroup (PERF_SAMPLE_CGROUP, Linux 5.7) and export pmu_cgroup_* sampling series, bounded by --collector.cgroup.max-series.", func(fc *kingpin.FlagClause) { fc.Default("true").BoolVar(&f.sampling.perCgroup) })
+			o.Flag("event", "sampling.event", "Also sample this event (perf syntax; repeatable), e.g. page-faults: its samples are counted in pmu_sampling_samples_total.", func(fc *kingpin.FlagClause) { fc.StringsVar(&f.sampling.events) })
+			o.Flag("period", "sampling.period", "Initial sampling period of every sampling event (events per sample); the governor raises it when samples cost too much, and never sets it lower.", func(fc *kingpin.FlagClause) { flagrange.Uint64(fc, &f.sampling.period, "10007", 1, 1<<40) })
+			o.Flag("ldlat", "sampling.ldlat", "Intel PEBS load latency threshold in core cycles: loads faster than it are not sampled.", func(fc *kingpin.FlagClause) { flagrange.Uint64(fc, &f.sampling.ldlat, "30", 1, 65535) })
+			o.Flag("cpu-budget", "sampling.cpu-budget", "CPU the exporter may spend on sampling, in CPUs (0.01: 1% of one CPU); periods rise beyond it, as they do beyond half of perf_event_max_sample_rate.", func(fc *kingpin.FlagClause) { flagrange.Float64(fc, &f.sampling.budget, "0.01", 0.0001, 1024) })
+			o.Flag("ring-pages", "sampling.ring-pages", "Data pages of each CPU's sampling ring buffer (a power of two).", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.sampling.pages, "16", 1, 1<<16) })
+			o.Flag("spe", "sampling.spe", "Sample with Arm SPE where the host has it: the sampling collector, or the comm collector where the sampling collector is off. SPE admits one event per CPU, system-wide: while the exporter holds it, perf record -e arm_spe_0// and other SPE users get EBUSY; --no-collector.sampling.spe leaves it to them.", func(fc *kingpin.FlagClause) { fc.Default("true").BoolVar(&f.sampling.spe) })
+			o.Flag("aux-kib", "sampling.aux-kib", "Each CPU's Arm SPE AUX area in KiB (rounded up to a power of two pages): the records it holds until the exporter reads them; a full area stops the event until then (pmu_sampling_aux_lost_total{reason=\"truncated\"}).", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.sampling.auxKiB, "256", 4, 1<<20) })
+			o.Flag("max-lines", "sampling.max-lines", "Cache lines the shared-line table holds (/debug/cachelines); the coldest half is dropped when full.", func(fc *kingpin.FlagClause) { flagrange.Int(fc, &f.sampling.maxLines, "1024", 2, 1<<24) })
+		}}
+}
 
 // samplingFlags are serve's --sampling.* options.
 type samplingFlags struct {
@@ -285,7 +309,7 @@ func cachelinesHandler(stats *samplestat.Stats, namer func() func(uint32, uint64
 // looked at on dashboards. The counters hold the file's totals, an AUX
 // event's (Arm SPE's) losses by its AUX records' flags among them.
 func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, logger *slog.Logger) error {
-	file, closeFile, err := OpenPerfData(path, nil)
+	file, closeFile, err := recorded.Open(path, nil)
 	if err != nil {
 		return fmt.Errorf("--replay.samples: %w", err)
 	}
@@ -302,7 +326,7 @@ func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, log
 	}
 	var auxRecords []auxRecord
 	var other uint64 // SPE records of other operations
-	samples, bad, err := EachSample(file, path, stderr, PerfDataVisitor{
+	samples, bad, err := recorded.EachSample(file, path, stderr, recorded.Visitor{
 		Other: func(n uint64) { other = n },
 		Record: func(rec []byte, h perfrecord.Header) {
 			switch h.Type {
@@ -363,5 +387,28 @@ func replaySamples(p *Pipeline, path string, maxLines int, stderr io.Writer, log
 	logger.Warn("serving the samples of a perf.data file, not this host's", "file", path, "samples", samples, "malformed", bad, "events", len(cfgs))
 	p.add("sampling", exporter.NewSampling(cfgs, stats))
 	p.handlers = append(p.handlers, Handler{"/debug/cachelines", "Shared cache lines", cachelinesHandler(stats, func() func(uint32, uint64) string { return maps.Name })})
+	return nil
+}
+
+// liveSampling samples memory accesses (and any --collector.sampling.event).
+func liveSampling(b *build) error {
+	hotplug, _ := b.hotplugEvents() // for the pipeline's life
+	return setupSampling(b.p, b.f.sampling, b.f.cgroups, b.f.procfs, *b.s, b.names, b.online, hotplug, b.log)
+}
+
+// replaySampling serves a perf.data file's samples (--replay.samples).
+func replaySampling(b *build) error {
+	if b.f.replay.samples == "" {
+		return fmt.Errorf("%w: no --replay.samples", errNotRecorded)
+	}
+	start := time.Now()
+	if err := replaySamples(b.p, b.f.replay.samples, b.f.sampling.maxLines, os.Stderr, b.log); err != nil {
+		return err
+	}
+	if file, closeFile, err := recorded.Open(b.f.replay.samples, nil); err == nil {
+		b.replay.sampler = recorded.Sampler(file.Events.Attrs, file.Names)
+		closeFile()
+	}
+	b.sampled = time.Since(start)
 	return nil
 }

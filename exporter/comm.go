@@ -88,11 +88,11 @@ type WatchStats struct {
 	Threads, ReuseThreads                          int
 	// Joined: threads given their events at their first sample.
 	Joined uint64
-	// The governor's (Governed false: none): its budget (a share of the
+	// The watch budget's (Limited false: none): its budget (a share of the
 	// targets' CPU time), a trap's measured cost (s), the targets' CPU
 	// time while watched (s), what their traps cost them (s), and the
 	// samples it kept from arming.
-	Governed                    bool
+	Limited                     bool
 	Budget, TrapCost, CPU, Cost float64
 	Denied                      uint64
 }
@@ -136,8 +136,8 @@ func (c *Watch) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector; the governor's families only
-// where one governs (WatchStats.Governed).
+// Collect implements prometheus.Collector; the watch budget's families
+// only where one limits the traps (WatchStats.Limited).
 func (c *Watch) Collect(ch chan<- prometheus.Metric) {
 	w := c.stats()
 	ch <- prometheus.MustNewConstMetric(c.traps, prometheus.CounterValue, float64(w.Recorded), "recorded")
@@ -149,7 +149,7 @@ func (c *Watch) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.Threads), "watchpoints")
 	ch <- prometheus.MustNewConstMetric(c.watchedThreads, prometheus.GaugeValue, float64(w.ReuseThreads), "reuse")
 	ch <- prometheus.MustNewConstMetric(c.joined, prometheus.CounterValue, float64(w.Joined))
-	if w.Governed {
+	if w.Limited {
 		ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, w.Budget)
 		ch <- prometheus.MustNewConstMetric(c.trapCost, prometheus.GaugeValue, w.TrapCost)
 		ch <- prometheus.MustNewConstMetric(c.targetCPU, prometheus.CounterValue, w.CPU)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/reference"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
@@ -111,7 +111,7 @@ func bigEndianCopy(t *testing.T, src, dst string) {
 	// perf_header_string, a u32 length and the NUL-padded name), indexed
 	// right after the data.
 	dataEnd := uint64(len(out))
-	if f, closeFile, err := collector.OpenPerfData(src, nil); err == nil && f.Arch != "" {
+	if f, closeFile, err := recorded.Open(src, nil); err == nil && f.Arch != "" {
 		closeFile()
 		name := make([]byte, (len(f.Arch)/64+1)*64)
 		copy(name, f.Arch)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"

@@ -6,7 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 )
 
@@ -26,7 +26,7 @@ func runComm(cf commFlags, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer rec.Close()
-	sampler := collector.RecordedSampler(rec.file.Events.Attrs, rec.file.Names)
+	sampler := recorded.Sampler(rec.file.Events.Attrs, rec.file.Names)
 	window := comdetect.Window(cf.window, sampler != "decode")
 	det := comdetect.New(comdetect.Options{Window: window})
 	samples, accesses, bad, readErr := rec.eachAccess(func(a *comdetect.Access) { det.Add(a) })

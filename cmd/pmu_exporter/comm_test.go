@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
@@ -122,7 +122,7 @@ func recordShareBench(t *testing.T, perf, bench, mode, f string) (string, benchL
 // much of the time they ran at once, on different CPUs.
 func concurrentShare(t *testing.T, data string) float64 {
 	t.Helper()
-	file, closeFile, err := collector.OpenPerfData(data, nil)
+	file, closeFile, err := recorded.Open(data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func concurrentShare(t *testing.T, data string) float64 {
 		time uint64
 	}
 	var all []sample
-	if _, _, err := collector.EachSample(file, data, io.Discard, collector.PerfDataVisitor{
+	if _, _, err := recorded.EachSample(file, data, io.Discard, recorded.Visitor{
 		Sample: func(_ int, s *perfrecord.Sample) error {
 			all = append(all, sample{s.TID, s.Time})
 			return nil

@@ -259,7 +259,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case c.reuseCmd.FullCommand():
 		return runReuse(c.rf, os.Stdin, stdout, stderr)
 	default:
-		err := f.opts.Validate()
+		err := f.opts.CheckValues()
 		if err == nil && f.opts.Source() != "replay" {
 			err = f.opts.CheckPaths()
 		}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
 	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfdata"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
@@ -19,7 +19,7 @@ type recording struct {
 	cmd, input string // for messages: "c2c", the file's name
 	stderr     io.Writer
 	file       *perfdata.File
-	acc        *collector.Accesses
+	acc        *recorded.Accesses
 	closeFile  func()
 }
 
@@ -28,12 +28,12 @@ type recording struct {
 // Code is read from the recorded paths, under symfs where it is not "".
 func openRecording(cmd, input, symfs string, stdin io.Reader, stderr io.Writer) (*recording, bool) {
 	r := &recording{cmd: cmd, input: input, stderr: stderr}
-	file, closeFile, err := collector.OpenPerfData(input, stdin)
+	file, closeFile, err := recorded.Open(input, stdin)
 	if err != nil {
 		r.fail(err)
 		return nil, false
 	}
-	acc, err := collector.NewAccesses(collector.GoArch(file.Arch), symfs)
+	acc, err := recorded.NewAccesses(recorded.GoArch(file.Arch), symfs)
 	if err != nil {
 		closeFile()
 		r.fail(err)
@@ -61,7 +61,7 @@ func (r *recording) fail(err error) int {
 // time order; it returns how many samples it read, how many resolved, how
 // many were malformed, and why reading stopped early.
 func (r *recording) eachAccess(add func(*memaccess.Access)) (samples, accesses, bad uint64, err error) {
-	samples, bad, err = collector.EachSample(r.file, r.input, r.stderr, collector.PerfDataVisitor{
+	samples, bad, err = recorded.EachSample(r.file, r.input, r.stderr, recorded.Visitor{
 		Record: r.acc.Record,
 		Sample: func(i int, s *perfrecord.Sample) error {
 			if a, ok := r.acc.Access(r.file.Events.Attrs[i], s); ok {

@@ -232,14 +232,14 @@ func TestServeReplayTrace(t *testing.T) {
 	}
 }
 
-// TestServeReplayTraceGoverned: with --replay.trap-cost the trace's
+// TestServeReplayTraceWatchBudget: with --replay.trap-cost the trace's
 // watchpoints run under the governor, as live: its families carry the
 // budget and the cost, every trap is charged at that cost, the traps stay
 // within the budget of the CPU time the trace's threads ran (its fifth
 // field, summed here from the file) but for the allowance and one
 // sample's traps, and every sample the ungoverned harness takes is either
 // the tracker's or denied.
-func TestServeReplayTraceGoverned(t *testing.T) {
+func TestServeReplayTraceWatchBudget(t *testing.T) {
 	const trace = "../../examples/replay/reuse-trace.txt"
 	const cost, budget = 20e-6, 0.01
 	var stdout, stderr strings.Builder

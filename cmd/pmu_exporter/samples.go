@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pmu-exporter/pmu_exporter/collector"
+	"github.com/pmu-exporter/pmu_exporter/collector/recorded"
 	"github.com/pmu-exporter/pmu_exporter/formats/datasrc"
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
@@ -202,7 +202,7 @@ func runSamples(sf samplesFlags, stdin io.Reader, stdout, stderr io.Writer) int 
 	lw := lineWriter{srcs: map[uint64][]byte{}}
 	reads := readSplitter{last: map[uint64]uint64{}}
 	var lost uint64
-	samples, bad, err := collector.EachSample(file, sf.input, stderr, collector.PerfDataVisitor{
+	samples, bad, err := recorded.EachSample(file, sf.input, stderr, recorded.Visitor{
 		Record: func(raw []byte, h perfrecord.Header) {
 			acc.Record(raw, h)
 			if h.Type == perfrecord.TypeLost || h.Type == perfrecord.TypeLostSamples {
@@ -275,7 +275,7 @@ func (r *readSplitter) each(ev *perfrecord.Events, s *perfrecord.Sample, emit fu
 // store or rmw), "access_addr", "access_width" and "access_ip" (the
 // instruction: the sampled one or the one before it), or "unresolved" and
 // why.
-func appendDecoded(b []byte, acc *collector.Accesses, s *perfrecord.Sample) []byte {
+func appendDecoded(b []byte, acc *recorded.Accesses, s *perfrecord.Sample) []byte {
 	a, r := acc.Resolver.Sample(s, 0)
 	if r != memop.Resolved {
 		b = append(b, `,"unresolved":"`...)

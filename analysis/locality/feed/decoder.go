@@ -1,7 +1,7 @@
 // Package feed resolves the address sampler's samples to accesses and
 // feeds them, in time order, to the line table (samplestat), ComDetective's
 // detector and trap path (comdetect), ReuseTracker (reuse), the watchpoint
-// budget (governor) and the folding by last-level cache domain. What the
+// budget (watchbudget) and the folding by last-level cache domain. What the
 // kernel gives it comes in as plain values through three doors that
 // kernel/ opens and collector/ wires: the ring's records (Sink, which
 // kernel/perfsample's sampler hands them to), what the sampled processes
@@ -22,9 +22,9 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/cacheline"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/comdetect"
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/governor"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/reuse"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/watchbudget"
 	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/formats/codemap"
 	"github.com/pmu-exporter/pmu_exporter/formats/memaccess"
@@ -140,7 +140,7 @@ type Decoder struct {
 	armLatencies [reuse.Bins]uint64
 	// gov keeps each watched process's traps within its budget (nil: no
 	// limit).
-	gov *governor.Governor
+	gov *watchbudget.Budget
 	// cacheBytes bounds what each resolver keeps of decoded code.
 	cacheBytes int
 }
@@ -313,7 +313,7 @@ func (d *Decoder) flush(b samplestat.Batch, cut uint64) {
 		if d.threadCPU != nil && d.watched[a.PID] != nil {
 			d.threadCPU[a.TID] = a.CPU
 		}
-		// The governor is asked only for a sample that would arm (not,
+		// The watch budget is asked only for a sample that would arm (not,
 		// in private reuse, the address sampler's: the leaders' arm).
 		watched := d.watched[a.PID] != nil
 		if watched && d.maxWatched > 0 && d.lastOf[[2]uint32{a.PID, a.TID}] == k {
@@ -693,14 +693,14 @@ func (d *Decoder) WatchStats() WatchTotals {
 	return w
 }
 
-// Govern limits each watched process's traps to budget (a share of its CPU
+// LimitTraps limits each watched process's traps to budget (a share of its CPU
 // time) at cost seconds a trap: a sample of a process over its budget is
 // used without watchpoints. A process just watched may trap
-// governor.Allowance times before it has run long enough to pay for them.
-func (d *Decoder) Govern(budget float64, cost time.Duration) {
+// watchbudget.Allowance times before it has run long enough to pay for them.
+func (d *Decoder) LimitTraps(budget float64, cost time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.gov = governor.New(budget, cost.Seconds(), governor.Allowance)
+	d.gov = watchbudget.New(budget, cost.Seconds(), watchbudget.Allowance)
 }
 
 // disarmOverBudget disarms every watchpoint of the processes whose traps
@@ -729,7 +729,7 @@ func (d *Decoder) charge(pid uint32) {
 	}
 }
 
-// Ran tells the governor how much CPU time a watched process has run in
+// Ran tells the watch budget how much CPU time a watched process has run in
 // all (seconds).
 func (d *Decoder) Ran(pid uint32, cpu float64) {
 	d.mu.Lock()
@@ -739,12 +739,13 @@ func (d *Decoder) Ran(pid uint32, cpu float64) {
 	}
 }
 
-// Governed is what the governor did, and its settings (ok false: none).
-func (d *Decoder) Governed() (t governor.Totals, budget, cost float64, ok bool) {
+// TrapBudget is what the watch budget did, and its settings (ok false:
+// none).
+func (d *Decoder) TrapBudget() (t watchbudget.Totals, budget, cost float64, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.gov == nil {
 		return t, 0, 0, false
 	}
-	return d.gov.Totals(), d.gov.Budget(), d.gov.Cost(), true
+	return d.gov.Totals(), d.gov.Share(), d.gov.Cost(), true
 }

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/governor"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/watchbudget"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/wpsim"
 )
 
@@ -83,7 +83,7 @@ type Replay struct {
 	clocks      map[int]uint64
 	skip        func(uint32) bool
 	timed       bool
-	gov         *governor.Governor
+	gov         *watchbudget.Budget
 	cpu         uint64 // the trace's threads' CPU time so far, ns (governed)
 }
 
@@ -103,12 +103,12 @@ type ReplayOptions struct {
 	// ClockThreadCPU; sampling still goes by accesses.
 	Timed bool
 	// Governor, where set, governs the trace's watchpoints as live
-	// (analysis/locality/governor): the trace is one process (pid 0), each
+	// (analysis/locality/watchbudget): the trace is one process (pid 0), each
 	// trap is charged, and a sample arms only while its traps' cost is
 	// within the budget of the CPU time its threads ran, which every
 	// access must then give (its fifth field). A sample over budget is
 	// not the tracker's (live: used without watchpoints).
-	Governor *governor.Governor
+	Governor *watchbudget.Budget
 }
 
 // NewReplay makes the harness and its tracker.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/locality/governor"
+	"github.com/pmu-exporter/pmu_exporter/analysis/locality/watchbudget"
 )
 
 // A trace whose threads' CPU time advances 2 ns an access, replayed on
@@ -69,7 +69,7 @@ func TestTimedTraceIsTheAccessTraceTwice(t *testing.T) {
 // Every sample is either the tracker's or denied.
 func TestGovernedReplay(t *testing.T) {
 	const accesses, cost, budget = 200_000, 50e-6, 0.01
-	run := func(g *governor.Governor) *Replay {
+	run := func(g *watchbudget.Budget) *Replay {
 		r := NewReplay(ReplayOptions{Options: Options{Seed: 1, Own: DefaultOwn}, Period: 100, Governor: g})
 		for i := range uint64(accesses) {
 			r.Access(Access{TID: 1, Addr: 0x1000 + 8*(i%64), Size: 8, Time: (i + 1) * 1000})
@@ -77,7 +77,7 @@ func TestGovernedReplay(t *testing.T) {
 		return r
 	}
 	free := run(nil)
-	g := governor.New(budget, cost, 1)
+	g := watchbudget.New(budget, cost, 1)
 	governed := run(g)
 	tot := g.Totals()
 	t.Logf("ungoverned: %d traps, %d samples; governed: %d traps, %d samples, %d denied, CPU %.6f s, spent %.6f s",
@@ -100,7 +100,7 @@ func TestGovernedReplay(t *testing.T) {
 
 // A governed trace must time every access.
 func TestGovernedReplayNeedsTimes(t *testing.T) {
-	r := NewReplay(ReplayOptions{Governor: governor.New(0.01, 1e-5, 1)})
+	r := NewReplay(ReplayOptions{Governor: watchbudget.New(0.01, 1e-5, 1)})
 	err := r.Run(strings.NewReader("1 R 0x1000 8 100\n1 R 0x1008 8\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("an untimed access in a governed replay: %v, want an error naming line 2", err)

@@ -1,4 +1,4 @@
-// Package governor keeps what hardware watchpoints cost a workload within
+// Package watchbudget keeps what hardware watchpoints cost a workload within
 // a share of the CPU time the workload runs: every trap costs its thread a
 // measured amount (kernel/watch.TrapCost), so a target may trap until
 // traps × cost reaches budget × its CPU time since it was first watched
@@ -7,10 +7,10 @@
 // without them (sample-only detection, or no reuse slot), and counted.
 // Traps already armed still come; the next arms wait until the target has
 // run long enough to pay for them.
-package governor
+package watchbudget
 
-// Governor is the budget of each target (a process).
-type Governor struct {
+// Budget is the budget of each target (a process).
+type Budget struct {
 	budget, cost, allowance float64
 	targets                 map[uint32]*target
 	// Totals of targets gone, so that exported counters never go down.
@@ -24,7 +24,7 @@ type target struct {
 	Totals
 }
 
-// Totals are what the governor did.
+// Totals are what the budget did.
 type Totals struct {
 	CPU    float64 // seconds the targets ran while watched
 	Spent  float64 // seconds their traps cost them (traps × cost)
@@ -39,13 +39,13 @@ const Allowance = 16
 // New governs traps costing cost seconds each within budget (a share of
 // the target's CPU time, 0.01 for 1%), allowing each target allowance
 // traps ahead of its budget.
-func New(budget, cost float64, allowance int) *Governor {
-	return &Governor{budget: budget, cost: cost, allowance: float64(allowance) * cost, targets: map[uint32]*target{}}
+func New(budget, cost float64, allowance int) *Budget {
+	return &Budget{budget: budget, cost: cost, allowance: float64(allowance) * cost, targets: map[uint32]*target{}}
 }
 
-// Ran tells the governor that pid has run cpu seconds in all (its
+// Ran tells the budget that pid has run cpu seconds in all (its
 // cumulative user + system time).
-func (g *Governor) Ran(pid uint32, cpu float64) {
+func (g *Budget) Ran(pid uint32, cpu float64) {
 	t := g.target(pid)
 	if !t.read { // the time it ran before it was watched does not count
 		t.cpu, t.read = cpu, true
@@ -56,7 +56,7 @@ func (g *Governor) Ran(pid uint32, cpu float64) {
 	}
 }
 
-func (g *Governor) target(pid uint32) *target {
+func (g *Budget) target(pid uint32) *target {
 	t := g.targets[pid]
 	if t == nil {
 		t = &target{}
@@ -67,7 +67,7 @@ func (g *Governor) target(pid uint32) *target {
 
 // Allow says whether pid may arm a watchpoint now: what its traps cost so
 // far and one more is within its budget. A no is counted as denied.
-func (g *Governor) Allow(pid uint32) bool {
+func (g *Budget) Allow(pid uint32) bool {
 	t := g.target(pid)
 	if !g.Over(pid) {
 		t.allowed++
@@ -83,7 +83,7 @@ func (g *Governor) Allow(pid uint32) bool {
 // how many trap the workload decides, so one more is expected to cost
 // what the allowed samples cost so far on average, one trap at least. Its
 // watchpoints should then be disarmed: an armed one would still trap.
-func (g *Governor) Over(pid uint32) bool {
+func (g *Budget) Over(pid uint32) bool {
 	t := g.targets[pid]
 	if t == nil {
 		return false
@@ -96,14 +96,14 @@ func (g *Governor) Over(pid uint32) bool {
 }
 
 // Trapped charges pid for n traps.
-func (g *Governor) Trapped(pid uint32, n uint64) {
+func (g *Budget) Trapped(pid uint32, n uint64) {
 	t := g.target(pid)
 	t.Traps += n
 	t.Spent = float64(t.Traps) * g.cost
 }
 
 // Forget drops a target that is gone, keeping its totals.
-func (g *Governor) Forget(pid uint32) {
+func (g *Budget) Forget(pid uint32) {
 	if t := g.targets[pid]; t != nil {
 		g.gone.add(t.Totals)
 		delete(g.targets, pid)
@@ -118,7 +118,7 @@ func (a *Totals) add(b Totals) {
 }
 
 // Totals sums every target's, present and gone.
-func (g *Governor) Totals() Totals {
+func (g *Budget) Totals() Totals {
 	out := g.gone
 	for _, t := range g.targets {
 		out.add(t.Totals)
@@ -126,7 +126,7 @@ func (g *Governor) Totals() Totals {
 	return out
 }
 
-// Budget and Cost are the governor's settings: the share of a target's
+// Share and Cost are the budget's settings: the share of a target's
 // CPU time its traps may cost, and what one trap costs (seconds).
-func (g *Governor) Budget() float64 { return g.budget }
-func (g *Governor) Cost() float64   { return g.cost }
+func (g *Budget) Share() float64 { return g.budget }
+func (g *Budget) Cost() float64  { return g.cost }

@@ -1,4 +1,10 @@
-package collector
+// Package recorded reads perf.data recordings for the replay factories and
+// the offline subcommands (samples, c2c, comm, reuse): a file or a pipe
+// opened and closed with what reading it holds, its samples visited in
+// perf's order with the decode errors and AUX losses said, their accesses
+// resolved from the recording's own mappings and code, and which sampler
+// made them.
+package recorded
 
 import (
 	"errors"
@@ -19,9 +25,9 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 )
 
-// OpenPerfData opens a perf.data file, or a pipe-mode stream on stdin for
+// Open opens a perf.data file, or a pipe-mode stream on stdin for
 // "-"; close releases both the file and what reading it holds.
-func OpenPerfData(path string, stdin io.Reader) (file *perfdata.File, close func(), err error) {
+func Open(path string, stdin io.Reader) (file *perfdata.File, close func(), err error) {
 	var in io.Reader = stdin
 	close = func() {}
 	if path == "-" && stdin == nil {
@@ -44,8 +50,8 @@ func OpenPerfData(path string, stdin io.Reader) (file *perfdata.File, close func
 	return file, func() { file.Close(); closeIn() }, nil
 }
 
-// PerfDataVisitor is what EachSample hands records to.
-type PerfDataVisitor struct {
+// Visitor is what EachSample hands records to.
+type Visitor struct {
 	Record func(rec []byte, h perfrecord.Header) // every record but samples (may be nil)
 	Sample func(event int, s *perfrecord.Sample) error
 	// Other, once the file is read, is how many Arm SPE records made no
@@ -58,7 +64,7 @@ type PerfDataVisitor struct {
 // that cannot be decoded is counted in bad and the first one reported on
 // warn, so that one bad record does not hide the others; so is a chunk of
 // SPE data with a packet that does not decode.
-func EachSample(file *perfdata.File, name string, warn io.Writer, v PerfDataVisitor) (samples, bad uint64, err error) {
+func EachSample(file *perfdata.File, name string, warn io.Writer, v Visitor) (samples, bad uint64, err error) {
 	var s perfrecord.Sample
 	var armSPE *spe.PerfData
 	var lossAUX auxLoss
@@ -253,4 +259,23 @@ func GoArch(machine string) string {
 		return runtime.GOARCH
 	}
 	return machine
+}
+
+// Sampler names the sampler of a recording's events: decode for
+// timer samples with user registers, else ibs, spe or pebs by the events.
+func Sampler(attrs []perfrecord.Attr, names []string) string {
+	for _, a := range attrs {
+		if a.SampleType&unix.PERF_SAMPLE_REGS_USER != 0 {
+			return "decode"
+		}
+	}
+	for _, n := range names {
+		switch {
+		case strings.Contains(n, "ibs"):
+			return "ibs"
+		case strings.Contains(n, "arm_spe"):
+			return "spe"
+		}
+	}
+	return "pebs"
 }

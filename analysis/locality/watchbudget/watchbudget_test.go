@@ -1,4 +1,4 @@
-package governor
+package watchbudget
 
 import (
 	"math"
