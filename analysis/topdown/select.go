@@ -25,8 +25,12 @@ var intelFamily6 = map[uint64]string{
 	0x7D: "icl", 0x7E: "icl", 0x6A: "icx", 0x6C: "icx",
 	0x8F: "spr", 0xCF: "emr", 0xAD: "gnr", 0xAE: "gnr",
 	// Alder Lake and Raptor Lake hybrids: the P-core (cpu_core) tree; ForHost
-	// adds the E-core tree. ADL-N (0xBE) has E-cores only and no tree yet.
+	// adds the E-core tree.
 	0x97: "adl", 0x9A: "adl", 0xB7: "adl", 0xBA: "adl", 0xBF: "adl",
+	// Alder Lake-N (N100, N200, i3-N305) has Gracemont E-cores only, on one
+	// PMU named cpu: the Gracemont tree (the mapfile's
+	// alderlake_gracemont_core line), where its cpu/ specs resolve as written.
+	0xBE: "grt",
 	0xAF: "srf",
 }
 

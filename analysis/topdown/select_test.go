@@ -31,12 +31,8 @@ func TestSelectAgreesWithMapfiles(t *testing.T) {
 		if !ok || strings.Contains(f[2], "gracemont") && !strings.Contains(f[0], "6-BE") {
 			return // hybrid E-core lines share the P-core's family-model
 		}
-		if strings.Contains(f[0], "6-BE") {
-			if got, err := Select(CPU{Vendor: "GenuineIntel", Family: "6", Model: "190"}); err == nil {
-				t.Errorf("ADL-N (E-cores only) selected %q", got)
-			}
-			n++
-			return
+		if strings.Contains(f[0], "6-BE") { // Alder Lake-N: Gracemont cores alone
+			want = "grt"
 		}
 		// GenuineIntel-6-55-[01234]: model, and optionally a stepping class.
 		parts := strings.Split(f[0], "-")
@@ -94,7 +90,7 @@ func TestSelectExplainsMisses(t *testing.T) {
 		cpu  CPU
 		want string
 	}{
-		{CPU{Vendor: "GenuineIntel", Family: "6", Model: "190"}, "no built-in Top-Down tree for Intel family 6 model 0xbe"},
+		{CPU{Vendor: "GenuineIntel", Family: "6", Model: "170"}, "no built-in Top-Down tree for Intel family 6 model 0xaa"}, // Meteor Lake
 		{CPU{Vendor: "AuthenticAMD", Family: "25", Model: "1"}, "Zen 3"},
 		{CPU{Vendor: "0x41", Model: "0xd0c"}, "reports no slots"},
 		{CPU{Vendor: "HygonGenuine", Family: "24"}, "no built-in Top-Down tree for vendor"},
@@ -156,6 +152,35 @@ func TestForHostHybrid(t *testing.T) {
 	got, _ = ForHost(adl, fixture.PMUs(t, fixture.IntelSapphireRapids()))
 	if !slices.Equal(got, []Target{{Uarch: "adl"}}) {
 		t.Errorf("ForHost(ADL, one core PMU) = %v", got)
+	}
+	// Alder Lake-N (model 0xBE) has only Gracemont cores, on one PMU: the
+	// Gracemont tree there, not on cpu_atom.
+	adln := host.CPU{Vendor: "GenuineIntel", Family: "6", Model: "190", Stepping: "0"}
+	if got, err := ForHost(adln, fixture.PMUs(t, fixture.IntelSapphireRapids())); err != nil || !slices.Equal(got, []Target{{Uarch: "grt"}}) {
+		t.Errorf("ForHost(ADL-N) = %v, %v; want the grt tree on the only core PMU", got, err)
+	}
+	// And its events resolve there: every one on that PMU, cpu, with its type.
+	d, err := Builtin("grt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pmus := fixture.PMUs(t, fixture.IntelSapphireRapids())
+	var cpuType uint32
+	for _, p := range pmus {
+		if p.Name == "cpu" {
+			cpuType = p.Type
+		}
+	}
+	groups, err := LiveGroups(d, pmus, "")
+	if err != nil || len(groups) == 0 {
+		t.Fatalf("grt on one core PMU: %d groups, %v", len(groups), err)
+	}
+	for _, g := range groups {
+		for _, ev := range g.Events {
+			if ev.PMU != "cpu" || ev.Attr.Type != cpuType {
+				t.Errorf("%s: %s on PMU %q type %d, want cpu's", g.Name, ev.Name, ev.PMU, ev.Attr.Type)
+			}
+		}
 	}
 	// --collector.topdown.uarch on a hybrid host: each tree on its own core type.
 	if got := Place([]string{"grt", "spr"}, fixture.PMUs(t, fixture.IntelAlderLake())); !slices.Equal(got,
