@@ -233,7 +233,9 @@ func setupTree(sysfs string, s setup, t topdown.Target, userFile string, o treeF
 	var def *metric.Definition
 	if t.Uarch != "" {
 		if !s.report.Feature(capability.HardwareCounters).Available {
-			return nil, fmt.Errorf("the %s tree needs hardware counters: %s", t.Uarch, s.report.Feature(capability.HardwareCounters).Reason)
+			// A host with a tree but no PMU to count it (a VM of a CPU
+			// that has one): unavailable here, not failed.
+			return nil, registry.Unavailable("the %s tree needs hardware counters: %s", t.Uarch, s.report.Feature(capability.HardwareCounters).Reason)
 		}
 		d, err := topdown.Builtin(t.Uarch)
 		if err != nil {
