@@ -14,8 +14,8 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/feed"
 	"github.com/pmu-exporter/pmu_exporter/analysis/locality/samplestat"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfsample"
-	"github.com/pmu-exporter/pmu_exporter/kernel/watch"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podcgroup"
 	"github.com/pmu-exporter/pmu_exporter/kubernetes/podmeta"
 	"github.com/pmu-exporter/pmu_exporter/model"
@@ -294,7 +294,7 @@ func (c *commSamplers) watchThreads(ctx context.Context, max int) {
 			return
 		case <-ran.C:
 			for pid := range watched {
-				if cpu, err := watch.ProcessCPU(pid); err == nil {
+				if cpu, err := perf.ProcessCPU(pid); err == nil {
 					c.dec.Ran(pid, cpu.Seconds())
 				}
 			}
@@ -365,7 +365,7 @@ func (c *commSamplers) followThreads(procs *cgroupid.ThreadProcs, watched map[ui
 			c.b.log.Debug("watchpoints not opened in some threads", "pid", pid, "err", err)
 		}
 		if use, ok := watched[pid]; !ok || use != useOf[pid] {
-			if cpu, err := watch.ProcessCPU(pid); err == nil {
+			if cpu, err := perf.ProcessCPU(pid); err == nil {
 				c.dec.Ran(pid, cpu.Seconds()) // the time it ran unwatched does not count
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/host"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cpuhotplug"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfcount"
 	"github.com/pmu-exporter/pmu_exporter/kernel/rlimit"
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
@@ -254,9 +255,9 @@ func (p *Pipeline) WrapMetrics(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t0 := selftest.ProcessCPU()
+		t0 := perf.OwnCPU()
 		h.ServeHTTP(w, r)
-		p.self.AddScrape(uint64(max(selftest.ProcessCPU()-t0, 0)))
+		p.self.AddScrape(uint64(max(perf.OwnCPU()-t0, 0)))
 	})
 }
 

@@ -16,11 +16,10 @@ import (
 	"slices"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupbpf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
+	"github.com/pmu-exporter/pmu_exporter/kernel/cpubind"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
@@ -95,16 +94,10 @@ func New(opts Options) (*Attributor, error) {
 	// Attach where this process may run (an online CPU), so that a kernel
 	// without cgroup-switches (before 5.13) or without the privilege to
 	// attach says so here rather than in every cycle.
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err == nil {
-		for cpu := 0; cpu < 1024; cpu++ {
-			if set.IsSet(cpu) {
-				if err := counter.Attach(cpu); err != nil {
-					counter.Close()
-					return nil, err
-				}
-				break
-			}
+	if cpus, err := cpubind.Allowed(); err == nil && len(cpus) > 0 {
+		if err := counter.Attach(cpus[0]); err != nil {
+			counter.Close()
+			return nil, err
 		}
 	}
 	a.lastCheck = opts.Now()

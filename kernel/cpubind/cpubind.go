@@ -50,3 +50,19 @@ func CachesOn(vendor string, cpu int) (host.CacheFacts, error) {
 	}
 	return c, cerr
 }
+
+// Allowed are the CPUs this thread may run on (sched_getaffinity),
+// ascending.
+func Allowed() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("sched_getaffinity: %w", err)
+	}
+	var cpus []int
+	for cpu := 0; cpu < len(set)*64; cpu++ {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus, nil
+}

@@ -3,11 +3,13 @@ package cpubind
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/pmu-exporter/pmu_exporter/host"
+	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 )
 
@@ -54,5 +56,27 @@ func TestRunOnBindsTheThread(t *testing.T) {
 	}
 	if err := RunOn(4095, func() { t.Error("ran on a CPU this host does not have") }); err == nil || !strings.Contains(err.Error(), "CPU 4095") {
 		t.Errorf("RunOn(4095) = %v", err)
+	}
+}
+
+// Allowed agrees with the kernel's own account of this process's affinity,
+// /proc/self/status's Cpus_allowed_list (every thread of a Go test process
+// has the same affinity unless a test narrows its own).
+func TestAllowedMatchesProcStatus(t *testing.T) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			if want, err = cpuset.Parse(strings.TrimSpace(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := Allowed()
+	if err != nil || len(want) == 0 || !slices.Equal(got, want) {
+		t.Errorf("Allowed() = %v, %v; /proc/self/status says %v", got, err, want)
 	}
 }

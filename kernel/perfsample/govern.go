@@ -3,8 +3,7 @@ package perfsample
 import (
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
 
@@ -18,7 +17,7 @@ type governing struct {
 }
 
 func newGoverning(s *Sampler) *governing {
-	g := &governing{s: s, last: time.Now(), lastCPU: ownCPU(), lastSeen: make([]uint64, len(s.cfgs))}
+	g := &governing{s: s, last: time.Now(), lastCPU: perf.OwnCPU(), lastSeen: make([]uint64, len(s.cfgs))}
 	g.seen(g.lastSeen)
 	return g
 }
@@ -27,7 +26,7 @@ func newGoverning(s *Sampler) *governing {
 func (g *governing) seen(out []uint64) { g.s.sink.Seen(out) }
 
 func (g *governing) step() error {
-	now, cpu := time.Now(), ownCPU()
+	now, cpu := time.Now(), perf.OwnCPU()
 	cur := make([]uint64, len(g.lastSeen))
 	g.seen(cur)
 	var total uint64
@@ -51,13 +50,4 @@ func (g *governing) step() error {
 	}
 	g.last, g.lastCPU, g.lastSeen = now, cpu, cur
 	return nil
-}
-
-// ownCPU is the process's user and system CPU time.
-func ownCPU() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -226,9 +226,9 @@ func (s *Sampler) addCPU(cpu int) []Failure {
 				ce.ids[i], err = perf.ID(fd)
 			}
 			if err != nil {
-				unix.Close(fd)
+				perf.CloseFD(fd)
 				if leader >= 0 {
-					unix.Close(leader)
+					perf.CloseFD(leader)
 				}
 			}
 		}
@@ -271,7 +271,7 @@ func (s *Sampler) openAux(i, cpu int) (openedAux, error) {
 		if a.ring != nil {
 			a.ring.Close()
 		}
-		unix.Close(fd)
+		perf.CloseFD(fd)
 		return openedAux{}, err
 	}
 	if a.ring, err = perfring.Open(fd, s.opts.Pages); err != nil {
@@ -464,11 +464,11 @@ func (s *Sampler) closeCPU(cpu int) error {
 	}
 	for _, fd := range ce.fds {
 		if fd >= 0 {
-			errs = append(errs, unix.Close(fd))
+			errs = append(errs, perf.CloseFD(fd))
 		}
 	}
 	for _, fd := range ce.leaders {
-		errs = append(errs, unix.Close(fd))
+		errs = append(errs, perf.CloseFD(fd))
 	}
 	delete(s.cpus, cpu)
 	s.order = slices.DeleteFunc(s.order, func(c int) bool { return c == cpu })
@@ -532,15 +532,15 @@ func openOn(c sampling.Config, cpu int, period uint64, cgroup *os.File, wakeEach
 	fd, err = perf.OpenFD(&a, pid, cpu, leader, flags)
 	if err != nil {
 		if leader >= 0 {
-			unix.Close(leader)
+			perf.CloseFD(leader)
 		}
 		return -1, -1, fmt.Errorf("sampling every %d: %w", period, perf.NewOpenError(c.Name, cpu, err))
 	}
 	if leader >= 0 {
 		// A disabled leader holds its member off: it would never sample.
 		if err := perf.Enable(leader); err != nil {
-			unix.Close(fd)
-			unix.Close(leader)
+			perf.CloseFD(fd)
+			perf.CloseFD(leader)
 			return -1, -1, fmt.Errorf("%s: enable its leader on CPU %d: %w", c.Name, cpu, err)
 		}
 	}

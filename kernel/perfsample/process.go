@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/formats/addrmap"
 	"github.com/pmu-exporter/pmu_exporter/formats/codemap"
+	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/procmaps"
 	"github.com/pmu-exporter/pmu_exporter/kernel/safeopen"
 )
@@ -91,10 +91,4 @@ func (p *Processes) TimedOut() uint64 { return p.deadline.TimedOut() }
 
 // MonotonicNow is CLOCK_MONOTONIC in ns, the samples' and traps' clock;
 // false where it cannot be read.
-func MonotonicNow() (uint64, bool) {
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-		return 0, false
-	}
-	return uint64(ts.Nano()), true
-}
+func MonotonicNow() (uint64, bool) { return perf.MonotonicNow() }

@@ -116,7 +116,7 @@ func addressSampling() error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
+	defer perf.CloseFD(fd)
 	ring, err := perfring.Open(fd, 1)
 	if err != nil {
 		return err

@@ -265,16 +265,6 @@ func MeasurePerturbation(ctx context.Context, cpu int, attrs []eventspec.Attr, n
 	return out, nil
 }
 
-// ProcessCPU is the exporter's own CPU time so far, all its threads
-// (getrusage(RUSAGE_SELF): user + system).
-func ProcessCPU() time.Duration {
-	var r unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &r); err != nil {
-		return 0
-	}
-	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
-}
-
 // Multiplexed counts attr system-wide on cpu over window, once pinned
 // (it holds a counter all the time) and in copies more groups of its own
 // than the CPU has counters left, so that the kernel multiplexes them;

@@ -9,8 +9,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pmu-exporter/pmu_exporter/formats/memop"
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
@@ -100,7 +98,7 @@ func (e *Engine) Clock(tid uint32) (uint64, error) {
 	// PERF_FORMAT_GROUP|ID: nr, then (value, id) per event, the leader's
 	// first.
 	b := make([]byte, 8+16*(1+len(t.bps)+len(e.counters)))
-	n, err := unix.Read(t.leader, b)
+	n, err := perf.ReadFD(t.leader, b)
 	if err != nil {
 		return 0, fmt.Errorf("thread %d: reading its group: %w", tid, err)
 	}
@@ -149,7 +147,7 @@ func trapCost(n int) (time.Duration, error) {
 		return 0, err
 	}
 	defer e.Close()
-	tid := uint32(unix.Gettid())
+	tid := perf.Gettid()
 	if err := e.Add(tid); err != nil {
 		return 0, err
 	}
@@ -159,17 +157,18 @@ func trapCost(n int) (time.Duration, error) {
 	}
 	defer release()
 	stores := func() (time.Duration, error) {
-		var t0, t1 unix.Timespec
-		if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0); err != nil {
+		t0, err := perf.ThreadCPU()
+		if err != nil {
 			return 0, err
 		}
 		for i := range n {
 			atomic.StoreUint64(v, uint64(i))
 		}
-		if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t1); err != nil {
+		t1, err := perf.ThreadCPU()
+		if err != nil {
 			return 0, err
 		}
-		return time.Duration(t1.Nano() - t0.Nano()), nil
+		return t1 - t0, nil
 	}
 	unwatched, err := stores()
 	if err != nil {

@@ -54,7 +54,7 @@ func Slots(max int) (int, error) {
 	var fds []int
 	defer func() {
 		for _, fd := range fds {
-			unix.Close(fd)
+			perf.CloseFD(fd)
 		}
 	}()
 	for len(fds) < max {
@@ -113,7 +113,7 @@ type kernelBreakpoints struct{}
 func (kernelBreakpoints) open(tid uint32, leader int) (int, uint64, error) {
 	return openBreakpoint(tid, leader)
 }
-func (kernelBreakpoints) close(fd int)         { unix.Close(fd) }
+func (kernelBreakpoints) close(fd int)         { perf.CloseFD(fd) }
 func (kernelBreakpoints) disable(fd int) error { return perf.Disable(fd) }
 func (kernelBreakpoints) enable(fd int) error  { return perf.Enable(fd) }
 func (kernelBreakpoints) modify(fd int, a *unix.PerfEventAttr) error {
@@ -294,7 +294,7 @@ func openBreakpoint(tid uint32, leader int) (int, uint64, error) {
 		err = perf.SetOutput(fd, leader)
 	}
 	if err != nil {
-		unix.Close(fd)
+		perf.CloseFD(fd)
 		return -1, 0, err
 	}
 	return fd, id, nil
@@ -414,14 +414,14 @@ func (t *thread) close() {
 	}
 	for _, fd := range t.bps {
 		if fd >= 0 {
-			unix.Close(fd)
+			perf.CloseFD(fd)
 		}
 	}
 	for _, fd := range t.counters {
-		unix.Close(fd)
+		perf.CloseFD(fd)
 	}
 	if t.leader >= 0 {
-		unix.Close(t.leader)
+		perf.CloseFD(t.leader)
 	}
 }
 
