@@ -9,6 +9,24 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/model"
 )
 
+// prunedTree is the built-in tree of uarch cut to level, and compiled.
+func prunedTree(b *testing.B, uarch string, level int) (*metric.Definition, *metric.Tree) {
+	b.Helper()
+	d, err := Builtin(uarch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cut, err := d.Prune(level, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr, err := cut.Compile()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cut, tr
+}
+
 // BenchmarkEvaluate256CPUs computes every metric of a tree to a level (2,
 // the default, 3, and 6: Intel's deepest) for 256 CPUs, one evaluator per CPU as the live
 // collector keeps them: one op is one interval of a 256-CPU host.
@@ -18,15 +36,7 @@ func BenchmarkEvaluate256CPUs(b *testing.B) {
 		level int
 	}{{"skx", 2}, {"spr", 2}, {"zen4", 2}, {"skx", 3}, {"spr", 3}, {"skx", 6}, {"spr", 6}} {
 		b.Run(c.uarch+"/level"+string(rune('0'+c.level)), func(b *testing.B) {
-			d, _ := Builtin(c.uarch)
-			cut, err := d.Prune(c.level, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			tr, err := cut.Compile()
-			if err != nil {
-				b.Fatal(err)
-			}
+			_, tr := prunedTree(b, c.uarch, c.level)
 			evs := make([]*metric.Evaluator, 256)
 			for i := range evs {
 				evs[i] = tr.NewEvaluator()
@@ -55,15 +65,7 @@ func BenchmarkLiveUpdate256CPUs(b *testing.B) {
 		level int
 	}{{"skx", 2}, {"skx", 3}, {"spr", 3}, {"skx", 6}, {"spr", 6}} {
 		b.Run(c.uarch+"/level"+string(rune('0'+c.level)), func(b *testing.B) {
-			d, _ := Builtin(c.uarch)
-			cut, err := d.Prune(c.level, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			tr, err := cut.Compile()
-			if err != nil {
-				b.Fatal(err)
-			}
+			cut, tr := prunedTree(b, c.uarch, c.level)
 			var groups []eventspec.Group
 			snap := model.Snapshot{}
 			for i, g := range cut.Groups {

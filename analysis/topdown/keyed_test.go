@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
+	"github.com/pmu-exporter/pmu_exporter/internal/treetest"
 )
 
 // fourWide is a 4-slot tree whose fractions depend on the counts, so the
@@ -24,14 +24,7 @@ metrics:
 `
 
 func TestKeyedHandComputed(t *testing.T) {
-	d, err := metric.Parse("four.yaml", []byte(fourWide))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := d.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tr := treetest.Compile(t, "four.yaml", fourWide)
 	// Counts arrive in the attribution's order, with an event the tree does not read.
 	events := []string{"FE", "other", "CYCLES", "UOPS"}
 	k := NewKeyed(tr, events, nil)
@@ -79,14 +72,7 @@ func TestKeyedHandComputed(t *testing.T) {
 // columns lack FE) is left out of the totals, not reported as no slots;
 // the nodes that were evaluated are there.
 func TestKeyedLeavesOutWhatWasNeverEvaluated(t *testing.T) {
-	d, err := metric.Parse("four.yaml", []byte(fourWide))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := d.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tr := treetest.Compile(t, "four.yaml", fourWide)
 	k := NewKeyed(tr, []string{"CYCLES", "UOPS", "FE"}, nil)
 	nan := math.NaN()
 	k.Add(1, []float64{100, 200, nan}) // slots 400, retiring 200; frontend and backend unknown

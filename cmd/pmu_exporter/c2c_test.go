@@ -315,14 +315,14 @@ func TestC2CContentionAsPerf(t *testing.T) {
 
 // perfTotals reads perf c2c's Trace Event Information as our totals.
 func perfTotals(info map[string]uint64) cacheline.ReportTotals {
-	return cacheline.ReportTotals{Loads: info["Load Operations"], Stores: info["Store Operations"],
+	return cacheline.ReportTotals{SampleCounts: cacheline.SampleCounts{Loads: info["Load Operations"], Stores: info["Store Operations"],
 		LocalHITM: info["Load Local HITM"], RemoteHITM: info["Load Remote HITM"],
 		LocalPeer: info["Load HIT Local Peer"], RemotePeer: info["Load HIT Remote Peer"],
 		Served: cacheline.Served{LoadFB: info["Load Fill Buffer Hit"], LoadL1: info["Load L1D hit"], LoadL2: info["Load L2D hit"],
 			// perf's "Load LLC hit" counts the LLC's HITMs too.
 			LoadLLCHit: info["Load LLC hit"] - info["Load Local HITM"], LoadLLCHITM: info["Load Local HITM"], LoadRemoteHit: info["Load Remote HIT"],
 			LoadRemoteHITM: info["Load Remote HITM"], LoadLocalDRAM: info["Load Local DRAM"], LoadRemoteDRAM: info["Load Remote DRAM"],
-			StoreL1Hit: info["Store L1D Hit"], StoreL1Miss: info["Store L1D Miss"], StoreNA: info["Store No available memory level"]}}
+			StoreL1Hit: info["Store L1D Hit"], StoreL1Miss: info["Store L1D Miss"], StoreNA: info["Store No available memory level"]}}}
 }
 
 // c2c --display ranks and lists lines as perf c2c report -d does: by

@@ -1176,15 +1176,7 @@ func TestServeReuseIntervalNarrows(t *testing.T) {
 			if !labelsMatch(m, r.clocked()) {
 				continue
 			}
-			var bucket, bound string
-			for _, lp := range m.GetLabel() {
-				switch lp.GetName() {
-				case "bucket":
-					bucket = lp.GetValue()
-				case "bound":
-					bound = lp.GetValue()
-				}
-			}
+			bucket, bound := labelValue(m, "bucket"), labelValue(m, "bound")
 			if out[bucket] == nil {
 				out[bucket] = map[string]float64{}
 			}
@@ -1265,12 +1257,8 @@ func estimatedHistogram(mfs map[string]*dto.MetricFamily, family string, lbl map
 		if !labelsMatch(m, want) {
 			continue
 		}
-		for _, lp := range m.GetLabel() {
-			if lp.GetName() == "bucket" {
-				if b, err := strconv.ParseFloat(lp.GetValue(), 64); err == nil {
-					shares[b] = m.GetGauge().GetValue()
-				}
-			}
+		if b, err := strconv.ParseFloat(labelValue(m, "bucket"), 64); err == nil {
+			shares[b] = m.GetGauge().GetValue()
 		}
 	}
 	if len(shares) == 0 {
@@ -1465,6 +1453,16 @@ func readCPU0LLC() (shared, domain string, found bool) {
 		return shared, domain, true
 	}
 	return "", "", false
+}
+
+// labelValue is m's value of label name ("" where it has none).
+func labelValue(m *dto.Metric, name string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue()
+		}
+	}
+	return ""
 }
 
 func labelsMatch(m *dto.Metric, want map[string]string) bool {

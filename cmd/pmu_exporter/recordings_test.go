@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -132,18 +131,10 @@ func ourRecordedSamples(t *testing.T, file string, fields []string) []string {
 // stderr.
 func ourRecordedSamplesSaid(t *testing.T, file string, fields []string) ([]string, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"samples", "--input", file}, &stdout, &stderr); code != 0 {
-		t.Fatalf("samples exited %d: %s", code, stderr.String())
-	}
+	samples, said := samplesJSON(t, "--input", file)
 	has := func(f string) bool { return strings.Contains(strings.Join(fields, ","), f) }
 	var lines []string
-	dec := json.NewDecoder(&stdout)
-	for dec.More() {
-		var s sampleJSON
-		if err := dec.Decode(&s); err != nil {
-			t.Fatal(err)
-		}
+	for _, s := range samples {
 		if s.TID == nil || s.Time == nil {
 			t.Fatalf("a sample without tid or time: %+v", s)
 		}
@@ -159,7 +150,7 @@ func ourRecordedSamplesSaid(t *testing.T, file string, fields []string) ([]strin
 		}
 		lines = append(lines, line)
 	}
-	return lines, stderr.String()
+	return lines, said
 }
 
 // TestSamplesOfLayoutsRecordedHere: perf records here, on cpu-clock (what
@@ -233,18 +224,10 @@ func TestSamplesOfLayoutsRecordedHere(t *testing.T) {
 				}
 				want = append(want, line)
 			}
-			var stdout, serr bytes.Buffer
-			if code := run([]string{"samples", "--input", file}, &stdout, &serr); code != 0 {
-				t.Fatalf("samples exited %d: %s", code, serr.String())
-			}
+			samples, _ := samplesJSON(t, "--input", file)
 			var got []string
 			stacks := 0
-			dec := json.NewDecoder(&stdout)
-			for dec.More() {
-				var s sampleJSON
-				if err := dec.Decode(&s); err != nil {
-					t.Fatal(err)
-				}
+			for _, s := range samples {
 				line := fmt.Sprintf("%s %d %d %s %d", s.Event, *s.TID, *s.Time, strings.TrimPrefix(s.IP, "0x"), *s.Period)
 				for _, r := range []*regsJSON{s.IntrRegs, s.UserRegs} {
 					if r != nil {

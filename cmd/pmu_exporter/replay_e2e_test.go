@@ -351,15 +351,7 @@ func TestServeReplayCommDomains(t *testing.T) {
 			if !labelsMatch(m, map[string]string{"kind": kind}) {
 				continue
 			}
-			var a, b string
-			for _, lp := range m.GetLabel() {
-				switch lp.GetName() {
-				case "domain_a":
-					a = lp.GetValue()
-				case "domain_b":
-					b = lp.GetValue()
-				}
-			}
+			a, b := labelValue(m, "domain_a"), labelValue(m, "domain_b")
 			pairs[a+"/"+b] = m.GetCounter().GetValue()
 			sum += m.GetCounter().GetValue()
 		}
@@ -481,10 +473,8 @@ func TestServeReplayTraceMissRatios(t *testing.T) {
 	_, mfs := p.scrape(t)
 	caches := map[string]float64{}
 	for _, m := range mfs["pmu_reuse_miss_ratio"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "cache" {
-				caches[l.GetValue()] = m.GetGauge().GetValue()
-			}
+		if c := labelValue(m, "cache"); c != "" {
+			caches[c] = m.GetGauge().GetValue()
 		}
 	}
 	if len(caches) != 1 || caches["LLC"] < 0 || caches["LLC"] > 1 {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -103,17 +102,9 @@ func perfScriptOf(t *testing.T, file string, args ...string) []string {
 // ourSamples runs `pmu_exporter samples` and normalises its lines the same way.
 func ourSamples(t *testing.T, file string) []string {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"samples", "--input", file}, &stdout, &stderr); code != 0 {
-		t.Fatalf("samples exited %d: %s", code, stderr.String())
-	}
+	samples, _ := samplesJSON(t, "--input", file)
 	var lines []string
-	dec := json.NewDecoder(&stdout)
-	for dec.More() {
-		var s sampleJSON
-		if err := dec.Decode(&s); err != nil {
-			t.Fatal(err)
-		}
+	for _, s := range samples {
 		if s.PID == nil || s.CPU == nil || s.Time == nil || s.Period == nil || s.Weight == nil || s.DataSrc == nil {
 			t.Fatalf("sample without a recorded field: %+v", s)
 		}
@@ -173,17 +164,9 @@ func TestSamplesAgreeWithPerfScript(t *testing.T) {
 // modified lines in L3 (local HITM), the stores hit L1.
 func TestSamplesDecodeDataSource(t *testing.T) {
 	path, loads, stores := c2cRecording(t, 0.5)
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"samples", path}, &stdout, &stderr); code != 0 {
-		t.Fatalf("samples exited %d: %s", code, stderr.String())
-	}
+	samples, _ := samplesJSON(t, path)
 	var hitm, l1 int
-	dec := json.NewDecoder(&stdout)
-	for dec.More() {
-		var s sampleJSON
-		if err := dec.Decode(&s); err != nil {
-			t.Fatal(err)
-		}
+	for _, s := range samples {
 		d := s.DataSrc
 		switch {
 		case s.Event == "cpu/mem-loads,ldlat=30/P" && d.Source == "l3" && d.HITM == "local" && d.Snoop == "hitm" &&

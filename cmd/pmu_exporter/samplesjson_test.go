@@ -1,5 +1,11 @@
 package main
 
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
 // sampleJSON is one line of `samples --format jsonl` as the tests read it;
 // lines are written by lineWriter from perfrecord's field table
 // (Sample.Printed) and appendDumps. Fields the event did not record are
@@ -50,4 +56,23 @@ type regsJSON struct {
 	ABI    uint64   `json:"abi"`
 	Mask   string   `json:"mask"`
 	Values []string `json:"values"`
+}
+
+// samplesJSON runs `pmu_exporter samples` with args and decodes its lines;
+// said is what it wrote on stderr.
+func samplesJSON(t *testing.T, args ...string) (samples []sampleJSON, said string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append([]string{"samples"}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("samples exited %d: %s", code, stderr.String())
+	}
+	dec := json.NewDecoder(&stdout)
+	for dec.More() {
+		var s sampleJSON
+		if err := dec.Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, s)
+	}
+	return samples, stderr.String()
 }

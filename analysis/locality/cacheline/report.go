@@ -14,15 +14,22 @@ type Report struct {
 	Lines  []LineReport `json:"lines"`
 }
 
+// SampleCounts are the samples of a line or of the whole table: loads and
+// stores, the loads another core's cache served (perf c2c's HITM and peer
+// columns), and where each was served.
+type SampleCounts struct {
+	Loads      uint64 `json:"load_samples"`
+	Stores     uint64 `json:"store_samples"`
+	LocalHITM  uint64 `json:"local_hitm_samples"`
+	RemoteHITM uint64 `json:"remote_hitm_samples"`
+	LocalPeer  uint64 `json:"local_peer_samples"`
+	RemotePeer uint64 `json:"remote_peer_samples"`
+	Served     Served `json:"served"`
+}
+
 // ReportTotals are the table's totals.
 type ReportTotals struct {
-	Loads        uint64 `json:"load_samples"`
-	Stores       uint64 `json:"store_samples"`
-	LocalHITM    uint64 `json:"local_hitm_samples"`
-	RemoteHITM   uint64 `json:"remote_hitm_samples"`
-	LocalPeer    uint64 `json:"local_peer_samples"`
-	RemotePeer   uint64 `json:"remote_peer_samples"`
-	Served       Served `json:"served"`
+	SampleCounts
 	NoAddr       uint64 `json:"samples_without_address"`
 	TrueSharing  uint64 `json:"true_sharing_events_estimated"`
 	FalseSharing uint64 `json:"false_sharing_events_estimated"`
@@ -31,16 +38,10 @@ type ReportTotals struct {
 
 // LineReport is one line: where it is, how hot, and who touched which bytes.
 type LineReport struct {
-	Address      string         `json:"address"`
-	PID          uint32         `json:"pid"`
-	Symbol       string         `json:"symbol,omitempty"`
-	Loads        uint64         `json:"load_samples"`
-	Stores       uint64         `json:"store_samples"`
-	LocalHITM    uint64         `json:"local_hitm_samples"`
-	RemoteHITM   uint64         `json:"remote_hitm_samples"`
-	LocalPeer    uint64         `json:"local_peer_samples"`
-	RemotePeer   uint64         `json:"remote_peer_samples"`
-	Served       Served         `json:"served"`
+	Address string `json:"address"`
+	PID     uint32 `json:"pid"`
+	Symbol  string `json:"symbol,omitempty"`
+	SampleCounts
 	TrueSharing  uint64         `json:"true_sharing_events_estimated"`
 	FalseSharing uint64         `json:"false_sharing_events_estimated"`
 	Threads      []ThreadReport `json:"threads"`
@@ -129,13 +130,13 @@ func (t *Table) Report(n int, symbol func(pid uint32, addr uint64) string) Repor
 // ReportBy is Report with the lines ranked and chosen by display.
 func (t *Table) ReportBy(n int, display Display, symbol func(pid uint32, addr uint64) string) Report {
 	tt := t.Totals
-	r := Report{Totals: ReportTotals{Loads: tt.Loads, Stores: tt.Stores, LocalHITM: tt.LocalHITM, RemoteHITM: tt.RemoteHITM,
-		LocalPeer: tt.LocalPeer, RemotePeer: tt.RemotePeer, Served: servedOf(tt.Served),
+	r := Report{Totals: ReportTotals{SampleCounts: SampleCounts{Loads: tt.Loads, Stores: tt.Stores, LocalHITM: tt.LocalHITM, RemoteHITM: tt.RemoteHITM,
+		LocalPeer: tt.LocalPeer, RemotePeer: tt.RemotePeer, Served: servedOf(tt.Served)},
 		NoAddr: tt.NoAddr, TrueSharing: tt.Events[TrueSharing], FalseSharing: tt.Events[FalseSharing], Evicted: tt.Evicted}}
 	r.Lines = []LineReport{}
 	for _, l := range t.TopBy(n, display) {
-		lr := LineReport{Address: "0x" + strconv.FormatUint(l.Addr, 16), PID: l.PID, Loads: l.Loads, Stores: l.Stores,
-			LocalHITM: l.LocalHITM, RemoteHITM: l.RemoteHITM, LocalPeer: l.LocalPeer, RemotePeer: l.RemotePeer, Served: servedOf(l.Served), TrueSharing: l.Events[TrueSharing],
+		lr := LineReport{Address: "0x" + strconv.FormatUint(l.Addr, 16), PID: l.PID, SampleCounts: SampleCounts{Loads: l.Loads, Stores: l.Stores,
+			LocalHITM: l.LocalHITM, RemoteHITM: l.RemoteHITM, LocalPeer: l.LocalPeer, RemotePeer: l.RemotePeer, Served: servedOf(l.Served)}, TrueSharing: l.Events[TrueSharing],
 			FalseSharing: l.Events[FalseSharing], OtherThreads: l.overflow}
 		if symbol != nil {
 			lr.Symbol = symbol(l.PID, l.Addr)

@@ -374,16 +374,23 @@ func (d *Detector) Report(pid uint32, topLines int) []Matrix {
 	return out
 }
 
+// members are the threads (or CPUs) of pairs, ascending.
+func members(pairs map[pair]*Cell) []uint32 {
+	seen := map[uint32]bool{}
+	for pr := range pairs {
+		seen[pr.a], seen[pr.b] = true, true
+	}
+	out := make([]uint32, 0, len(seen))
+	for id := range seen {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (p *process) matrix(pid uint32, topLines int) Matrix {
 	m := Matrix{PID: pid, Comm: p.comm, Totals: p.det}
-	rows := map[uint32]bool{}
-	for pr := range p.pairs {
-		rows[pr.a], rows[pr.b] = true, true
-	}
-	for tid := range rows {
-		m.Threads = append(m.Threads, tid)
-	}
-	slices.Sort(m.Threads)
+	m.Threads = members(p.pairs)
 	idx := map[uint32]int{}
 	for i, tid := range m.Threads {
 		idx[tid] = i
@@ -396,14 +403,7 @@ func (p *process) matrix(pid uint32, topLines int) Matrix {
 		m.True[i][j], m.True[j][i] = c.True, c.True
 		m.False[i][j], m.False[j][i] = c.False, c.False
 	}
-	cpus := map[uint32]bool{}
-	for pr := range p.cpus {
-		cpus[pr.a], cpus[pr.b] = true, true
-	}
-	for c := range cpus {
-		m.CPUs = append(m.CPUs, c)
-	}
-	slices.Sort(m.CPUs)
+	m.CPUs = members(p.cpus)
 	m.CPUAll = square(len(m.CPUs))
 	for pr, c := range p.cpus {
 		i, _ := slices.BinarySearch(m.CPUs, pr.a)
