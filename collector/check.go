@@ -16,6 +16,7 @@ import (
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/topdown/metric"
 	"github.com/pmu-exporter/pmu_exporter/analysis/validate"
+	"github.com/pmu-exporter/pmu_exporter/analysis/validate/sampler"
 	"github.com/pmu-exporter/pmu_exporter/collector/registry"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -105,6 +106,17 @@ type validationStatus struct {
 	Failures      []validate.Result `json:"failures"`
 	// Unmeasured is each not measurable event's first row: why not.
 	Unmeasured []validate.Result `json:"not_measurable_events"`
+	// Samplers are the quick sampler validation's verdicts, by sampler.
+	Samplers []samplerStatus `json:"samplers"`
+}
+
+// samplerStatus is one sampler's quick validation: whether every figure it
+// could measure passed, and the figures that did not.
+type samplerStatus struct {
+	Sampler  string        `json:"sampler"`
+	Passed   bool          `json:"passed"`
+	Measured bool          `json:"measured"`
+	Failures []sampler.Row `json:"failures"`
 }
 
 func checkValidation(f Options, s setup, groups []eventspec.Group) validationStatus {
@@ -142,7 +154,29 @@ func checkValidation(f Options, s setup, groups []eventspec.Group) validationSta
 			st.Unmeasured = append(st.Unmeasured, first[ev])
 		}
 	}
+	st.Samplers = samplerStatuses(validateSamplers(planSamplers(true)))
 	return st
+}
+
+// samplerStatuses sums the samplers' rows, a status each.
+func samplerStatuses(rows []sampler.Row) []samplerStatus {
+	var out []samplerStatus
+	for _, name := range []string{pageFaultSampler, timerSampler} {
+		st := samplerStatus{Sampler: name, Failures: []sampler.Row{}}
+		var mine []sampler.Row
+		for _, r := range rows {
+			if r.Sampler != name {
+				continue
+			}
+			mine = append(mine, r)
+			if r.Verdict == validate.Fail {
+				st.Failures = append(st.Failures, r)
+			}
+		}
+		st.Passed, st.Measured = sampler.Passed(mine)
+		out = append(out, st)
+	}
+	return out
 }
 
 // selfStatus is what reading the counters costs and adds: the null-read
@@ -350,10 +384,23 @@ func (r checkResult) writeText(stdout io.Writer) {
 	if ms.Error != "" {
 		fmt.Fprintf(stdout, "\nMemory sampling: %s\n", ms.Error)
 	}
-	fmt.Fprintf(stdout, "\nValidation kernels (quick; pmu_exporter validate for the table): %d events passed, %d failed, %d not measurable\n",
+	fmt.Fprintf(stdout, "\nValidation loops (quick; pmu_exporter validate for the table): %d events passed, %d failed, %d not measurable\n",
 		r.val.Passed, r.val.Failed, r.val.NotMeasurable)
 	for _, r := range r.val.Failures {
 		fmt.Fprintf(stdout, "  warning: %s does not count what %s does: %s\n", r.Event, r.Loop, r.Reason)
+	}
+	for _, st := range r.val.Samplers {
+		switch {
+		case !st.Measured:
+			fmt.Fprintf(stdout, "Sampler %s: not validated here\n", st.Sampler)
+		case st.Passed:
+			fmt.Fprintf(stdout, "Sampler %s: validated (quick; every figure within its bound)\n", st.Sampler)
+		default:
+			fmt.Fprintf(stdout, "Sampler %s: FAILED validation\n", st.Sampler)
+		}
+		for _, f := range st.Failures {
+			fmt.Fprintf(stdout, "  warning: %s %s at period %d: %.4g beyond its bound %.4g\n", f.Sampler, f.Figure, f.Period, f.Value, f.Bound)
+		}
 	}
 	writeSelf(stdout, r.self)
 	if len(r.s.configErrors) > 0 {

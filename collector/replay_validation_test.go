@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,6 +22,11 @@ func TestReplayValidationServesTheFile(t *testing.T) {
 		Events []struct {
 			Event, Kernel, Verdict string
 			Goodness               float64
+		}
+		Samplers []struct {
+			Sampler, Figure, Verdict string
+			Period                   uint64
+			Value                    float64
 		}
 	}
 	b, err := os.ReadFile(file)
@@ -86,6 +92,35 @@ func TestReplayValidationServesTheFile(t *testing.T) {
 	if n := len(served["pmu_event_validation_passed"].GetMetric()); n != len(wantPassed) {
 		t.Errorf("%d events with a verdict served, the file measured %d", n, len(wantPassed))
 	}
+	// The samplers' figures, each as the file has it, and each sampler
+	// validated where all its figures passed.
+	validated := map[string]float64{}
+	for _, r := range doc.Samplers {
+		if r.Verdict == "not_measurable" {
+			continue
+		}
+		period := ""
+		if r.Period != 0 {
+			period = strconv.FormatUint(r.Period, 10)
+		}
+		if v, ok := value("pmu_sampler_validation_ratio", "figure="+r.Figure, "period="+period, "sampler="+r.Sampler); !ok || v != r.Value {
+			t.Errorf("%s %s at %q: %v (served %v), the file says %v", r.Sampler, r.Figure, period, v, ok, r.Value)
+		}
+		if _, seen := validated[r.Sampler]; !seen {
+			validated[r.Sampler] = 1
+		}
+		if r.Verdict == "fail" {
+			validated[r.Sampler] = 0
+		}
+	}
+	if len(validated) != 2 {
+		t.Errorf("%s: samplers %v, want the page-fault and timer samplers", file, validated)
+	}
+	for name, want := range validated {
+		if got, ok := value("pmu_sampler_validated", "sampler="+name); !ok || got != want {
+			t.Errorf("sampler %s validated %v (served %v), want %v", name, got, ok, want)
+		}
+	}
 }
 
 // A file that is not validate's output, or has a verdict it never writes,
@@ -97,6 +132,7 @@ func TestReplayValidationRefusesBadFiles(t *testing.T) {
 		"empty":   {`{"events": []}`, "no events"},
 		"verdict": {`{"events": [{"event": "cycles", "kernel": "loop", "verdict": "maybe"}]}`, `events[0] (cycles): verdict "maybe"`},
 		"unnamed": {`{"events": [{"kernel": "loop", "verdict": "pass"}]}`, "events[0] names no event"},
+		"sampler": {`{"events": [{"event": "cycles", "kernel": "loop", "verdict": "pass"}], "samplers": [{"sampler": "timer", "figure": "accuracy", "verdict": "good"}]}`, "samplers[0]"},
 	} {
 		path := filepath.Join(dir, name+".json")
 		os.WriteFile(path, []byte(c.body), 0o644)

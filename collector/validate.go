@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/analysis/validate"
+	"github.com/pmu-exporter/pmu_exporter/analysis/validate/sampler"
 	"github.com/pmu-exporter/pmu_exporter/exporter"
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/host"
@@ -163,10 +164,15 @@ func (m cpuMover) events(ev validationEvent, err error) (int, bool) {
 func (b *build) validateOnStart() {
 	var mu sync.Mutex
 	var rows []validate.Result
+	var samplerRows []sampler.Row
 	vc := exporter.NewValidation(func() []validate.Result {
 		mu.Lock()
 		defer mu.Unlock()
 		return rows
+	}).WithSamplers(func() []sampler.Row {
+		mu.Lock()
+		defer mu.Unlock()
+		return samplerRows
 	})
 	b.p.add("validate", vc)
 	b.p.beside = append(b.p.beside, func(ctx context.Context) {
@@ -188,6 +194,17 @@ func (b *build) validateOnStart() {
 		var got []validate.Result
 		select {
 		case got = <-done:
+		case <-ctx.Done():
+			return
+		}
+		samplersDone := make(chan []sampler.Row, 1)
+		go func() { samplersDone <- validateSamplers(planSamplers(true)) }()
+		select {
+		case srows := <-samplersDone:
+			logSamplers(b.log, srows)
+			mu.Lock()
+			samplerRows = srows
+			mu.Unlock()
 		case <-ctx.Done():
 			return
 		}
@@ -410,6 +427,7 @@ func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pmu_exporter validate: %s: CPU %d went offline; measuring there on CPU %d (%v)\n", what, from, to, err)
 	}}
 	rows := validateEvents(events, vf.Quick, mover.events)
+	samplers := validateSamplers(planSamplers(vf.Quick))
 	var mux []multiplexRow
 	if !vf.Quick {
 		mux = multiplexErrors(context.Background(), f, s, cpu, 500*time.Millisecond, mover)
@@ -417,12 +435,10 @@ func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 	if vf.Format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		enc.Encode(struct {
-			Events      []validate.Result `json:"events"`
-			Multiplexed []multiplexRow    `json:"multiplexing,omitempty"`
-		}{rows, mux})
+		enc.Encode(validationDoc{rows, mux, samplers})
 	} else {
 		writeValidation(stdout, cpu, rows, s.report)
+		writeSamplers(stdout, samplers)
 		for _, m := range mux {
 			if m.Reason != "" {
 				fmt.Fprintf(stdout, "Multiplexing error of %s: not measured: %s\n", m.Event, m.Reason)
@@ -437,7 +453,20 @@ func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	for _, r := range samplers {
+		if r.Verdict == validate.Fail {
+			return 1
+		}
+	}
 	return 0
+}
+
+// validationDoc is `validate --format json`, and what --replay.validation
+// reads back.
+type validationDoc struct {
+	Events      []validate.Result `json:"events"`
+	Multiplexed []multiplexRow    `json:"multiplexing,omitempty"`
+	Samplers    []sampler.Row     `json:"samplers,omitempty"`
 }
 
 func writeValidation(w io.Writer, cpu int, rows []validate.Result, rep capability.Report) {
@@ -476,10 +505,7 @@ func (b *build) replayValidation(path string) error {
 	if err != nil {
 		return fmt.Errorf("--replay.validation: %w", err)
 	}
-	var doc struct {
-		Events      []validate.Result `json:"events"`
-		Multiplexed []multiplexRow    `json:"multiplexing"`
-	}
+	var doc validationDoc
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -498,13 +524,18 @@ func (b *build) replayValidation(path string) error {
 			return fmt.Errorf("--replay.validation: %s: events[%d] (%s): verdict %q is not pass, fail or not_measurable", path, i, r.Event, r.Verdict)
 		}
 	}
-	vc := exporter.NewValidation(func() []validate.Result { return doc.Events })
+	for i, r := range doc.Samplers {
+		if r.Sampler == "" || r.Figure == "" || r.Verdict != validate.Pass && r.Verdict != validate.Fail && r.Verdict != validate.NotMeasurable {
+			return fmt.Errorf("--replay.validation: %s: samplers[%d]: want a sampler, a figure and a verdict of pass, fail or not_measurable, got %+v", path, i, r)
+		}
+	}
+	vc := exporter.NewValidation(func() []validate.Result { return doc.Events }).WithSamplers(func() []sampler.Row { return doc.Samplers })
 	for _, m := range doc.Multiplexed {
 		if m.Reason == "" {
 			vc.SetMultiplexError(m.Event, m.MeanError)
 		}
 	}
-	b.log.Info("replay: validation of the recording host", "file", path, "events", len(doc.Events), "multiplexing", len(doc.Multiplexed))
+	b.log.Info("replay: validation of the recording host", "file", path, "events", len(doc.Events), "multiplexing", len(doc.Multiplexed), "sampler_figures", len(doc.Samplers))
 	b.p.add("validate", vc)
 	return nil
 }

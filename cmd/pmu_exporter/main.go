@@ -135,7 +135,7 @@ func newApp(c *cli, stderr io.Writer) *kingpin.Application {
 
 	c.check = app.Command("check", "Report what this host can measure, why not, and how to fix it; exit 0 if the exporter can run with every group its configuration asks for, 1 if not, 2 for a flag or path that names the wrong thing.")
 	c.check.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.checkFormat, "text", "json")
-	c.valCmd = app.Command("validate", "Run validation loops whose counts are known in advance (CAT's kernels): for each event the exporter would count, and those of --event, the slope of its count over a sweep of sizes, r² and goodness; pass, fail, or not measurable here and why. Exit 1 if an event failed.")
+	c.valCmd = app.Command("validate", "Run validation loops whose counts are known in advance (CAT's kernels): for each event the exporter would count, and those of --event, the slope of its count over a sweep of sizes, r² and goodness; pass, fail, or not measurable here and why; and the samplers (timer, page faults) on sampling loops whose events and addresses are known: accuracy, stability, bias, attribution, address, mode leak, loss. Exit 1 if an event or a sampler's figure failed.")
 	c.valCmd.Flag("event", "Also validate this event (perf syntax; repeatable).").StringsVar(&c.vf.Events)
 	c.valCmd.Flag("format", "Output format: text or json.").Default("text").EnumVar(&c.vf.Format, "text", "json")
 	c.valCmd.Flag("quick", "Fewer and smaller sizes (what serve --validate.on-start runs).").BoolVar(&c.vf.Quick)

@@ -47,6 +47,11 @@ func TestValidate(t *testing.T) {
 			MeanError float64 `json:"mean_error"`
 			Reason    string  `json:"reason"`
 		} `json:"multiplexing"`
+		Samplers []struct {
+			Sampler string `json:"sampler"`
+			Figure  string `json:"figure"`
+			Verdict string `json:"verdict"`
+		} `json:"samplers"`
 	}
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -90,6 +95,23 @@ func TestValidate(t *testing.T) {
 	for _, m := range v.Multiplexed {
 		if (!hw && !strings.Contains(m.Reason, "does not provide this event")) || (hw && (m.Reason != "" || math.Abs(m.MeanError) > 0.5)) {
 			t.Errorf("multiplexing error of %s: %+v", m.Event, m)
+		}
+	}
+	// Both samplers every host has are judged on every figure, and the
+	// page-fault sampler, exact by construction, passes each.
+	figures := map[string]map[string]bool{}
+	for _, r := range v.Samplers {
+		if figures[r.Sampler] == nil {
+			figures[r.Sampler] = map[string]bool{}
+		}
+		figures[r.Sampler][r.Figure] = true
+		if r.Sampler == "page-faults" && r.Verdict != "pass" {
+			t.Errorf("page-fault sampler: %+v", r)
+		}
+	}
+	for _, name := range []string{"page-faults", "timer"} {
+		if len(figures[name]) != 7 {
+			t.Errorf("sampler %s judged on %v, want the 7 figures", name, figures[name])
 		}
 	}
 	// The text form says the same, and why the hardware ones did not run.

@@ -455,6 +455,15 @@ func (d *Decoder) View(f func(det *comdetect.Detector, out memop.Outcomes)) {
 	f(d.det, out)
 }
 
+// Resolve resolves one sample to the access it made as the address
+// sampler does (its instruction decoded, its address computed from the
+// sample's registers): the sampler validation judges the same decoder.
+func (d *Decoder) Resolve(s *perfrecord.Sample) (memaccess.Access, memop.Reason) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.resolver.Sample(s, 1)
+}
+
 // Symbolize names an instruction of pid.
 func (d *Decoder) Symbolize(pid uint32, ip uint64) string {
 	d.mu.Lock()
