@@ -154,14 +154,14 @@ func checkValidation(f Options, s setup, groups []eventspec.Group) validationSta
 			st.Unmeasured = append(st.Unmeasured, first[ev])
 		}
 	}
-	st.Samplers = samplerStatuses(validateSamplers(planSamplers(true)))
+	st.Samplers = samplerStatuses(validateSamplers(planSamplers(true), preciseConfigs(f, s)))
 	return st
 }
 
 // samplerStatuses sums the samplers' rows, a status each.
 func samplerStatuses(rows []sampler.Row) []samplerStatus {
 	var out []samplerStatus
-	for _, name := range []string{pageFaultSampler, timerSampler} {
+	for _, name := range samplerNames(rows) {
 		st := samplerStatus{Sampler: name, Failures: []sampler.Row{}}
 		var mine []sampler.Row
 		for _, r := range rows {

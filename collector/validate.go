@@ -198,7 +198,7 @@ func (b *build) validateOnStart() {
 			return
 		}
 		samplersDone := make(chan []sampler.Row, 1)
-		go func() { samplersDone <- validateSamplers(planSamplers(true)) }()
+		go func() { samplersDone <- validateSamplers(planSamplers(true), preciseConfigs(*b.f, *b.s)) }()
 		select {
 		case srows := <-samplersDone:
 			logSamplers(b.log, srows)
@@ -427,7 +427,7 @@ func RunValidate(f Options, vf ValidateFlags, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pmu_exporter validate: %s: CPU %d went offline; measuring there on CPU %d (%v)\n", what, from, to, err)
 	}}
 	rows := validateEvents(events, vf.Quick, mover.events)
-	samplers := validateSamplers(planSamplers(vf.Quick))
+	samplers := validateSamplers(planSamplers(vf.Quick), preciseConfigs(f, s))
 	var mux []multiplexRow
 	if !vf.Quick {
 		mux = multiplexErrors(context.Background(), f, s, cpu, 500*time.Millisecond, mover)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest"
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest/loops"
+	"github.com/pmu-exporter/pmu_exporter/plan/sampling"
 )
 
 // The samplers the validation judges on every host, by the names their
@@ -74,9 +76,10 @@ func planSamplers(quick bool) samplerPlan {
 type samplerResolver func(s *perfrecord.Sample) (memaccess.Access, memop.Reason)
 
 // validateSamplers judges the page-fault sampler and the timer sampler on
-// this host, each on its loops. A sampler that cannot open here is a
+// this host, each on its loops, and the precise memory samplers the host
+// has (precise: PEBS, IBS). A sampler that cannot open here is a
 // not_measurable row with the reason.
-func validateSamplers(plan samplerPlan) []sampler.Row {
+func validateSamplers(plan samplerPlan, precise []sampling.Config) []sampler.Row {
 	dec, err := newDecoder("/proc", comdetect.New(comdetect.Options{}))
 	var resolve samplerResolver
 	if err == nil {
@@ -94,7 +97,7 @@ func validateSamplers(plan samplerPlan) []sampler.Row {
 		}
 		rows = append(rows, sampler.Judge(v.name, runs, samplerThresholds[v.name])...)
 	}
-	return rows
+	return append(rows, preciseSamplers(plan, precise)...)
 }
 
 // pageFaultRuns samples the page faults of TwoStores on fresh pages at
@@ -262,7 +265,7 @@ func logSamplers(log *slog.Logger, rows []sampler.Row) {
 			log.Warn("sampler failed validation: the figures resting on it are not to be trusted", "sampler", r.Sampler, "figure", r.Figure, "period", r.Period, "value", r.Value, "bound", r.Bound, "reason", r.Reason)
 		}
 	}
-	for _, name := range []string{pageFaultSampler, timerSampler} {
+	for _, name := range samplerNames(rows) {
 		var mine []sampler.Row
 		for _, r := range rows {
 			if r.Sampler == name {
@@ -293,4 +296,15 @@ func writeSamplers(w io.Writer, rows []sampler.Row) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// samplerNames are the samplers rows judge, in their order.
+func samplerNames(rows []sampler.Row) []string {
+	var names []string
+	for _, r := range rows {
+		if !slices.Contains(names, r.Sampler) {
+			names = append(names, r.Sampler)
+		}
+	}
+	return names
 }

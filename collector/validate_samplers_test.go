@@ -43,7 +43,7 @@ func ownResolver(t *testing.T) samplerResolver {
 func TestSamplersAgainstTheirLoops(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.Require(t, runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64", "the decoder knows amd64 and arm64")
-	rows := validateSamplers(planSamplers(true))
+	rows := validateSamplers(planSamplers(true), nil)
 	for _, c := range []struct {
 		sampler, fig string
 		period       uint64

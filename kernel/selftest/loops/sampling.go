@@ -72,3 +72,16 @@ func SumLoads(a []uint64, reps int) uint64 {
 	}
 	return sum
 }
+
+// StoreAll writes every element of a, reps times: one store each, at an
+// address the registers still hold after it (the precise store
+// samplers' loop, as SumLoads is the load samplers').
+//
+//go:noinline
+func StoreAll(a []uint64, reps int) {
+	for r := range reps {
+		for i := range a {
+			a[i] = uint64(r)
+		}
+	}
+}
