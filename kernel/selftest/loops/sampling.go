@@ -1,7 +1,8 @@
 package loops
 
 // The sampling loops: work whose events, instructions and data addresses
-// are known, for judging samplers as CAT's loops judge counters (Sasongko's
+// are known (never instrumented by the race detector, go:norace: its
+// calls would put the samples and the loads elsewhere), for judging samplers as CAT's loops judge counters (Sasongko's
 // Load-Ratio and Bias-Bench, thesis chapter 4). Plain Go: what they are
 // judged on (which function, which store, which address) is read back
 // from the binary's own symbol table and the decoded instruction, not
@@ -19,6 +20,7 @@ var StoreOffsets = [2]int{0, 8}
 // how many pages it wrote.
 //
 //go:noinline
+//go:norace
 func TwoStores(mem []byte, page int) int {
 	n := 0
 	for off := 0; off+page <= len(mem); off += 2 * page {
@@ -38,6 +40,7 @@ func TwoStores(mem []byte, page int) int {
 // the loop is not optimised away.
 //
 //go:noinline
+//go:norace
 func SpinA(n int) uint64 {
 	x := uint64(n)
 	for i := 0; i < n; i++ {
@@ -49,6 +52,7 @@ func SpinA(n int) uint64 {
 // SpinB is SpinA again, at another address.
 //
 //go:noinline
+//go:norace
 func SpinB(n int) uint64 {
 	x := uint64(n)
 	for i := 0; i < n; i++ {
@@ -63,6 +67,7 @@ func SpinB(n int) uint64 {
 // held to the array (Sasongko's Load-Ratio: loads of known addresses).
 //
 //go:noinline
+//go:norace
 func SumLoads(a []uint64, reps int) uint64 {
 	var sum uint64
 	for range reps {
@@ -78,6 +83,7 @@ func SumLoads(a []uint64, reps int) uint64 {
 // samplers' loop, as SumLoads is the load samplers').
 //
 //go:noinline
+//go:norace
 func StoreAll(a []uint64, reps int) {
 	for r := range reps {
 		for i := range a {
