@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+
 	"github.com/pmu-exporter/pmu_exporter/host"
-	"github.com/pmu-exporter/pmu_exporter/host/cpuset"
 	"github.com/pmu-exporter/pmu_exporter/internal/hotplugtest"
 )
 
@@ -61,30 +63,32 @@ func TestRunOnBindsTheThread(t *testing.T) {
 }
 
 // Allowed agrees with the kernel's own account of the calling thread's
-// affinity, /proc/thread-self/status's Cpus_allowed_list (the thread's:
-// another test may have narrowed the process's other threads), read just
-// before and just after it: another process's CPU hotplug may change the
-// affinity between two reads, never during both gaps at once.
+// affinity, its /proc/<tid>/status Cpus_allowed_list (the thread's: another
+// test may have narrowed the process's other threads), read just before
+// and just after it: another process's CPU hotplug may change the affinity
+// between two reads, never during both gaps at once.
 func TestAllowedMatchesProcStatus(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	fs, err := procfs.NewFS("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
 	status := func() []int {
 		t.Helper()
-		b, err := os.ReadFile("/proc/thread-self/status")
+		p, err := fs.Proc(unix.Gettid())
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
-				cpus, err := cpuset.Parse(strings.TrimSpace(v))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return cpus
-			}
+		st, err := p.NewStatus()
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Fatal("no Cpus_allowed_list in /proc/thread-self/status")
-		return nil
+		var cpus []int
+		for _, c := range st.CpusAllowedList {
+			cpus = append(cpus, int(c))
+		}
+		return cpus
 	}
 	for range 5 {
 		before := status()
@@ -98,5 +102,5 @@ func TestAllowedMatchesProcStatus(t *testing.T) {
 		}
 		t.Logf("Allowed() = %v between %v and %v: the affinity changed meanwhile; again", got, before, after)
 	}
-	t.Error("Allowed() never matched /proc/thread-self/status in 5 tries")
+	t.Error("Allowed() never matched the thread's status in 5 tries")
 }

@@ -14,6 +14,17 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/kernel/selftest/loops"
 )
 
+// freshPages are n fresh pages, unmapped when the test ends.
+func freshPages(t *testing.T, n int) (mem []byte, page int) {
+	t.Helper()
+	mem, page, release, err := FreshMapping(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	return mem, page
+}
+
 func pageFaultSampler(period uint64) Sampler {
 	return Sampler{Attr: eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_PAGE_FAULTS, ExcludeKernel: true},
 		Period: period, SampleType: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_ADDR | unix.PERF_SAMPLE_REGS_USER, RegsUser: memop.RegsMask(runtime.GOARCH)}
@@ -25,11 +36,7 @@ func pageFaultSampler(period uint64) Sampler {
 // any fault of the Go runtime's beside them), and nothing is lost.
 func TestSamplePageFaults(t *testing.T) {
 	testenv.RequireRoot(t)
-	mem, page, release, err := FreshMapping(1024)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
+	mem, page := freshPages(t, 1024)
 	var wrote int
 	run, err := Sample(pageFaultSampler(1), 64, func() { wrote = loops.TwoStores(mem, page) })
 	if err != nil {
@@ -60,11 +67,7 @@ func TestSamplePageFaults(t *testing.T) {
 // what the ring held, so that held and dropped make the count.
 func TestSampleDroppedByAFullRing(t *testing.T) {
 	testenv.RequireRoot(t)
-	mem, page, release, err := FreshMapping(1024)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
+	mem, page := freshPages(t, 1024)
 	run, err := Sample(pageFaultSampler(1), 1, func() { loops.TwoStores(mem, page) })
 	if err != nil {
 		t.Fatal(err)
