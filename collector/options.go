@@ -92,7 +92,7 @@ func (o *Options) Bind(serve *kingpin.CmdClause, judges ...*kingpin.CmdClause) {
 	for _, c := range judges { // check and validate judge what serve would run
 		o.collectors.Bind(c)
 	}
-	serve.Flag("validate.on-start", "Run the quick subset of `pmu_exporter validate` once at start (a few seconds, on one CPU) and export pmu_event_validation_goodness and pmu_event_validation_passed.").BoolVar(&o.validateOnStart)
+	serve.Flag("validate.on-start", "Run the quick subset of `pmu_exporter validate` once at start (a few seconds, on one CPU) and export pmu_event_validation_goodness and pmu_event_validation_passed, and the samplers' verdicts (pmu_sampler_validation_ratio, pmu_sampler_validation_passed, pmu_sampler_validated).").BoolVar(&o.validateOnStart)
 }
 
 // BindHostPaths adds --path.sysfs and --path.procfs to cmd: where the
