@@ -241,7 +241,46 @@ func timerRuns(plan samplerPlan, resolve samplerResolver) ([]sampler.Run, error)
 			runs = append(runs, r)
 		}
 	}
-	return runs, nil
+	mode, err := timerModeRun(plan, true)
+	if err != nil {
+		return nil, err
+	}
+	return append(runs, mode), nil
+}
+
+// kernelHalf is where the kernel's addresses start on amd64 and arm64 (the
+// upper canonical half).
+const kernelHalf = 1 << 63
+
+// timerModeRun samples the Exec-Mode loop (selftest.UserAndKernel: user
+// spins beside system calls) at the exporter's period, user mode only
+// where userOnly, as the address sampler samples: a sample reported in
+// kernel mode, or whose IP is a kernel address, leaks. It counts for the
+// mode leak and loss alone.
+func timerModeRun(plan samplerPlan, userOnly bool) (sampler.Run, error) {
+	const period = 1_000_000
+	target := time.Duration(period) * time.Duration(plan.timerSamples)
+	got, err := selftest.Sample(selftest.Sampler{
+		Attr:       eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, ExcludeKernel: userOnly},
+		Period:     period,
+		SampleType: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID,
+	}, 64, func() {
+		start, err := perf.ThreadCPU()
+		for now := start; err == nil && now-start < target; now, err = perf.ThreadCPU() {
+			selftest.UserAndKernel(200)
+		}
+	})
+	if err != nil {
+		return sampler.Run{}, fmt.Errorf("timer sampler, both modes: %w", err)
+	}
+	r := sampler.Run{Period: period, Samples: len(got.Samples), Lost: got.Lost, Throttled: got.Throttled, ModeOnly: true}
+	for i := range got.Samples {
+		s := &got.Samples[i]
+		if s.Misc&unix.PERF_RECORD_MISC_CPUMODE_MASK != unix.PERF_RECORD_MISC_USER || s.IP >= kernelHalf {
+			r.WrongMode++
+		}
+	}
+	return r, nil
 }
 
 // funcName is the symbol of a function value, as the binary's table names it.

@@ -64,7 +64,10 @@ func TestSamplersAgainstTheirLoops(t *testing.T) {
 // A sampler broken on purpose fails its verdicts: one whose period is not
 // the one it says (it samples every 34th fault and claims 17) has accuracy
 // 0.5; a decoder that drops the registers an address is computed from
-// attributes no page fault to its store and gives no right timer address.
+// attributes no page fault to its store and gives no right timer address;
+// a timer that does not exclude the kernel (as IBS cannot, in hardware)
+// leaks the Exec-Mode loop's system calls into its samples, where the
+// user-only one leaks none.
 func TestBrokenSamplersFail(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.Require(t, runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64", "the decoder knows amd64 and arm64")
@@ -106,5 +109,19 @@ func TestBrokenSamplersFail(t *testing.T) {
 	}
 	if r := figure(t, sampler.Judge(timerSampler, timer, samplerThresholds[timerSampler]), timerSampler, sampler.Address, 0); r.Verdict == validate.Pass {
 		t.Errorf("timer samples through a decoder without registers: %+v", r)
+	}
+	userOnly, err := timerModeRun(plan, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := timerModeRun(plan, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if userOnly.Samples == 0 || userOnly.WrongMode != 0 || both.WrongMode == 0 {
+		t.Errorf("Exec-Mode loop: user-only %d samples, %d in kernel mode; both modes %d samples, %d in kernel mode", userOnly.Samples, userOnly.WrongMode, both.Samples, both.WrongMode)
+	}
+	if r := figure(t, sampler.Judge(timerSampler, []sampler.Run{both}, samplerThresholds[timerSampler]), timerSampler, sampler.ModeLeak, 0); r.Verdict != validate.Fail {
+		t.Errorf("a timer sampling both modes: %+v", r)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/formats/perfrecord"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perfring"
+	"github.com/pmu-exporter/pmu_exporter/kernel/selftest/loops"
 )
 
 // Sampler is a sampling event to judge on this thread's own work: the
@@ -137,4 +138,17 @@ func FreshMapping(n int) (mem []byte, page int, release func(), err error) {
 	}
 	unix.Madvise(mem, unix.MADV_NOHUGEPAGE) // one fault per page, not per 2 MiB
 	return mem, page, func() { unix.Munmap(mem) }, nil
+}
+
+// UserAndKernel is work on both sides of the mode switch, the thesis's
+// Exec-Mode loop: n rounds of a user-mode spin and a system call
+// (getppid), so that a sampler of user mode alone has kernel time right
+// beside every stretch of user time to misreport.
+func UserAndKernel(n int) uint64 {
+	var x uint64
+	for range n {
+		x += loops.SpinA(2_000)
+		x += uint64(unix.Getppid())
+	}
+	return x
 }

@@ -38,6 +38,9 @@ type Run struct {
 	// Shares are the samples by the instructions (or functions) that made
 	// the events, each with its known share of the events (or of the time).
 	Shares []Share
+	// ModeOnly: a run over work in both modes (the Exec-Mode loop), whose
+	// samples count for mode_leak and loss alone.
+	ModeOnly bool
 }
 
 // Share is one instruction's (or function's) samples and its known share.
@@ -85,7 +88,9 @@ func Judge(name string, runs []Run, th Thresholds) []Row {
 	var rows []Row
 	periods := map[uint64][]Run{}
 	for _, r := range runs {
-		periods[r.Period] = append(periods[r.Period], r)
+		if !r.ModeOnly {
+			periods[r.Period] = append(periods[r.Period], r)
+		}
 	}
 	keys := make([]uint64, 0, len(periods))
 	for p := range periods {
@@ -96,15 +101,19 @@ func Judge(name string, runs []Run, th Thresholds) []Row {
 		rows = append(rows, accuracy(name, p, periods[p], th)...)
 		rows = append(rows, bias(name, p, periods[p], th.Bias))
 	}
-	var samples, attributed, addressed, right, wrongMode int
+	var samples, attributed, addressed, right, wrongMode, all int
 	var lost uint64
 	for _, r := range runs {
+		all += r.Samples
+		wrongMode += r.WrongMode
+		lost += r.Lost + r.Throttled
+		if r.ModeOnly {
+			continue
+		}
 		samples += r.Samples
 		attributed += r.Attributed
 		addressed += r.Addressed
 		right += r.AddressRight
-		wrongMode += r.WrongMode
-		lost += r.Lost + r.Throttled
 	}
 	n := len(runs)
 	share := func(fig string, num, den int, bound float64, atLeast bool, what string) Row {
@@ -119,9 +128,9 @@ func Judge(name string, runs []Run, th Thresholds) []Row {
 	}
 	rows = append(rows, share(Attribution, attributed, samples, th.Attribution, true, "samples"))
 	rows = append(rows, share(Address, right, addressed, th.Address, true, "data address to check"))
-	rows = append(rows, share(ModeLeak, wrongMode, samples, th.ModeLeak, false, "samples"))
+	rows = append(rows, share(ModeLeak, wrongMode, all, th.ModeLeak, false, "samples"))
 	lossRow := Row{Sampler: name, Figure: Loss, Bound: th.Loss, Runs: n}
-	if total := float64(samples) + float64(lost); total > 0 {
+	if total := float64(all) + float64(lost); total > 0 {
 		lossRow.Value = float64(lost) / total
 		lossRow.Verdict = verdict(lossRow.Value <= th.Loss)
 	} else {

@@ -99,3 +99,21 @@ func TestSharesByHand(t *testing.T) {
 		t.Errorf("no address checked: %+v", r)
 	}
 }
+
+// A mode-only run (work in both modes) counts for the mode leak and the
+// loss, not for accuracy or attribution: by hand, a run of 100 samples
+// all attributed and a mode-only one of 50 with 5 in the wrong mode give
+// attribution 100/100 and a mode leak of 5/150.
+func TestModeOnlyRunsByHand(t *testing.T) {
+	runs := []Run{{Period: 10, Events: 1000, Samples: 100, Attributed: 100}, {Period: 10, Events: 99999, Samples: 50, WrongMode: 5, ModeOnly: true}}
+	rows := Judge("x", runs, th)
+	if r := row(t, rows, Accuracy, 10); r.Value != 1 || r.Runs != 1 {
+		t.Errorf("accuracy %+v, want 1 over the one run", r)
+	}
+	if r := row(t, rows, Attribution, 0); r.Value != 1 {
+		t.Errorf("attribution %+v", r)
+	}
+	if r := row(t, rows, ModeLeak, 0); math.Abs(r.Value-5.0/150) > 1e-12 || r.Verdict != validate.Fail {
+		t.Errorf("mode leak %+v, want 5/150, fail", r)
+	}
+}
