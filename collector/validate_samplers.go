@@ -39,10 +39,12 @@ const (
 // sample comes from an hrtimer on the task's clock, whose handling the
 // thread's CPU time counts too: at 100 µs it caught 0.92 to 0.96 of the
 // samples its CPU time implies on this project's VMs, at 1 ms 0.985 to
-// 0.99: held to 10%, and to the loop's functions.
+// 0.99: held to 10%, and to the loop's functions; its accuracy at 100 µs
+// varied run to run by a standard error up to 3% there (the handling's
+// share moves with the host's interrupts), so stability is held to 5%.
 var samplerThresholds = map[string]sampler.Thresholds{
 	pageFaultSampler: {Accuracy: 0.01, Stability: 0.01, Bias: 0.01, Attribution: 0.99, Address: 0.99, ModeLeak: 0, Loss: 0.01},
-	timerSampler:     {Accuracy: 0.10, Stability: 0.02, Bias: 0.02, Attribution: 0.95, Address: 0.95, ModeLeak: 0, Loss: 0.01},
+	timerSampler:     {Accuracy: 0.10, Stability: 0.05, Bias: 0.02, Attribution: 0.95, Address: 0.95, ModeLeak: 0, Loss: 0.01},
 }
 
 // samplerPlan is how much each sampler's validation runs: periods and runs
@@ -206,7 +208,15 @@ func timerRuns(plan samplerPlan, resolve samplerResolver) ([]sampler.Run, error)
 			}, 64, func() {
 				start, err := perf.ThreadCPU()
 				for now := start; err == nil && now-start < target; now, err = perf.ThreadCPU() {
-					sink += loops.SpinA(200_000) + loops.SpinB(200_000) + loops.SumLoads(array, 8)
+					// SpinA and SpinB alternate every few µs, far within
+					// a period: alternating every 0.6 ms, in step with the
+					// 1 ms period, gave one of them 0.087 more than its
+					// half on a loaded CI run (the period aliasing the
+					// loop, not the sampler's bias).
+					for range 64 {
+						sink += loops.SpinA(2_000) + loops.SpinB(2_000)
+					}
+					sink += loops.SumLoads(array, 16) // about a quarter of the time: enough samples to check addresses
 				}
 			})
 			if err != nil {
