@@ -200,12 +200,7 @@ func timerRuns(plan samplerPlan, resolve samplerResolver) ([]sampler.Run, error)
 		target := time.Duration(period) * time.Duration(plan.timerSamples)
 		for range plan.runs {
 			var sink uint64
-			got, err := selftest.Sample(selftest.Sampler{
-				Attr:       eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, ExcludeKernel: true},
-				Period:     period,
-				SampleType: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_REGS_USER,
-				RegsUser:   memop.RegsMask(runtime.GOARCH),
-			}, 64, func() {
+			got, err := selftest.Sample(timerSamplerOf(period, true), 64, func() {
 				start, err := perf.ThreadCPU()
 				for now := start; err == nil && now-start < target; now, err = perf.ThreadCPU() {
 					// SpinA and SpinB alternate every few µs, far within
@@ -258,6 +253,17 @@ func timerRuns(plan samplerPlan, resolve samplerResolver) ([]sampler.Run, error)
 	return append(runs, mode), nil
 }
 
+// timerSamplerOf is the address sampler's event at period (ns of CPU
+// time): cpu-clock with the user registers, user mode only where userOnly.
+func timerSamplerOf(period uint64, userOnly bool) selftest.Sampler {
+	return selftest.Sampler{
+		Attr:       eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, ExcludeKernel: userOnly},
+		Period:     period,
+		SampleType: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_REGS_USER,
+		RegsUser:   memop.RegsMask(runtime.GOARCH),
+	}
+}
+
 // kernelHalf is where the kernel's addresses start on amd64 and arm64 (the
 // upper canonical half).
 const kernelHalf = 1 << 63
@@ -270,11 +276,7 @@ const kernelHalf = 1 << 63
 func timerModeRun(plan samplerPlan, userOnly bool) (sampler.Run, error) {
 	const period = 1_000_000
 	target := time.Duration(period) * time.Duration(plan.timerSamples)
-	got, err := selftest.Sample(selftest.Sampler{
-		Attr:       eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, ExcludeKernel: userOnly},
-		Period:     period,
-		SampleType: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID,
-	}, 64, func() {
+	got, err := selftest.Sample(timerSamplerOf(period, userOnly), 64, func() {
 		start, err := perf.ThreadCPU()
 		for now := start; err == nil && now-start < target; now, err = perf.ThreadCPU() {
 			selftest.UserAndKernel(200)

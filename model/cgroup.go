@@ -119,6 +119,7 @@ type CgroupCounts struct {
 	Tracked int
 	// Placed says, by flattened index, which events had a file descriptor
 	// in the program on some CPU at some time: an event whose group never
-	// opened gets no series rather than a zero.
+	// opened gets no series rather than a zero. The kernel side's own
+	// slice: read it before its next cycle.
 	Placed []bool
 }

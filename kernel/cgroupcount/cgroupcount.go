@@ -219,7 +219,7 @@ func (a *Attributor) Cycle(online []int) (c model.CgroupCounts, now time.Time, o
 	}
 	c.Own = readings
 	c.Current = a.resolve(now, readings)
-	c.Placed = slices.Clone(a.placed)
+	c.Placed = a.placed // read during the analysis's Update, on this goroutine
 	return c, now, true
 }
 
