@@ -61,6 +61,37 @@ func TestSamplePageFaults(t *testing.T) {
 	}
 }
 
+// A sampler behind a counting group leader, as PEBS mem-loads must sit
+// behind mem-loads-aux on Sapphire Rapids: here the page-fault sampler
+// behind task-clock. Enabling the leader runs the member: the same 1,024
+// samples at the bytes written as alone. Software events are never
+// multiplexed, so the kernel says the sampler ran all the time it was
+// enabled, and that was a while.
+func TestSampleBehindALeader(t *testing.T) {
+	testenv.RequireRoot(t)
+	mem, page := freshPages(t, 1024)
+	s := pageFaultSampler(1)
+	s.Leader = &eventspec.Attr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK, ExcludeKernel: true}
+	var wrote int
+	run, err := Sample(s, 64, func() { wrote = loops.TwoStores(mem, page) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := uint64(uintptr(unsafe.Pointer(&mem[0])))
+	right := 0
+	for _, smp := range run.Samples {
+		if smp.Addr >= base && smp.Addr < base+uint64(len(mem)) {
+			right++
+		}
+	}
+	if right != wrote || run.Count < uint64(wrote) {
+		t.Errorf("wrote %d pages: %d samples in them, count %d", wrote, right, run.Count)
+	}
+	if run.Enabled <= 0 || run.Running != run.Enabled {
+		t.Errorf("enabled %v, running %v: a software event runs all the time it is enabled", run.Enabled, run.Running)
+	}
+}
+
 // A ring too small for the run (one page for 1,024 samples of some 200
 // bytes) drops samples without a LOST record after them, nobody reading it
 // meanwhile: Dropped is what the event's own count says was due beyond
