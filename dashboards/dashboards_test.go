@@ -51,6 +51,9 @@ type panel struct {
 	Title       string     `json:"title"`
 	Description string     `json:"description"`
 	Datasource  *reference `json:"datasource"`
+	GridPos     struct {
+		Y int `json:"y"`
+	} `json:"gridPos"`
 	FieldConfig struct {
 		Defaults struct {
 			Unit string `json:"unit"`
@@ -249,6 +252,52 @@ func TestConventions(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// sampledFamily matches the series that rest on a sampler: memory
+// accesses and their data sources, shared lines, communication and reuse
+// (issue 61).
+var sampledFamily = regexp.MustCompile(`\bpmu_(mem|cacheline|comm|cgroup_comm|address_samples|reuse)_\w+`)
+
+// TestSampledPanelsMarked: a dashboard with any panel on sampled series
+// has, at its top (above every one of them), a stat panel of
+// pmu_sampler_validated by sampler, so that nobody reads a false-sharing
+// share or a data source from a sampler that failed its own check without
+// being told (a failed sampler's series is 0, which the exporter's
+// TestSamplerValidationSeries holds; this panel shows it red). A dashboard
+// with none has no such panel.
+func TestSampledPanelsMarked(t *testing.T) {
+	marked := 0
+	for file, d := range load(t) {
+		var marker *panel
+		lowest := -1
+		for i, p := range d.Panels {
+			for _, tg := range p.Targets {
+				switch {
+				case strings.Contains(tg.Expr, "pmu_sampler_validated"):
+					marker = &d.Panels[i]
+				case sampledFamily.MatchString(tg.Expr):
+					if lowest < 0 || p.GridPos.Y < lowest {
+						lowest = p.GridPos.Y
+					}
+				}
+			}
+		}
+		switch {
+		case lowest < 0 && marker != nil:
+			t.Errorf("%s: a sampler panel and no sampled series", file)
+		case lowest < 0:
+		case marker == nil:
+			t.Errorf("%s: panels on sampled series, and no pmu_sampler_validated panel above them", file)
+		case marker.Type != "stat" || marker.GridPos.Y >= lowest || !strings.Contains(marker.Targets[0].Expr, "by (instance, sampler)"):
+			t.Errorf("%s: the sampler panel %q (%s at y %d) is not a stat by instance and sampler above the sampled panels (y %d)", file, marker.Title, marker.Type, marker.GridPos.Y, lowest)
+		default:
+			marked++
+		}
+	}
+	if marked < 2 {
+		t.Errorf("%d dashboards marked, want the data-locality and memory-access ones at least", marked)
 	}
 }
 

@@ -37,9 +37,7 @@ type validationRow struct {
 func TestValidate(t *testing.T) {
 	testenv.RequireRoot(t)
 	out, err := exec.Command(binary, "validate", "--format=json").Output()
-	if err != nil {
-		t.Fatalf("validate: %v\n%s", err, out)
-	}
+	exit := exitCode(t, err)
 	var v struct {
 		Events      []validationRow `json:"events"`
 		Multiplexed []struct {
@@ -114,15 +112,50 @@ func TestValidate(t *testing.T) {
 			t.Errorf("sampler %s judged on %v, want the 7 figures", name, figures[name])
 		}
 	}
+	// It exits 1 where a verdict failed, and only then. The checks above
+	// hold the events and the samplers every host has; a PMU sampler's
+	// figure (PEBS, IBS, SPE) may fail on the hardware itself, as the
+	// thesis found IBS's loads unstable: the exit says so, and the test
+	// logs it for the first host that has one.
+	failed := 0
+	for _, r := range v.Events {
+		if r.Verdict == "fail" {
+			failed++
+		}
+	}
+	for _, r := range v.Samplers {
+		if r.Verdict == "fail" {
+			failed++
+			t.Logf("failed: %+v", r)
+		}
+	}
+	if (exit == 1) != (failed > 0) {
+		t.Errorf("validate exited %d with %d failed verdicts", exit, failed)
+	}
 	// The text form says the same, and why the hardware ones did not run.
 	text, err := exec.Command(binary, "validate", "--quick").Output()
-	if err != nil {
-		t.Fatalf("validate --quick: %v\n%s", err, text)
+	if exitCode(t, err) != exit && failed == 0 {
+		t.Errorf("validate --quick exited %d", exitCode(t, err))
 	}
 	bp := map[bool]string{true: "[pass] breakpoint on watched-writes", false: "[n/m]  breakpoint"}[traps]
 	if !strings.Contains(string(text), bp) || (!hw && !strings.Contains(string(text), "No hardware counters here")) {
 		t.Errorf("validate --quick:\n%s", text)
 	}
+}
+
+// exitCode is a command's exit status: 0, or 1 (a failed verdict); any
+// other failure ends the test.
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee) && ee.ExitCode() == 1:
+		return 1
+	}
+	t.Fatalf("validate: %v", err)
+	return 0
 }
 
 // A bad --event is refused with exit 2, naming the spec.

@@ -41,6 +41,11 @@ type Run struct {
 	// ModeOnly: a run over work in both modes (the Exec-Mode loop), whose
 	// samples count for mode_leak and loss alone.
 	ModeOnly bool
+	// SubsetEvents, where not 0, are the loop's events of a subset of what
+	// the sampler samples (the loads among IBS op's ops), known from the
+	// loop, and SubsetSamples the samples of that subset.
+	SubsetEvents  float64
+	SubsetSamples int
 }
 
 // Share is one instruction's (or function's) samples and its known share.
@@ -52,13 +57,17 @@ type Share struct {
 
 // Figures, by the thesis's names.
 const (
-	Accuracy    = "accuracy"    // captured ÷ expected samples
-	Stability   = "stability"   // standard error of the accuracy over runs
-	Bias        = "bias"        // total variation distance of sample shares from event shares
-	Attribution = "attribution" // share of samples on the triggering instruction
-	Address     = "address"     // share of checked data addresses that are right
-	ModeLeak    = "mode_leak"   // share of samples in the mode the sampler excludes
-	Loss        = "loss"        // share of records lost or throttled
+	Accuracy = "accuracy" // captured ÷ expected samples
+	// SubsetAccuracy and SubsetStability are accuracy and stability on a
+	// subset of the sampled events (IBS op's loads).
+	SubsetAccuracy  = "subset_accuracy"
+	SubsetStability = "subset_stability"
+	Stability       = "stability"   // standard error of the accuracy over runs
+	Bias            = "bias"        // total variation distance of sample shares from event shares
+	Attribution     = "attribution" // share of samples on the triggering instruction
+	Address         = "address"     // share of checked data addresses that are right
+	ModeLeak        = "mode_leak"   // share of samples in the mode the sampler excludes
+	Loss            = "loss"        // share of records lost or throttled
 )
 
 // Thresholds are the bounds a sampler's figures must keep: Accuracy the
@@ -98,7 +107,10 @@ func Judge(name string, runs []Run, th Thresholds) []Row {
 	}
 	slices.Sort(keys)
 	for _, p := range keys {
-		rows = append(rows, accuracy(name, p, periods[p], th)...)
+		rows = append(rows, accuracy(name, Accuracy, p, periods[p], th, func(r Run) (float64, int) { return r.Events, r.Samples })...)
+		if slices.ContainsFunc(periods[p], func(r Run) bool { return r.SubsetEvents > 0 }) {
+			rows = append(rows, accuracy(name, SubsetAccuracy, p, periods[p], th, func(r Run) (float64, int) { return r.SubsetEvents, r.SubsetSamples })...)
+		}
 		rows = append(rows, bias(name, p, periods[p], th.Bias))
 	}
 	var samples, attributed, addressed, right, wrongMode, all int
@@ -139,24 +151,31 @@ func Judge(name string, runs []Run, th Thresholds) []Row {
 	return append(rows, lossRow)
 }
 
-// accuracy is one period's mean accuracy, captured ÷ (events ÷ period),
-// and its standard error over the runs. A run expected to give few
-// samples is allowed one sample more or fewer than its expectation: the
-// kernel samples at every period's overflow, so a run's count is its
-// expectation rounded either way.
-func accuracy(name string, period uint64, runs []Run, th Thresholds) []Row {
+// accuracy is one period's mean accuracy (figure Accuracy, or
+// SubsetAccuracy), captured ÷ (events ÷ period) with the events and
+// samples of each run that of gives, and its standard error over the runs
+// (figure Stability, or the subset's "subset_stability"). A run expected
+// to give few samples is allowed one sample more or fewer than its
+// expectation: the kernel samples at every period's overflow, so a run's
+// count is its expectation rounded either way.
+func accuracy(name, figure string, period uint64, runs []Run, th Thresholds, of func(Run) (float64, int)) []Row {
 	var accs []float64
 	expected := 0.0
 	for _, r := range runs {
-		e := r.Events / float64(period)
+		events, samples := of(r)
+		e := events / float64(period)
 		if e <= 0 {
 			continue
 		}
 		expected += e
-		accs = append(accs, float64(r.Samples)/e)
+		accs = append(accs, float64(samples)/e)
 	}
-	acc := Row{Sampler: name, Figure: Accuracy, Period: period, Runs: len(accs)}
-	stab := Row{Sampler: name, Figure: Stability, Period: period, Bound: th.Stability, Runs: len(accs)}
+	stability := Stability
+	if figure == SubsetAccuracy {
+		stability = SubsetStability
+	}
+	acc := Row{Sampler: name, Figure: figure, Period: period, Runs: len(accs)}
+	stab := Row{Sampler: name, Figure: stability, Period: period, Bound: th.Stability, Runs: len(accs)}
 	if len(accs) == 0 {
 		acc.Verdict, acc.Reason = validate.NotMeasurable, "no events in the runs"
 		stab.Verdict, stab.Reason = validate.NotMeasurable, acc.Reason

@@ -117,3 +117,32 @@ func TestModeOnlyRunsByHand(t *testing.T) {
 		t.Errorf("mode leak %+v, want 5/150, fail", r)
 	}
 }
+
+// By hand, IBS op's subset: two runs at period 100 sampled 1,000 ops each
+// (the event's count 100,000), 10 and 12 of them loads of a loop that made
+// 1,100 loads a run (11 expected): subset accuracies 10/11 and 12/11,
+// mean 1, standard error ((1/11)²·2/1)^½/√2 = 1/11: beyond both 1% and
+// the 1/11/√2 (0.064) that two runs of 11 samples allow, so it fails, as
+// the thesis found IBS's loads unstable. The whole op accuracy is 1. A run
+// with no subset gives no subset rows.
+func TestSubsetAccuracyByHand(t *testing.T) {
+	runs := []Run{
+		{Period: 100, Events: 100_000, Samples: 1000, SubsetEvents: 1100, SubsetSamples: 10},
+		{Period: 100, Events: 100_000, Samples: 1000, SubsetEvents: 1100, SubsetSamples: 12},
+	}
+	rows := Judge("ibs_op", runs, th)
+	if r := row(t, rows, Accuracy, 100); r.Value != 1 || r.Verdict != validate.Pass {
+		t.Errorf("op accuracy %+v", r)
+	}
+	if r := row(t, rows, SubsetAccuracy, 100); math.Abs(r.Value-1) > 1e-12 || r.Verdict != validate.Pass || r.Bound != 1.0/11 {
+		t.Errorf("subset accuracy %+v, want 1 within 1/11 (one sample of 11)", r)
+	}
+	if r := row(t, rows, SubsetStability, 100); math.Abs(r.Value-1.0/11) > 1e-12 || r.Verdict != validate.Fail {
+		t.Errorf("subset stability %+v, want 1/11, failing", r)
+	}
+	for _, r := range Judge("ibs_op", []Run{{Period: 100, Events: 100_000, Samples: 1000}}, th) {
+		if r.Figure == SubsetAccuracy || r.Figure == SubsetStability {
+			t.Errorf("a subset row without a subset: %+v", r)
+		}
+	}
+}

@@ -78,6 +78,22 @@ func SumLoads(a []uint64, reps int) uint64 {
 	return sum
 }
 
+// SumLoadsB is SumLoads again, at another address: the precise load
+// samplers' Bias-Bench runs the two on the halves of one array, so that
+// each load instruction makes half of the events.
+//
+//go:noinline
+//go:norace
+func SumLoadsB(a []uint64, reps int) uint64 {
+	var sum uint64
+	for range reps {
+		for i := range a {
+			sum += a[i]
+		}
+	}
+	return sum
+}
+
 // StoreAll writes every element of a, reps times: one store each, at an
 // address the registers still hold after it (the precise store
 // samplers' loop, as SumLoads is the load samplers').
@@ -85,6 +101,19 @@ func SumLoads(a []uint64, reps int) uint64 {
 //go:noinline
 //go:norace
 func StoreAll(a []uint64, reps int) {
+	for r := range reps {
+		for i := range a {
+			a[i] = uint64(r)
+		}
+	}
+}
+
+// StoreAllB is StoreAll again, at another address (the precise store
+// samplers' Bias-Bench, as SumLoadsB is the loads').
+//
+//go:noinline
+//go:norace
+func StoreAllB(a []uint64, reps int) {
 	for r := range reps {
 		for i := range a {
 			a[i] = uint64(r)
