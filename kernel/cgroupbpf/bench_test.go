@@ -18,6 +18,7 @@ import (
 	"github.com/pmu-exporter/pmu_exporter/formats/eventspec"
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/kernel/perf"
+	"github.com/pmu-exporter/pmu_exporter/kernel/schedbpf"
 )
 
 // pong echoes bytes from stdin to stdout until EOF: the far end of a ping-pong
@@ -197,6 +198,17 @@ func attachCredit(tb testing.TB, n int) switchProgram {
 	}}
 }
 
+// attachWait loads the run-queue wait program (kernel/schedbpf), which runs
+// at every switch out of a task, beside or instead of the credit.
+func attachWait(tb testing.TB) switchProgram {
+	tb.Helper()
+	w, err := schedbpf.Load(schedbpf.Options{MaxCgroups: 256, MaxPairs: 1024})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return switchProgram{w.Program(), func() { w.Close() }}
+}
+
 // BenchmarkSwitch is the cost of the program at context switches: pipe
 // round trips (ns/op) between this thread and a pong process, with no
 // program at sched_switch, an empty one (the floor of this design), and
@@ -234,6 +246,7 @@ func BenchmarkSwitch(b *testing.B) {
 			{"empty", attachEmpty},
 			{"credit-4", func(tb testing.TB) switchProgram { return attachCredit(tb, 4) }},
 			{"credit-8", func(tb testing.TB) switchProgram { return attachCredit(tb, 8) }},
+			{"wait", attachWait},
 		} {
 			b.Run(setting.name+"/"+program.name, func(b *testing.B) {
 				p, stop := startPong(b, setting.dir, setting.cpu)
@@ -287,6 +300,11 @@ func BenchmarkCrossCgroupOverhead(b *testing.B) {
 	}{
 		{"empty", attachEmpty},
 		{"credit-4", func(tb testing.TB) switchProgram { return attachCredit(tb, 4) }},
+		{"wait", attachWait},
+		{"credit-4+wait", func(tb testing.TB) switchProgram {
+			c, w := attachCredit(tb, 4), attachWait(tb)
+			return switchProgram{c.prog, func() { w.close(); c.close() }}
+		}},
 	} {
 		b.Run(program.name, func(b *testing.B) {
 			const trips = 20000

@@ -465,7 +465,7 @@ func (c *Counter) Stats() (Stats, error) {
 			*dst += v
 		}
 	}
-	s.Timed = bpfStatsEnabled()
+	s.Timed = perf.BPFStatsEnabled()
 	for i, p := range []struct {
 		name string
 		prog *ebpf.Program
@@ -481,16 +481,6 @@ func (c *Counter) Stats() (Stats, error) {
 		s.Programs = append(s.Programs, prog)
 	}
 	return s, nil
-}
-
-// bpfStatsPath is the sysctl an operator turns the kernel's BPF run-time
-// accounting on with.
-const bpfStatsPath = "/proc/sys/kernel/bpf_stats_enabled"
-
-// bpfStatsEnabled says whether the kernel accounts BPF programs' run time.
-func bpfStatsEnabled() bool {
-	b, err := os.ReadFile(bpfStatsPath)
-	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
 // Close detaches from every CPU and frees the program and maps.

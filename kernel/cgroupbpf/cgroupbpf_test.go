@@ -627,7 +627,7 @@ func TestProgramRunsCounted(t *testing.T) {
 	if dKernel < 40 || float64(dOurs) < 0.98*float64(dKernel)-20 || float64(dOurs) > 1.02*float64(dKernel)+20 {
 		t.Errorf("the switch program counted %d runs of itself, the kernel %d", dOurs, dKernel)
 	}
-	if err := os.WriteFile(bpfStatsPath, []byte("0"), 0); err != nil {
+	if err := os.WriteFile(testenv.BPFStatsKnob, []byte("0"), 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, st := read(); st.Timed {

@@ -2,6 +2,8 @@ package perf
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -71,4 +73,15 @@ func ProcessCPU(pid uint32) (time.Duration, error) {
 func processClock(pid uint32) int32 {
 	const cpuclockSched = 2
 	return ^int32(pid)<<3 | cpuclockSched
+}
+
+// bpfStatsPath is the sysctl an operator turns the kernel's BPF run-time
+// accounting on with.
+const bpfStatsPath = "/proc/sys/kernel/bpf_stats_enabled"
+
+// BPFStatsEnabled says whether the kernel accounts BPF programs' run time
+// (the eBPF programs at context switches read it to report theirs).
+func BPFStatsEnabled() bool {
+	b, err := os.ReadFile(bpfStatsPath)
+	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
