@@ -207,8 +207,11 @@ func TestWaitIsSchedstatRunDelay(t *testing.T) {
 	id := cgroupID(t, dirs[0])
 	for _, saturated := range []bool{false, true} {
 		if saturated {
-			testenv.BurnIn(t, dirs[1], 30*time.Second)
-			testenv.BurnIn(t, dirs[1], 30*time.Second)
+			for range 2 {
+				burner := testenv.BurnIn(t, dirs[1], 30*time.Second)
+				// Gone before the cgroups are removed.
+				defer func() { syscall.Kill(-burner.Process.Pid, syscall.SIGKILL); burner.Wait() }()
+			}
 		}
 		for run := range 10 {
 			before := waitOf(t, w, id)
