@@ -5,14 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
@@ -21,31 +17,7 @@ import (
 // test's own), on CPU cpu from its birth (-1: anywhere).
 func spinner(t *testing.T, dir string, cpu int) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", "while :; do :; done")
-	if dir != "" {
-		f, err := os.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if cpu >= 0 {
-		var old, one unix.CPUSet
-		unix.SchedGetaffinity(0, &old)
-		one.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &one); err != nil {
-			t.Fatal(err)
-		}
-		defer unix.SchedSetaffinity(0, &old)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd
+	return testenv.StartOn(t, dir, cpu, nil, "sh", "-c", "while :; do :; done")
 }
 
 // Two busy loops of one cgroup on one CPU: at every moment at least one
