@@ -59,11 +59,10 @@ func preciseRuns(plan samplerPlan, c sampling.Config) ([]sampler.Run, error) {
 	half := len(array) / 2
 	lo := uint64(uintptr(unsafe.Pointer(&array[0])))
 	loop := preciseLoop{funcs: [2]string{funcName(loops.SumLoads), funcName(loops.SumLoadsB)}, lo: lo, hi: lo + uint64(len(array))*8, ops: float64(len(array) * preciseReps)}
-	var sink uint64
 	work := func() {
 		for range preciseReps {
-			sink += loops.SumLoads(array[:half], 1)
-			sink += loops.SumLoadsB(array[half:], 1)
+			loops.SumLoads(array[:half], 1) // not inlined: never optimised away
+			loops.SumLoadsB(array[half:], 1)
 		}
 	}
 	if c.Name == "mem-stores" {
@@ -95,7 +94,6 @@ func preciseRuns(plan samplerPlan, c sampling.Config) ([]sampler.Run, error) {
 			runs = append(runs, preciseRun(c, s.Period, got, loop))
 		}
 	}
-	_ = sink
 	return runs, nil
 }
 

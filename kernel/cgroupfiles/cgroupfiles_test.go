@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 )
 
@@ -26,9 +28,8 @@ func spinner(t *testing.T, dir string, cpu int) *exec.Cmd {
 // whatever else the machine runs on that CPU.
 func TestPressureOfTwoOnOneCPU(t *testing.T) {
 	_, dirs := testenv.Cgroups(t, "pair")
-	if _, err := os.Stat(filepath.Join(dirs[0], "cpu.pressure")); err != nil {
-		t.Skipf("no cpu.pressure in cgroup v2 here (psi=0 on the kernel's command line?): %v", err)
-	}
+	_, err := os.Stat(filepath.Join(dirs[0], "cpu.pressure"))
+	testenv.Require(t, err == nil, fmt.Sprintf("needs PSI in cgroup v2 (a kernel with CONFIG_PSI, not psi=0): %v", err))
 	a, b := spinner(t, dirs[0], 0), spinner(t, dirs[0], 0)
 	time.Sleep(50 * time.Millisecond)
 	p0, err := Pressure(dirs[0], "cpu")
@@ -98,22 +99,18 @@ func TestThrottlingUnderAQuota(t *testing.T) {
 	}
 }
 
-// runTime is pid's CPU time: /proc/PID/schedstat's first field, in ns.
+// runTime is pid's CPU time (its schedstat's first field).
 func runTime(t *testing.T, pid int) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 1 {
-		t.Fatalf("schedstat %q", b)
-	}
-	ns, err := strconv.ParseInt(f[0], 10, 64)
+	s, err := p.Schedstat()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Duration(ns)
+	return time.Duration(s.RunningNanoseconds)
 }
 
 // quotaCgroup makes a cgroup with a CFS quota of quota µs per period µs,
@@ -132,9 +129,8 @@ func quotaCgroup(t *testing.T, quota, period int) string {
 		return dirs[0]
 	}
 	v1 := "/sys/fs/cgroup/cpu"
-	if _, err := os.Stat(filepath.Join(v1, "cpu.cfs_quota_us")); err != nil {
-		t.Skipf("the cpu controller is in neither cgroup v2 (%s/cgroup.controllers) nor a v1 hierarchy at %s", mnt, v1)
-	}
+	_, err := os.Stat(filepath.Join(v1, "cpu.cfs_quota_us"))
+	testenv.Require(t, err == nil, fmt.Sprintf("needs the cpu controller, in cgroup v2 (%s/cgroup.controllers) or a v1 hierarchy at %s", mnt, v1))
 	testenv.LockMachine(t, false)
 	dir := filepath.Join(v1, fmt.Sprintf("pmu_exporter_test_%d_%s", os.Getpid(), t.Name()))
 	if err := os.Mkdir(dir, 0o755); err != nil {

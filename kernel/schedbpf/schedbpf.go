@@ -4,8 +4,8 @@
 // (/proc/PID/schedstat) since the task's previous switch out, gives it to
 // the task's cgroup as one wait (a count, a sum, a histogram bucket), and
 // lays it on the CPU's recent segments to charge the cgroups that ran
-// meanwhile. This package only talks to the kernel (load, attach, read and
-// prune maps); what the waits mean is decided elsewhere.
+// meanwhile. This package only talks to the kernel (load, attach, read
+// maps); what the waits mean is decided elsewhere.
 package schedbpf
 
 import (
@@ -21,12 +21,9 @@ import (
 )
 
 // Buckets are the wait histogram's buckets (the program's BUCKETS): bucket
-// k holds the waits of at most BucketBound(k) ns beyond the one before, the
-// last those beyond every bound.
+// k < Buckets-1 holds the waits of at most 1 µs × 4^k beyond the one
+// before, the last those beyond every bound.
 const Buckets = 12
-
-// BucketBound is bucket k's upper bound in ns: 1 µs × 4^k (k < Buckets-1).
-func BucketBound(k int) uint64 { return 1000 << (2 * k) }
 
 // None is the holder of the part of a wait no segment of the CPU covers:
 // the CPU idle after a wakeup, or more segments back than it keeps.
@@ -158,28 +155,6 @@ func (w *Waits) Pairs(fn func(p Pair, ns uint64)) error {
 		return fmt.Errorf("read the run-queue wait pairs: %w", err)
 	}
 	return nil
-}
-
-// Forget deletes a removed cgroup's waits and its pairs as a victim or a
-// holder; nothing is left to credit it once it has no tasks.
-func (w *Waits) Forget(id uint64) error {
-	if err := w.objs.Waits.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("forget cgroup %d's waits: %w", id, err)
-	}
-	var gone []waitPair
-	var k waitPair
-	it := w.objs.Pairs.Iterate()
-	for it.Next(&k, &w.pair) {
-		if k.Victim == id || k.Holder == id {
-			gone = append(gone, k)
-		}
-	}
-	for _, k := range gone {
-		if err := w.objs.Pairs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("forget cgroup %d's pairs: %w", id, err)
-		}
-	}
-	return it.Err()
 }
 
 // Stats reads the program's own counters.

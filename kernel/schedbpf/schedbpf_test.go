@@ -1,58 +1,57 @@
 package schedbpf
 
 import (
-	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/pmu-exporter/pmu_exporter/internal/testenv"
 	"github.com/pmu-exporter/pmu_exporter/kernel/cgroupid"
 )
 
-// helperEnv makes the test binary a workload (TestHelperWorkload) instead.
+// helperEnv makes the test binary a workload (TestMain) instead.
 const helperEnv = "PMU_SCHEDBPF_WORKLOAD"
 
-// TestHelperWorkload is the workload the tests run in their cgroups, as
-// this binary re-executed: "switchy" is four threads that spin 50 µs and
-// sleep 100 µs in turn and two that spin, which keeps every CPU's run
-// queue busy and switches often.
-func TestHelperWorkload(t *testing.T) {
-	mode := os.Getenv(helperEnv)
-	if mode == "" {
-		t.Skip("a workload the other tests start")
+// TestMain doubles as the workload the tests run in their cgroups, this
+// binary re-executed with helperEnv set: "switchy" is four threads that
+// spin 50 µs and sleep 100 µs in turn and two that spin, which keeps every
+// CPU's run queue busy and switches often.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		switchy()
+		return
 	}
+	os.Exit(m.Run())
+}
+
+// switchy runs until killed.
+func switchy() {
 	spin := func(d time.Duration) {
 		for end := time.Now().Add(d); time.Now().Before(end); {
 		}
 	}
-	switch mode {
-	case "switchy":
-		runtime.GOMAXPROCS(6)
-		for range 4 {
-			go func() {
-				runtime.LockOSThread()
-				for {
-					spin(50 * time.Microsecond)
-					time.Sleep(100 * time.Microsecond)
-				}
-			}()
-		}
-		for range 2 {
-			go func() {
-				runtime.LockOSThread()
-				for {
-					spin(time.Second)
-				}
-			}()
-		}
+	runtime.GOMAXPROCS(6)
+	for range 4 {
+		go func() {
+			runtime.LockOSThread()
+			for {
+				spin(50 * time.Microsecond)
+				time.Sleep(100 * time.Microsecond)
+			}
+		}()
+	}
+	for range 2 {
+		go func() {
+			runtime.LockOSThread()
+			for {
+				spin(time.Second)
+			}
+		}()
 	}
 	for {
 		spin(time.Second)
@@ -66,7 +65,7 @@ func TestHelperWorkload(t *testing.T) {
 // now and then).
 func workload(t *testing.T, dir, mode string, cpu int, urgent bool) *exec.Cmd {
 	t.Helper()
-	argv := []string{os.Args[0], "-test.run=^TestHelperWorkload$"}
+	argv := []string{os.Args[0]}
 	if mode == "spin" {
 		argv = []string{"sh", "-c", "while :; do :; done"}
 	}
@@ -82,15 +81,14 @@ func stop(t *testing.T, pid int) {
 	t.Helper()
 	syscall.Kill(pid, syscall.SIGSTOP)
 	for range 500 {
-		tids, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		threads, _ := procfs.AllThreads(pid)
 		stopped := 0
-		for _, tid := range tids {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, tid.Name()))
-			if i := strings.LastIndexByte(string(b), ')'); i > 0 && len(b) > i+2 && (b[i+2] == 'T' || b[i+2] == 't') {
+		for _, th := range threads {
+			if st, err := th.Stat(); err == nil && (st.State == "T" || st.State == "t") {
 				stopped++
 			}
 		}
-		if stopped > 0 && stopped == len(tids) {
+		if stopped > 0 && stopped == len(threads) {
 			return
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -98,40 +96,33 @@ func stop(t *testing.T, pid int) {
 	t.Fatalf("process %d did not stop", pid)
 }
 
-// runDelay is the kernel's run-queue wait of every thread of pid, summed:
-// the second field of /proc/PID/task/TID/schedstat, in ns.
+// runDelay is the kernel's run-queue wait of every thread of pid, summed
+// (/proc/PID/task/TID/schedstat's second field), in ns.
 func runDelay(t *testing.T, pid int) uint64 {
 	t.Helper()
-	return schedstatField(t, pid, 1)
-}
-
-// schedstatField sums field i of every thread's schedstat.
-func schedstatField(t *testing.T, pid, i int) uint64 {
-	t.Helper()
-	dirs, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no threads of %d: %v", pid, err)
-	}
 	var sum uint64
-	for _, p := range dirs {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := bufio.NewScanner(f)
-		s.Scan()
-		f.Close()
-		fields := strings.Fields(s.Text())
-		if len(fields) < 3 {
-			t.Fatalf("%s: %q", p, s.Text())
-		}
-		v, err := strconv.ParseUint(fields[i], 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum += v
+	for _, s := range threadSchedstats(t, pid) {
+		sum += s.WaitingNanoseconds
 	}
 	return sum
+}
+
+// threadSchedstats are the schedstat lines of pid's threads.
+func threadSchedstats(t *testing.T, pid int) []procfs.ProcSchedstat {
+	t.Helper()
+	threads, err := procfs.AllThreads(pid)
+	if err != nil || len(threads) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	var out []procfs.ProcSchedstat
+	for _, th := range threads {
+		s, err := th.Schedstat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func load(t *testing.T) *Waits {
@@ -258,9 +249,7 @@ func absDiff(a, b uint64) uint64 {
 // logs the share rather than bound it, since a busier machine's other
 // work rightly takes its part.
 func TestHolderIsWhoRanMeanwhile(t *testing.T) {
-	if runtime.NumCPU() < 2 {
-		t.Skip("needs two CPUs")
-	}
+	testenv.Require(t, runtime.NumCPU() >= 2, "needs two CPUs")
 	w := load(t)
 	_, dirs := testenv.Cgroups(t, "victim", "antagonist", "bystander")
 	ids := [3]uint64{cgroupID(t, dirs[0]), cgroupID(t, dirs[1]), cgroupID(t, dirs[2])}
@@ -311,36 +300,32 @@ func ranFor(t *testing.T, pid int, d time.Duration) {
 // interruptedTime is CPU cpu's time in interrupts and stolen by the
 // hypervisor (/proc/stat: irq, softirq, steal), which the run queue's
 // clock counts, and so the waits do, and a task's run time does not.
-func interruptedTime(t *testing.T, cpu int) time.Duration {
+func interruptedTime(t *testing.T, cpu int64) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile("/proc/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 9 || f[0] != fmt.Sprintf("cpu%d", cpu) {
-			continue
-		}
-		var ticks uint64
-		for _, v := range []string{f[6], f[7], f[8]} {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ticks += n
-		}
-		return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100
+	stat, err := fs.Stat()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no cpu%d in /proc/stat", cpu)
-	return 0
+	c, ok := stat.CPU[cpu]
+	if !ok {
+		t.Fatalf("no cpu%d in /proc/stat", cpu)
+	}
+	return time.Duration((c.IRQ + c.SoftIRQ + c.Steal) * float64(time.Second))
 }
 
-// runTime is the CPU time of every thread of pid, summed: the first field
-// of /proc/PID/task/TID/schedstat, in ns.
+// runTime is the CPU time of every thread of pid, summed (schedstat's
+// first field), in ns.
 func runTime(t *testing.T, pid int) uint64 {
 	t.Helper()
-	return schedstatField(t, pid, 0)
+	var sum uint64
+	for _, s := range threadSchedstats(t, pid) {
+		sum += s.RunningNanoseconds
+	}
+	return sum
 }
 
 // The program counts its own runs as the kernel's bpf_stats count them
