@@ -61,6 +61,7 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "../../bpfinclude/task.h"
 
 #define MAX_EVENTS 32 /* events attributed; the map value holds num_events of them */
 #define MAX_DEPTH 16  /* ancestor levels recorded at most, plus the root's slot */
@@ -76,46 +77,6 @@ struct reading {
 volatile const __u32 num_events = 1;
 volatile const __u32 max_depth = 0; /* ancestor levels 1..max_depth are recorded */
 volatile const __u32 perf_event_v1 = 0; /* perf_event is on a cgroup v1 hierarchy */
-
-/* The kernel's structs, as far as the v1 lookup reads them; CO-RE relocates
- * the offsets to the running kernel's BTF. */
-struct kernfs_node {
-	__u64 id;
-} __attribute__((preserve_access_index));
-struct cgroup {
-	struct kernfs_node *kn;
-	int level;
-	struct cgroup *ancestors[]; /* Linux 6.1+: older kernels fail the load in v1 mode */
-} __attribute__((preserve_access_index));
-struct cgroup_subsys_state {
-	struct cgroup *cgroup;
-} __attribute__((preserve_access_index));
-struct css_set {
-	struct cgroup_subsys_state *subsys[1];
-	struct cgroup *dfl_cgrp;
-} __attribute__((preserve_access_index));
-struct rq {
-	__u64 clock;
-} __attribute__((preserve_access_index));
-struct cfs_rq {
-	struct rq *rq;
-} __attribute__((preserve_access_index));
-struct sched_entity {
-	struct cfs_rq *cfs_rq;
-} __attribute__((preserve_access_index));
-struct sched_info {
-	unsigned long long last_arrival;
-} __attribute__((preserve_access_index));
-struct task_struct {
-	struct css_set *cgroups;
-	int pid;
-	int tgid;
-	struct sched_entity se;
-	struct sched_info sched_info;
-} __attribute__((preserve_access_index));
-enum cgroup_subsys_id {
-	perf_event_cgrp_id = 0, /* relocated to the kernel's value */
-};
 
 /* events_N[cpu] is the counting core's fd of event N on that CPU. One array per
  * event, indexed by CPU, because loaders size PERF_EVENT_ARRAYs to the CPUs. On
@@ -431,18 +392,11 @@ struct current {
 	struct task_struct *task;
 };
 
-/* perf_cgroup is the cgroup whose change makes a cgroup switch: the task's
- * cgroup v2, or its cgroup in v1's perf_event hierarchy. task is a BTF
- * pointer (a tp_btf argument): plain loads. */
+/* perf_cgroup is the cgroup whose change makes a cgroup switch (see
+ * task_cgroup). */
 static __always_inline struct cgroup *perf_cgroup(struct task_struct *task)
 {
-	if (perf_event_v1) {
-		int subsys = bpf_core_enum_value(enum cgroup_subsys_id, perf_event_cgrp_id);
-		if (subsys < 0 || subsys >= 64)
-			return 0;
-		return task->cgroups->subsys[subsys]->cgroup;
-	}
-	return task->cgroups->dfl_cgrp;
+	return task_cgroup(task, perf_event_v1);
 }
 
 /* current_btf describes task, a BTF pointer to the current task. */

@@ -41,49 +41,13 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "../../bpfinclude/task.h"
 
 #define BUCKETS 12 /* waits up to 1 µs, 4 µs, ... 4^10 µs, and beyond */
 #define RING 16    /* segments of a CPU's time kept for the holders */
 
 volatile const __u64 loaded_at = 0;     /* CLOCK_MONOTONIC ns when the loader started */
 volatile const __u32 perf_event_v1 = 0; /* cgroups are v1's perf_event hierarchy's */
-
-struct kernfs_node {
-	__u64 id;
-} __attribute__((preserve_access_index));
-struct cgroup {
-	struct kernfs_node *kn;
-} __attribute__((preserve_access_index));
-struct cgroup_subsys_state {
-	struct cgroup *cgroup;
-} __attribute__((preserve_access_index));
-struct css_set {
-	struct cgroup_subsys_state *subsys[1];
-	struct cgroup *dfl_cgrp;
-} __attribute__((preserve_access_index));
-struct rq {
-	__u64 clock;
-} __attribute__((preserve_access_index));
-struct cfs_rq {
-	struct rq *rq;
-} __attribute__((preserve_access_index));
-struct sched_entity {
-	struct cfs_rq *cfs_rq;
-} __attribute__((preserve_access_index));
-struct sched_info {
-	unsigned long long run_delay;
-	unsigned long long last_arrival;
-} __attribute__((preserve_access_index));
-struct task_struct {
-	struct css_set *cgroups;
-	int pid;
-	__u64 start_time;
-	struct sched_entity se;
-	struct sched_info sched_info;
-} __attribute__((preserve_access_index));
-enum cgroup_subsys_id {
-	perf_event_cgrp_id = 0, /* relocated to the kernel's value */
-};
 
 /* A cgroup's waits on this CPU: how many, their sum (ns), and how many in
  * each bucket (not cumulative). */
@@ -159,15 +123,7 @@ static __always_inline void count(__u32 stat)
 
 static __always_inline __u64 cgroup_id(struct task_struct *task)
 {
-	struct cgroup *cg;
-	if (perf_event_v1) {
-		int subsys = bpf_core_enum_value(enum cgroup_subsys_id, perf_event_cgrp_id);
-		if (subsys < 0 || subsys >= 64)
-			return 0;
-		cg = task->cgroups->subsys[subsys]->cgroup;
-	} else {
-		cg = task->cgroups->dfl_cgrp;
-	}
+	struct cgroup *cg = task_cgroup(task, perf_event_v1);
 	return cg ? cg->kn->id : 0;
 }
 
